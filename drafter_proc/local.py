@@ -1,0 +1,31 @@
+"""A drafter client that runs the drafter in the caller's process, one call after another.
+
+Same rules and pools as the two-process deployment without the overlap; used by tests and offline tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from drafter_proc.drafter import Drafter
+from pipeline.pool import Pool
+
+
+class LocalDrafter:
+    def __init__(self, drafter: Drafter) -> None:
+        self.drafter = drafter
+        self._pending: tuple[Pool, float] | None = None
+
+    def start(self, prompt: Sequence[int]) -> None:
+        self._pending = self.drafter.start(prompt)
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        self._pending = self.drafter.commit(tokens)
+
+    def pool(self) -> tuple[Pool, float]:
+        assert self._pending is not None, "pool() before start() or commit()"
+        pending, self._pending = self._pending, None
+        return pending
+
+    def end(self) -> None:
+        self._pending = None

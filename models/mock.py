@@ -1,0 +1,104 @@
+"""Mock models: next-token rows that are a deterministic function of a seed and the whole prefix.
+
+A prefix's row comes from a chained blake2b digest of its tokens, so the mock's "KV cache" holds one
+digest per slot, and a pass must find each token's predecessor through exactly the positions, slots and
+visibility a real model would use. A wrong mask or slot fails loudly instead of giving plausible rows.
+Token 0 is the end-of-sequence token. The mock drafter adds `noise` times an independent deterministic
+perturbation to the target's logits, so its agreement with the target is partial and tunable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+EOS = 0
+LOGIT_SCALE = 3.0  # spread of the mock logits: rows are peaked enough for drafts to be accepted
+
+
+class MaskError(RuntimeError):
+    """A pass's visibility does not describe one contiguous prefix for a token."""
+
+
+class MockModel:
+    """Rows of the mock target (noise = 0) or of a mock drafter (noise > 0) over `vocab_size` tokens."""
+
+    def __init__(self, vocab_size: int, seed: int, noise: float = 0.0) -> None:
+        if vocab_size < 2:
+            raise ValueError(f"`mock_vocab` must be at least 2, got {vocab_size}")
+        if noise < 0:
+            raise ValueError(f"`mock_noise` must be >= 0, got {noise}")
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.noise = noise
+        self.empty = hashlib.blake2b(f"mock:{seed}".encode(), digest_size=16).digest()
+
+    @staticmethod
+    def extend(digest: bytes, token: int) -> bytes:
+        """Digest of a prefix extended by one token."""
+        return hashlib.blake2b(digest + int(token).to_bytes(8, "little"), digest_size=16).digest()
+
+    def digest(self, tokens) -> bytes:
+        d = self.empty
+        for t in tokens:
+            d = self.extend(d, t)
+        return d
+
+    def logits(self, digest: bytes) -> np.ndarray:
+        """(V,) float32 logits at the prefix with this digest."""
+        rows = LOGIT_SCALE * np.random.default_rng(np.frombuffer(digest, np.uint64)).standard_normal(self.vocab_size)
+        if self.noise:
+            twist = hashlib.blake2b(digest + b"drafter", digest_size=16).digest()
+            rows += self.noise * np.random.default_rng(np.frombuffer(twist, np.uint64)).standard_normal(self.vocab_size)
+        return rows.astype(np.float32)
+
+
+class MockRunner:
+    """A MockModel behind the runner interface, with a per-slot digest cache."""
+
+    def __init__(self, model: MockModel, capacity: int) -> None:
+        self.model = model
+        self.vocab_size = model.vocab_size
+        self.capacity = capacity
+        self.device = torch.device("cpu")
+        self.digests: list[bytes | None] = [None] * capacity
+        self.positions = np.full(capacity, -1, np.int64)
+
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
+                cols: np.ndarray, vis: np.ndarray, last_only: bool = False) -> torch.Tensor | None:
+        """tokens, positions, slots: (n,); cols: (m,) slots; vis: (n, m) bool. -> (n or 1, V) logits."""
+        if not np.array_equal(self.positions[:prefix], np.arange(prefix)):
+            raise MaskError(f"slots [0, {prefix}) do not hold positions 0..{prefix - 1}")
+        rows = []
+        for i, (token, pos, slot) in enumerate(zip(tokens.tolist(), positions.tolist(), slots.tolist())):
+            seen = [c for c in cols[vis[i]].tolist() if c != slot]
+            if vis[i].sum() != len(seen) + 1:
+                raise MaskError(f"row {i} (slot {slot}) does not see itself")
+            got = sorted(self.positions[seen].tolist())
+            if prefix + len(got) != pos or got != list(range(prefix, pos)):
+                raise MaskError(f"row {i} at position {pos} sees positions 0..{prefix - 1} and {got}, "
+                                f"not one contiguous prefix")
+            before = self.model.empty if pos == 0 else self.digests[self._slot_at(pos - 1, seen, prefix)]
+            self.digests[slot] = self.model.extend(before, token)
+            self.positions[slot] = pos
+            if not last_only or i == len(tokens) - 1:
+                rows.append(self.model.logits(self.digests[slot]))
+        return torch.from_numpy(np.stack(rows))
+
+    def _slot_at(self, pos: int, seen: list[int], prefix: int) -> int:
+        if pos < prefix:
+            return pos
+        return next(s for s in seen if self.positions[s] == pos)
+
+    def move(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Copy the cache entries of slots `src` to slots `dst` (all read before any is written)."""
+        digests = [self.digests[s] for s in src.tolist()]
+        positions = self.positions[src].copy()
+        for d, digest, p in zip(dst.tolist(), digests, positions.tolist()):
+            self.digests[d] = digest
+            self.positions[d] = p
+
+    def synchronize(self) -> None:
+        pass

@@ -1,0 +1,171 @@
+"""The drafter's candidate pool (DESIGN.md section 2): a trie of candidates, its ranking and its growth.
+
+A pool is stored as arrays indexed by pool index, parents before children. `token`, `parent`, `logp` and
+`expanded` are its edges; `depth`, `cum` (cumulative draft log-prob) and `top` (first-level ancestor) are
+derived from them by one function, so the drafter and the target compute identical scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pipeline.config import PoolConfig
+
+ROOT = -1  # parent index of first-level candidates
+
+
+class InvalidPool(ValueError):
+    """The arrays do not describe a candidate trie."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Pool:
+    token: np.ndarray  # (N,) int64 candidate token ids
+    parent: np.ndarray  # (N,) int64 parent pool index, ROOT for depth 1; parent[i] < i
+    logp: np.ndarray  # (N,) float32 draft log-prob of the edge into the candidate
+    expanded: np.ndarray  # (N,) bool, the drafter scored this candidate's children
+    depth: np.ndarray  # (N,) int64, 1 for the root's children
+    cum: np.ndarray  # (N,) float32 draft log-prob of the whole path
+    top: np.ndarray  # (N,) int64 pool index of the path's first-level candidate
+
+    @classmethod
+    def from_edges(cls, token, parent, logp, expanded, *, vocab_size: int | None = None,
+                   max_depth: int | None = None) -> Pool:
+        """Validate the edges of a pool and derive its scores; raises InvalidPool naming the problem."""
+        token = np.asarray(token)
+        parent = np.asarray(parent)
+        logp = np.asarray(logp)
+        expanded = np.asarray(expanded)
+        n = token.shape[0] if token.ndim == 1 else -1
+        for name, arr in (("token", token), ("parent", parent), ("logp", logp), ("expanded", expanded)):
+            if arr.ndim != 1 or arr.shape[0] != n:
+                raise InvalidPool(f"`{name}` must be one-dimensional with one entry per candidate "
+                                  f"(shape {arr.shape}, token shape {token.shape})")
+        if n == 0:
+            raise InvalidPool("the pool is empty")
+        token = token.astype(np.int64)
+        parent = parent.astype(np.int64)
+        logp = logp.astype(np.float32)
+        expanded = expanded.astype(bool)
+        index = np.arange(n)
+        if vocab_size is not None and (token.min() < 0 or token.max() >= vocab_size):
+            bad = int(np.flatnonzero((token < 0) | (token >= vocab_size))[0])
+            raise InvalidPool(f"candidate {bad} has token {int(token[bad])} outside the vocabulary "
+                              f"[0, {vocab_size})")
+        if np.any((parent < ROOT) | (parent >= index)):
+            bad = int(np.flatnonzero((parent < ROOT) | (parent >= index))[0])
+            raise InvalidPool(f"candidate {bad} has parent {int(parent[bad])}: a parent must be the root "
+                              f"(-1) or an earlier candidate")
+        has_parent = parent >= 0
+        if np.any(has_parent & ~expanded[np.maximum(parent, 0)]):
+            bad = int(np.flatnonzero(has_parent & ~expanded[np.maximum(parent, 0)])[0])
+            raise InvalidPool(f"candidate {bad} has parent {int(parent[bad])}, which is not expanded")
+        if not np.all(np.isfinite(logp)) or np.any(logp > 1e-4):
+            bad = int(np.flatnonzero(~np.isfinite(logp) | (logp > 1e-4))[0])
+            raise InvalidPool(f"candidate {bad} has edge log-prob {float(logp[bad])}; it must be finite "
+                              f"and at most 0")
+        order = np.lexsort((token, parent))
+        twin = (parent[order][1:] == parent[order][:-1]) & (token[order][1:] == token[order][:-1])
+        if np.any(twin):
+            i = order[int(np.flatnonzero(twin)[0]) + 1]
+            raise InvalidPool(f"candidate {int(i)} repeats token {int(token[i])} under parent "
+                              f"{int(parent[i])}: siblings must differ")
+        logp = np.minimum(logp, np.float32(0))  # rounding can leave a probability-one edge at +1e-7
+        depth, cum, top = _derive(parent, logp)
+        if max_depth is not None and depth.max() > max_depth:
+            raise InvalidPool(f"the pool reaches depth {int(depth.max())}, beyond the configured {max_depth}")
+        return cls(token, parent, logp, expanded, depth, cum, top)
+
+    def __len__(self) -> int:
+        return self.token.shape[0]
+
+    def first_level(self, token: int) -> int:
+        """Pool index of the depth-1 candidate labelled `token`, or ROOT when there is none."""
+        hit = np.flatnonzero((self.parent == ROOT) & (self.token == token))
+        return int(hit[0]) if hit.size else ROOT
+
+
+def _derive(parent: np.ndarray, logp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Depth, cumulative log-prob and first-level ancestor, one vectorized step per level."""
+    n = parent.shape[0]
+    depth = np.zeros(n, np.int64)
+    walk = parent.copy()
+    while np.any(walk >= 0):  # at most pool-depth iterations
+        up = walk >= 0
+        depth += up
+        walk[up] = parent[walk[up]]
+    depth += 1
+    cum = np.zeros(n, np.float32)
+    top = np.arange(n)
+    for d in range(1, int(depth.max()) + 1):
+        level = np.flatnonzero(depth == d)
+        if d == 1:
+            cum[level] = logp[level]
+        else:
+            cum[level] = cum[parent[level]] + logp[level]
+            top[level] = top[parent[level]]
+    return depth, cum, top
+
+
+def rank(score: np.ndarray, depth: np.ndarray, candidates: np.ndarray | None = None) -> np.ndarray:
+    """Candidates (pool indices) best first: score descending, then shallower, then lower pool index.
+
+    Scores never increase along a path, so every prefix of this order is ancestor-closed.
+    """
+    if candidates is None:
+        candidates = np.arange(score.shape[0])
+    order = np.lexsort((candidates, depth[candidates], -score[candidates]))
+    return candidates[order]
+
+
+ExpandFn = Callable[[np.ndarray, np.ndarray, np.ndarray, int], torch.Tensor]
+
+
+def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig) -> Pool:
+    """Grow a pool from the drafter's root row.
+
+    root_logprobs: (V,) draft log-probs at the root.
+    expand(nodes, tokens, parents, depth) -> (len(nodes), V) draft log-probs at those candidates; it is
+    called once per level with that level's expanded candidates (pool indices, their tokens, their
+    parents' pool indices), parents always expanded in an earlier call.
+    """
+    k = min(config.topk, root_logprobs.shape[-1])
+    logp, token = torch.topk(root_logprobs.float(), k)
+    token = [token.cpu().numpy()]  # host-device sync: the next pass's inputs depend on these ids
+    logp = [_finite(logp.cpu().numpy())]
+    parent = [np.full(k, ROOT, np.int64)]
+    cum = logp[0].copy()
+    frontier = _best(np.arange(k), cum, config.expand)
+    expanded = []
+    for depth in range(1, config.depth):
+        all_token = np.concatenate(token)
+        rows = expand(frontier, all_token[frontier], np.concatenate(parent)[frontier], depth)
+        expanded.append(frontier)
+        child_logp, child_token = torch.topk(rows.float(), k, dim=-1)  # (E, k)
+        child_logp = _finite(child_logp.cpu().numpy()).reshape(-1)  # host-device sync
+        child_token = child_token.cpu().numpy().reshape(-1)
+        child_parent = np.repeat(frontier, k)
+        new = np.arange(cum.shape[0], cum.shape[0] + child_token.shape[0])
+        cum = np.concatenate([cum, cum[child_parent] + child_logp])
+        token.append(child_token)
+        logp.append(child_logp)
+        parent.append(child_parent)
+        frontier = _best(new, cum, config.expand)
+    is_expanded = np.zeros(cum.shape[0], bool)
+    if expanded:
+        is_expanded[np.concatenate(expanded)] = True
+    return Pool.from_edges(np.concatenate(token), np.concatenate(parent), np.concatenate(logp), is_expanded)
+
+
+def _best(nodes: np.ndarray, cum: np.ndarray, count: int) -> np.ndarray:
+    """The `count` nodes with the highest cumulative log-prob, ties to the lower pool index."""
+    return nodes[np.lexsort((nodes, -cum[nodes]))[:count]]
+
+
+def _finite(logp: np.ndarray) -> np.ndarray:
+    """float32 log-probs with -inf (tokens a model masks out) floored to a finite value."""
+    return np.maximum(logp.astype(np.float32), np.float32(-1e30))

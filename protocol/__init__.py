@@ -1,0 +1,1 @@
+"""Wire protocol between the target and drafter processes: typed messages, one codec, a ZeroMQ channel."""

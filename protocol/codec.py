@@ -1,0 +1,101 @@
+"""The one codec: a msgpack header frame, then one raw frame per array field. No pickle anywhere.
+
+Header: {"k": kind, "f": {scalar field: value}, "a": [[dtype, [length]], ...]} with arrays in the
+declaration order of the message class. Decoding checks every part and raises a typed ProtocolError that
+names the problem; it never evaluates anything it receives.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import msgpack
+import numpy as np
+
+from protocol.errors import BadArray, MalformedMessage, UnexpectedMessage, UnknownMessage
+from protocol.messages import MESSAGES, Kind, Message, layout
+
+MAX_HEADER_BYTES = 1 << 16
+MAX_ARRAY_LENGTH = 1 << 24
+
+
+def encode(msg: Message) -> list[bytes]:
+    scalars, arrays = _layout(type(msg))
+    header = {"k": int(msg.KIND), "f": {name: getattr(msg, name) for name, _ in scalars}, "a": []}
+    frames = []
+    for name, dtype in arrays:
+        arr = np.ascontiguousarray(getattr(msg, name), dtype=dtype)
+        header["a"].append([dtype.str, [int(arr.shape[0])]])
+        frames.append(arr.tobytes())
+    return [msgpack.packb(header, use_bin_type=True), *frames]
+
+
+def decode(frames: list[bytes], expect: tuple[type[Message], ...] | None = None) -> Message:
+    """Frames -> a validated message of one of the `expect` types (any type when None)."""
+    if not frames:
+        raise MalformedMessage("empty message: no header frame")
+    if len(frames[0]) > MAX_HEADER_BYTES:
+        raise MalformedMessage(f"header frame of {len(frames[0])} bytes exceeds {MAX_HEADER_BYTES}")
+    try:
+        header = msgpack.unpackb(frames[0], raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises several unrelated types for corrupt input
+        raise MalformedMessage(f"header is not valid msgpack ({type(e).__name__}: {e})") from None
+    if not isinstance(header, dict) or set(header) != {"k", "f", "a"}:
+        raise MalformedMessage(f"header must be a map with keys k, f, a; got {_short(header)}")
+    kind, values, specs = header["k"], header["f"], header["a"]
+    if not isinstance(kind, int) or isinstance(kind, bool) or kind not in MESSAGES.keys():
+        raise UnknownMessage(f"unknown message kind {_short(kind)}")
+    cls = MESSAGES[Kind(kind)]
+    if expect is not None and cls not in expect:
+        raise UnexpectedMessage(f"got {cls.__name__} where {' or '.join(c.__name__ for c in expect)} "
+                                f"was expected")
+    scalars, arrays = _layout(cls)
+    if not isinstance(values, dict) or set(values) != {name for name, _ in scalars}:
+        got = sorted(values) if isinstance(values, dict) else _short(values)
+        raise MalformedMessage(f"{cls.__name__} needs fields {sorted(n for n, _ in scalars)}, got {got}")
+    kwargs = {}
+    for name, typ in scalars:
+        kwargs[name] = _scalar(cls.__name__, name, typ, values[name])
+    if not isinstance(specs, list) or len(specs) != len(arrays) or len(frames) != 1 + len(arrays):
+        raise BadArray(f"{cls.__name__} carries {len(arrays)} arrays; got {len(frames) - 1} frames and "
+                       f"{len(specs) if isinstance(specs, list) else 'no'} array specs")
+    for (name, dtype), spec, frame in zip(arrays, specs, frames[1:]):
+        kwargs[name] = _array(cls.__name__, name, dtype, spec, frame)
+    msg = cls(**kwargs)
+    msg.check()
+    return msg
+
+
+@cache
+def _layout(cls):
+    return layout(cls)
+
+
+def _scalar(owner: str, name: str, typ: type, value):
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if type(value) is not typ:
+        raise MalformedMessage(f"{owner}.{name} must be {typ.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _array(owner: str, name: str, dtype: np.dtype, spec, frame: bytes) -> np.ndarray:
+    if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], list)):
+        raise BadArray(f"{owner}.{name}: array spec must be [dtype, shape], got {_short(spec)}")
+    if spec[0] != dtype.str:
+        raise BadArray(f"{owner}.{name} must have dtype {dtype.name} ({dtype.str}), got {spec[0]!r}")
+    shape = spec[1]
+    if len(shape) != 1 or not isinstance(shape[0], int) or not 0 <= shape[0] <= MAX_ARRAY_LENGTH:
+        raise BadArray(f"{owner}.{name} must be 1-D with at most {MAX_ARRAY_LENGTH} entries, "
+                       f"got shape {_short(shape)}")
+    if len(frame) != shape[0] * dtype.itemsize:
+        raise BadArray(f"{owner}.{name}: {len(frame)} bytes for {shape[0]} x {dtype.name}")
+    arr = np.frombuffer(frame, dtype=dtype).copy()
+    if dtype == np.bool_ and np.any(arr.view(np.uint8) > 1):
+        raise BadArray(f"{owner}.{name}: booleans must be bytes 0 or 1")
+    return arr
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

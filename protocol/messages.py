@@ -1,0 +1,149 @@
+"""Typed wire messages. Each class has a one-byte kind; array fields declare their dtype and are 1-D."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
+from typing import ClassVar
+
+import numpy as np
+
+from protocol.errors import BadArray
+
+PROTOCOL_VERSION = 1
+
+
+class Kind(IntEnum):
+    HELLO = 1
+    READY = 2
+    START = 3
+    COMMIT = 4
+    POOL = 5
+    END = 6
+    ERROR = 7
+    SHUTDOWN = 8
+
+
+def array(dtype: str):
+    """A 1-D array field of the given numpy dtype."""
+    return field(metadata={"dtype": np.dtype(dtype)})
+
+
+class Message:
+    KIND: ClassVar[Kind]
+
+    def check(self) -> None:
+        """Cross-field invariants; raises a ProtocolError naming the problem."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Hello(Message):
+    """target -> drafter: who I am and what pools to grow."""
+
+    KIND: ClassVar[Kind] = Kind.HELLO
+    version: int
+    vocab_size: int
+    fingerprint: str
+    model: str
+    topk: int
+    depth: int
+    expand: int
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Ready(Message):
+    """drafter -> target: handshake accepted; the drafter's model and tokenizer."""
+
+    KIND: ClassVar[Kind] = Kind.READY
+    version: int
+    vocab_size: int
+    fingerprint: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Start(Message):
+    """target -> drafter: a new request; grow round 0's pool from the whole prompt."""
+
+    KIND: ClassVar[Kind] = Kind.START
+    request: int
+    prompt: np.ndarray = array("int32")
+
+    def check(self) -> None:
+        if self.prompt.shape[0] == 0:
+            raise BadArray("`prompt` is empty")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Commit(Message):
+    """target -> drafter: the tokens round `round - 1` emitted; grow round `round`'s pool."""
+
+    KIND: ClassVar[Kind] = Kind.COMMIT
+    request: int
+    round: int
+    tokens: np.ndarray = array("int32")
+
+    def check(self) -> None:
+        if self.tokens.shape[0] == 0:
+            raise BadArray("`tokens` is empty")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PoolMsg(Message):
+    """drafter -> target: the candidate pool of one round, as edges (see pipeline.pool.Pool)."""
+
+    KIND: ClassVar[Kind] = Kind.POOL
+    request: int
+    round: int
+    seconds: float  # the drafter's time growing this pool
+    token: np.ndarray = array("int32")
+    parent: np.ndarray = array("int32")
+    logp: np.ndarray = array("float32")
+    expanded: np.ndarray = array("bool")
+
+    def check(self) -> None:
+        n = self.token.shape[0]
+        for name in ("parent", "logp", "expanded"):
+            if getattr(self, name).shape[0] != n:
+                raise BadArray(f"`{name}` has {getattr(self, name).shape[0]} entries, `token` has {n}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class End(Message):
+    """target -> drafter: the request is over; drop its state."""
+
+    KIND: ClassVar[Kind] = Kind.END
+    request: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Error(Message):
+    """either way: the last message was refused (`code` as in protocol.errors) or the peer failed."""
+
+    KIND: ClassVar[Kind] = Kind.ERROR
+    code: str
+    message: str
+    request: int = -1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Shutdown(Message):
+    """target -> drafter: exit cleanly."""
+
+    KIND: ClassVar[Kind] = Kind.SHUTDOWN
+
+
+MESSAGES: dict[Kind, type[Message]] = {cls.KIND: cls for cls in
+                                       (Hello, Ready, Start, Commit, PoolMsg, End, Error, Shutdown)}
+
+
+def layout(cls: type[Message]) -> tuple[list[tuple[str, type]], list[tuple[str, np.dtype]]]:
+    """(scalar fields with their types, array fields with their dtypes), in declaration order."""
+    scalars, arrays = [], []
+    for f in fields(cls):
+        if "dtype" in f.metadata:
+            arrays.append((f.name, f.metadata["dtype"]))
+        else:
+            scalars.append((f.name, {"int": int, "float": float, "str": str}[f.type]))
+    return scalars, arrays

@@ -1,0 +1,1 @@
+"""The target process: owns the target model and drives every round of a decode."""

@@ -1,0 +1,55 @@
+"""A target process's decoding session: the target model, its tokenizer and a drafter client."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from models.load import load
+from models.options import ModelOptions
+from pipeline.config import DecodeConfig, PoolConfig, stream_seed
+from pipeline.decode import DecodeResult, DrafterClient, decode
+from protocol.transport import Channel
+from target_proc.client import RemoteDrafter
+from target_proc.target import Target
+
+
+class Session:
+    def __init__(self, target: Target, tokenizer, drafter: DrafterClient | None, pool: PoolConfig) -> None:
+        self.target = target
+        self.tokenizer = tokenizer
+        self.drafter = drafter
+        self.pool = pool
+
+    def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int) -> DecodeResult:
+        """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder)."""
+        need = len(prompt_ids) + config.max_new_tokens + config.budget + 1
+        if need > self.target.capacity:
+            raise ValueError(f"a prompt of {len(prompt_ids)} tokens with --max-new-tokens "
+                             f"{config.max_new_tokens} and --budget {config.budget} needs {need} KV slots; "
+                             f"the cache holds {self.target.capacity} (raise --max-context)")
+        generator = torch.Generator(device=self.target.device)
+        generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
+        return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator)
+
+
+@contextmanager
+def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_timeout: float,
+                 ready_timeout: float) -> Iterator[Session]:
+    """Load the target, connect to the drafter, handshake; on a clean exit ask the drafter to shut down."""
+    log = logging.getLogger("target")
+    loaded = load(model, "target")
+    target = Target(loaded.runner(model.max_context))
+    log.info("loaded %s on %s; waiting for the drafter at %s", model.model, model.device, endpoint)
+    channel = Channel.connect(endpoint, peer="drafter")
+    try:
+        drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
+        ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout)
+        log.info("drafter %r ready", ready.model)
+        yield Session(target, loaded.tokenizer, drafter, pool)
+        drafter.shutdown()
+    finally:
+        channel.close()

@@ -1,0 +1,77 @@
+"""The target's KV bookkeeping over a runner: prefill, root pass, tree pass and compacting commit.
+
+Cache layout: slots [0, P) hold the committed context before the root, slot P the root, and a tree pass
+writes its node i at slot P + 1 + i with position P + depth(i). A commit moves the accepted path's K/V to
+the slots right after the root, so the layout holds again with P grown by 1 + accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from pipeline.tree import Tree, ancestor_matrix
+
+PREFILL_CHUNK = 512  # prompt tokens per prefill pass; bounds the (chunk, context) mask
+
+
+class Target:
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.device = runner.device
+        self.vocab_size = runner.vocab_size
+        self.prefix = 0  # P: committed tokens in the cache before the root
+
+    @property
+    def capacity(self) -> int:
+        return self.runner.capacity
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        tokens = np.asarray(tokens, np.int64)
+        if len(tokens) + 1 > self.capacity:
+            raise ValueError(f"a prompt of {len(tokens) + 1} tokens does not fit the KV cache of "
+                             f"{self.capacity} slots (raise --max-context)")
+        self.prefix = 0
+        for start in range(0, len(tokens), PREFILL_CHUNK):
+            chunk = tokens[start: start + PREFILL_CHUNK]
+            slots = np.arange(start, start + len(chunk))
+            causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
+            self.runner.forward(chunk, slots, slots, start, slots, causal, last_only=True)
+        self.prefix = len(tokens)
+
+    def root_pass(self, root: int) -> torch.Tensor:
+        p = self.prefix
+        self._check(p + 1)
+        one = np.array([p])
+        return self.runner.forward(np.array([root]), one, one, p, one, np.ones((1, 1), bool))[0]
+
+    def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
+        p = self.prefix
+        self._check(p + 1 + len(tree))
+        if root is None:  # the root's K/V is in slot p already
+            tokens, parent, first, depth = tree.token, tree.parent, p + 1, tree.depth
+        else:  # the root is row 0 of this pass, every first-level node hangs off it
+            tokens = np.concatenate([[root], tree.token])
+            parent = np.concatenate([[-1], np.where(tree.parent < 0, 0, tree.parent + 1)])
+            first, depth = p, np.concatenate([[0], tree.depth])
+        slots = first + np.arange(len(tokens))
+        return self.runner.forward(tokens, p + depth, slots, first, slots, ancestor_matrix(parent))
+
+    def commit(self, accepted: Sequence[int]) -> None:
+        p = self.prefix
+        src = p + 1 + np.asarray(accepted, np.int64)
+        dst = p + 1 + np.arange(len(accepted))
+        moved = src != dst
+        if moved.any():
+            self.runner.move(src[moved], dst[moved])
+        self.prefix = p + 1 + len(accepted)
+
+    def synchronize(self) -> None:
+        self.runner.synchronize()
+
+    def _check(self, needed: int) -> None:
+        if needed > self.capacity:
+            raise ValueError(f"the decode needs {needed} KV slots but the cache holds {self.capacity} "
+                             f"(raise --max-context or lower --max-new-tokens)")
