@@ -71,7 +71,10 @@ def plan(argv: list[str]) -> tuple[list[str], list[str], dict, dict, str, str | 
         notes.append(f"embedded default pair on the CPU: pool reduced to topk={pool.topk} depth={pool.depth} "
                      f"expand={pool.expand} (paper: 10, 8, 10); --pool-* options change it")
     else:
-        pool = dataclasses.replace(PoolConfig(), **{k: v for k, v in pool_given.items() if v is not None})
+        # Through from_options, so that an invalid combination is a usage error naming the option.
+        chosen = {k: getattr(PoolConfig(), k) if v is None else v for k, v in pool_given.items()}
+        pool = from_options(parser, argparse.Namespace(**{"pool_" + k: v for k, v in chosen.items()}),
+                            PoolConfig, prefix="pool-")
     if ns.max_new_tokens is None:
         if embedded and mode == "decode":
             ns.max_new_tokens = EMBEDDED_MAX_NEW_TOKENS

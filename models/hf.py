@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 ATTENTION = "specpair_static_tree"
 CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
@@ -45,7 +47,9 @@ def _static_tree_attention(module, query, key, value, attention_mask, scaling=No
     The `group` query heads that share a K/V head are folded into the query length, so grouped-query
     attention reads each cached K/V head once instead of repeating it per query head.
     """
-    assert static_kv is not None, f"{ATTENTION} needs the runner's static_kv argument"
+    if static_kv is None:  # a plain forward of the same model (e.g. transformers' generate): stock SDPA
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                      dropout=dropout, **kwargs)
     kv = static_kv
     k_all, v_all = kv.k[module.layer_idx], kv.v[module.layer_idx]  # (1, Hkv, S, D)
     k_all.index_copy_(2, kv.slots, key.to(k_all.dtype))
@@ -59,6 +63,8 @@ def _static_tree_attention(module, query, key, value, attention_mask, scaling=No
 
 
 AttentionInterface.register(ATTENTION, _static_tree_attention)
+# Plain forwards (no static_kv) get the masks transformers builds for SDPA; our own 4D masks pass as given.
+AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 
 class _Buffers:

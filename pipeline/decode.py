@@ -66,6 +66,8 @@ class Round:
     tree_size: int  # nodes verified in the tree pass; 0 when no tree pass ran
     emitted: int  # accepted + 1 continuation
     phases: dict[str, float]  # seconds per phase: draft (drafter side), root, wait, select, tree, commit
+    available: int = 0  # with a first draw X1: X1 plus its pool descendants (the tree size cap c would give
+    #                     is min(c, available)); 0 for decoders without a first draw
 
 
 @dataclass(slots=True)
@@ -117,7 +119,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     while True:
         phase = _Phases()
         draft_seconds = 0.0
-        tree_size = 0
+        tree_size = available = 0
         if config.decoder == "ar":
             with phase("root"):
                 continuation = int(draw(target.root_pass(root)[None], temperature, generator)[0])  # sync
@@ -145,6 +147,8 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
                 pool, draft_seconds = drafter.pool()
             with phase("select"):
                 tree = _select(config.decoder, pool, budget, x1, row, temperature)
+            u = pool.first_level(x1)
+            available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
             if tree.child(-1, x1) < 0:  # `root` only: the draw is off the tree, it is the continuation
                 accepted, continuation, accepted_tokens = [], x1, []
             else:
@@ -158,7 +162,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
             target.commit(accepted)
         emitted = accepted_tokens + [continuation]
         phase.times["draft"] = draft_seconds
-        rounds.append(Round(len(accepted), tree_size, len(emitted), phase.times))
+        rounds.append(Round(len(accepted), tree_size, len(emitted), phase.times, available))
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
         out.extend(emitted if stop is None else emitted[: stop + 1])
         if stop is not None or len(out) >= config.max_new_tokens:

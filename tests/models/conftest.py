@@ -1,0 +1,30 @@
+"""Tiny randomly initialised transformers models built from configs in code (no downloads)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import models  # noqa: F401  (sets the offline environment before transformers is imported)
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+VOCAB = 96
+
+
+def tiny_llama() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_qwen3() -> Qwen3ForCausalLM:
+    torch.manual_seed(1)
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=512)
+    return Qwen3ForCausalLM(config).eval()
+
+
+@pytest.fixture(params=["llama", "qwen3"])
+def tiny_model(request):
+    return {"llama": tiny_llama, "qwen3": tiny_qwen3}[request.param]()

@@ -1,0 +1,90 @@
+"""The embedded default pair (SmolLM2-135M-Instruct and its int8 copy) through the real runners."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from drafter_proc.drafter import Drafter
+from drafter_proc.local import LocalDrafter
+from models.load import load
+from models.options import ModelOptions
+from pipeline.config import DECODERS, DecodeConfig, PoolConfig
+from pipeline.decode import decode
+from target_proc.target import Target
+from tests.models.test_tree_pass import TOL, path_context, random_tree, reference_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def target_model():
+    return load(ModelOptions(), "target")
+
+
+@pytest.fixture(scope="module")
+def drafter_model():
+    return load(ModelOptions(model="smollm2:int8"), "drafter")
+
+
+def test_default_model_tree_rows_equal_sequential_rows(target_model):
+    rng = np.random.default_rng(0)
+    prompt = target_model.tokenizer.prompt_ids("Name three rivers in Europe.")
+    target = Target(target_model.runner(512))
+    target.prefill(prompt[:-1])
+    tree = random_tree(rng, 10)
+    rows = target.tree_pass(tree, prompt[-1])
+    want = reference_rows(target_model.model, [prompt] + [path_context(prompt, tree, i) for i in range(len(tree))])
+    assert (rows - want).abs().max() < TOL
+
+
+def test_default_pair_greedy_outputs_equal_ar(target_model, drafter_model):
+    target = Target(target_model.runner(512))
+    drafter = LocalDrafter(Drafter(drafter_model.runner(512 + 30), PoolConfig(topk=10, depth=4, expand=3)))
+    prompts = ["Write a haiku about autumn.", "What is 17 times 23?", "List three uses of copper."]
+    for text in prompts:
+        ids = target_model.tokenizer.prompt_ids(text)
+        outputs = {}
+        for decoder in DECODERS:
+            result = decode(target, drafter, ids, DecodeConfig(decoder, 0.0, 8, 48), target_model.tokenizer.eos,
+                            None)
+            outputs[decoder] = result.tokens[:48]
+        for decoder in DECODERS:
+            assert outputs[decoder] == outputs["ar"], f"{decoder} differs from ar on {text!r}"
+
+
+def test_int8_drafter_agrees_often_with_target(target_model, drafter_model):
+    """The quantized self-drafter is a useful drafter: its argmax is usually in the target's top tokens."""
+    ids = target_model.tokenizer.prompt_ids("Explain how a bicycle works.")
+    with torch.inference_mode():
+        t = target_model.model(input_ids=torch.tensor([ids])).logits[0]
+        d = drafter_model.model(input_ids=torch.tensor([ids])).logits[0]
+    top1 = (t.argmax(-1) == d.argmax(-1)).float().mean().item()
+    assert top1 > 0.3, f"top-1 agreement {top1:.2f}"
+
+
+def run_pair(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / "launch" / "pair.sh"), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_handshake_mismatch_names_both_models():
+    proc = run_pair("--target", "smollm2", "--drafter", "mock", "--mock-vocab", "100", "--max-new-tokens", "4")
+    assert proc.returncode != 0
+    assert "HandshakeMismatch" in proc.stderr
+    assert "'smollm2'" in proc.stderr and "'mock'" in proc.stderr
+    assert "49152" in proc.stderr and "100" in proc.stderr
+
+
+def test_missing_model_error_names_what_to_download():
+    proc = run_pair("--target", "nobody/no-such-model", "--drafter", "nobody/no-such-model",
+                    "--max-new-tokens", "4", timeout=120)
+    assert proc.returncode != 0
+    assert "nobody/no-such-model" in proc.stderr
+    assert "huggingface-cli download nobody/no-such-model" in proc.stderr
