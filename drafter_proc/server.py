@@ -65,6 +65,9 @@ class DrafterServer:
             self.request, self.round = msg.request, 0
             return self._pool_msg(pool, seconds)
         if isinstance(msg, Commit):
+            if self.request < 0:  # before any Start or after End: (-1, 0) would otherwise match
+                raise StaleMessage(f"commit for request {msg.request} round {msg.round}, but no request is "
+                                   f"open (Start begins one)")
             if (msg.request, msg.round) != (self.request, self.round + 1):
                 raise StaleMessage(f"commit for request {msg.request} round {msg.round}, but the drafter "
                                    f"expects request {self.request} round {self.round + 1}")
@@ -94,7 +97,11 @@ class DrafterServer:
             raise MalformedMessage(f"Hello.capacity must be at least 2, got {hello.capacity}")
         capacity = hello.capacity + config.n_expanded  # committed context plus one pool's scratch
         if capacity not in self._runners:
-            self._runners[capacity] = self.loaded.runner(capacity)
+            try:
+                self._runners[capacity] = self.loaded.runner(capacity)
+            except (MemoryError, RuntimeError) as e:  # torch reports a failed allocation as a RuntimeError
+                raise ValueError(f"the drafter cannot allocate a KV cache of {capacity} slots "
+                                 f"(lower --max-context): {type(e).__name__}") from None
         self.drafter = Drafter(self._runners[capacity], config)
         self.request, self.round = -1, -1
         log.info("handshake with target %r: pool topk=%d depth=%d expand=%d", hello.model, config.topk,

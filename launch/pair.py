@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -122,6 +123,9 @@ def plan(argv: list[str]) -> tuple[list[str], list[str], dict, dict, str, str | 
     target_module = ["timing", "sweep"] if mode == "sweep" else ["target_proc"]
     target = py + [*target_module, *to_argv(models["target"]), "--endpoint", endpoint,
                    *to_argv(pool, prefix="pool-"), *to_argv(run)]
+    if mode == "sweep":  # the sweep's config.json records both models; only the launcher knows the drafter's
+        launch = {"options": dataclasses.asdict(models["drafter"]), "env": env["drafter"]}
+        target += ["--drafter-launch", json.dumps(launch)]
     return drafter, target, env["drafter"], env["target"], endpoint, private_dir, notes
 
 
@@ -177,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                     target.wait(GRACE_SECONDS)
                 except subprocess.TimeoutExpired:
                     _stop(target, GRACE_SECONDS)
+                if drafter.returncode == 0 and target.returncode == 0:
+                    return 0  # the target asked the drafter to shut down, then took longer to exit itself
                 print(f"[launch] the drafter exited with status {drafter.returncode}", file=sys.stderr)
                 return target.returncode or drafter.returncode or 1
             time.sleep(0.05)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from models import shapes
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
 from models.tokenizers import HFTokenizer, MockTokenizer
@@ -50,8 +51,14 @@ def load(options: ModelOptions, role: str) -> Loaded:
         noise = options.mock_noise if role == "drafter" else 0.0
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
         return Loaded(options.model, model, MockTokenizer(options.mock_vocab), graphs=False)
+    if options.device.startswith("cuda"):
+        torch.cuda.set_device(options.device)  # this process's GPU for graphs, streams and allocations
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
+    if spec.startswith(shapes.PREFIX):
+        model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
+        tokenizer = MockTokenizer(model.config.vocab_size)
+        return Loaded(options.model, model, tokenizer, options.graphs)
     model, tokenizer = _load_hf(spec, dtype)
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic

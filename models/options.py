@@ -14,7 +14,7 @@ class ModelOptions:
     """Model loading"""
 
     model: str = field(default=EMBEDDED, metadata={
-        "help": f"'mock', '{EMBEDDED}', a local checkpoint directory or a model id in the local Hugging "
+        "help": f"'mock', '{EMBEDDED}', random:SHAPE, a local checkpoint directory or a model id in the local Hugging "
                 f"Face cache; append {INT8_SUFFIX} for dynamic int8 linear layers on CPU", "metavar": "SPEC"})
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda:0"})
     dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on CUDA, float32 on CPU), "

@@ -36,12 +36,12 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type, prefix: str = 
                                    help=help_text)
         elif f.type in ("list[str]", "tuple[str, ...]"):
             group.add_argument(_flag(f.name, prefix), dest=dest, action="append", default=None,
-                               metavar="TEXT", help=help_text)
+                               metavar=f.metadata.get("metavar", "TEXT"), help=help_text)
         else:
             kind = {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
             group.add_argument(_flag(f.name, prefix), dest=dest, type=kind, default=default,
                                metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()),
-                               help=f"{help_text} (default: {default})" if help_text else None)
+                               help=f"{help_text} (default: {default})" if default not in (None, "") else help_text)
 
 
 def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: type, prefix: str = "",

@@ -11,6 +11,10 @@ DECODERS = ("ar", "draft", "pearl", "pearl-top1", "root-draw", "root")
 ROOT_PASS_DECODERS = frozenset({"pearl", "pearl-top1", "root-draw", "root"})
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
     """Shape of the drafter's candidate pool (DESIGN.md section 2)."""
@@ -22,7 +26,7 @@ class PoolConfig:
     def __post_init__(self) -> None:
         for name in ("topk", "depth", "expand"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ValueError(f"`pool_{name}` must be a positive integer, got {value!r}")
         if self.expand > self.topk:
             raise ValueError(f"`pool_expand` ({self.expand}) must not exceed `pool_topk` ({self.topk})")
@@ -50,14 +54,15 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.decoder not in DECODERS:
             raise ValueError(f"`decoder` must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+        if not (isinstance(self.temperature, (int, float)) and not isinstance(self.temperature, bool)
+                and math.isfinite(self.temperature)
                 and self.temperature >= 0):
             raise ValueError(f"`temperature` must be a finite number >= 0, got {self.temperature!r}")
-        if not isinstance(self.budget, int) or self.budget < 1:
+        if not _is_int(self.budget) or self.budget < 1:
             raise ValueError(f"`budget` must be a positive integer, got {self.budget!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be a positive integer, got {self.max_new_tokens!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
+        if not _is_int(self.seed) or self.seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}")
 
 

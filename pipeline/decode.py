@@ -20,7 +20,7 @@ from pipeline.config import ROOT_PASS_DECODERS, DecodeConfig
 from pipeline.pool import Pool
 from pipeline.select import select_draft, select_pearl, select_pearl_top1, select_root, select_root_draw
 from pipeline.tree import Tree
-from pipeline.verify import draw, target_probs, traverse
+from pipeline.verify import RowDraws, draw, target_probs, traverse
 
 
 class TargetRunner(Protocol):
@@ -99,8 +99,13 @@ class _Phases:
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
-           eos: frozenset[int], generator: torch.Generator | None) -> DecodeResult:
-    """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`."""
+           eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False) -> DecodeResult:
+    """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`.
+
+    Phases that produce tokens end in a host read, so their host times include their device work. The
+    commit's device work is queued asynchronously; `sync_phases` waits for it inside the commit phase
+    (a host-device sync per round, for profiling runs only).
+    """
     if len(prompt) < 1:
         raise ValueError("`prompt` must hold at least one token")
     if config.decoder != "ar" and drafter is None:
@@ -110,6 +115,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     rounds: list[Round] = []
     passes = 0
     root = int(prompt[-1])
+    lazy = target.device.type == "cpu"  # see RowDraws
     t_start = time.perf_counter()
     if config.decoder != "ar":
         drafter.start(prompt)  # the drafter's prefill overlaps the target's
@@ -132,10 +138,11 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
             with phase("select"):
                 tree = select_draft(pool, budget)
             with phase("tree"):
-                draws = draw(target.tree_pass(tree, root), temperature, generator).cpu().numpy()  # sync
+                logits = target.tree_pass(tree, root)
+                draws = RowDraws(logits[1:], temperature, generator, lazy)
+                accepted, continuation = traverse(tree, int(draw(logits[:1], temperature, generator)[0]), draws)
             passes += 1
             tree_size = len(tree)
-            accepted, continuation = traverse(tree, int(draws[0]), draws[1:])
             accepted_tokens = tree.token[accepted].tolist()
         else:
             assert config.decoder in ROOT_PASS_DECODERS
@@ -153,13 +160,15 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
                 accepted, continuation, accepted_tokens = [], x1, []
             else:
                 with phase("tree"):
-                    draws = draw(target.tree_pass(tree, None), temperature, generator).cpu().numpy()  # sync
+                    draws = RowDraws(target.tree_pass(tree, None), temperature, generator, lazy)
+                    accepted, continuation = traverse(tree, x1, draws)  # host reads of the draws: syncs
                 passes += 1
                 tree_size = len(tree)
-                accepted, continuation = traverse(tree, x1, draws)
                 accepted_tokens = tree.token[accepted].tolist()
         with phase("commit"):
             target.commit(accepted)
+            if sync_phases:
+                target.synchronize()
         emitted = accepted_tokens + [continuation]
         phase.times["draft"] = draft_seconds
         rounds.append(Round(len(accepted), tree_size, len(emitted), phase.times, available))

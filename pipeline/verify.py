@@ -25,17 +25,44 @@ def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of (n, V) logits: argmax at T = 0, else a sample of the full softmax. -> (n,) long"""
+    """One token per row of (n, V) logits: argmax at T = 0, else a sample of the full softmax. -> (n,) long
+
+    Sampling inverts each row's float64 CDF at one uniform draw: n random numbers instead of the n * V
+    that torch.multinomial spends, and zero-probability tokens are never drawn.
+    """
     if temperature == 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    cdf = torch.softmax(logits.float() / temperature, dim=-1).double().cumsum_(-1)  # (n, V)
+    u = torch.rand((logits.shape[0], 1), generator=generator, device=logits.device, dtype=torch.float64)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
 
 
-def traverse(tree: Tree, first: int, draws: np.ndarray) -> tuple[list[int], int]:
+class RowDraws:
+    """The target's draw at each row of (n, V) logits, indexable like an array of token ids.
+
+    lazy: draw a row only when the traversal reaches it (on the CPU, where a draw costs O(V) work and a
+    round reaches a few of its rows); otherwise draw every row in one call and read them back with one
+    host-device sync (on a GPU, where a sync per reached row would cost more than the draws).
+    """
+
+    def __init__(self, logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
+                 lazy: bool) -> None:
+        self.logits, self.temperature, self.generator = logits, temperature, generator
+        self.cache: dict[int, int] = {}
+        self.all = None if lazy else draw(logits, temperature, generator).cpu().numpy()  # host-device sync
+
+    def __getitem__(self, i: int) -> int:
+        if self.all is not None:
+            return int(self.all[i])
+        if i not in self.cache:
+            self.cache[i] = int(draw(self.logits[i:i + 1], self.temperature, self.generator)[0])
+        return self.cache[i]
+
+
+def traverse(tree: Tree, first: int, draws) -> tuple[list[int], int]:
     """Walk the tree from the root with the target's draws.
 
-    first: the token drawn at the root; draws: (n,) the token drawn at each tree node.
+    first: the token drawn at the root; draws[i]: the token drawn at tree node i (an array or RowDraws).
     Returns the accepted tree indices (a root path) and the continuation token.
     """
     accepted: list[int] = []

@@ -51,7 +51,8 @@ def decode(frames: list[bytes], expect: tuple[type[Message], ...] | None = None)
                                 f"was expected")
     scalars, arrays = _layout(cls)
     if not isinstance(values, dict) or set(values) != {name for name, _ in scalars}:
-        got = sorted(values) if isinstance(values, dict) else _short(values)
+        # key=str: a map may mix str and bytes keys, which do not compare with each other
+        got = sorted(values, key=str) if isinstance(values, dict) else _short(values)
         raise MalformedMessage(f"{cls.__name__} needs fields {sorted(n for n, _ in scalars)}, got {got}")
     kwargs = {}
     for name, typ in scalars:

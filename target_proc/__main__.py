@@ -21,6 +21,7 @@ from target_proc.options import RunOptions
 from target_proc.session import open_session
 
 log = logging.getLogger("target")
+PHASES = ("draft", "root", "wait", "select", "tree", "commit")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +84,9 @@ def run_decodes(session, prompts: list[Prompt], run: RunOptions) -> list[dict]:
                     "tokens_per_second": result.tokens_per_second, "hit_limit": result.hit_limit,
                     "accepted_per_round": [r.accepted for r in result.rounds],
                     "tree_sizes": [r.tree_size for r in result.rounds],
+                    "prefill_seconds": result.prefill_seconds,
+                    "round_phases": {name: [r.phases.get(name, 0.0) for r in result.rounds]
+                                     for name in PHASES},
                 }
                 results.append(record)
                 if run.json:

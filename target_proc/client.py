@@ -38,13 +38,17 @@ class RemoteDrafter:
         if isinstance(reply, Error):
             kind = {"version": VersionMismatch, "mismatch": HandshakeMismatch}.get(reply.code)
             raise kind(reply.message) if kind else PeerError(reply.code, reply.message)
-        if reply.version != PROTOCOL_VERSION:
-            raise VersionMismatch(f"drafter speaks protocol {reply.version}, target {PROTOCOL_VERSION}")
-        if reply.vocab_size != self.vocab_size or reply.fingerprint != fingerprint:
-            raise HandshakeMismatch(
-                f"target {model!r} (vocabulary {self.vocab_size}, tokenizer {fingerprint}) and drafter "
-                f"{reply.model!r} (vocabulary {reply.vocab_size}, tokenizer {reply.fingerprint}) do not "
-                f"share a tokenizer")
+        try:
+            if reply.version != PROTOCOL_VERSION:
+                raise VersionMismatch(f"drafter speaks protocol {reply.version}, target {PROTOCOL_VERSION}")
+            if reply.vocab_size != self.vocab_size or reply.fingerprint != fingerprint:
+                raise HandshakeMismatch(
+                    f"target {model!r} (vocabulary {self.vocab_size}, tokenizer {fingerprint}) and drafter "
+                    f"{reply.model!r} (vocabulary {reply.vocab_size}, tokenizer {reply.fingerprint}) do not "
+                    f"share a tokenizer")
+        except ProtocolError as e:
+            self._refuse(e)
+            raise
         return reply
 
     def start(self, prompt: Sequence[int]) -> None:

@@ -24,8 +24,12 @@ class Session:
         self.drafter = drafter
         self.pool = pool
 
-    def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int) -> DecodeResult:
-        """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder)."""
+    def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
+               sync_phases: bool = False) -> DecodeResult:
+        """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder).
+
+        sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode).
+        """
         need = len(prompt_ids) + config.max_new_tokens + config.budget + 1
         if need > self.target.capacity:
             raise ValueError(f"a prompt of {len(prompt_ids)} tokens with --max-new-tokens "
@@ -33,7 +37,8 @@ class Session:
                              f"the cache holds {self.target.capacity} (raise --max-context)")
         generator = torch.Generator(device=self.target.device)
         generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
-        return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator)
+        return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
+                      sync_phases=sync_phases)
 
 
 @contextmanager

@@ -138,3 +138,32 @@ def _ancestry(pool: Pool, i: int) -> list[int]:
         path.append(int(i))
         i = int(pool.parent[i])
     return path[::-1]
+
+
+def test_bucket_choice_is_smallest_bucket_that_fits(monkeypatch):
+    runner = HFRunner(tiny_llama(), 256, buckets=CUDA_BUCKETS)
+    chosen = []
+    real_step = runner._step
+    monkeypatch.setattr(runner, "_step", lambda b, span: chosen.append(b) or real_step(b, span))
+    target = Target(runner)
+    target.prefill([3, 4, 5])
+    for n in (1, 2, 3, 8, 9, 12, 13, 64, 65, 72):
+        chosen.clear()
+        target.tree_pass(random_tree(np.random.default_rng(n), n), None)
+        assert chosen == [min(b for b in CUDA_BUCKETS if b >= n)], n
+
+
+def test_padded_pass_writes_only_its_slots_and_the_scratch_slot():
+    """An off-by-one in write slots or a pad row writing a real slot changes K/V it must not touch."""
+    runner = HFRunner(tiny_llama(), 128, buckets=CUDA_BUCKETS)
+    target = Target(runner)
+    target.prefill(list(range(1, 20)))
+    target.root_pass(20)
+    before = runner.kv.k.clone()
+    target.tree_pass(random_tree(np.random.default_rng(5), 5), None)  # bucket 8: three pad rows
+    changed = (runner.kv.k != before).flatten(0, 2).any(-1).any(0)  # per physical slot
+    real = torch.zeros_like(changed)
+    real[1 + 20: 1 + 20 + 5] = True  # physical slots of logical P + 1 .. P + 5, P = 19
+    assert changed[real].all()
+    changed[0] = False  # the scratch slot (pad rows write the same K/V there every time)
+    assert torch.equal(changed, real)

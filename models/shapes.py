@@ -1,0 +1,39 @@
+"""Randomly initialised models shaped like real checkpoints, built from configs in code (no downloads).
+
+`--target random:llama-3.1-8b --drafter random:llama-3.2-1b` times the machinery at the paper's scale
+without weights; outputs are meaningless and acceptance is near zero.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SHAPES = {
+    # name: (vocab, hidden, intermediate, layers, heads, kv heads, head dim, tied embeddings)
+    "llama-3.2-1b": (128256, 2048, 8192, 16, 32, 8, 64, True),
+    "llama-3.1-8b": (128256, 4096, 14336, 32, 32, 8, 128, False),
+    "tiny": (512, 64, 128, 2, 4, 2, 16, True),
+}
+PREFIX = "random:"
+
+
+def random_model(name: str, device: str, dtype: torch.dtype, seed: int = 0):
+    """A LlamaForCausalLM with the named shape, initialised on `device` directly (fast on a GPU)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if name not in SHAPES:
+        raise ValueError(f"unknown random model shape {name!r}; known: {', '.join(SHAPES)}")
+    vocab, hidden, inter, layers, heads, kv_heads, head_dim, tied = SHAPES[name]
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                         tie_word_embeddings=tied, max_position_embeddings=8192, rope_theta=500000.0,
+                         bos_token_id=1, eos_token_id=0)
+    torch.manual_seed(seed)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval()

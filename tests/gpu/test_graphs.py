@@ -1,0 +1,60 @@
+"""CUDA graph replay gives the rows and greedy outputs of eager passes (skipped without CUDA)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from drafter_proc.drafter import Drafter
+from drafter_proc.local import LocalDrafter
+from models.hf import CUDA_BUCKETS, HFRunner
+from models.shapes import random_model
+from pipeline.config import DECODERS, DecodeConfig, PoolConfig
+from pipeline.decode import decode
+from target_proc.target import Target
+from tests.models.test_tree_pass import random_tree
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_model("tiny", "cuda:0", torch.bfloat16)
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """bf16 tolerance relative to the logits' scale."""
+    return bool((a - b).abs().max() <= 2e-2 * b.abs().max().clamp(min=1.0))
+
+
+def test_graph_rows_equal_eager_rows_for_root_and_every_bucket(model):
+    rng = np.random.default_rng(0)
+    graphed = Target(HFRunner(model, 512, graphs=True))
+    eager = Target(HFRunner(model, 512, graphs=False))
+    assert set(graphed.runner.graphs) == set(CUDA_BUCKETS)
+    prompt = rng.integers(1, 500, 40).tolist()
+    for t in (graphed, eager):
+        t.prefill(prompt[:-1])
+    assert close(graphed.root_pass(prompt[-1]).clone(), eager.root_pass(prompt[-1]))
+    for n in sorted(set(CUDA_BUCKETS) | {3, 10, 50}):
+        tree = random_tree(rng, n)
+        assert close(graphed.tree_pass(tree, None).clone(), eager.tree_pass(tree, None)), f"tree of {n}"
+        if n < CUDA_BUCKETS[-1]:
+            assert close(graphed.tree_pass(tree, prompt[-1]).clone(), eager.tree_pass(tree, prompt[-1])), n
+
+
+def test_greedy_decoding_with_graphs_equals_without(model):
+    drafter_model = random_model("tiny", "cuda:0", torch.bfloat16, seed=1)
+    pool = PoolConfig(topk=4, depth=4, expand=3)
+    outputs = {}
+    for graphs in (True, False):
+        target = Target(HFRunner(model, 512, graphs=graphs))
+        drafter = LocalDrafter(Drafter(HFRunner(drafter_model, 512 + pool.n_expanded, graphs=graphs), pool))
+        for decoder in DECODERS:
+            for budget in (1, 8, 59):
+                result = decode(target, drafter, [5, 6, 7, 8], DecodeConfig(decoder, 0.0, budget, 40),
+                                frozenset({0}), None)
+                outputs[graphs, decoder, budget] = result.tokens[:40]
+    for key in outputs:
+        assert outputs[key] == outputs[(False,) + key[1:]], key

@@ -1,0 +1,179 @@
+"""`launch/pair.sh` as a user runs it: usage errors name the option, --json prints one object per decode,
+tcp endpoints work, and however the pair ends (a dead drafter, Ctrl-C, a killed launcher) no process is
+left behind."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from models.mock import MockModel
+from models.options import ModelOptions
+from models.tokenizers import MockTokenizer
+from protocol.transport import loopback_tcp_endpoint
+
+from proc_tools import PAIR_SH, START_S, Running, kill_leftovers, role_pids, wait_gone
+
+LONG_RUN = ["--target", "mock", "--decoders", "draft", "--num-seeds", "1000", "--max-new-tokens", "200",
+            "--prompt", "Once upon a time"]
+RECORD_KEYS = {"decoder", "temperature", "budget", "seed", "prompt_index", "new_tokens", "text", "rounds",
+               "target_passes", "seconds", "tokens_per_second"}
+
+
+def pair(*args: str, timeout: float = 2 * START_S) -> subprocess.CompletedProcess:
+    return subprocess.run([PAIR_SH, *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def launched(tmp_path):
+    """Start launch/pair.sh in its own process group; whatever it left running is killed afterwards."""
+    runs: list[Running] = []
+    pids: list[int] = []
+
+    def start(*args: str) -> Running:
+        runs.append(Running([PAIR_SH, *args], tmp_path, f"pair{len(runs)}", start_new_session=True))
+        return runs[-1]
+
+    start.pids = pids  # tests add the children they found, for cleanup
+    yield start
+    for run in runs:
+        run.kill()
+    kill_leftovers(pids)
+
+
+USAGE_ERRORS = [
+    (["--budget", "0"], r"--budget must be a positive integer, got 0"),
+    (["--budget", "x"], r"argument --budget: invalid int value: 'x'"),
+    (["--pool-expand", "20"], r"--pool-expand \(20\) must not exceed `pool_topk` \(10\)"),
+    (["--pool-topk", "0"], r"--pool-topk must be a positive integer, got 0"),
+    (["--temperature", "-1"], r"--temperature must be a finite number >= 0, got -1.0"),
+    (["--temperature", "nan"], r"--temperature must be a finite number >= 0, got nan"),
+    (["--decoders", "draft,fast"], r"--decoders must list names from ar,draft,.*, got 'draft,fast'"),
+    (["--decoders", ","], r"--decoders must list names from"),
+    (["--gpus", "x"], r"--gpus must be one or two GPU indices such as 0,1 or 0, got 'x'"),
+    (["--gpus", "0,1,2"], r"--gpus must be one or two GPU indices"),
+    (["--endpoint", "udp://127.0.0.1:5555"], r"`--endpoint` 'udp://127.0.0.1:5555' must be ipc://PATH, tcp://HOST:PORT"),
+    (["--endpoint", "ipc:///no/such/dir/d.sock"], r"`--endpoint` 'ipc:///no/such/dir/d.sock': the socket's directory"),
+    (["--endpoint", "tcp://127.0.0.1"], r"`--endpoint` 'tcp://127.0.0.1' must look like tcp://HOST:PORT"),
+    (["--mock-vocab", "1"], r"--mock-vocab must be at least 2, got 1"),
+    (["--max-context", "8"], r"--max-context must be at least 16, got 8"),
+    (["--num-seeds", "0"], r"--num-seeds must be a positive integer, got 0"),
+    (["--drafter-timeout", "0"], r"--drafter-timeout must be positive, got 0.0"),
+]
+
+
+@pytest.mark.parametrize("args, message", USAGE_ERRORS, ids=[" ".join(args) for args, _ in USAGE_ERRORS])
+def test_bad_option_is_a_usage_error_naming_it(args, message):
+    done = pair("--target", "mock", *args, timeout=START_S)
+    assert done.returncode == 2, done.stderr
+    assert re.search(r"launch/pair.sh: error: " + message, done.stderr), done.stderr
+    assert done.stderr.startswith("usage: launch/pair.sh")
+    assert done.stdout == ""
+
+
+def test_drafter_without_target_is_a_usage_error():
+    done = pair("--drafter", "mock", timeout=START_S)
+    assert done.returncode == 2
+    assert "error: --target and --drafter go together" in done.stderr
+
+
+def greedy(model: MockModel, prompt: list[int], n: int) -> list[int]:
+    """The mock target's argmax continuation: n tokens, or fewer ending at end-of-sequence (token 0)."""
+    digest, out = model.digest(prompt), []
+    while len(out) < n and (not out or out[-1] != 0):
+        out.append(int(model.logits(digest).argmax()))
+        digest = model.extend(digest, out[-1])
+    return out
+
+
+@pytest.mark.slow
+def test_json_run_prints_one_greedy_record_per_decode():
+    prompts, decoders, limit = ["Once upon a time", "def fib(n):"], ["ar", "draft", "root"], 40
+    done = pair("--target", "mock", "--json", "--decoders", ",".join(decoders), "--num-seeds", "2",
+                "--max-new-tokens", str(limit), "--prompt", prompts[0], "--prompt", prompts[1])
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]  # any log line here would not parse
+    assert len(records) == 12
+    assert all(isinstance(r, dict) and RECORD_KEYS <= r.keys() for r in records)
+    assert sorted((r["prompt_index"], r["seed"], r["decoder"]) for r in records) == sorted(
+        itertools.product(range(2), range(2), decoders))
+    assert "[target] drafter 'mock' ready" in done.stderr and "[drafter] handshake" in done.stderr
+    options = ModelOptions(model="mock")
+    model, tokenizer = MockModel(options.mock_vocab, options.mock_seed), MockTokenizer(options.mock_vocab)
+    for r in records:
+        assert r["temperature"] == 0.0 and r["budget"] == 8
+        assert r["rounds"] >= 1 and r["target_passes"] >= r["rounds"] and r["seconds"] > 0
+        assert r["tokens_per_second"] == pytest.approx(len(r["new_tokens"]) / r["seconds"])
+        assert r["text"] == tokenizer.decode(r["new_tokens"])
+        # At T = 0 every decoder emits the target's own argmax stream, up to the limit (a round may
+        # overshoot it) or the end-of-sequence token.
+        want = greedy(model, tokenizer.prompt_ids(prompts[r["prompt_index"]]), limit)
+        assert r["new_tokens"][:limit] == want
+        assert len(r["new_tokens"]) >= limit or r["new_tokens"][-1] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("endpoint", ["tcp", "explicit"])
+def test_tcp_endpoints_work(endpoint):
+    address = loopback_tcp_endpoint() if endpoint == "explicit" else "tcp"
+    done = pair("--target", "mock", "--json", "--endpoint", address, "--decoders", "root", "--prompt", "hi",
+                "--max-new-tokens", "16")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 1 and json.loads(done.stdout)["decoder"] == "root"
+    shown = re.search(r"\[drafter\] loaded mock on cpu; serving on (\S+)", done.stderr).group(1)
+    if endpoint == "explicit":
+        assert shown == address
+    else:  # a free loopback port, never an address reachable from elsewhere
+        assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", shown), shown
+
+
+@pytest.mark.slow
+def test_killed_drafter_stops_the_launcher_and_the_target(launched):
+    run = launched(*LONG_RUN)
+    drafter, target = role_pids(run.pid)
+    launched.pids += [drafter, target]
+    run.wait_for_log("[target] drafter 'mock' ready")
+    os.kill(drafter, signal.SIGKILL)
+    t0 = time.monotonic()
+    status = run.wait(20.0)
+    assert status != 0
+    assert time.monotonic() - t0 < 10.0
+    wait_gone([drafter, target], 2.0)
+    assert "[target] PeerDied: the drafter process closed its connection" in run.stderr
+    assert "[launch] the drafter exited with status -9" in run.stderr
+
+
+def socket_dir(stderr: str) -> str:
+    return os.path.dirname(re.search(r"serving on ipc://(\S+)", stderr).group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sigkill"])
+def test_stopping_the_launcher_leaves_no_process_behind(launched, how):
+    run = launched(*LONG_RUN)
+    drafter, target = role_pids(run.pid)
+    launched.pids += [drafter, target]
+    run.wait_for_log("[target] drafter 'mock' ready")
+    if how == "ctrl-c":  # the terminal sends SIGINT to the whole foreground process group
+        os.killpg(run.pid, signal.SIGINT)
+    else:
+        os.kill(run.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+    status = run.wait(15.0)
+    # A launcher killed outright cannot stop its children; they get SIGTERM from the kernel instead
+    # (PR_SET_PDEATHSIG), so they too must be gone within a bound.
+    wait_gone([drafter, target], 10.0)
+    if how == "sigkill":
+        assert status == -signal.SIGKILL
+        shutil.rmtree(socket_dir(run.stderr))  # the launcher had no chance to remove it
+    else:
+        assert status == 130
+        assert not os.path.exists(socket_dir(run.stderr))  # the private socket directory is removed

@@ -1,0 +1,280 @@
+"""The target's side of the wire (RemoteDrafter): a crafted bad reply from a fake drafter raises the typed
+error, and the refusal goes back to the drafter as an Error; silence and a closed peer are bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgpack
+import numpy as np
+import pytest
+
+from drafter_proc.server import DrafterServer
+from models.load import load
+from models.options import ModelOptions
+from pipeline.pool import Pool
+from protocol.codec import encode
+from protocol.errors import (BadArray, HandshakeMismatch, InvalidPoolMessage, MalformedMessage, PeerDied,
+                             PeerError, PeerTimeout, StaleMessage, TokenOutOfRange, UnexpectedMessage,
+                             UnknownMessage, VersionMismatch)
+from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown, Start
+from protocol.transport import Channel
+from target_proc.client import RemoteDrafter
+
+from wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S
+
+TARGET = "org/target-model"
+PROMPT = [5, 17, 3]
+
+
+def ready(**change) -> Ready:
+    fields = dict(version=PROTOCOL_VERSION, vocab_size=VOCAB, fingerprint=FINGERPRINT, model="org/drafter")
+    fields.update(change)
+    return Ready(**fields)
+
+
+def pool_msg(request: int = 1, round_: int = 0, **change) -> PoolMsg:
+    """A valid pool: tokens 3 and 9 at the first level, 4 and 5 under the expanded 3."""
+    edges = dict(token=[3, 9, 4, 5], parent=[-1, -1, 0, 0], logp=[-0.1, -2.0, -0.3, -0.5],
+                 expanded=[True, False, False, False])
+    edges.update(change)
+    return PoolMsg(request, round_, 0.002, np.array(edges["token"], np.int32), np.array(edges["parent"], np.int32),
+                   np.array(edges["logp"], np.float32), np.array(edges["expanded"], bool))
+
+
+def remote(channel, timeout: float = WAIT_S) -> RemoteDrafter:
+    return RemoteDrafter(channel, VOCAB, POOL, timeout)
+
+
+def shake(peer, client: RemoteDrafter) -> Hello:
+    """Complete the handshake; the fake drafter's Ready is queued before the Hello is read."""
+    peer.send(ready())
+    client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
+    sent = peer.recv()
+    assert isinstance(sent, Hello)
+    return sent
+
+
+def test_hello_carries_the_target_and_pool_settings(fake_drafter):
+    peer, channel = fake_drafter
+    sent = shake(peer, remote(channel))
+    assert (sent.version, sent.vocab_size, sent.fingerprint, sent.model) == (PROTOCOL_VERSION, VOCAB,
+                                                                            FINGERPRINT, TARGET)
+    assert (sent.topk, sent.depth, sent.expand, sent.capacity) == (POOL.topk, POOL.depth, POOL.expand, CAPACITY)
+
+
+def test_valid_pool_is_accepted_and_rounds_advance(fake_drafter):
+    peer, channel = fake_drafter
+    client = remote(channel)
+    shake(peer, client)
+    client.start(PROMPT)
+    start = peer.recv()
+    assert isinstance(start, Start) and start.request == 1 and start.prompt.tolist() == PROMPT
+    peer.send(pool_msg(1, 0))
+    pool, seconds = client.pool()
+    assert pool.token.tolist() == [3, 9, 4, 5] and pool.depth.tolist() == [1, 1, 2, 2] and seconds == 0.002
+    client.commit([3, 4, 60])
+    commit = peer.recv()
+    assert isinstance(commit, Commit) and (commit.request, commit.round) == (1, 1)
+    assert commit.tokens.tolist() == [3, 4, 60]
+    peer.send(pool_msg(1, 1))
+    client.pool()
+    client.end()
+    assert isinstance(peer.recv(), End)
+    client.start(PROMPT)  # the next request numbers its rounds from 0 again
+    assert peer.recv().request == 2
+    peer.send(pool_msg(2, 0))
+    client.pool()
+
+
+BAD_POOLS = [
+    (pool_msg(parent=[-1, -1, 3, 0]), InvalidPoolMessage,
+     r"pool for round 0: candidate 2 has parent 3: a parent must be the root \(-1\) or an earlier candidate"),
+    (pool_msg(parent=[-1, -1, 2, 0]), InvalidPoolMessage, r"candidate 2 has parent 2: a parent must be"),
+    (pool_msg(parent=[-2, -1, 0, 0]), InvalidPoolMessage, r"candidate 0 has parent -2: a parent must be"),
+    (pool_msg(parent=[-1, -1, 1, 0]), InvalidPoolMessage, r"candidate 2 has parent 1, which is not expanded"),
+    (pool_msg(token=[3, 3, 4, 5]), InvalidPoolMessage, r"candidate 1 repeats token 3 under parent -1"),
+    (pool_msg(parent=[-1, 0, 1, 2], expanded=[True, True, True, False]), InvalidPoolMessage,
+     rf"the pool reaches depth 4, beyond the configured {POOL.depth}"),
+    (pool_msg(logp=[-0.1, 0.5, -0.3, -0.5]), InvalidPoolMessage, r"candidate 1 has edge log-prob 0.5"),
+    (pool_msg(logp=[-0.1, float("nan"), -0.3, -0.5]), InvalidPoolMessage, r"candidate 1 has edge log-prob nan"),
+    (pool_msg(token=[], parent=[], logp=[], expanded=[]), InvalidPoolMessage, r"pool for round 0: the pool is empty"),
+    (pool_msg(token=[3, VOCAB, 4, 5]), TokenOutOfRange,
+     rf"pool candidate 1 has token {VOCAB} outside the vocabulary \[0, {VOCAB}\)"),
+    (pool_msg(token=[3, 9, -5, 5]), TokenOutOfRange, rf"pool candidate 2 has token -5 outside the vocabulary"),
+    (pool_msg(1, 1), StaleMessage, r"pool for request 1 round 1, but the target waits for request 1 round 0"),
+    (pool_msg(0, 0), StaleMessage, r"pool for request 0 round 0, but the target waits for request 1 round 0"),
+]
+
+
+@pytest.mark.parametrize("reply, error_type, match", BAD_POOLS,
+                         ids=["parent-ahead", "own-parent", "parent-below-root", "unexpanded-parent",
+                              "twin-siblings", "too-deep", "positive-logp", "nan-logp", "empty",
+                              "token-above-vocab", "negative-token", "stale-round", "stale-request"])
+def test_bad_pool_raises_and_is_refused_back(fake_drafter, reply, error_type, match):
+    peer, channel = fake_drafter
+    client = remote(channel)
+    shake(peer, client)
+    client.start(PROMPT)
+    peer.recv()
+    peer.send(reply)
+    with pytest.raises(error_type, match=match) as caught:
+        client.pool()
+    refusal = peer.recv()
+    assert isinstance(refusal, Error)
+    assert (refusal.code, refusal.message, refusal.request) == (error_type.code, str(caught.value), 1)
+
+
+def raw_pool_frames(token_spec) -> list[bytes]:
+    """Frames of pool_msg() with the `token` array spec and bytes replaced."""
+    frames = encode(pool_msg())
+    header = msgpack.unpackb(frames[0])
+    header["a"][0] = token_spec[0]
+    return [msgpack.packb(header), token_spec[1], *frames[2:]]
+
+
+BAD_FRAMES = [
+    (raw_pool_frames((["<i8", [4]], np.array([3, 9, 4, 5], np.int64).tobytes())), BadArray,
+     r"PoolMsg.token must have dtype int32 \(<i4\), got '<i8'"),
+    (raw_pool_frames((["<i4", [3]], np.array([3, 9, 4], np.int32).tobytes())), BadArray,
+     r"`parent` has 4 entries, `token` has 3"),
+    (raw_pool_frames((["<i4", [4]], np.array([3, 9, 4], np.int32).tobytes())), BadArray,
+     r"PoolMsg.token: 12 bytes for 4 x int32"),
+    ([msgpack.packb({"k": 42, "f": {}, "a": []})], UnknownMessage, r"unknown message kind 42"),
+    (encode(ready()), UnexpectedMessage, r"got Ready where PoolMsg or Error was expected"),
+    ([b"\xc1"], MalformedMessage, r"header is not valid msgpack"),
+]
+
+
+@pytest.mark.parametrize("frames, error_type, match", BAD_FRAMES,
+                         ids=["wrong-dtype", "wrong-length", "wrong-bytes", "unknown-kind", "unexpected-kind",
+                              "not-msgpack"])
+def test_undecodable_reply_raises_and_is_refused_back(fake_drafter, frames, error_type, match):
+    peer, channel = fake_drafter
+    client = remote(channel)
+    shake(peer, client)
+    client.start(PROMPT)
+    peer.recv()
+    peer.send_frames(frames)
+    with pytest.raises(error_type, match=match) as caught:
+        client.pool()
+    refusal = peer.recv()
+    assert (refusal.code, refusal.message) == (error_type.code, str(caught.value))
+
+
+def test_drafter_error_reply_raises_peer_error_without_an_echo(fake_drafter):
+    peer, channel = fake_drafter
+    client = remote(channel)
+    shake(peer, client)
+    client.start(PROMPT)
+    peer.recv()
+    peer.send(Error("drafter", "the drafter's KV cache of 20 slots cannot hold 30 committed tokens", 1))
+    with pytest.raises(PeerError, match=r"peer reported drafter: the drafter's KV cache of 20 slots") as caught:
+        client.pool()
+    assert caught.value.peer_code == "drafter"
+    assert peer.silent(0.2)  # answering an Error with an Error could ping-pong forever
+
+
+@pytest.mark.parametrize("reply, error_type, match", [
+    (ready(version=PROTOCOL_VERSION + 1), VersionMismatch,
+     rf"drafter speaks protocol {PROTOCOL_VERSION + 1}, target {PROTOCOL_VERSION}"),
+    (ready(vocab_size=VOCAB + 1), HandshakeMismatch,
+     rf"target '{TARGET}' \(vocabulary {VOCAB}, tokenizer {FINGERPRINT}\) and drafter 'org/drafter' "
+     rf"\(vocabulary {VOCAB + 1}, tokenizer {FINGERPRINT}\) do not share a tokenizer"),
+    (ready(fingerprint="feedfacefeedface"), HandshakeMismatch,
+     rf"target '{TARGET}' \(vocabulary {VOCAB}, tokenizer {FINGERPRINT}\) and drafter 'org/drafter' "
+     rf"\(vocabulary {VOCAB}, tokenizer feedfacefeedface\)"),
+    (pool_msg(), UnexpectedMessage, r"got PoolMsg where Ready or Error was expected"),
+], ids=["version", "vocabulary", "tokenizer", "pool-instead-of-ready"])
+def test_bad_ready_raises_and_is_refused_back(fake_drafter, reply, error_type, match):
+    peer, channel = fake_drafter
+    client = remote(channel)
+    peer.send(reply)
+    with pytest.raises(error_type, match=match) as caught:
+        client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
+    assert isinstance(peer.recv(), Hello)
+    refusal = peer.recv()
+    assert (refusal.code, refusal.message) == (error_type.code, str(caught.value))
+
+
+@pytest.mark.parametrize("code, error_type, match", [
+    ("version", VersionMismatch, r"^target speaks protocol 2, drafter 1$"),
+    ("mismatch", HandshakeMismatch, r"^target speaks protocol 2, drafter 1$"),
+    ("malformed", PeerError, r"^peer reported malformed: target speaks protocol 2, drafter 1$"),
+])
+def test_drafter_refusing_the_hello_raises_its_typed_error(fake_drafter, code, error_type, match):
+    # The drafter's own words reach the user unchanged; its code picks the exception type.
+    peer, channel = fake_drafter
+    peer.send(Error(code, "target speaks protocol 2, drafter 1"))
+    with pytest.raises(error_type, match=match):
+        remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
+
+
+def test_silent_drafter_times_out_naming_the_option(fake_drafter):
+    peer, channel = fake_drafter
+    client = remote(channel, timeout=0.3)
+    shake(peer, client)
+    client.start(PROMPT)
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeout, match=r"no pool from the drafter within 0.3 s \(raise --drafter-timeout if it "
+                                          r"is only slow\)"):
+        client.pool()
+    assert 0.3 <= time.monotonic() - t0 < 2.0
+
+
+def test_absent_drafter_times_out_naming_the_ready_option(endpoint):
+    # Nothing ever binds the endpoint: no connection is made, so this is a timeout, not a death.
+    channel = Channel.connect(endpoint, peer="drafter")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(PeerTimeout, match=r"no handshake from the drafter within 0.3 s \(raise --ready-timeout"):
+            remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, 0.3)
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        channel.close()
+
+
+def test_closed_drafter_is_peer_died_long_before_the_timeout(fake_drafter):
+    peer, channel = fake_drafter
+    client = remote(channel, timeout=60.0)
+    shake(peer, client)
+    client.start(PROMPT)
+    peer.recv()
+    peer.close()
+    t0 = time.monotonic()
+    with pytest.raises(PeerDied, match=r"the drafter process closed its connection while this side waited for "
+                                       r"pool \(it exited or was killed"):
+        client.pool()
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_remote_drafter_against_the_real_server(endpoint):
+    # The client and server of the project, with nothing crafted: a full request, then a clean shutdown.
+    server_channel = Channel.bind(endpoint, peer="target")
+    thread = threading.Thread(target=DrafterServer(server_channel, load(ModelOptions(model="mock"), "drafter")).serve,
+                              daemon=True)
+    thread.start()
+    channel = Channel.connect(endpoint, peer="drafter")
+    try:
+        client = remote(channel)
+        assert client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S).model == "mock"
+        client.start(PROMPT)
+        first, _ = client.pool()
+        client.commit([int(first.token[0]), 7])
+        second, seconds = client.pool()
+        for pool in (first, second):
+            assert isinstance(pool, Pool) and len(pool) == POOL.size
+        assert seconds > 0
+        client.end()
+        client.shutdown()
+        thread.join(WAIT_S)
+        assert not thread.is_alive()
+    finally:
+        channel.close()
+        if thread.is_alive():  # only after a failure above: stop the server through a fresh socket
+            channel = Channel.connect(endpoint, peer="drafter")
+            channel.send(Shutdown())
+            thread.join(WAIT_S)
+            channel.close()
+        server_channel.close()

@@ -1,0 +1,84 @@
+"""Properties of python -m timing report and matched run in-process: shard directories merge into one
+report, directories of other settings are refused, and the matched command is one the launcher accepts."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+
+import pytest
+
+from launch.pair import plan
+from models.options import ModelOptions
+from timing import matched, report, run_config
+from timing.records import RecordStore, records_path
+from timing.sweep import build_parser, gather_prompts, run_sweep, sweep_tasks
+
+
+def sweep(session, options):
+    mock = ModelOptions(model="mock")
+    prompts = gather_prompts(options)
+    run_config.claim(options.out, run_config.describe(mock, mock, session.pool, options, prompts),
+                     run_config.environment(options.shard, None))
+    with RecordStore(records_path(options.out, *options.shard_index)) as store:
+        run_sweep(session, options, sweep_tasks(options, prompts), store, progress=False)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, mock_session, make_options):
+    """Two shard directories of one sweep over the four built-in prompts, pearl and root-draw at B = 59."""
+    base = tmp_path_factory.mktemp("shards")
+    for i in (1, 2):
+        sweep(mock_session(), make_options(base / f"s{i}", shard=f"{i}/2", decoders="draft,pearl,root-draw",
+                                           budgets="59", warmup=1))
+    return base
+
+
+def last_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_report_merges_shard_directories(shards, tmp_path, capsys):
+    assert report.main([str(shards / "s1"), str(shards / "s2"), "--out", str(tmp_path), "--by-category"]) == 0
+    doc = last_json(capsys)
+    assert [(s["temperature"], s["budget"], s["prompts"]) for s in doc["settings"]] == [(0.0, 59, 4), (1.0, 59, 4)]
+    assert set(doc["settings"][0]["gains"]) == {"root-draw/draft", "pearl/draft", "root-draw/pearl"}
+    text = (tmp_path / "report.md").read_text()
+    assert "### T=0 B=59 [builtin]" in text and (tmp_path / "gains.png").exists()
+
+
+def test_one_shard_alone_reports_its_own_prompts(shards, tmp_path, capsys):
+    assert report.main([str(shards / "s1"), "--out", str(tmp_path), "--no-plots"]) == 0
+    doc = last_json(capsys)
+    assert doc["settings"][0]["prompts"] == 2 and doc["plots"] == [] and not (tmp_path / "gains.png").exists()
+
+
+def test_report_refuses_directories_of_other_settings(shards, tmp_path, capsys):
+    other = tmp_path / "other"
+    shutil.copytree(shards / "s2", other)
+    config = json.loads((other / "config.json").read_text())
+    config["pool"]["topk"] = 9
+    (other / "config.json").write_text(json.dumps(config))
+    assert report.main([str(shards / "s1"), str(other), "--no-plots"]) == 2
+    assert "pool.topk: 4 here, 9 now" in capsys.readouterr().err
+
+
+def test_matched_command_is_accepted_by_the_launcher(shards, capsys):
+    code = matched.main([str(shards / "s1"), str(shards / "s2"), "--out", "/tmp/m"])
+    doc = last_json(capsys)
+    assert code == 0 and doc["commands"]
+    for command, (t, m) in zip(doc["commands"], doc["temperatures"].items()):
+        argv = shlex.split(command)
+        assert argv[:2] == ["launch/pair.sh", "sweep"]
+        _, target, *_ , private_dir, _ = plan(argv[1:])
+        shutil.rmtree(private_dir, ignore_errors=True)
+        ns = build_parser().parse_args(target[4:])
+        assert ns.decoders == "pearl,root-draw" and ns.budgets == "59"
+        assert ns.budget_overrides == f"root-draw@59={m['cap']}" and ns.num_seeds == 2
+        assert ns.pool_topk == 4 and ns.model == "mock" and ns.max_new_tokens == 24
+
+
+def test_report_of_an_empty_directory_says_what_is_missing(tmp_path, capsys):
+    assert report.main([str(tmp_path)]) == 2
+    assert "no config.json" in capsys.readouterr().err

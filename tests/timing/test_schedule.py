@@ -1,0 +1,111 @@
+"""Properties of timing.schedule: each prompt runs each combination once, rotated by its seeded position;
+shards split prompts without changing any prompt's schedule; the subset is balanced and reproducible."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from pipeline.prompts import Prompt
+from timing.schedule import (Combo, combinations, plan, prompt_order, rotated, shard_positions,
+                             stratified_subset)
+
+
+def prompts(n: int, categories: int = 1) -> list[Prompt]:
+    return [Prompt(f"p/{i}", f"cat{i % categories}", f"text {i}") for i in range(n)]
+
+
+GRID = combinations(["draft", "pearl", "root-draw", "root"], [0.0, 1.0], [8, 59], {0.0: [0], 1.0: [0]})
+
+
+def test_grid_holds_every_combination_once():
+    assert len(GRID) == 16 and len(set(GRID)) == 16
+    assert {c.decoder for c in GRID} == {"draft", "pearl", "root-draw", "root"}
+
+
+def test_every_prompt_runs_every_combination_exactly_once():
+    tasks = plan(prompt_order(prompts(10), 3), GRID, 1, 1, warmup=0)
+    per_prompt = Counter((t.prompt.id, t.combo) for t in tasks)
+    assert len(per_prompt) == 10 * 16 and set(per_prompt.values()) == {1}
+
+
+def test_schedule_rotates_by_position_in_seeded_order():
+    ordered = prompt_order(prompts(20), 5)
+    tasks = [t for t in plan(ordered, GRID, 1, 1, warmup=0)]
+    for i, p in enumerate(ordered):
+        mine = [t for t in tasks if t.prompt.id == p.id]
+        assert all(t.position == i for t in mine)
+        assert [t.combo for t in mine] == GRID[i % 16:] + GRID[:i % 16]
+    # The prompts run in the seeded order, one after another.
+    assert [t.prompt.id for t in tasks[::16]] == [p.id for p in ordered]
+
+
+def test_rotation_is_cyclic():
+    assert rotated(GRID, 0) == GRID
+    assert rotated(GRID, 17) == rotated(GRID, 1)
+    assert rotated(GRID, 3)[0] == GRID[3] and rotated(GRID, 3)[-1] == GRID[2]
+
+
+def test_prompt_order_is_deterministic_under_the_seed():
+    ps = prompts(30)
+    assert prompt_order(ps, 0) == prompt_order(ps, 0)
+    assert prompt_order(ps, 0) != prompt_order(ps, 1)
+    assert sorted(p.id for p in prompt_order(ps, 0)) == sorted(p.id for p in ps)
+
+
+def test_warmups_come_first_on_the_first_prompts_with_every_combination():
+    ordered = prompt_order(prompts(6), 0)
+    tasks = plan(ordered, GRID, 1, 1, warmup=2)
+    warm = [t for t in tasks if t.warmup]
+    assert tasks[:len(warm)] == warm and len(warm) == 2 * 16
+    assert {t.prompt.id for t in warm} == {ordered[0].id, ordered[1].id}
+    assert Counter((t.prompt.id, t.combo) for t in warm).most_common(1)[0][1] == 1
+    assert len(tasks) - len(warm) == 6 * 16  # warm-up prompts are timed again afterwards
+
+
+@pytest.mark.parametrize("n_shards", [2, 3, 7])
+def test_shards_partition_prompts_without_changing_their_schedule(n_shards):
+    ordered = prompt_order(prompts(11), 4)
+    whole = [t for t in plan(ordered, GRID, 1, 1, warmup=0)]
+    parts = [t for s in range(1, n_shards + 1) for t in plan(ordered, GRID, s, n_shards, warmup=0)]
+    assert sorted(parts, key=lambda t: (t.position, t.combo.decoder, t.combo.temperature, t.combo.budget)) == \
+        sorted(whole, key=lambda t: (t.position, t.combo.decoder, t.combo.temperature, t.combo.budget))
+    for s in range(1, n_shards + 1):  # each shard keeps each of its prompts' rotated order
+        mine = plan(ordered, GRID, s, n_shards, warmup=0)
+        for i in shard_positions(11, s, n_shards):
+            assert [t.combo for t in mine if t.position == i] == rotated(GRID, i)
+
+
+def test_each_shard_warms_up_on_its_own_prompts():
+    ordered = prompt_order(prompts(8), 0)
+    warm = [{t.prompt.id for t in plan(ordered, GRID, s, 2, warmup=2) if t.warmup} for s in (1, 2)]
+    assert len(warm[0]) == len(warm[1]) == 2 and not warm[0] & warm[1]
+
+
+def test_seeds_are_combinations_at_their_temperature():
+    combos = combinations(["draft"], [0.0, 1.0], [8], {0.0: [0], 1.0: [0, 1]})
+    assert combos == [Combo("draft", 0.0, 8, 0), Combo("draft", 1.0, 8, 0), Combo("draft", 1.0, 8, 1)]
+
+
+def test_stratified_subset_balances_categories():
+    ps = prompts(13 * 4, categories=4) + [Prompt("rare/0", "rare", "x")]
+    chosen = stratified_subset(ps, 9, seed=0)
+    counts = Counter(p.category for p in chosen)
+    assert len(chosen) == 9
+    assert counts["rare"] == 1  # a small category gives what it has ...
+    assert max(counts.values()) - min(v for c, v in counts.items() if c != "rare") <= 1  # ... the rest even
+    assert [p.id for p in chosen] == [p.id for p in ps if p in chosen]  # original order kept
+
+
+def test_stratified_subset_is_deterministic_under_the_seed():
+    ps = prompts(80, categories=8)
+    assert stratified_subset(ps, 16, 0) == stratified_subset(ps, 16, 0)
+    assert stratified_subset(ps, 16, 0) != stratified_subset(ps, 16, 1)
+    assert Counter(p.category for p in stratified_subset(ps, 16, 1)) == Counter({f"cat{i}": 2 for i in range(8)})
+
+
+@pytest.mark.parametrize("limit", [0, 10, 99])
+def test_stratified_subset_without_a_binding_limit_keeps_every_prompt(limit):
+    ps = prompts(10, categories=3)
+    assert stratified_subset(ps, limit, 0) == ps

@@ -1,0 +1,166 @@
+"""Properties of the sweep loop on an in-process mock pair: one record per decode with everything a report
+needs, resumable after a kill at any point, shards that merge into the whole sweep, and refusal to mix
+settings in one directory."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from models.options import ModelOptions
+from pipeline.config import PoolConfig
+from timing import run_config
+from timing.records import RecordStore, load_records, read_records, record_key, records_path
+from timing.sweep import gather_prompts, main, run_sweep, summary, sweep_tasks
+
+
+class Killed(Exception):
+    """Stands for the process being killed in the middle of a decode."""
+
+
+class DiesAfter:
+    """A session that is killed during its (n + 1)-th decode."""
+
+    def __init__(self, session, n: int) -> None:
+        self.session, self.n = session, n
+        self.tokenizer, self.target, self.pool = session.tokenizer, session.target, session.pool
+
+    def decode(self, *args):
+        if self.n == 0:
+            raise Killed
+        self.n -= 1
+        return self.session.decode(*args)
+
+
+def sweep(session, options) -> RecordStore:
+    """What `python -m timing sweep` does once its session is open."""
+    prompts = gather_prompts(options)
+    tasks = sweep_tasks(options, prompts)
+    run_config.claim(options.out, config(options, session.pool, prompts),
+                     run_config.environment(options.shard, None))
+    with RecordStore(records_path(options.out, *options.shard_index)) as store:
+        run_sweep(session, options, tasks, store, progress=False)
+    return store
+
+
+def config(options, pool, prompts) -> dict:
+    mock = ModelOptions(model="mock")
+    return run_config.describe(mock, mock, pool, options, prompts)
+
+
+def test_every_decode_is_recorded_once_with_its_rounds(tmp_path, mock_session, make_options):
+    options = make_options(tmp_path)
+    store = sweep(mock_session(), options)
+    assert len(store.records) == 4 * 16 + 2 * 16  # prompts x combinations + warm-ups
+    assert len({record_key(r) for r in store.records}) == len(store.records)
+    timed = Counter((r["prompt_id"]) for r in store.records if not r["warmup"])
+    assert timed == Counter({f"builtin/{i}": 16 for i in range(4)})
+    for r in store.records:
+        n = r["rounds"]
+        assert r["tokens"] == len(r["token_ids"]) > 0 and r["seconds"] > r["prefill_seconds"] > 0
+        assert len(r["accepted"]) == len(r["tree_sizes"]) == n
+        assert set(r["phases"]) >= {"draft", "root", "wait", "select", "tree", "commit"}
+        assert all(len(v) == n for v in r["phases"].values())
+        assert r["hit_limit"] == (0 not in r["token_ids"])  # mock end-of-sequence is token 0
+        if r["decoder"] == "root-draw" and r["available"] is not None:  # X1 plus its pool descendants
+            assert all(min(r["cap"], a) == t for a, t in zip(r["available"], r["tree_sizes"]))
+    # the order within each prompt is its rotation: the first decode of the prompt at position i is combo i
+    first = {}
+    for r in store.records:
+        if not r["warmup"]:
+            first.setdefault(r["position"], r)
+    assert len({(r["decoder"], r["temperature"], r["budget"]) for r in first.values()}) == 4
+
+
+def test_a_sweep_killed_mid_decode_resumes_to_one_record_per_decode(tmp_path, mock_session, make_options):
+    options = make_options(tmp_path)
+    whole = sweep(mock_session(), make_options(tmp_path / "whole"))
+    path = records_path(tmp_path, 1, 1)
+    for kill_after in (5, 40, 7):  # killed during warm-up, during timed decodes, again after a resume
+        with pytest.raises(Killed):
+            sweep(DiesAfter(mock_session(), kill_after), options)
+        with open(path, "ab") as f:
+            f.write(b'{"prompt_id": "builtin/1", "dec')  # the kill tore the line being written
+    store = sweep(mock_session(), options)
+    keys = [record_key(r) for r in read_records(path)]
+    assert len(keys) == len(set(keys)) == len(whole.records)
+    assert set(keys) == {record_key(r) for r in whole.records}
+    starts = run_config.read_config(tmp_path)["starts"]
+    assert len(starts) == 4
+    assert summary(options, sweep_tasks(options, gather_prompts(options)), store.records)["complete"]
+
+
+def test_warmups_run_again_after_a_restart_but_are_recorded_once(tmp_path, mock_session, make_options):
+    options = make_options(tmp_path, decoders="draft,root", temperatures="0", budgets="8")
+    with pytest.raises(Killed):
+        sweep(DiesAfter(mock_session(), 6), options)  # 4 warm-ups and 2 timed decodes
+    counting = DiesAfter(mock_session(), 10**6)
+    sweep(counting, options)
+    assert 10**6 - counting.n == 4 + (8 - 2)  # the warm-ups again, then the 6 timed decodes left
+    recs = read_records(records_path(tmp_path, 1, 1))
+    assert sum(r["warmup"] for r in recs) == 4 and len(recs) == 4 + 8
+
+
+def test_shards_split_prompts_and_merge_into_the_whole_sweep(tmp_path, mock_session, make_options):
+    whole = sweep(mock_session(), make_options(tmp_path / "whole", warmup=0))
+    parts = []
+    for i in (1, 2, 3):
+        store = sweep(mock_session(), make_options(tmp_path / f"s{i}", shard=f"{i}/3", warmup=0))
+        parts.append({r["prompt_id"] for r in store.records})
+        assert {r["shard"] for r in store.records} == {f"{i}/3"}
+    assert not (parts[0] & parts[1]) and not (parts[1] & parts[2]) and sum(map(len, parts)) == 4
+    merged = load_records([tmp_path / f"s{i}" for i in (1, 2, 3)])
+    assert {record_key(r) for r in merged} == {record_key(r) for r in whole.records}
+    # mock decodes are deterministic: a decode's tokens do not depend on the shard that ran it
+    tokens = {record_key(r): r["token_ids"] for r in whole.records}
+    assert all(r["token_ids"] == tokens[record_key(r)] for r in merged)
+
+
+def test_resuming_with_other_settings_is_refused_naming_them(tmp_path, mock_session, make_options):
+    sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8"))
+    with pytest.raises(run_config.ConfigMismatch, match=r"sweep\.budgets: '8' here, '8,59' now"):
+        sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8,59"))
+    with pytest.raises(run_config.ConfigMismatch, match=r"sweep\.n_shards"):
+        sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8", shard="1/2"))
+    # where and how patiently it runs may change
+    sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8",
+                                       drafter_timeout=5.0))
+
+
+def test_prompts_edited_under_the_same_source_name_are_refused(tmp_path, mock_session, make_options):
+    source = tmp_path / "prompts.txt"
+    source.write_text("first prompt\nsecond prompt\n")
+    options = make_options(tmp_path / "out", prompts=(str(source),), decoders="draft", temperatures="0",
+                           budgets="8", warmup=0)
+    sweep(mock_session(), options)
+    source.write_text("first prompt\nanother second prompt\n")
+    with pytest.raises(run_config.ConfigMismatch, match=r"prompt_set\.digest"):
+        sweep(mock_session(), options)
+
+
+def test_the_sweep_process_refuses_another_model_before_loading_it(tmp_path, make_options, caplog):
+    out = str(tmp_path)
+    args = ["--model", "mock", "--endpoint", f"ipc://{tmp_path}/x.sock", "--out", out, "--decoders", "draft"]
+    options = make_options(tmp_path, decoders="draft", max_new_tokens=256)
+    run_config.claim(out, run_config.describe(ModelOptions(model="mock"), None, PoolConfig(), options,
+                                              gather_prompts(options)),
+                     run_config.environment("1/1", None))
+    assert main([*args, "--mock-vocab", "32"]) == 2
+    err = caplog.text
+    assert "models.target.mock_vocab: 64 here, 32 now" in err and "use another --out" in err
+
+
+def test_a_prompt_that_cannot_fit_the_cache_stops_the_sweep_before_any_decode(tmp_path, mock_session, make_options):
+    options = make_options(tmp_path, max_new_tokens=2000)
+    with pytest.raises(ValueError, match=r"needs \d+ KV slots; the cache holds 1024 \(raise --max-context\)"):
+        sweep(mock_session(), options)
+    assert read_records(records_path(tmp_path, 1, 1)) == []
+
+
+def test_summary_is_one_json_document(tmp_path, mock_session, make_options):
+    options = make_options(tmp_path, decoders="draft,root-draw", temperatures="0", budgets="8")
+    store = sweep(mock_session(), options)
+    doc = json.loads(json.dumps(summary(options, sweep_tasks(options, gather_prompts(options)), store.records)))
+    assert doc["complete"] and doc["records"] == 4 * 2 + 2 * 2 and set(doc["speeds"]["T=0 B=8"]) == {"draft", "root-draw"}

@@ -1,0 +1,1 @@
+"""Timing harness: sweeps, statistics and reports."""

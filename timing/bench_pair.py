@@ -1,0 +1,159 @@
+"""Benchmark of the default pair on this machine: per-pass latencies, every decoder, and transformers.
+
+python -m timing.bench_pair [--prompts SOURCE] [--limit N] [--max-new-tokens N] [--budget B]
+
+In one run on the same prompts: (1) per-pass latencies of the target and drafter runners, one thread
+each as deployed; (2) every decoder of the pipelined pair through launch/pair.sh (two processes, one
+thread each), with median per-phase round times; (3) transformers' `generate` on the target and its
+assisted generation with the same int8 drafter as `assistant_model`, greedy, on both cores. Speeds are
+summed tokens over summed seconds. The last line of the output is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from drafter_proc.drafter import Drafter
+from launch.pair import EMBEDDED_POOL
+from models.load import load
+from models.options import ModelOptions
+from pipeline.config import PoolConfig
+from pipeline.prompts import load_prompts
+from pipeline.tree import Tree
+from target_proc.target import Target
+
+ROOT = Path(__file__).resolve().parents[1]
+DECODERS = "ar,draft,pearl,pearl-top1,root-draw,root"
+
+
+def median_ms(fn, reps: int = 15) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def bushy_tree(n: int) -> Tree:
+    parent = np.array([-1 if i < 4 else (i - 4) // 3 for i in range(n)])
+    return Tree(100 + np.arange(n), parent, np.arange(n))
+
+
+def pass_latencies(prompt_ids: list[int]) -> dict:
+    torch.set_num_threads(1)
+    target_model = load(ModelOptions(threads=1), "target")
+    drafter_model = load(ModelOptions(model="smollm2:int8", threads=1), "drafter")
+    target = Target(target_model.runner(1024))
+    target.prefill(prompt_ids[:-1])
+    out = {
+        "target root pass": median_ms(lambda: target.root_pass(prompt_ids[-1])),
+        "target tree pass B=8": median_ms(lambda: target.tree_pass(bushy_tree(8), None)),
+        "target root+tree pass B=8 (draft)": median_ms(lambda: target.tree_pass(bushy_tree(8), prompt_ids[-1])),
+        "target tree pass B=59": median_ms(lambda: target.tree_pass(bushy_tree(59), None), reps=5),
+    }
+    for name, pool in (("cpu pool", EMBEDDED_POOL), ("paper pool", PoolConfig())):
+        drafter = Drafter(drafter_model.runner(1024 + pool.n_expanded), pool)
+        drafter.start(prompt_ids)
+        runner = drafter.runner
+        L = drafter.length
+        slots = L + np.arange(pool.expand)
+        step = lambda: runner.forward(np.arange(pool.expand) + 5, np.full(pool.expand, L), slots, L, slots,
+                                      np.eye(pool.expand, dtype=bool))
+        out[f"drafter step ({pool.expand} tokens)"] = median_ms(step)
+        out[f"drafter round, {name} {pool.topk}/{pool.depth}/{pool.expand}"] = median_ms(
+            lambda: drafter.commit([5, 6, 7]) and setattr(drafter, "length", L), reps=5)
+    return out
+
+
+def pair_run(prompts: list[str], max_new: int, budget: int) -> list[dict]:
+    cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", DECODERS, "--max-new-tokens", str(max_new),
+           "--budget", str(budget), "--json"]
+    for p in [prompts[0]] + prompts:  # the first prompt again as a warm-up, dropped below
+        cmd += ["--prompt", p]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        raise SystemExit(f"launch/pair.sh failed with status {proc.returncode}")
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return [r for r in records if r["prompt_index"] > 0]
+
+
+def transformers_baselines(prompts: list[str], max_new: int) -> dict:
+    torch.set_num_threads(2)
+    target = load(ModelOptions(threads=2), "target")
+    drafter = load(ModelOptions(model="smollm2:int8", threads=2), "drafter")
+    eos = sorted(target.tokenizer.eos)
+    out = {}
+    for name, extra in (("transformers generate", {}), ("transformers assisted", {"assistant_model": drafter.model})):
+        tokens = seconds = 0.0
+        for i, text in enumerate([prompts[0]] + prompts):  # the first decode is a warm-up
+            ids = torch.tensor([target.tokenizer.prompt_ids(text)])
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                gen = target.model.generate(ids, max_new_tokens=max_new, do_sample=False, eos_token_id=eos,
+                                            pad_token_id=eos[0], **extra)
+            if i > 0:
+                seconds += time.perf_counter() - t0
+                tokens += gen.shape[1] - ids.shape[1]
+        out[name] = {"tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", default="builtin")
+    parser.add_argument("--limit", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--budget", type=int, default=8)
+    args = parser.parse_args()
+    prompts = [p.text for p in load_prompts(args.prompts)[: args.limit]]
+    target_tok = load(ModelOptions(), "target").tokenizer
+    latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
+    records = pair_run(prompts, args.max_new_tokens, args.budget)
+    baselines = transformers_baselines(prompts, args.max_new_tokens)
+
+    print(f"\nper-pass latency, one thread, median ms ({len(target_tok.prompt_ids(prompts[0]))}-token prompt)")
+    for name, ms in latencies.items():
+        print(f"  {name:<44}{ms:8.1f}")
+    speeds = {}
+    print(f"\n{len(prompts)} prompts, T=0, B={args.budget}, {args.max_new_tokens} new tokens")
+    print(f"{'':<24}{'tok/s':>8}{'round ms':>10}{'draft':>8}{'root':>8}{'wait':>8}{'tree':>8}{'acc/rnd':>9}")
+    for decoder in DECODERS.split(","):
+        rows = [r for r in records if r["decoder"] == decoder]
+        tokens, seconds = sum(len(r["new_tokens"]) for r in rows), sum(r["seconds"] for r in rows)
+        phases = {k: [x for r in rows for x in r["round_phases"][k]] for k in rows[0]["round_phases"]}
+        rounds = [sum(v) for r in rows for v in zip(*[r["round_phases"][k] for k in r["round_phases"] if k != "draft"])]
+        med = {k: 1e3 * statistics.median(v) for k, v in phases.items()}
+        acc = np.mean([a for r in rows for a in r["accepted_per_round"]])
+        speeds[decoder] = {"tok_per_s": tokens / seconds, "median_round_ms": 1e3 * statistics.median(rounds),
+                           **{f"median_{k}_ms": v for k, v in med.items()}, "accepted_per_round": float(acc)}
+        print(f"  {decoder:<22}{tokens / seconds:8.1f}{1e3 * statistics.median(rounds):10.1f}{med['draft']:8.1f}"
+              f"{med['root']:8.1f}{med['wait']:8.1f}{med['tree']:8.1f}{acc:9.2f}")
+    for name, b in baselines.items():
+        print(f"  {name:<22}{b['tok_per_s']:8.1f}   (two threads)")
+    best = max((d for d in speeds if d != "ar"), key=lambda d: speeds[d]["tok_per_s"])
+    ratios = {
+        "ar / generate": speeds["ar"]["tok_per_s"] / baselines["transformers generate"]["tok_per_s"],
+        f"{best} / generate": speeds[best]["tok_per_s"] / baselines["transformers generate"]["tok_per_s"],
+        f"{best} / assisted": speeds[best]["tok_per_s"] / baselines["transformers assisted"]["tok_per_s"],
+        f"{best} / ar": speeds[best]["tok_per_s"] / speeds["ar"]["tok_per_s"],
+    }
+    for name, r in ratios.items():
+        print(f"  {name:<30}{r:6.2f}")
+    print(json.dumps({"latency_ms": latencies, "decoders": speeds, "transformers": baselines, "ratios": ratios,
+                      "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "budget": args.budget}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""Speed of the per-round host work outside the models: the pool's trip over the wire, and selection plus
+verification of a B-node tree.
+
+    .venv/bin/python -m timing.bench_protocol [--iterations 2000] [--rounds 300] [--device cpu]
+
+Round trip: this process (the target's side) encodes and sends a full pool (PoolConfig() defaults, 710
+candidates) through the project's Channel over the default transport, ipc in a private directory with
+PAIR sockets; an echo process decodes it, encodes it again and sends it back; this side decodes the
+echo. One way is the echo's leg alone (stamp before its encode, read after this side's decode), timed on
+CLOCK_MONOTONIC, which both processes share. The parts are timed alone too: encode, decode, and the
+target's validation of a received pool (Pool.from_edges, which RemoteDrafter.pool adds to every round).
+
+Selection + verification, per round and rule, on a pool grown over V tokens and fixed (B + 1, V)
+logits: `draft` selects then draws on all B + 1 rows; `root-draw` and `root` draw the root row, select,
+then draw the tree rows, as pipeline.decode does. Every round ends with the traversal. The logits favour
+one deep path of the tree, so the traversal walks several levels as an accepted draft would. Rounds run
+with one intra-op thread by default, as the target process does on the CPU.
+
+Targets: round trip median under 0.3 ms, selection + verification median under 1 ms. The last line of the
+output is one JSON document with the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROUND_TRIP_TARGET_MS = 0.3
+SELECT_VERIFY_TARGET_MS = 1.0
+RULES = ("draft", "root-draw", "root")
+
+# torch and pipeline are imported inside the functions that use them, so that the echo process, which
+# needs only the protocol, is up in a fraction of a second.
+
+
+def echo(endpoint: str) -> None:
+    """The peer: bind like a drafter, send back every pool it decodes, stamped just before its encode."""
+    from protocol.messages import PoolMsg, Shutdown
+    from protocol.transport import Channel
+
+    channel = Channel.bind(endpoint, peer="target")
+    try:
+        while True:
+            msg = channel.recv(None, "", "a pool", expect=(PoolMsg, Shutdown))
+            if isinstance(msg, Shutdown):
+                return
+            channel.send(PoolMsg(msg.request, msg.round, time.perf_counter(), msg.token, msg.parent, msg.logp,
+                                 msg.expanded))
+    finally:
+        channel.close()
+
+
+def full_pool(vocab_size: int, seed: int = 0):
+    """A pool of PoolConfig() shape grown from random draft rows over `vocab_size` tokens."""
+    import torch
+
+    from pipeline.config import PoolConfig
+    from pipeline.pool import grow_pool
+
+    config = PoolConfig()
+    gen = torch.Generator().manual_seed(seed)
+
+    def rows(n: int) -> torch.Tensor:  # (n, V) draft log-probs, peaked like a language model's
+        return torch.log_softmax(3.0 * torch.randn(n, vocab_size, generator=gen), -1)
+
+    pool = grow_pool(rows(1)[0], lambda nodes, tokens, parents, depth: rows(len(nodes)), config)
+    assert len(pool) == config.size, (len(pool), config.size)
+    return pool
+
+
+def quantiles(samples_s: list[float]) -> dict[str, float]:
+    """Median and interquartile range in milliseconds."""
+    q1, med, q3 = statistics.quantiles(samples_s, n=4)
+    return {"median_ms": med * 1e3, "q1_ms": q1 * 1e3, "q3_ms": q3 * 1e3, "n": len(samples_s)}
+
+
+def bench_wire(iterations: int, warmup: int) -> dict[str, dict[str, float]]:
+    import numpy as np
+
+    from pipeline.pool import Pool
+    from protocol.codec import decode, encode
+    from protocol.messages import PoolMsg, Shutdown
+    from protocol.transport import Channel, private_ipc_endpoint
+
+    pool = full_pool(49152)
+    token, parent = pool.token.astype(np.int32), pool.parent.astype(np.int32)
+    endpoint = private_ipc_endpoint()
+    peer = subprocess.Popen([sys.executable, "-m", "timing.bench_protocol", "--echo", endpoint],
+                            cwd=Path(__file__).resolve().parents[1])
+    channel = Channel.connect(endpoint, peer="echo")
+    round_trip, one_way = [], []
+    try:
+        for i in range(warmup + iterations):
+            t0 = time.perf_counter()
+            channel.send(PoolMsg(1, i, t0, token, parent, pool.logp, pool.expanded))  # encode + send
+            back = channel.recv(60.0 if i == 0 else 10.0, "--iterations", "echo", expect=(PoolMsg,))
+            t1 = time.perf_counter()  # recv + decode done
+            if i >= warmup:
+                round_trip.append(t1 - t0)
+                one_way.append(t1 - back.seconds)
+        channel.send(Shutdown())
+        peer.wait(10)
+    finally:
+        channel.close()
+        if peer.poll() is None:
+            peer.kill()
+            peer.wait()
+        shutil.rmtree(os.path.dirname(endpoint[len("ipc://"):]), ignore_errors=True)
+
+    # The parts, without the transport: what each side spends on the codec, and the target's validation.
+    msg = PoolMsg(1, 0, 0.0, token, parent, pool.logp, pool.expanded)
+    frames = encode(msg)
+    parts = {"encode": lambda: encode(msg), "decode": lambda: decode(frames, (PoolMsg,)),
+             "validate": lambda: Pool.from_edges(msg.token, msg.parent, msg.logp, msg.expanded, vocab_size=49152,
+                                                 max_depth=8)}
+    out = {"round trip": quantiles(round_trip), "one way": quantiles(one_way)}
+    for name, fn in parts.items():
+        for _ in range(warmup):
+            fn()
+        samples = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        out[name] = quantiles(samples)
+    out["pool"] = {"bytes": sum(len(f) for f in frames), "frames": len(frames), "candidates": len(pool)}
+    return out
+
+
+class Round:
+    """One rule's selection and verification on a fixed pool and fixed (B + 1, V) logits."""
+
+    def __init__(self, rule: str, vocab_size: int, budget: int, temperature: float, device: str) -> None:
+        import numpy as np
+        import torch
+
+        from pipeline.pool import rank
+        from pipeline.select import select_draft, select_root_draw
+
+        self.rule, self.budget, self.temperature = rule, budget, temperature
+        self.pool = full_pool(vocab_size)
+        self.first = np.flatnonzero(self.pool.parent < 0)
+        self.first_ids = torch.from_numpy(self.pool.token[self.first]).to(device)
+        gen = torch.Generator().manual_seed(1)
+        logits = 3.0 * torch.randn(budget + 1, vocab_size, generator=gen)
+        # Favour one deep path of the tree this rule will select, so that the walk goes down several levels.
+        x1 = int(self.pool.token[rank(self.pool.cum, self.pool.depth, self.first)[0]])
+        tree = select_draft(self.pool, budget) if rule == "draft" else select_root_draw(self.pool, budget, x1)
+        path = tree.path(int(np.argmax(tree.depth)))
+        logits[0, int(tree.token[path[0]])] += 30.0
+        for a, b in zip(path, path[1:]):
+            logits[1 + a, int(tree.token[b])] += 30.0
+        self.logits = logits.to(device)
+        self.generator = torch.Generator(device=device).manual_seed(2)
+        self.device = torch.device(device)
+        self.expected_accepted = len(path)
+
+    def __call__(self) -> tuple[int, float]:
+        """One round -> (accepted nodes, seconds of host rule work: selection and traversal)."""
+        import numpy as np
+
+        from pipeline.select import select_draft, select_root, select_root_draw
+        from pipeline.verify import draw, target_probs, traverse
+
+        pool, budget, t, logits = self.pool, self.budget, self.temperature, self.logits
+        clock = time.perf_counter
+        if self.rule == "draft":
+            t0 = clock()
+            tree = select_draft(pool, budget)
+            host = clock() - t0
+            draws = draw(logits[: len(tree) + 1], t, self.generator).cpu().numpy()  # host-device sync
+            t0 = clock()
+            accepted = traverse(tree, int(draws[0]), draws[1:])[0]
+            return len(accepted), host + clock() - t0
+        x1 = int(draw(logits[:1], t, self.generator)[0])  # host-device sync
+        if self.rule == "root-draw":
+            t0 = clock()
+            tree = select_root_draw(pool, budget, x1)
+            host = clock() - t0
+        else:
+            probs = np.zeros(len(pool), np.float32)
+            probs[self.first] = target_probs(logits[0], t)[self.first_ids].cpu().numpy()  # host-device sync
+            t0 = clock()
+            tree = select_root(pool, budget, probs)
+            host = clock() - t0
+            if tree.child(-1, x1) < 0:  # the draw is off the tree: no tree pass this round
+                return 0, host
+        draws = draw(logits[1: len(tree) + 1], t, self.generator).cpu().numpy()  # host-device sync
+        t0 = clock()
+        accepted = traverse(tree, x1, draws)[0]
+        return len(accepted), host + clock() - t0
+
+
+def bench_select_verify(vocabs: list[int], temperatures: list[float], budget: int, rounds: int, warmup: int,
+                        seconds: float, device: str) -> dict[str, dict[str, float]]:
+    """Per case: up to `rounds` timed rounds, fewer (at least 10) when a case would take over `seconds`."""
+    import torch
+
+    out = {}
+    for vocab in vocabs:
+        for temperature in temperatures:
+            for rule in RULES:
+                step = Round(rule, vocab, budget, temperature, device)
+                t_end = time.perf_counter() + seconds / 4
+                for i in range(warmup):
+                    if i >= 2 and time.perf_counter() > t_end:
+                        break
+                    step()
+                samples, host, accepted = [], [], []
+                t_end = time.perf_counter() + seconds
+                while len(samples) < rounds and (len(samples) < 10 or time.perf_counter() < t_end):
+                    if device != "cpu":
+                        torch.cuda.synchronize()  # nothing queued may leak into the timed round
+                    t0 = time.perf_counter()
+                    n, rule_seconds = step()
+                    samples.append(time.perf_counter() - t0)
+                    host.append(rule_seconds)
+                    accepted.append(n)
+                row = quantiles(samples)
+                row["host_rule_ms"] = statistics.median(host) * 1e3
+                row["accepted"] = statistics.median(accepted)
+                out[f"{rule} V={vocab} T={temperature:g}"] = row
+    return out
+
+
+def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds: int, device: str) -> str:
+    """cProfile of `rounds` rounds of one rule: where a round's time goes, by function."""
+    step = Round(rule, vocab, budget, temperature, device)
+    for _ in range(20):
+        step()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(rounds):
+        step()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
+    return text.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m timing.bench_protocol", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=2000, help="timed round trips (default: 2000)")
+    parser.add_argument("--rounds", type=int, default=300, help="timed rounds per rule and V (default: 300)")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed iterations first (default: 50)")
+    parser.add_argument("--seconds", type=float, default=2.0,
+                        help="time budget of one selection case; slow cases run fewer rounds (default: 2)")
+    parser.add_argument("--budget", type=int, default=59, help="tree budget B (default: 59)")
+    parser.add_argument("--vocab", type=int, nargs="+", default=[49152, 1000], help="V (default: 49152 1000)")
+    parser.add_argument("--temperature", type=float, nargs="+", default=[0.0, 1.0], help="T (default: 0 1)")
+    parser.add_argument("--device", default="cpu", help="where the logits live (default: cpu)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op CPU threads, as the target process runs (default: 1)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print cProfile of the slowest selection + verification case")
+    parser.add_argument("--echo", metavar="ENDPOINT", help=argparse.SUPPRESS)  # the peer process
+    ns = parser.parse_args(argv)
+    if ns.echo:
+        echo(ns.echo)
+        return 0
+    for name in ("iterations", "rounds", "budget", "threads"):
+        if getattr(ns, name) < 1:
+            parser.error(f"--{name} must be a positive integer, got {getattr(ns, name)}")
+    if not ns.seconds > 0:
+        parser.error(f"--seconds must be positive, got {ns.seconds}")
+    if ns.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {ns.warmup}")
+    import torch
+
+    torch.set_num_threads(ns.threads)
+    wire = bench_wire(ns.iterations, ns.warmup)
+    select = bench_select_verify(ns.vocab, ns.temperature, ns.budget, ns.rounds, ns.warmup, ns.seconds,
+                                 ns.device)
+
+    shape = wire["pool"]
+    print(f"pool: {shape['candidates']} candidates, {shape['bytes']} bytes in {shape['frames']} frames; medians "
+          f"over {ns.iterations} iterations, IQR in brackets")
+    print(f"{'wire':<28}{'median ms':>10}{'IQR ms':>20}")
+    for name in ("round trip", "one way", "encode", "decode", "validate"):
+        r = wire[name]
+        print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]")
+    print(f"\nselection + verification per round, B={ns.budget}, device {ns.device}, {ns.threads} thread(s); "
+          f"'rules ms' is the selection and traversal alone, the rest is drawing")
+    print(f"{'rule':<28}{'median ms':>10}{'IQR ms':>20}{'rules ms':>10}{'accepted':>10}{'rounds':>8}")
+    for name, r in select.items():
+        print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]"
+              f"{r['host_rule_ms']:>10.4f}{r['accepted']:>10g}{r['n']:>8}")
+    slowest = max(select, key=lambda k: select[k]["median_ms"])
+    met = {"round_trip": wire["round trip"]["median_ms"] < ROUND_TRIP_TARGET_MS,
+           "select_verify": select[slowest]["median_ms"] < SELECT_VERIFY_TARGET_MS}
+    print(f"\nround trip target {ROUND_TRIP_TARGET_MS} ms: {'met' if met['round_trip'] else 'MISSED'}; "
+          f"selection + verification target {SELECT_VERIFY_TARGET_MS} ms: "
+          f"{'met' if met['select_verify'] else 'MISSED'} (slowest: {slowest})")
+    if ns.profile:
+        rule, v, t = slowest.split(" ")
+        print(f"\ncProfile of {slowest}:")
+        print(profile_round(rule, int(v[2:]), float(t[2:]), ns.budget, select[slowest]["n"], ns.device))
+    result = {"device": ns.device, "threads": ns.threads, "budget": ns.budget,
+              "pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
+              **{f"{k.replace(' ', '_')}_median_ms": wire[k]["median_ms"]
+                 for k in ("round trip", "one way", "encode", "decode", "validate")},
+              "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
+              "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
+              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS},
+              "met": met}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

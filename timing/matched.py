@@ -1,0 +1,151 @@
+"""python -m timing matched DIR [DIR ...]: the root-draw cap that matches pearl's mean tree size.
+
+Appendix D.14's last comparison: lower root-draw's cap to the smallest value whose mean tree size, on the
+recorded rounds, still reaches pearl's mean at B = 59, then time both again. Root-draw's tree at cap c is
+X1 plus its c - 1 best pool descendants, so a round that had `available` nodes under and including X1 gives
+min(c, available) nodes: every lower cap's mean follows from one sweep's records, without decoding again.
+Prints the launch/pair.sh command of the matched run; the last line of stdout is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from models.options import ModelOptions
+from pipeline.cli import to_argv
+from pipeline.config import PoolConfig
+from timing.records import load_records
+from timing.report import merged_config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m timing matched",
+                                     description="Find root-draw's cap whose mean tree size matches pearl's and "
+                                                 "print the sweep command that times both at it.")
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a finished sweep's --out directory")
+    parser.add_argument("--budget", type=int, default=59, metavar="B", help="pearl's budget (default: 59)")
+    parser.add_argument("--num-seeds", type=int, default=2, metavar="N",
+                        help="sampling seeds of the matched run at T > 0 (default: 2)")
+    parser.add_argument("--out", metavar="DIR", help="the matched run's output directory (default: DIR-matched)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.budget < 1:
+        parser.error(f"--budget must be a positive integer, got {ns.budget}")
+    if ns.num_seeds < 1:
+        parser.error(f"--num-seeds must be a positive integer, got {ns.num_seeds}")
+    try:
+        config = merged_config(ns.dirs)
+        records = [r for r in load_records(ns.dirs) if not r["warmup"] and int(r["budget"]) == ns.budget]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    found, failed = {}, {}
+    for t in sorted({float(r["temperature"]) for r in records}):
+        try:
+            found[t] = match(records, t)
+        except ValueError as e:
+            failed[t] = str(e)
+            print(f"T={t:g} B={ns.budget}: no matched run: {e}", file=sys.stderr)
+    if not found:
+        if not failed:
+            print(f"error: no timed record at B = {ns.budget} in {', '.join(ns.dirs)}", file=sys.stderr)
+        return 2
+    temperatures = sorted(found)
+    base = ns.out or ns.dirs[0].rstrip("/") + "-matched"
+    commands, caps = [], sorted({m["cap"] for m in found.values()})
+    groups = [(temperatures, base)] if len(caps) == 1 else [
+        ([t], f"{base}-T{t:g}") for t in temperatures]  # one cap per run: one run per temperature
+    for ts, out in groups:
+        commands.append(command(config, ts, ns.budget, found[ts[0]]["cap"], ns.num_seeds, out))
+    for t, m in found.items():
+        print(f"T={t:g} B={ns.budget}: pearl's mean tree size {m['pearl_mean']:.2f} over {m['prompts']} prompts; "
+              f"root-draw's {m['root_draw_mean']:.2f} at {ns.budget} (estimated {m['estimate_at_budget']:.2f}); "
+              f"cap {m['cap']} gives {m['mean_at_cap']:.2f}" + ("" if m["cap"] <= ns.budget else
+                                                                 f" (above {ns.budget}: root-draw's trees are "
+                                                                 "the smaller ones)"))
+    for c in commands:
+        print(c)
+    print(json.dumps({"budget": ns.budget, "temperatures": {f"{t:g}": m for t, m in found.items()},
+                      "unmatched": {f"{t:g}": why for t, why in failed.items()}, "commands": commands}))
+    return 0
+
+
+def match(records: Sequence[dict], temperature: float) -> dict:
+    """Pearl's and root-draw's mean tree sizes at one temperature and the smallest matching cap.
+
+    Uses the prompts that have both decoders for every seed recorded; raises ValueError when a decoder is
+    missing or root-draw's records lack the pool count under X1.
+    """
+    at = [r for r in records if float(r["temperature"]) == temperature]
+    by = {d: [r for r in at if r["decoder"] == d] for d in ("pearl", "root-draw")}
+    for d, rs in by.items():
+        if not rs:
+            raise ValueError(f"no {d} records")
+    keys = {d: {(r["prompt_id"], r["seed"]) for r in rs} for d, rs in by.items()}
+    both = keys["pearl"] & keys["root-draw"]
+    if not both:
+        raise ValueError("no prompt has both pearl and root-draw")
+    pearl = np.array([t for r in by["pearl"] if (r["prompt_id"], r["seed"]) in both for t in r["tree_sizes"]], float)
+    rd = [r for r in by["root-draw"] if (r["prompt_id"], r["seed"]) in both]
+    if any(r.get("available") is None or 0 in r["available"] for r in rd):
+        raise ValueError("root-draw's records lack `available` (pool nodes under and including the drawn first "
+                         "token per round), which the estimate needs; sweep again with a runtime that records it")
+    available = np.array([a for r in rd for a in r["available"]], np.int64)
+    sizes = np.array([t for r in rd for t in r["tree_sizes"]], float)
+    target = float(pearl.mean())
+    caps = np.arange(1, int(available.max()) + 1)
+    means = np.minimum(caps[:, None], available[None, :]).mean(axis=1)  # (caps,)
+    reach = np.flatnonzero(means >= target - 1e-9)
+    if len(reach) == 0:
+        raise ValueError(f"root-draw's trees hold {means[-1]:.2f} nodes even uncapped, below pearl's {target:.2f}")
+    cap = int(caps[reach[0]])
+    budget = int(rd[0]["cap"]) if "cap" in rd[0] else int(rd[0]["budget"])
+    return {"pearl_mean": target, "root_draw_mean": float(sizes.mean()),
+            "estimate_at_budget": float(np.minimum(budget, available).mean()), "cap": cap,
+            "mean_at_cap": float(means[cap - 1]), "prompts": len({p for p, _ in both}), "rounds": len(available)}
+
+
+def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, num_seeds: int, out: str) -> str:
+    """The launch/pair.sh sweep command timing pearl at `budget` and root-draw at `cap` with the first
+    sweep's models, pool, prompts and output limit."""
+    models, sweep = config["models"], config["sweep"]
+    target = ModelOptions(**models["target"])
+    drafter = ModelOptions(**models["drafter"]) if models.get("drafter") else None
+    argv = ["launch/pair.sh", "sweep", "--target", target.model, "--drafter", drafter.model if drafter else "SPEC"]
+    starts = config.get("starts") or [{}]
+    visible = starts[-1].get("cuda_visible_devices") or {}
+    if visible.get("target") is not None and visible.get("drafter") is not None:
+        gpus = visible["target"] if visible["target"] == visible["drafter"] else f"{visible['target']},{visible['drafter']}"
+        argv += ["--gpus", gpus]
+    else:
+        argv += ["--target-device", target.device, "--drafter-device", drafter.device if drafter else "cpu"]
+    argv += _changed(target, ModelOptions(), skip=("model", "device"))  # the launcher gives both sides these
+    argv += to_argv(PoolConfig(**config["pool"]), prefix="pool-")
+    for source in sweep["prompts"]:
+        argv += ["--prompts", source]
+    argv += ["--limit-prompts", str(sweep["limit_prompts"]), "--decoders", "pearl,root-draw",
+             "--temperatures", ",".join(f"{t:g}" for t in temperatures), "--budgets", str(budget),
+             "--budget-overrides", f"root-draw@{budget}={cap}", "--max-new-tokens", str(sweep["max_new_tokens"]),
+             "--seed", str(sweep["seed"]), "--num-seeds", str(num_seeds), "--warmup", str(sweep["warmup"]),
+             "--out", out]
+    return shlex.join(argv) + ("" if drafter else "   # SPEC: the drafter was not recorded in config.json")
+
+
+def _changed(options, default, skip: tuple[str, ...]) -> list[str]:
+    """to_argv of `options`, keeping only fields that differ from `default`."""
+    argv = []
+    for f in dataclasses.fields(options):
+        if f.name not in skip and getattr(options, f.name) != getattr(default, f.name):
+            argv += to_argv(options, skip=tuple(g.name for g in dataclasses.fields(options) if g.name != f.name))
+    return argv

@@ -1,0 +1,88 @@
+"""The report's PNG plots: gains with their intervals, and a timeline of median rounds per setting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from timing.analysis import PHASES, Setting, median_rounds  # noqa: E402
+
+COLORS = {"draft": "#8c8c8c", "root": "#1f77b4", "wait": "#d9d9d9", "select": "#ff7f0e", "tree": "#2ca02c",
+          "commit": "#9467bd"}
+
+
+def plot_gains(settings: Sequence[Setting], path: Path) -> bool:
+    """Each gain with its interval, grouped by setting -> False when no setting has a gain."""
+    shown = [s for s in settings if s.gains]
+    if not shown:
+        return False
+    pairs = list(dict.fromkeys(p for s in shown for p in s.gains))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(shown) * max(1, len(pairs)) ** 0.5), 4.0))
+    width = 0.8 / len(pairs)
+    for j, pair in enumerate(pairs):
+        xs, ys, lo, hi = [], [], [], []
+        for i, s in enumerate(shown):
+            if pair in s.gains:
+                g = s.gains[pair]
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(100 * g.gain)
+                lo.append(100 * (g.gain - g.low))
+                hi.append(100 * (g.high - g.gain))
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=f"{pair[0]} over {pair[1]}")
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(shown)), [f"{s.label}\n({len(s.prompt_ids)} prompts)" for s in shown])
+    ax.set_ylabel("speed gain (%), 95% interval")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int = 3) -> bool:
+    """Per setting, k rounds nearest the median round time of `decoder` (and draft's median round):
+    the drafter's lane against the target's phases, both from the round's start -> False if nothing to draw.
+
+    A round starts when the target sends the last round's tokens: the drafter begins growing the pool and
+    the target its root pass, so overlapping bars show how much of the drafting the root pass hides.
+    """
+    panels = []
+    for s in settings:
+        shown = decoder if decoder in s.decoders else next(iter(s.decoders), None)
+        if shown is None:
+            continue
+        lanes = [(f"{shown} {i + 1}", row) for i, row in enumerate(median_rounds(s.decoders[shown], k))]
+        if shown != "draft" and "draft" in s.decoders:
+            lanes += [("draft", row) for row in median_rounds(s.decoders["draft"], 1)]
+        if lanes:
+            panels.append((s, lanes))
+    if not panels:
+        return False
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, 0.2 + 0.75 * sum(len(l) for _, l in panels) + 0.6 * len(panels)),
+                             squeeze=False)
+    for ax, (s, lanes) in zip(axes[:, 0], panels):
+        labels = []
+        for i, (name, row) in enumerate(lanes):
+            y = 2 * (len(lanes) - 1 - i)
+            ms = 1000 * row
+            ax.barh(y + 1, ms[0], left=0, height=0.8, color=COLORS["draft"])
+            left = 0.0
+            for j, phase in enumerate(PHASES[1:], 1):
+                ax.barh(y, ms[j], left=left, height=0.8, color=COLORS[phase])
+                left += ms[j]
+            labels += [(y + 1, f"{name} drafter"), (y, f"{name} target")]
+        ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize="small")
+        ax.set_title(f"{s.label}: rounds nearest the median round time", fontsize="medium")
+        ax.set_xlabel("ms from the round's start")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[p]) for p in PHASES]
+    fig.legend(handles, PHASES, loc="upper right", ncol=len(PHASES), fontsize="small")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

@@ -1,0 +1,137 @@
+"""The sweep's records: one JSON line per decode, durable once written, keyed independently of shards.
+
+A record is appended as one write of a whole line, then flushed and fsync'd, so a process killed at any
+moment leaves every earlier record intact and at most one torn last line, which reopening drops.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger("timing")
+
+_SHARD_FILE = re.compile(r"records\.shard-(\d+)-of-(\d+)\.jsonl")
+
+
+class DamagedRecords(ValueError):
+    """A records file holds a line that is not a record before its last line, or a record twice."""
+
+
+def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
+    return Path(out) / f"records.shard-{shard}-of-{n_shards}.jsonl"
+
+
+def shard_files(directory: str | Path) -> list[Path]:
+    """Every shard's records file in `directory`, in shard order."""
+    found = [(tuple(map(int, m.groups()))[::-1], p) for p in Path(directory).iterdir()
+             if (m := _SHARD_FILE.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def record_key(record: dict) -> tuple:
+    """What makes a decode the same decode in any shard: (prompt id, decoder, T, B, seed, warm-up)."""
+    return (record["prompt_id"], record["decoder"], float(record["temperature"]), int(record["budget"]),
+            int(record["seed"]), bool(record["warmup"]))
+
+
+def read_records(path: Path, repair: bool = False) -> list[dict]:
+    """The records of one file. A torn last line (no newline, or not JSON) is dropped, and with `repair`
+    cut off the file; damage anywhere else raises DamagedRecords naming the line."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    records, seen, good = [], set(), 0
+    lines = data.split(b"\n")  # the piece after the last newline is b"" for an intact file
+    for number, line in enumerate(lines, 1):
+        last = number == len(lines) or (number == len(lines) - 1 and lines[-1] == b"")
+        if not line and number == len(lines):
+            break
+        try:
+            record = json.loads(line)
+            if number == len(lines):  # complete JSON but no newline yet: the write was cut before it
+                raise ValueError("no newline")
+            record_key(record)
+        except (ValueError, KeyError, TypeError) as e:
+            if last:
+                log.warning("%s: dropping a torn last line (%d bytes, %s)", path, len(line), e)
+                break
+            raise DamagedRecords(f"{path}:{number}: not a record ({e}); only the last line may be torn") from None
+        key = record_key(record)
+        if key in seen:
+            raise DamagedRecords(f"{path}:{number}: a second record of decode {key}")
+        seen.add(key)
+        records.append(record)
+        good += len(line) + 1
+    if repair and good < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(good)
+            f.flush()
+            os.fsync(f.fileno())
+    return records
+
+
+class RecordStore:
+    """One shard's records file, opened for appending; `keys` holds the decodes already recorded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records = read_records(path, repair=True)
+        self.keys = {record_key(r) for r in self.records}
+        new = not path.exists()
+        self._file = open(path, "ab")
+        if new:
+            _fsync_dir(path.parent)  # the file's name must survive a crash as well as its lines
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self.keys
+
+    def append(self, record: dict) -> None:
+        """Write one record and return only once it is on disk."""
+        key = record_key(record)
+        if key in self.keys:
+            raise ValueError(f"decode {key} is recorded already")
+        self._file.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.keys.add(key)
+        self.records.append(record)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load_records(directories: Iterable[str | Path]) -> list[dict]:
+    """Every record of every shard file in `directories`; a decode found twice raises DamagedRecords."""
+    out, where = [], {}
+    for directory in directories:
+        files = shard_files(directory)
+        if not files:
+            raise ValueError(f"{directory}: no records.shard-I-of-N.jsonl file; is it a sweep's --out?")
+        for path in files:
+            for record in read_records(path):
+                key = record_key(record)
+                if key in where:
+                    raise DamagedRecords(f"decode {key} is in both {where[key]} and {path}; report those "
+                                         f"directories separately")
+                where[key] = path
+                out.append(record)
+    return out
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,155 @@
+"""python -m timing report DIR [DIR ...]: speeds, paired gains and round times of finished sweeps.
+
+Merges every shard file of the given directories (whose configs must agree), leaves warm-ups out, and per
+(T, B) prints and writes a Markdown table (report.md) and PNG plots (gains.png, timeline.png). The last
+line of stdout is one JSON document with the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.cli import add_options, from_options
+from timing import run_config
+from timing.analysis import PHASES, Setting, analyse, settings_of
+from timing.options import ReportOptions
+from timing.records import load_records
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m timing report",
+                                     description="Report the speeds and gains of one or more sweep directories "
+                                                 "(shards of one sweep may lie in several).")
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a sweep's --out directory")
+    add_options(parser, ReportOptions)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    options = from_options(parser, ns, ReportOptions)
+    try:
+        config = merged_config(ns.dirs)
+        records = load_records(ns.dirs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    timed = [r for r in records if not r["warmup"]]
+    if not timed:
+        print(f"error: {', '.join(ns.dirs)} hold no timed decode yet ({len(records)} warm-ups)", file=sys.stderr)
+        return 2
+    kw = dict(n_resamples=options.resamples, confidence_level=options.confidence, rng=options.bootstrap_seed)
+    settings = [analyse(timed, t, b, **kw) for t, b in settings_of(timed)]
+    by_category = {}
+    if options.by_category:
+        categories = sorted({r["category"] for r in timed})
+        by_category = {s.label: [analyse(timed, s.temperature, s.budget, c, **kw) for c in categories]
+                       for s in settings}
+    out = Path(options.out or ns.dirs[0])
+    out.mkdir(parents=True, exist_ok=True)
+    plots = []
+    if options.plots:
+        from timing.plots import plot_gains, plot_timeline  # matplotlib: only when drawing
+
+        if plot_gains(settings, out / "gains.png"):
+            plots.append("gains.png")
+        if plot_timeline(settings, options.timeline_decoder, out / "timeline.png"):
+            plots.append("timeline.png")
+    text = render(ns.dirs, config, records, settings, by_category, options, plots)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    print(text)
+    print(json.dumps({"report": str(out / "report.md"), "plots": [str(out / p) for p in plots],
+                      "settings": [as_json(s) for s in settings]}))
+    return 0
+
+
+def merged_config(dirs: Sequence[str]) -> dict:
+    """The first directory's config, after checking that every other one times the same thing."""
+    configs = [run_config.read_config(d) for d in dirs]
+    for d, c in zip(dirs[1:], configs[1:]):
+        diff = run_config.differences(run_config.compared(configs[0]), run_config.compared(c))
+        if diff:
+            raise ValueError(f"{dirs[0]} and {d} hold sweeps with other settings:\n  " + "\n  ".join(diff))
+    return configs[0]
+
+
+def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings: Sequence[Setting],
+           by_category: dict[str, list[Setting]], options: ReportOptions, plots: Sequence[str]) -> str:
+    models, pool, sweep = config["models"], config["pool"], config["sweep"]
+    drafter = models["drafter"]["model"] if models.get("drafter") else "(not recorded)"
+    warmups = sum(r["warmup"] for r in records)
+    lines = [
+        "# Timing report", "",
+        f"- directories: {', '.join(dirs)}",
+        f"- target {models['target']['model']} on {models['target']['device']} ({models['target']['dtype']}), "
+        f"drafter {drafter}; pool topk={pool['topk']} depth={pool['depth']} expand={pool['expand']}; "
+        f"max new tokens {sweep['max_new_tokens']}",
+        f"- {len(records) - warmups} timed decodes ({warmups} warm-ups left out); speed is summed tokens over "
+        f"summed seconds (prefill included); gains are paired-bootstrap {options.confidence:.0%} percentile "
+        f"intervals over prompts ({options.resamples} resamples, seed {options.bootstrap_seed})",
+        "",
+    ]
+    for s in settings:
+        lines += _setting(s, options, 2)
+        for c in by_category.get(s.label, []):
+            lines += _setting(c, options, 3)
+    lines += [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
+    seeds = f", seeds {', '.join(map(str, s.seeds))} summed per prompt" if len(s.seeds) > 1 else ""
+    out = ["#" * level + f" {s.label}", "",
+           f"{len(s.prompt_ids)} of {s.prompts_seen} prompts have every decoder at this setting{seeds}.", ""]
+    if not s.prompt_ids:
+        return out
+    head = ["decoder", "tok/s", "tokens", "seconds", "accepted/round", "tree size", "round ms"]
+    head += [f"{p} ms" for p in PHASES]
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d, st in s.decoders.items():
+        name = d if st.caps == [s.budget] else f"{d} (cap {', '.join(map(str, st.caps))})"
+        rounds = st.round_seconds
+        cells = [name, f"{st.speed:.1f}", f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}",
+                 _mean(st.accepted), _mean(st.tree_sizes),
+                 f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
+        cells += [_ms(st.phase_median(p)) for p in PHASES]
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    if s.gains:
+        out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
+        for (a, b), g in s.gains.items():
+            out.append(f"| {a} over {b} | {_pct(g.gain)} | [{_pct(g.low)}, {_pct(g.high)}] | {g.n_prompts} |")
+        out.append("")
+    elif len(s.decoders) > 1:
+        out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
+    out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
+            "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
+    return out
+
+
+def as_json(s: Setting) -> dict:
+    return {"temperature": s.temperature, "budget": s.budget, "prompts": len(s.prompt_ids),
+            "speeds": {d: st.speed for d, st in s.decoders.items()},
+            "caps": {d: st.caps for d, st in s.decoders.items()},
+            "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low, "high": g.high, "standard_error": g.standard_error}
+                      for (a, b), g in s.gains.items()}}
+
+
+def _mean(x) -> str:
+    return f"{float(x.mean()):.2f}" if len(x) else "—"
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{1000 * seconds:.2f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%" if math.isfinite(x) else str(x)

@@ -1,0 +1,152 @@
+"""A sweep directory's config.json: what was timed (compared on every resume) and where and with what.
+
+{"models": {"target": ModelOptions, "drafter": ModelOptions | null}, "pool": PoolConfig,
+ "sweep": SweepOptions, "prompt_set": {"count", "digest"}, "starts": [one environment per start of any shard]}
+
+Resuming, or adding a shard, into a directory whose models, pool or sweep grid differ is refused with the
+differences named: records made under different settings must never be pooled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from models.options import ModelOptions
+from pipeline.config import PoolConfig
+from pipeline.prompts import Prompt
+from timing.options import SweepOptions
+
+CONFIG = "config.json"
+PACKAGES = ("torch", "transformers", "numpy", "pyzmq", "msgpack")
+PROJECT = Path(__file__).resolve().parent.parent
+# Sweep fields that change where or how patiently a run works, not what it times.
+_NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout")
+
+
+class ConfigMismatch(ValueError):
+    """The directory holds records of other models, pool or sweep settings."""
+
+
+def describe(target: ModelOptions, drafter: ModelOptions | None, pool: PoolConfig, sweep: SweepOptions,
+             prompts: Sequence[Prompt] = ()) -> dict:
+    """The config.json content without its starts; `prompts` are the sweep's prompts (all shards)."""
+    digest = hashlib.blake2b(json.dumps([[p.id, p.category, p.text] for p in prompts]).encode(), digest_size=8)
+    return {"models": {"target": dataclasses.asdict(target),
+                       "drafter": dataclasses.asdict(drafter) if drafter else None},
+            "pool": dataclasses.asdict(pool), "sweep": _plain(dataclasses.asdict(sweep)),
+            "prompt_set": {"count": len(prompts), "digest": digest.hexdigest()}}
+
+
+def compared(config: dict) -> dict:
+    """The part of a config that must match for records to be pooled: models, pool, grid, shard count and
+    the prompts themselves (a source file edited in place changes them under the same name)."""
+    sweep = {k: v for k, v in config["sweep"].items() if k not in _NOT_COMPARED}
+    sweep["n_shards"] = config["sweep"]["shard"].partition("/")[2].strip()  # shards of one N may share it
+    return {"models": config["models"], "pool": config["pool"], "sweep": sweep,
+            "prompt_set": config.get("prompt_set")}
+
+
+def differences(old: dict, new: dict, path: str = "") -> list[str]:
+    """Dotted paths where two compared configs differ, each with both values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in dict.fromkeys([*old, *new])
+                for d in differences(old.get(k), new.get(k), f"{path}.{k}" if path else k)]
+    return [] if old == new else [f"{path}: {old!r} here, {new!r} now"]
+
+
+def environment(shard: str, drafter_env: dict | None) -> dict:
+    """Where and with what this start runs: host, CPU, GPUs, package versions, git commit."""
+    return {"shard": shard, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "gpus": _gpus(),
+            "cuda_visible_devices": {"target": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                     "drafter": (drafter_env or {}).get("CUDA_VISIBLE_DEVICES")},
+            "packages": {name: _version(name) for name in PACKAGES}, "git_commit": _git_commit()}
+
+
+def read_config(directory: str | Path) -> dict:
+    path = Path(directory) / CONFIG
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{directory}: no {CONFIG}; is it a sweep's --out?") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
+
+
+def claim(directory: str | Path, config: dict, start: dict) -> dict:
+    """Create `directory` and its config.json, or check that its config matches; record this start.
+
+    Raises ConfigMismatch naming every difference. Shards starting together in one directory take turns
+    through a lock file.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".config.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = directory / CONFIG
+        if path.exists():
+            old = read_config(directory)
+            diff = differences(compared(old), compared(config))
+            if diff:
+                raise ConfigMismatch(f"{directory} holds a sweep with other settings; use another --out, or "
+                                     f"rerun with the same settings to resume. Differences:\n  "
+                                     + "\n  ".join(diff))
+            config = {**old, "starts": old.get("starts", []) + [start]}
+        else:
+            config = {**config, "starts": [start]}
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)  # a reader sees the old or the new file, never half of one
+    return config
+
+
+def _plain(value):
+    return json.loads(json.dumps(value))
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> list[str]:
+    """Names of the CUDA devices this process sees (none when CUDA is absent)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

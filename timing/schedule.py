@@ -1,0 +1,97 @@
+"""Which decodes a sweep runs, in what order: the seeded prompt order, shards, warm-ups and rotation.
+
+Pure functions of the options and the prompt list (DESIGN.md section 6). Every prompt runs each
+combination of (decoder, T, B, seed) once; the prompt at position i of the seeded prompt order starts at
+combination i mod C and runs the rest cyclically, so that each combination meets every slot of a prompt's
+schedule about equally often and resampling prompts also resamples when in a prompt each decode ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.prompts import Prompt
+
+# Separate streams of one seed, so that the subset does not change the order's draws and vice versa.
+_SUBSET_STREAM, _ORDER_STREAM = 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class Combo:
+    """One setting of a decode; `budget` is the grid's B (the cap a decoder runs with may differ)."""
+
+    decoder: str
+    temperature: float
+    budget: int
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One decode of a sweep: a prompt, its position in the seeded order, a combination, warm-up or not."""
+
+    prompt: Prompt
+    position: int
+    combo: Combo
+    warmup: bool
+
+
+def combinations(decoders: Sequence[str], temperatures: Sequence[float], budgets: Sequence[int],
+                 seeds_at: dict[float, list[int]]) -> list[Combo]:
+    """Every (decoder, T, B, seed), decoders innermost: the decoders compared at one setting run close
+    together in time, so slow drift of the machine's speed affects them alike."""
+    return [Combo(d, t, b, s) for t in temperatures for b in budgets for s in seeds_at[t] for d in decoders]
+
+
+def rotated(combos: Sequence[Combo], position: int) -> list[Combo]:
+    """The combinations for the prompt at `position` of the seeded order: start at position mod C."""
+    start = position % len(combos)
+    return list(combos[start:]) + list(combos[:start])
+
+
+def stratified_subset(prompts: Sequence[Prompt], limit: int, seed: int) -> list[Prompt]:
+    """`limit` prompts spread evenly over categories (0 or >= len keeps all), in their original order.
+
+    Categories take turns in a seeded order, each giving its next prompt in a seeded shuffle, until
+    `limit` are taken: category counts differ by at most one unless a category runs out.
+    """
+    if limit <= 0 or limit >= len(prompts):
+        return list(prompts)
+    rng = np.random.default_rng((seed, _SUBSET_STREAM))
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(p.category, []).append(i)
+    names = sorted(groups)
+    names = [names[j] for j in rng.permutation(len(names))]
+    queues = {name: [groups[name][j] for j in rng.permutation(len(groups[name]))] for name in names}
+    chosen: list[int] = []
+    while len(chosen) < limit:
+        for name in names:
+            if queues[name] and len(chosen) < limit:
+                chosen.append(queues[name].pop(0))
+    return [prompts[i] for i in sorted(chosen)]
+
+
+def prompt_order(prompts: Sequence[Prompt], seed: int) -> list[Prompt]:
+    """The seeded prompt order: a permutation that depends only on the seed and the prompt list."""
+    perm = np.random.default_rng((seed, _ORDER_STREAM)).permutation(len(prompts))
+    return [prompts[i] for i in perm]
+
+
+def shard_positions(n_prompts: int, shard: int, n_shards: int) -> list[int]:
+    """Positions of the seeded order that shard I of N (1-based) runs: every N-th, from I - 1."""
+    return list(range(shard - 1, n_prompts, n_shards))
+
+
+def plan(ordered: Sequence[Prompt], combos: Sequence[Combo], shard: int, n_shards: int,
+         warmup: int) -> list[Task]:
+    """The shard's decodes in running order: warm-ups on its first `warmup` prompts, then every prompt's
+    rotated combinations. Rotation uses the position in the whole seeded order, so it does not depend on
+    the sharding."""
+    positions = shard_positions(len(ordered), shard, n_shards)
+    tasks = [Task(ordered[i], i, c, True) for i in positions[:warmup] for c in rotated(combos, i)]
+    tasks += [Task(ordered[i], i, c, False) for i in positions for c in rotated(combos, i)]
+    return tasks
