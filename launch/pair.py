@@ -102,7 +102,7 @@ def plan(argv: list[str]) -> tuple[list[str], list[str], dict, dict, str, str | 
     for role in ("target", "drafter"):
         models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role),
                                                                device=devices[role]), ModelOptions)
-        env[role]["OMP_NUM_THREADS"] = str(models[role].threads)
+        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
     run_cls = _run_cls(mode)
     run = from_options(parser, ns, run_cls)
     private_dir = None

@@ -6,6 +6,7 @@ import fcntl
 import importlib.util
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +64,9 @@ def load(options: ModelOptions, role: str) -> Loaded:
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic
 
-        model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        with warnings.catch_warnings():  # torch announces the API's move to torchao on every call
+            warnings.simplefilter("ignore")
+            model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model = model.to(options.device).eval()
     return Loaded(options.model, model, HFTokenizer(tokenizer, model.generation_config), options.graphs)
 
@@ -76,6 +79,9 @@ def _dtype(options: ModelOptions) -> torch.dtype:
 
 def _load_hf(spec: str, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # stdout and stderr stay readable (stdout may carry JSON)
 
     path = str(embedded_checkpoint()) if spec == EMBEDDED else spec
     try:

@@ -26,10 +26,14 @@ from pipeline.verify import RowDraws, draw, target_probs, traverse
 class TargetRunner(Protocol):
     device: torch.device
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """Write the KV of the committed context except its last token (the first root)."""
+    def prefill(self, tokens: Sequence[int], overlapped: bool = False) -> None:
+        """Write the KV of the committed context except its last token (the first root).
 
-    def root_pass(self, root: int) -> torch.Tensor:
+        overlapped (here and in root_pass): the drafter works during this pass, so a CPU runner leaves
+        it its share of the cores.
+        """
+
+    def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
         """One-token pass on the root: writes its KV, returns its (V,) float32 logits."""
 
     def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
@@ -119,7 +123,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     t_start = time.perf_counter()
     if config.decoder != "ar":
         drafter.start(prompt)  # the drafter's prefill overlaps the target's
-    target.prefill(prompt[:-1])
+    target.prefill(prompt[:-1], overlapped=config.decoder != "ar")
     target.synchronize()
     prefill_seconds = time.perf_counter() - t_start
     while True:
@@ -147,7 +151,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         else:
             assert config.decoder in ROOT_PASS_DECODERS
             with phase("root"):  # runs while the drafter grows the pool
-                row = target.root_pass(root)
+                row = target.root_pass(root, overlapped=True)
                 x1 = int(draw(row[None], temperature, generator)[0])  # sync
             passes += 1
             with phase("wait"):

@@ -47,7 +47,7 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
     """Load the target, connect to the drafter, handshake; on a clean exit ask the drafter to shut down."""
     log = logging.getLogger("target")
     loaded = load(model, "target")
-    target = Target(loaded.runner(model.max_context))
+    target = Target(loaded.runner(model.max_context), model.cpu_threads)
     log.info("loaded %s on %s; waiting for the drafter at %s", model.model, model.device, endpoint)
     channel = Channel.connect(endpoint, peer="drafter")
     try:

@@ -18,17 +18,21 @@ PREFILL_CHUNK = 512  # prompt tokens per prefill pass; bounds the (chunk, contex
 
 
 class Target:
-    def __init__(self, runner) -> None:
+    """threads: CPU threads for passes that overlap the drafter's work, and for the others (on CUDA: unused)."""
+
+    def __init__(self, runner, threads: tuple[int, int] | None = None) -> None:
         self.runner = runner
         self.device = runner.device
         self.vocab_size = runner.vocab_size
+        self.threads = threads if runner.device.type == "cpu" else None
         self.prefix = 0  # P: committed tokens in the cache before the root
 
     @property
     def capacity(self) -> int:
         return self.runner.capacity
 
-    def prefill(self, tokens: Sequence[int]) -> None:
+    def prefill(self, tokens: Sequence[int], overlapped: bool = False) -> None:
+        self._use_threads(overlapped)
         tokens = np.asarray(tokens, np.int64)
         if len(tokens) + 1 > self.capacity:
             raise ValueError(f"a prompt of {len(tokens) + 1} tokens does not fit the KV cache of "
@@ -41,13 +45,15 @@ class Target:
             self.runner.forward(chunk, slots, slots, start, slots, causal, last_only=True)
         self.prefix = len(tokens)
 
-    def root_pass(self, root: int) -> torch.Tensor:
+    def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
+        self._use_threads(overlapped)
         p = self.prefix
         self._check(p + 1)
         one = np.array([p])
         return self.runner.forward(np.array([root]), one, one, p, one, np.ones((1, 1), bool))[0]
 
     def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
+        self._use_threads(False)  # the drafter waits while the target verifies
         p = self.prefix
         self._check(p + 1 + len(tree))
         if root is None:  # the root's K/V is in slot p already
@@ -70,6 +76,13 @@ class Target:
 
     def synchronize(self) -> None:
         self.runner.synchronize()
+
+    def _use_threads(self, overlapped: bool) -> None:
+        """On the CPU, leave the drafter its core while it works and take every core while it waits."""
+        if self.threads is not None:
+            n = self.threads[0] if overlapped else self.threads[1]
+            if torch.get_num_threads() != n:
+                torch.set_num_threads(n)
 
     def _check(self, needed: int) -> None:
         if needed > self.capacity:

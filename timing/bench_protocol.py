@@ -11,10 +11,11 @@ CLOCK_MONOTONIC, which both processes share. The parts are timed alone too: enco
 target's validation of a received pool (Pool.from_edges, which RemoteDrafter.pool adds to every round).
 
 Selection + verification, per round and rule, on a pool grown over V tokens and fixed (B + 1, V)
-logits: `draft` selects then draws on all B + 1 rows; `root-draw` and `root` draw the root row, select,
-then draw the tree rows, as pipeline.decode does. Every round ends with the traversal. The logits favour
-one deep path of the tree, so the traversal walks several levels as an accepted draft would. Rounds run
-with one intra-op thread by default, as the target process does on the CPU.
+logits: `draft` selects then draws the root row and the reached tree rows; `root-draw` and `root` draw
+the root row, select, then draw the reached tree rows, as pipeline.decode does (lazily on the CPU, so
+'rules ms' includes those draws). Every round ends with the traversal. The logits favour one deep path
+of the tree, so the traversal walks several levels as an accepted draft would. Rounds run with one
+intra-op thread by default, as the target process does on the CPU.
 
 Targets: round trip median under 0.3 ms, selection + verification median under 1 ms. The last line of the
 output is one JSON document with the medians.
@@ -170,17 +171,19 @@ class Round:
         import numpy as np
 
         from pipeline.select import select_draft, select_root, select_root_draw
-        from pipeline.verify import draw, target_probs, traverse
+        from pipeline.verify import RowDraws, draw, target_probs, traverse
 
         pool, budget, t, logits = self.pool, self.budget, self.temperature, self.logits
+        lazy = self.device.type == "cpu"  # as pipeline.decode draws
         clock = time.perf_counter
         if self.rule == "draft":
             t0 = clock()
             tree = select_draft(pool, budget)
             host = clock() - t0
-            draws = draw(logits[: len(tree) + 1], t, self.generator).cpu().numpy()  # host-device sync
+            first = int(draw(logits[:1], t, self.generator)[0])  # host-device sync
+            draws = RowDraws(logits[1: len(tree) + 1], t, self.generator, lazy)
             t0 = clock()
-            accepted = traverse(tree, int(draws[0]), draws[1:])[0]
+            accepted = traverse(tree, first, draws)[0]
             return len(accepted), host + clock() - t0
         x1 = int(draw(logits[:1], t, self.generator)[0])  # host-device sync
         if self.rule == "root-draw":
@@ -195,7 +198,7 @@ class Round:
             host = clock() - t0
             if tree.child(-1, x1) < 0:  # the draw is off the tree: no tree pass this round
                 return 0, host
-        draws = draw(logits[1: len(tree) + 1], t, self.generator).cpu().numpy()  # host-device sync
+        draws = RowDraws(logits[1: len(tree) + 1], t, self.generator, lazy)
         t0 = clock()
         accepted = traverse(tree, x1, draws)[0]
         return len(accepted), host + clock() - t0

@@ -133,11 +133,11 @@ class PrefixTarget:
         row[self.next_token.get(tuple(address), self.default)] = 0.0
         return row
 
-    def prefill(self, tokens: Sequence[int]) -> None:
+    def prefill(self, tokens: Sequence[int], overlapped: bool = False) -> None:
         self.context = [int(t) for t in tokens]
         self.root, self.tree = None, None
 
-    def root_pass(self, root: int) -> torch.Tensor:
+    def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
         self.passes += 1
         self.root = int(root)
         return self._row(self.context + [self.root])
