@@ -15,6 +15,7 @@ import torch
 
 from pipeline.config import PoolConfig
 from pipeline.pool import Pool, grow_pool
+from models import PREFILL_CHUNK
 from pipeline.tree import ancestor_matrix
 
 
@@ -22,7 +23,6 @@ class Drafter:
     def __init__(self, runner, config: PoolConfig) -> None:
         self.runner = runner
         self.config = config
-        self.vocab_size = runner.vocab_size
         self.length = 0  # L: committed tokens in the cache, the root last
 
     def start(self, prompt: Sequence[int]) -> tuple[Pool, float]:
@@ -38,9 +38,11 @@ class Drafter:
         if base + len(tokens) + self.config.n_expanded > self.runner.capacity:
             raise ValueError(f"the drafter's KV cache of {self.runner.capacity} slots cannot hold "
                              f"{base + len(tokens)} committed tokens and the pool (raise --max-context)")
-        slots = np.arange(base, base + len(tokens))
-        causal = np.tril(np.ones((len(tokens), len(tokens)), bool))
-        root_row = self.runner.forward(tokens, slots, slots, base, slots, causal, last_only=True)[-1]
+        for start in range(0, len(tokens), PREFILL_CHUNK):  # a long prompt in bounded (chunk, context) masks
+            chunk = tokens[start: start + PREFILL_CHUNK]
+            slots = base + start + np.arange(len(chunk))
+            causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
+            root_row = self.runner.forward(chunk, slots, slots, base + start, slots, causal, last_only=True)[-1]
         self.length = base + len(tokens)
         pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(), self.config)
         return pool, time.perf_counter() - t0  # grow_pool read the last ids back, so the device is idle

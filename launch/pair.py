@@ -35,7 +35,12 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="launch/pair.sh" + (" sweep" if mode == "sweep" else ""),
         description="Run the target and drafter processes as a pair. With no model options, the embedded "
-                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}.")
+                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}.",
+        epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
+               f"--pool-expand {PoolConfig().expand} --max-new-tokens "
+               f"{_run_cls(mode).__dataclass_fields__['max_new_tokens'].default}; "
+               f"for the embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, "
+               f"{EMBEDDED_POOL.expand}" + (f" and {EMBEDDED_MAX_NEW_TOKENS} new tokens." if mode == "decode" else "."))
     pair = parser.add_argument_group("Pair")
     pair.add_argument("--target", metavar="SPEC", help=ModelOptions.__dataclass_fields__["model"].metadata["help"])
     pair.add_argument("--drafter", metavar="SPEC", help="the drafter model, same forms as --target")
@@ -139,10 +144,19 @@ def _run_cls(mode: str):
     return RunOptions
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the launcher dies, however it dies."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with(parent: int):
+    """A preexec_fn: the child gets SIGTERM when the launcher dies, however it dies."""
+    def arm() -> None:
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the launcher died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm
+
+
+def _status(returncode: int) -> int:
+    """A child's return code as a shell exit status (128 + N for a child killed by signal N)."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def _stop(proc: subprocess.Popen, grace: float) -> None:
@@ -162,19 +176,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[launch] {note}", file=sys.stderr)
     procs: list[subprocess.Popen] = []
 
+    stopped_by = []
+
     def on_signal(signum, _frame):
+        stopped_by.append(signum)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        drafter = subprocess.Popen(drafter_cmd, env={**os.environ, **drafter_env}, preexec_fn=_die_with_parent)
+        drafter = subprocess.Popen(drafter_cmd, env={**os.environ, **drafter_env}, preexec_fn=_die_with(os.getpid()))
         procs.append(drafter)
-        target = subprocess.Popen(target_cmd, env={**os.environ, **target_env}, preexec_fn=_die_with_parent)
+        target = subprocess.Popen(target_cmd, env={**os.environ, **target_env}, preexec_fn=_die_with(os.getpid()))
         procs.append(target)
         while True:
             if target.poll() is not None:
-                _stop(drafter, GRACE_SECONDS)  # the target asked it to shut down when it ended cleanly
-                return target.returncode
+                if target.returncode == 0:  # it asked the drafter to shut down: let it exit by itself
+                    try:
+                        drafter.wait(GRACE_SECONDS)
+                    except subprocess.TimeoutExpired:
+                        pass
+                _stop(drafter, GRACE_SECONDS)
+                return _status(target.returncode)
             if drafter.poll() is not None:
                 # The target notices the closed connection and reports it; give it a moment to say so.
                 try:
@@ -183,11 +205,11 @@ def main(argv: list[str] | None = None) -> int:
                     _stop(target, GRACE_SECONDS)
                 if drafter.returncode == 0 and target.returncode == 0:
                     return 0  # the target asked the drafter to shut down, then took longer to exit itself
-                print(f"[launch] the drafter exited with status {drafter.returncode}", file=sys.stderr)
-                return target.returncode or drafter.returncode or 1
+                print(f"[launch] the drafter exited with status {_status(drafter.returncode)}", file=sys.stderr)
+                return _status(target.returncode) or _status(drafter.returncode) or 1
             time.sleep(0.05)
     except KeyboardInterrupt:
-        return 130
+        return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally:
         for proc in reversed(procs):
             _stop(proc, GRACE_SECONDS)

@@ -11,3 +11,5 @@ import os
 # on a network that may not be there.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+PREFILL_CHUNK = 512  # committed tokens per pass when prefilling; bounds a pass's (tokens, context) mask

@@ -50,6 +50,10 @@ def _static_tree_attention(module, query, key, value, attention_mask, scaling=No
     if static_kv is None:  # a plain forward of the same model (e.g. transformers' generate): stock SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
                                       dropout=dropout, **kwargs)
+    unsupported = [name for name in ("sliding_window", "softcap", "s_aux") if kwargs.get(name) is not None]
+    if unsupported:  # silently ignoring them would give wrong rows
+        raise ValueError(f"{type(module).__name__} asks for {', '.join(unsupported)} in its attention, which "
+                         f"this runtime's tree attention does not implement")
     kv = static_kv
     k_all, v_all = kv.k[module.layer_idx], kv.v[module.layer_idx]  # (1, Hkv, S, D)
     k_all.index_copy_(2, kv.slots, key.to(k_all.dtype))
@@ -184,8 +188,8 @@ class HFRunner:
 
     def move(self, src, dst) -> None:
         """Copy the K/V of logical slots src to dst; the gather completes before the write."""
-        s = torch.as_tensor(np.asarray(src) + 1, dtype=torch.long).to(self.device, non_blocking=True)
-        d = torch.as_tensor(np.asarray(dst) + 1, dtype=torch.long).to(self.device, non_blocking=True)
+        s = torch.as_tensor(np.asarray(src) + 1, dtype=torch.long, device=self.device)
+        d = torch.as_tensor(np.asarray(dst) + 1, dtype=torch.long, device=self.device)
         self.kv.k[:, :, :, d] = self.kv.k[:, :, :, s]
         self.kv.v[:, :, :, d] = self.kv.v[:, :, :, s]
 

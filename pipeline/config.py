@@ -17,7 +17,10 @@ def _is_int(value) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
-    """Shape of the drafter's candidate pool (DESIGN.md section 2)."""
+    """Candidate pool
+
+    The shape of the drafter's candidate pool (DESIGN.md section 2).
+    """
 
     topk: int = field(default=10, metadata={"help": "children proposed per expanded node"})
     depth: int = field(default=8, metadata={"help": "deepest candidate level"})

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from pipeline.config import ROOT_PASS_DECODERS, DecodeConfig
-from pipeline.pool import Pool
+from pipeline.pool import ROOT, Pool
 from pipeline.select import select_draft, select_pearl, select_pearl_top1, select_root, select_root_draw
 from pipeline.tree import Tree
 from pipeline.verify import RowDraws, draw, target_probs, traverse
@@ -62,6 +62,10 @@ class DrafterClient(Protocol):
 
     def end(self) -> None:
         """End the request; the drafter drops its state."""
+
+
+# Phases of a round, in Round.phases: the drafter's own time growing the pool, then the target's steps.
+PHASES = ("draft", "root", "wait", "select", "tree", "commit")
 
 
 @dataclass(slots=True)
@@ -141,10 +145,9 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
                 pool, draft_seconds = drafter.pool()
             with phase("select"):
                 tree = select_draft(pool, budget)
-            with phase("tree"):
-                logits = target.tree_pass(tree, root)
-                draws = RowDraws(logits[1:], temperature, generator, lazy)
-                accepted, continuation = traverse(tree, int(draw(logits[:1], temperature, generator)[0]), draws)
+            with phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
+                draws = RowDraws(target.tree_pass(tree, root), temperature, generator, lazy)
+                accepted, continuation = traverse(tree, draws[0], draws.shifted(1))
             passes += 1
             tree_size = len(tree)
             accepted_tokens = tree.token[accepted].tolist()
@@ -160,7 +163,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
                 tree = _select(config.decoder, pool, budget, x1, row, temperature)
             u = pool.first_level(x1)
             available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
-            if tree.child(-1, x1) < 0:  # `root` only: the draw is off the tree, it is the continuation
+            if tree.child(ROOT, x1) < 0:  # `root` only: the draw is off the tree, it is the continuation
                 accepted, continuation, accepted_tokens = [], x1, []
             else:
                 with phase("tree"):

@@ -46,12 +46,20 @@ class RowDraws:
     """
 
     def __init__(self, logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
-                 lazy: bool) -> None:
-        self.logits, self.temperature, self.generator = logits, temperature, generator
+                 lazy: bool, offset: int = 0) -> None:
+        self.logits, self.temperature, self.generator, self.offset = logits, temperature, generator, offset
         self.cache: dict[int, int] = {}
         self.all = None if lazy else draw(logits, temperature, generator).cpu().numpy()  # host-device sync
 
+    def shifted(self, k: int) -> RowDraws:
+        """The same draws indexed from row k (a pass whose row 0 is the root's)."""
+        view = RowDraws.__new__(RowDraws)
+        view.logits, view.temperature, view.generator = self.logits, self.temperature, self.generator
+        view.offset, view.cache, view.all = self.offset + k, self.cache, self.all
+        return view
+
     def __getitem__(self, i: int) -> int:
+        i += self.offset
         if self.all is not None:
             return int(self.all[i])
         if i not in self.cache:

@@ -8,6 +8,7 @@ timeout that names the option to raise. Sockets close with linger=0 through `clo
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket as pysocket
 import tempfile
@@ -20,6 +21,8 @@ from zmq.utils.monitor import recv_monitor_message
 from protocol.codec import decode, encode
 from protocol.errors import PeerDied, PeerTimeout
 from protocol.messages import Message
+
+log = logging.getLogger("transport")
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -95,8 +98,31 @@ class Channel:
         sock.connect(endpoint)
         return cls(sock, monitor, peer)
 
-    def send(self, msg: Message) -> None:
-        self.sock.send_multipart(encode(msg), copy=True)
+    def send(self, msg: Message) -> bool:
+        """Send one message -> whether it was queued.
+
+        The bound side (the drafter) never blocks: a PAIR socket with no peer would hold the reply until
+        the next peer connects and hand it a stale message, so a reply to a peer that has left is dropped.
+        """
+        if self.monitor is not None:
+            self.sock.send_multipart(encode(msg), copy=True)
+            return True
+        try:
+            self.sock.send_multipart(encode(msg), copy=True, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("the %s is gone; dropped a %s reply", self.peer, type(msg).__name__)
+            return False
+        return True
+
+    def wait_gone(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the peer to close its end (after asking it to shut down), so that
+        closing with linger=0 does not discard the request before it left."""
+        deadline = time.monotonic() + timeout
+        while self.monitor is not None and time.monotonic() < deadline:
+            if not self.monitor.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                return
+            if recv_monitor_message(self.monitor)["event"] == zmq.EVENT_DISCONNECTED:
+                return
 
     def recv_frames(self, timeout: float | None, option: str, what: str) -> list[bytes]:
         """Raw frames of the next message; PeerTimeout after `timeout` s, PeerDied if the peer left."""

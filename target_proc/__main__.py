@@ -5,61 +5,38 @@ With --json, stdout carries one JSON object per decode, written as soon as it en
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 
-from models.load import ModelNotFound
-from models.options import ModelOptions
-from pipeline.cli import add_options, from_options
 from pipeline.config import PoolConfig
+from pipeline.decode import PHASES
 from pipeline.prompts import Prompt, load_prompts
-from protocol.errors import PeerDied, PeerTimeout, ProtocolError
-from protocol.transport import check_endpoint
+from target_proc.cli import build_parser, parse, run_reporting
 from target_proc.options import RunOptions
 from target_proc.session import open_session
 
 log = logging.getLogger("target")
-PHASES = ("draft", "root", "wait", "select", "tree", "commit")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m target_proc",
-                                     description="The target process: drives the rounds of every decode.")
-    add_options(parser, ModelOptions)
-    parser.add_argument("--endpoint", required=True, help="the drafter's ipc://PATH or tcp://HOST:PORT")
-    add_options(parser, PoolConfig, prefix="pool-")
-    add_options(parser, RunOptions)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    model = from_options(parser, ns, ModelOptions)
-    pool = from_options(parser, ns, PoolConfig, prefix="pool-")
-    run = from_options(parser, ns, RunOptions)
+    parser = build_parser("python -m target_proc", "The target process: drives the rounds of every decode.",
+                          RunOptions)
+    args = parse(parser, argv, RunOptions)
     try:
-        endpoint = check_endpoint(ns.endpoint)
-        prompts = gather_prompts(run)
+        prompts = gather_prompts(args.run)
     except ValueError as e:
         parser.error(str(e))
-    logging.basicConfig(level=logging.INFO, format="[target] %(message)s", stream=sys.stderr)
-    try:
-        with open_session(model, endpoint, pool, run.drafter_timeout, run.ready_timeout) as session:
-            results = run_decodes(session, prompts, run)
-    except (ModelNotFound, ValueError) as e:
-        log.error("%s", e)
-        return 2
-    except (ProtocolError, PeerDied, PeerTimeout) as e:
-        log.error("%s: %s", type(e).__name__, e)
-        return 3
-    except KeyboardInterrupt:
-        return 130
-    if not run.json:
-        print_summary(results, pool)
-    return 0
+
+    def body() -> int:
+        with open_session(args.model, args.endpoint, args.pool, args.run.drafter_timeout,
+                          args.run.ready_timeout) as session:
+            results = run_decodes(session, prompts, args.run)
+        if not args.run.json:
+            print_summary(results, args.pool)
+        return 0
+
+    return run_reporting(body, log, "target")
 
 
 def gather_prompts(run: RunOptions) -> list[Prompt]:

@@ -16,6 +16,8 @@ from protocol.transport import Channel
 from target_proc.client import RemoteDrafter
 from target_proc.target import Target
 
+SHUTDOWN_WAIT_S = 2.0  # how long a clean exit waits for the drafter to take its Shutdown
+
 
 class Session:
     def __init__(self, target: Target, tokenizer, drafter: DrafterClient | None, pool: PoolConfig) -> None:
@@ -56,5 +58,6 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
         log.info("drafter %r ready", ready.model)
         yield Session(target, loaded.tokenizer, drafter, pool)
         drafter.shutdown()
+        channel.wait_gone(SHUTDOWN_WAIT_S)
     finally:
         channel.close()

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from models import PREFILL_CHUNK
 from pipeline.tree import Tree, ancestor_matrix
 
-PREFILL_CHUNK = 512  # prompt tokens per prefill pass; bounds the (chunk, context) mask
 
 
 class Target:
@@ -23,7 +23,6 @@ class Target:
     def __init__(self, runner, threads: tuple[int, int] | None = None) -> None:
         self.runner = runner
         self.device = runner.device
-        self.vocab_size = runner.vocab_size
         self.threads = threads if runner.device.type == "cpu" else None
         self.prefix = 0  # P: committed tokens in the cache before the root
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.config import DECODERS
+from pipeline.decode import PHASES
 from timing.stats import GainResult, paired_gains
 
-TARGET_PHASES = ("root", "wait", "select", "tree", "commit")  # run one after another on the target
-PHASES = ("draft",) + TARGET_PHASES  # "draft" runs on the drafter, concurrently with "root"
+TARGET_PHASES = PHASES[1:]  # run one after another on the target; "draft" runs on the drafter meanwhile
 _FIRST_DRAW = ("root", "root-draw", "pearl", "pearl-top1")
 
 

@@ -2,11 +2,13 @@
 
 python -m timing.bench_pair [--prompts SOURCE] [--limit N] [--max-new-tokens N] [--budget B]
 
-In one run on the same prompts: (1) per-pass latencies of the target and drafter runners, one thread
-each as deployed; (2) every decoder of the pipelined pair through launch/pair.sh (two processes, one
-thread each), with median per-phase round times; (3) transformers' `generate` on the target and its
-assisted generation with the same int8 drafter as `assistant_model`, greedy, on both cores. Speeds are
-summed tokens over summed seconds. The last line of the output is one JSON document.
+In one run on the same prompts: (1) per-pass latencies of the target and drafter runners with the
+threads they get when deployed (the drafter one; the target one while the drafter works, every core for
+verification and ar); (2) every decoder of the pipelined pair through launch/pair.sh, with median
+per-phase round times; (3) transformers' `generate` on the target and its assisted generation with the
+same int8 drafter as `assistant_model`, greedy, on every core; (4) how often the int8 drafter agrees with
+the target. Speeds are summed tokens over summed seconds. The last line of the output is one JSON
+document.
 """
 
 from __future__ import annotations
@@ -51,17 +53,26 @@ def bushy_tree(n: int) -> Tree:
 
 
 def pass_latencies(prompt_ids: list[int]) -> dict:
-    torch.set_num_threads(1)
-    target_model = load(ModelOptions(threads=1), "target")
-    drafter_model = load(ModelOptions(model="smollm2:int8", threads=1), "drafter")
-    target = Target(target_model.runner(1024))
+    options = ModelOptions()
+    target_model = load(options, "target")
+    drafter_model = load(ModelOptions(model="smollm2:int8"), "drafter")
+    target = Target(target_model.runner(1024), options.cpu_threads)
     target.prefill(prompt_ids[:-1])
+    solo = options.cpu_threads[1]
     out = {
-        "target root pass": median_ms(lambda: target.root_pass(prompt_ids[-1])),
-        "target tree pass B=8": median_ms(lambda: target.tree_pass(bushy_tree(8), None)),
-        "target root+tree pass B=8 (draft)": median_ms(lambda: target.tree_pass(bushy_tree(8), prompt_ids[-1])),
-        "target tree pass B=59": median_ms(lambda: target.tree_pass(bushy_tree(59), None), reps=5),
+        f"target root pass, {options.threads} thread (overlaps drafting)":
+            median_ms(lambda: target.root_pass(prompt_ids[-1], overlapped=True)),
+        f"target root pass, {solo} threads (ar)": median_ms(lambda: target.root_pass(prompt_ids[-1])),
+        f"target tree pass B=8, {solo} threads": median_ms(lambda: target.tree_pass(bushy_tree(8), None)),
+        f"target root+tree pass B=8 (draft), {solo} threads":
+            median_ms(lambda: target.tree_pass(bushy_tree(8), prompt_ids[-1])),
+        f"target tree pass B=59, {solo} threads": median_ms(lambda: target.tree_pass(bushy_tree(59), None), reps=5),
     }
+    torch.set_num_threads(options.threads)  # the drafter's
+    one = drafter_model.runner(1024)
+    one_target = Target(one)
+    one_target.prefill(prompt_ids[:-1])
+    out["drafter one-token pass"] = median_ms(lambda: one_target.root_pass(prompt_ids[-1]))
     for name, pool in (("cpu pool", EMBEDDED_POOL), ("paper pool", PoolConfig())):
         drafter = Drafter(drafter_model.runner(1024 + pool.n_expanded), pool)
         drafter.start(prompt_ids)
@@ -74,6 +85,28 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
         out[f"drafter round, {name} {pool.topk}/{pool.depth}/{pool.expand}"] = median_ms(
             lambda: drafter.commit([5, 6, 7]) and setattr(drafter, "length", L), reps=5)
     return out
+
+
+def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
+    """How often the int8 drafter's argmax is the target's, and the target's argmax is in the drafter's
+    top 10, along the target's own greedy outputs (the `ar` decodes), teacher-forced."""
+    cores = ModelOptions().cpu_threads[1]
+    target = load(ModelOptions(threads=cores), "target")
+    drafter = load(ModelOptions(model="smollm2:int8", threads=cores), "drafter")
+    top1 = top10 = positions = 0
+    for r in records:
+        if r["decoder"] != "ar":
+            continue
+        prompt = target.tokenizer.prompt_ids(prompts[r["prompt_index"] - 1])
+        ids = torch.tensor([prompt + r["new_tokens"]])
+        with torch.inference_mode():
+            t = target.model(input_ids=ids).logits[0, len(prompt) - 1: -1]
+            d = drafter.model(input_ids=ids).logits[0, len(prompt) - 1: -1]
+        want = t.argmax(-1)
+        top1 += int((d.argmax(-1) == want).sum())
+        top10 += int((d.topk(10, -1).indices == want[:, None]).any(-1).sum())
+        positions += len(want)
+    return {"top1": top1 / positions, "target_argmax_in_drafter_top10": top10 / positions, "positions": positions}
 
 
 def pair_run(prompts: list[str], max_new: int, budget: int) -> list[dict]:
@@ -90,9 +123,9 @@ def pair_run(prompts: list[str], max_new: int, budget: int) -> list[dict]:
 
 
 def transformers_baselines(prompts: list[str], max_new: int) -> dict:
-    torch.set_num_threads(2)
-    target = load(ModelOptions(threads=2), "target")
-    drafter = load(ModelOptions(model="smollm2:int8", threads=2), "drafter")
+    cores = ModelOptions().cpu_threads[1]
+    target = load(ModelOptions(threads=cores), "target")
+    drafter = load(ModelOptions(model="smollm2:int8", threads=cores), "drafter")
     eos = sorted(target.tokenizer.eos)
     out = {}
     for name, extra in (("transformers generate", {}), ("transformers assisted", {"assistant_model": drafter.model})):
@@ -122,10 +155,11 @@ def main() -> None:
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
     records = pair_run(prompts, args.max_new_tokens, args.budget)
     baselines = transformers_baselines(prompts, args.max_new_tokens)
+    agreement = drafter_agreement(records, prompts)
 
-    print(f"\nper-pass latency, one thread, median ms ({len(target_tok.prompt_ids(prompts[0]))}-token prompt)")
+    print(f"\nper-pass latency, median ms ({len(target_tok.prompt_ids(prompts[0]))}-token prompt)")
     for name, ms in latencies.items():
-        print(f"  {name:<44}{ms:8.1f}")
+        print(f"  {name:<56}{ms:8.1f}")
     speeds = {}
     print(f"\n{len(prompts)} prompts, T=0, B={args.budget}, {args.max_new_tokens} new tokens")
     print(f"{'':<24}{'tok/s':>8}{'round ms':>10}{'draft':>8}{'root':>8}{'wait':>8}{'tree':>8}{'acc/rnd':>9}")
@@ -141,7 +175,7 @@ def main() -> None:
         print(f"  {decoder:<22}{tokens / seconds:8.1f}{1e3 * statistics.median(rounds):10.1f}{med['draft']:8.1f}"
               f"{med['root']:8.1f}{med['wait']:8.1f}{med['tree']:8.1f}{acc:9.2f}")
     for name, b in baselines.items():
-        print(f"  {name:<22}{b['tok_per_s']:8.1f}   (two threads)")
+        print(f"  {name:<22}{b['tok_per_s']:8.1f}   ({torch.get_num_threads()} threads)")
     best = max((d for d in speeds if d != "ar"), key=lambda d: speeds[d]["tok_per_s"])
     ratios = {
         "ar / generate": speeds["ar"]["tok_per_s"] / baselines["transformers generate"]["tok_per_s"],
@@ -151,7 +185,11 @@ def main() -> None:
     }
     for name, r in ratios.items():
         print(f"  {name:<30}{r:6.2f}")
+    print(f"\nint8 drafter along the target's greedy outputs ({agreement['positions']} positions): top-1 "
+          f"agreement {agreement['top1']:.2f}, target argmax in drafter top 10 "
+          f"{agreement['target_argmax_in_drafter_top10']:.2f}")
     print(json.dumps({"latency_ms": latencies, "decoders": speeds, "transformers": baselines, "ratios": ratios,
+                      "drafter_agreement": agreement,
                       "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "budget": args.budget}))
 
 

@@ -6,6 +6,7 @@ moment leaves every earlier record intact and at most one torn last line, which 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -80,6 +81,16 @@ class RecordStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One writer per shard file: a second sweep on the same --out and --shard would append the same
+        # decodes again (and its repair of a torn line could cut the first one's record in half).
+        self._lock = open(path.with_name(path.name + ".lock"), "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise ValueError(f"another sweep is writing {path}; wait for it or use another --out or --shard") \
+                from None
         self.records = read_records(path, repair=True)
         self.keys = {record_key(r) for r in self.records}
         new = not path.exists()
@@ -103,6 +114,7 @@ class RecordStore:
 
     def close(self) -> None:
         self._file.close()
+        self._lock.close()  # releases the lock
 
     def __enter__(self) -> RecordStore:
         return self

@@ -69,7 +69,7 @@ def environment(shard: str, drafter_env: dict | None) -> dict:
     """Where and with what this start runs: host, CPU, GPUs, package versions, git commit."""
     return {"shard": shard, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
             "platform": platform.platform(), "python": platform.python_version(),
-            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "gpus": _gpus(), "cuda_driver": _cuda_driver(),
+            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "gpus": _gpus(), "cuda_driver": cuda_driver(),
             "cuda_visible_devices": {"target": os.environ.get("CUDA_VISIBLE_DEVICES"),
                                      "drafter": (drafter_env or {}).get("CUDA_VISIBLE_DEVICES")},
             "packages": {name: _version(name) for name in PACKAGES}, "git_commit": _git_commit()}
@@ -152,7 +152,7 @@ def _gpus() -> list[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
-def _cuda_driver() -> str | None:
+def cuda_driver() -> str | None:
     """The installed CUDA driver's version, e.g. "12.8".
 
     torch reports only the CUDA runtime it was built with (torch.version.cuda); the driver, which decides

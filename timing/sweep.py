@@ -19,73 +19,55 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from models.load import ModelNotFound
 from models.options import ModelOptions
-from pipeline.cli import add_options, from_options
-from pipeline.config import DecodeConfig, PoolConfig
-from pipeline.decode import DecodeResult
+from pipeline.config import DecodeConfig
+from pipeline.decode import PHASES, DecodeResult
 from pipeline.prompts import Prompt, load_prompts
-from protocol.errors import PeerDied, PeerTimeout, ProtocolError
-from protocol.transport import check_endpoint
+from target_proc import cli as target_cli
+from target_proc.session import open_session
 from timing import run_config
 from timing.options import SweepOptions
 from timing.records import RecordStore, record_key, records_path
-from target_proc.session import open_session
 from timing.schedule import Task, combinations, plan, prompt_order, stratified_subset
 
 log = logging.getLogger("timing")
 
-PHASES = ("draft", "root", "wait", "select", "tree", "commit")  # Round.phases keys, drafter side first
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing sweep",
-                                     description="The target process of a timing sweep (launch/pair.sh sweep "
-                                                 "starts it with its drafter).")
-    add_options(parser, ModelOptions)
-    parser.add_argument("--endpoint", required=True, help="the drafter's ipc://PATH or tcp://HOST:PORT")
+    parser = target_cli.build_parser("python -m timing sweep", "The target process of a timing sweep "
+                                     "(launch/pair.sh sweep starts it with its drafter).", SweepOptions)
     parser.add_argument("--drafter-launch", metavar="JSON",
                         help="how the launcher started the drafter: {\"options\": its model options, \"env\": "
                              "its environment overrides}; recorded in config.json")
-    add_options(parser, PoolConfig, prefix="pool-")
-    add_options(parser, SweepOptions)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
-    model = from_options(parser, ns, ModelOptions)
-    pool = from_options(parser, ns, PoolConfig, prefix="pool-")
-    options = from_options(parser, ns, SweepOptions)
+    args = target_cli.parse(parser, argv, SweepOptions)
+    model, pool, options = args.model, args.pool, args.run
     try:
-        endpoint = check_endpoint(ns.endpoint)
-        drafter, drafter_env = _drafter_launch(ns.drafter_launch)
+        drafter, drafter_env = _drafter_launch(args.namespace.drafter_launch)
         prompts = gather_prompts(options)
         tasks = sweep_tasks(options, prompts)
     except ValueError as e:
         parser.error(str(e))
-    logging.basicConfig(level=logging.INFO, format="[timing] %(message)s", stream=sys.stderr)
-    config = run_config.describe(model, drafter, pool, options, prompts)
-    try:
+
+    def body() -> int:  # a ValueError here is also a ConfigMismatch or DamagedRecords
+        config = run_config.describe(model, drafter, pool, options, prompts)
         run_config.claim(options.out, config, run_config.environment(options.shard, drafter_env))
         with RecordStore(records_path(options.out, *options.shard_index)) as store:
             if all(_key(t) in store for t in tasks):
                 log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
             else:
-                with open_session(model, endpoint, pool, options.drafter_timeout, options.ready_timeout) as session, \
-                        logging_redirect_tqdm():
+                with open_session(model, args.endpoint, pool, options.drafter_timeout,
+                                  options.ready_timeout) as session, logging_redirect_tqdm():
                     run_sweep(session, options, tasks, store)
             print(json.dumps(summary(options, tasks, store.records)))
-    except (ModelNotFound, ValueError) as e:  # ValueError: also ConfigMismatch and DamagedRecords
-        log.error("%s", e)
-        return 2
-    except (ProtocolError, PeerDied, PeerTimeout) as e:
-        log.error("%s: %s", type(e).__name__, e)
-        return 3
-    except KeyboardInterrupt:
-        return 130
-    return 0
+        return 0
+
+    return target_cli.run_reporting(body, log, "timing")
 
 
 def gather_prompts(options: SweepOptions) -> list[Prompt]:

@@ -20,6 +20,7 @@ import torch
 
 from models.hf import HFRunner
 from models.shapes import random_model
+from timing.run_config import cuda_driver
 from pipeline.tree import Tree
 from target_proc.target import Target
 
@@ -67,13 +68,15 @@ def kernel_ms(fn, device: str) -> float | None:
     return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
 
 
-def pass_latencies(shape: str, device: str, context: int, reps: int) -> dict:
+def pass_latencies(shape: str, device: str, context: int, capacity: int, reps: int) -> dict:
+    """Eager and graph ms per pass after a `context`-token prefill, with a `capacity`-slot cache (graph
+    passes attend over the whole cache, so their cost follows the capacity, not the context)."""
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = random_model(shape, device, dtype)
     rows = {}
     targets = {}
     for graphs in (False, True):
-        target = Target(HFRunner(model, context + 128, graphs=graphs))
+        target = Target(HFRunner(model, capacity, graphs=graphs))
         target.prefill(list(range(1, context)))
         targets[graphs] = target
     for name, call in [("root pass", lambda t: t.root_pass(7))] + [
@@ -92,7 +95,7 @@ def pass_latencies(shape: str, device: str, context: int, reps: int) -> dict:
 def pipelined(target_shape: str, drafter_shape: str, gpus: str | None, max_new: int) -> list[dict]:
     cmd = [str(ROOT / "launch" / "pair.sh"), "--target", f"random:{target_shape}",
            "--drafter", f"random:{drafter_shape}", "--decoders", "ar,draft,pearl,pearl-top1,root-draw,root",
-           "--prompts", "builtin", "--max-new-tokens", str(max_new), "--json", "--max-context", "1024"]
+           "--prompts", "builtin", "--max-new-tokens", str(max_new), "--json"]
     if gpus:
         cmd += ["--gpus", gpus]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
@@ -127,14 +130,18 @@ def main() -> None:
     parser.add_argument("--target-shape", default="llama-3.1-8b")
     parser.add_argument("--drafter-shape", default="llama-3.2-1b")
     parser.add_argument("--context", type=int, default=512, help="prefix length before each timed pass")
+    parser.add_argument("--max-context", type=int, default=2048, help="KV cache slots, as the runtime's option")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args()
-    report = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"}
+    report = {"device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
+              "cuda_driver": cuda_driver(), "torch": torch.__version__}
+    print(f"device {report['device']}, CUDA driver {report['cuda_driver']}, torch {report['torch']}")
     for role, shape in (("drafter", args.drafter_shape), ("target", args.target_shape)):
-        rows = pass_latencies(shape, args.device, args.context, args.reps)
+        rows = pass_latencies(shape, args.device, args.context, args.max_context, args.reps)
         report[f"{role}:{shape}"] = rows
-        print(f"\n{role} {shape}: median ms per pass at a {args.context}-token context")
+        print(f"\n{role} {shape}: median ms per pass at a {args.context}-token context, "
+              f"{args.max_context}-slot cache")
         print(f"{'pass':<16}{'eager':>10}{'graph':>10}{'kernels':>10}")
         for name, r in rows.items():
             fmt = lambda v: f"{v:10.3f}" if v is not None else f"{'-':>10}"

@@ -167,3 +167,21 @@ def test_padded_pass_writes_only_its_slots_and_the_scratch_slot():
     assert changed[real].all()
     changed[0] = False  # the scratch slot (pad rows write the same K/V there every time)
     assert torch.equal(changed, real)
+
+
+def test_target_takes_every_core_only_while_the_drafter_waits(monkeypatch):
+    """CPU passes that overlap drafting keep to --threads; verification and ar take --solo-threads."""
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: calls[-1] if calls else 0)
+    target = Target(HFRunner(tiny_llama(), 64), threads=(1, 2))
+    target.prefill([1, 2, 3], overlapped=True)
+    assert calls[-1] == 1
+    target.root_pass(4, overlapped=True)
+    assert calls[-1] == 1
+    target.tree_pass(random_tree(np.random.default_rng(0), 3), None)
+    assert calls[-1] == 2
+    target.root_pass(4)  # ar: no drafter at work
+    assert calls[-1] == 2
+    target.root_pass(4, overlapped=True)
+    assert calls[-1] == 1

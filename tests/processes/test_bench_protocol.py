@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from proc_tools import ROOT, START_S, python_m
+from tests.processes.proc_tools import ROOT, START_S, python_m
 
 
 @pytest.mark.slow

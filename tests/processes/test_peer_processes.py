@@ -3,25 +3,14 @@ dead drafter or a stuck one: the target exits non-zero in bounded time with a me
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import time
 
 import pytest
 
-from protocol.transport import private_ipc_endpoint
-
-from proc_tools import START_S, Running, python_m
+from tests.processes.proc_tools import START_S, Running, python_m
 
 LONG_RUN = ["--decoders", "draft", "--num-seeds", "1000", "--max-new-tokens", "200", "--prompt", "Once upon a time"]
-
-
-@pytest.fixture
-def endpoint():
-    ep = private_ipc_endpoint()
-    yield ep
-    shutil.rmtree(os.path.dirname(ep[len("ipc://"):]), ignore_errors=True)
 
 
 @pytest.fixture

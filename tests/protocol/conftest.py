@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 
 import pytest
@@ -12,17 +10,9 @@ from drafter_proc.server import DrafterServer
 from models.load import load
 from models.options import ModelOptions
 from protocol.messages import Shutdown
-from protocol.transport import Channel, private_ipc_endpoint
+from protocol.transport import Channel
 
-from wire_peers import WAIT_S, RawPeer, raw_socket
-
-
-@pytest.fixture
-def endpoint():
-    """An ipc endpoint in a private directory; /tmp keeps it under the 107-byte socket path limit."""
-    ep = private_ipc_endpoint()
-    yield ep
-    shutil.rmtree(os.path.dirname(ep[len("ipc://"):]), ignore_errors=True)
+from tests.protocol.wire_peers import WAIT_S, RawPeer, raw_socket
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from protocol.errors import (BadArray, HandshakeMismatch, MalformedMessage, Stal
                              UnexpectedMessage, UnknownMessage, VersionMismatch)
 from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Kind, PoolMsg, Ready, Shutdown, Start
 
-from wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S, hello
+from tests.protocol.wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S, hello
 
 PROMPT = np.array([5, 17, 3, 42], np.int32)
 

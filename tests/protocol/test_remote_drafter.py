@@ -22,7 +22,7 @@ from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Hello, PoolM
 from protocol.transport import Channel
 from target_proc.client import RemoteDrafter
 
-from wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S
+from tests.protocol.wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S
 
 TARGET = "org/target-model"
 PROMPT = [5, 17, 3]
