@@ -123,7 +123,7 @@ def plan(argv: list[str]) -> tuple[list[str], list[str], dict, dict, str, str | 
             parser.error(str(e))
         if not is_loopback(endpoint):
             notes.append(f"the drafter binds {endpoint}, reachable beyond this machine")
-    py = [sys.executable, "-m"]
+    py = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) must not shadow our packages
     drafter = py + ["drafter_proc", *to_argv(models["drafter"]), "--endpoint", endpoint]
     target_module = ["timing", "sweep"] if mode == "sweep" else ["target_proc"]
     target = py + [*target_module, *to_argv(models["target"]), "--endpoint", endpoint,

@@ -6,4 +6,5 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/launch/setup.sh"
-exec "$root/.venv/bin/python" -m launch "$@"
+# -P: a folder of the caller's named like one of our packages (models/, say) must not shadow it
+exec "$root/.venv/bin/python" -P -m launch "$@"

@@ -28,9 +28,9 @@ RECORD_KEYS = {"decoder", "temperature", "budget", "seed", "prompt_index", "new_
                "target_passes", "seconds", "tokens_per_second"}
 
 
-def pair(*args: str, timeout: float = 2 * START_S) -> subprocess.CompletedProcess:
+def pair(*args: str, timeout: float = 2 * START_S, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([PAIR_SH, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, cwd=cwd)
 
 
 @pytest.fixture
@@ -177,3 +177,15 @@ def test_stopping_the_launcher_leaves_no_process_behind(launched, how):
     else:
         assert status == 128 + (signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
         assert not os.path.exists(socket_dir(run.stderr))  # the private socket directory is removed
+
+
+@pytest.mark.slow
+def test_folders_named_like_packages_in_the_callers_folder_do_not_shadow_them(tmp_path):
+    """A user's models/ (checkpoints, say) or timing/ beside them must not replace the runtime's packages."""
+    for name in ("models", "pipeline", "protocol", "timing", "launch"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "p.txt").write_text("Once upon a time\n")
+    done = pair("--target", "mock", "--json", "--decoders", "ar,root", "--max-new-tokens", "8",
+                "--prompts", "p.txt", cwd=tmp_path)  # a path relative to the caller's folder
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 2

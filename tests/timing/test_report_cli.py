@@ -73,7 +73,7 @@ def test_matched_command_is_accepted_by_the_launcher(shards, capsys):
         assert argv[:2] == ["launch/pair.sh", "sweep"]
         _, target, *_ , private_dir, _ = plan(argv[1:])
         shutil.rmtree(private_dir, ignore_errors=True)
-        ns = build_parser().parse_args(target[4:])
+        ns = build_parser().parse_args(target[target.index("sweep") + 1:])
         assert ns.decoders == "pearl,root-draw" and ns.budgets == "59"
         assert ns.budget_overrides == f"root-draw@59={m['cap']}" and ns.num_seeds == 2
         assert ns.pool_topk == 4 and ns.model == "mock" and ns.max_new_tokens == 24

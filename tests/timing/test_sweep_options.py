@@ -90,13 +90,13 @@ def test_launcher_starts_the_sweep_process_with_forwarded_options(tmp_path):
     drafter, target, _, _, endpoint, private_dir, _ = plan(
         ["sweep", "--target", "mock", "--out", str(tmp_path), "--budgets", "8", "--mock-vocab", "32"])
     try:
-        assert target[1:3] == ["-m", "timing"] and target[3] == "sweep"
+        assert target[1:5] == ["-P", "-m", "timing", "sweep"]
         assert target[target.index("--out") + 1] == str(tmp_path)
         assert target[target.index("--budgets") + 1] == "8"
         assert target[target.index("--max-new-tokens") + 1] == "256"  # the field's default, not the decode run's
         launch = json.loads(target[target.index("--drafter-launch") + 1])
         assert launch["options"]["model"] == "mock" and launch["options"]["mock_vocab"] == 32
-        ns = build_parser().parse_args(target[4:])  # the sweep process accepts what the launcher passes
+        ns = build_parser().parse_args(target[5:])  # the sweep process accepts what the launcher passes
         assert ns.out == str(tmp_path)
     finally:
         if private_dir:
