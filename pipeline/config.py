@@ -11,8 +11,14 @@ DECODERS = ("ar", "draft", "pearl", "pearl-top1", "root-draw", "root")
 ROOT_PASS_DECODERS = frozenset({"pearl", "pearl-top1", "root-draw", "root"})
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """An int that is not a bool (True would pass as 1)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def split_list(text: str) -> list[str]:
+    """The non-empty items of a comma-separated option value."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +35,7 @@ class PoolConfig:
     def __post_init__(self) -> None:
         for name in ("topk", "depth", "expand"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"`pool_{name}` must be a positive integer, got {value!r}")
         if self.expand > self.topk:
             raise ValueError(f"`pool_expand` ({self.expand}) must not exceed `pool_topk` ({self.topk})")
@@ -61,11 +67,11 @@ class DecodeConfig:
                 and math.isfinite(self.temperature)
                 and self.temperature >= 0):
             raise ValueError(f"`temperature` must be a finite number >= 0, got {self.temperature!r}")
-        if not _is_int(self.budget) or self.budget < 1:
+        if not is_int(self.budget) or self.budget < 1:
             raise ValueError(f"`budget` must be a positive integer, got {self.budget!r}")
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+        if not is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be a positive integer, got {self.max_new_tokens!r}")
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}")
 
 

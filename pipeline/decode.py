@@ -160,7 +160,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
             with phase("wait"):
                 pool, draft_seconds = drafter.pool()
             with phase("select"):
-                tree = _select(config.decoder, pool, budget, x1, row, temperature)
+                tree = select_tree(config.decoder, pool, budget, x1, row, temperature)
             u = pool.first_level(x1)
             available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
             if tree.child(ROOT, x1) < 0:  # `root` only: the draw is off the tree, it is the continuation
@@ -193,7 +193,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     return DecodeResult(out, rounds, passes, seconds, stop is None, prefill_seconds, config)
 
 
-def _select(decoder: str, pool: Pool, budget: int, x1: int, root_row: torch.Tensor, temperature: float) -> Tree:
+def select_tree(decoder: str, pool: Pool, budget: int, x1: int, root_row: torch.Tensor, temperature: float) -> Tree:
     if decoder == "root-draw":
         return select_root_draw(pool, budget, x1)
     if decoder == "pearl":

@@ -134,31 +134,38 @@ def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig)
     parents' pool indices), parents always expanded in an earlier call.
     """
     k = min(config.topk, root_logprobs.shape[-1])
-    logp, token = torch.topk(root_logprobs.float(), k)
-    token = [token.cpu().numpy()]  # host-device sync: the next pass's inputs depend on these ids
-    logp = [_finite(logp.cpu().numpy())]
+    logp, token = _top_children(root_logprobs[None], k)
     parent = [np.full(k, ROOT, np.int64)]
-    cum = logp[0].copy()
+    tokens, logps, cum = [token], [logp], logp.copy()
     frontier = _best(np.arange(k), cum, config.expand)
     expanded = []
     for depth in range(1, config.depth):
-        all_token = np.concatenate(token)
-        rows = expand(frontier, all_token[frontier], np.concatenate(parent)[frontier], depth)
+        if depth > 1:  # the frontier is the previous level's best new candidates
+            new = np.arange(cum.shape[0] - len(tokens[-1]), cum.shape[0])
+            frontier = _best(new, cum, config.expand)
+        all_token, all_parent = np.concatenate(tokens), np.concatenate(parent)
+        logp, token = _top_children(expand(frontier, all_token[frontier], all_parent[frontier], depth), k)
         expanded.append(frontier)
-        child_logp, child_token = torch.topk(rows.float(), k, dim=-1)  # (E, k)
-        child_logp = _finite(child_logp.cpu().numpy()).reshape(-1)  # host-device sync
-        child_token = child_token.cpu().numpy().reshape(-1)
         child_parent = np.repeat(frontier, k)
-        new = np.arange(cum.shape[0], cum.shape[0] + child_token.shape[0])
-        cum = np.concatenate([cum, cum[child_parent] + child_logp])
-        token.append(child_token)
-        logp.append(child_logp)
+        cum = np.concatenate([cum, cum[child_parent] + logp])
+        tokens.append(token)
+        logps.append(logp)
         parent.append(child_parent)
-        frontier = _best(new, cum, config.expand)
     is_expanded = np.zeros(cum.shape[0], bool)
     if expanded:
         is_expanded[np.concatenate(expanded)] = True
-    return Pool.from_edges(np.concatenate(token), np.concatenate(parent), np.concatenate(logp), is_expanded)
+    return Pool.from_edges(np.concatenate(tokens), np.concatenate(parent), np.concatenate(logps), is_expanded)
+
+
+def _top_children(rows: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best tokens of each of (E, V) log-prob rows, flattened row by row -> (logp, token), (E * k,).
+
+    One host read for both: token ids are exact in float64, and the next pass's inputs depend on them
+    (a host-device sync per level).
+    """
+    logp, token = torch.topk(rows.float(), k, dim=-1)
+    both = torch.stack([logp.double(), token.double()]).cpu().numpy()  # (2, E, k)
+    return _finite(both[0].reshape(-1)), both[1].reshape(-1).astype(np.int64)
 
 
 def _best(nodes: np.ndarray, cum: np.ndarray, count: int) -> np.ndarray:

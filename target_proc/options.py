@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.config import DECODERS, DecodeConfig
+from pipeline.config import DECODERS, DecodeConfig, split_list
 
 _DEFAULT = DecodeConfig()
 
@@ -44,7 +44,7 @@ class RunOptions:
 
     @property
     def decoder_list(self) -> list[str]:
-        return [d.strip() for d in self.decoders.split(",") if d.strip()]
+        return split_list(self.decoders)
 
     def decode_config(self, decoder: str, seed: int) -> DecodeConfig:
         return DecodeConfig(decoder, self.temperature, self.budget, self.max_new_tokens, seed)

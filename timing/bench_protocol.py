@@ -151,7 +151,6 @@ class Round:
         self.rule, self.budget, self.temperature = rule, budget, temperature
         self.pool = full_pool(vocab_size)
         self.first = np.flatnonzero(self.pool.parent < 0)
-        self.first_ids = torch.from_numpy(self.pool.token[self.first]).to(device)
         gen = torch.Generator().manual_seed(1)
         logits = 3.0 * torch.randn(budget + 1, vocab_size, generator=gen)
         # Favour one deep path of the tree this rule will select, so that the walk goes down several levels.
@@ -167,41 +166,27 @@ class Round:
         self.expected_accepted = len(path)
 
     def __call__(self) -> tuple[int, float]:
-        """One round -> (accepted nodes, seconds of host rule work: selection and traversal)."""
-        import numpy as np
-
-        from pipeline.select import select_draft, select_root, select_root_draw
-        from pipeline.verify import RowDraws, draw, target_probs, traverse
+        """One round, as pipeline.decode runs it -> (accepted nodes, seconds of rule work: selection,
+        traversal and the draws it reaches; the root's draw before selection is left out)."""
+        from pipeline.decode import select_tree
+        from pipeline.select import select_draft
+        from pipeline.verify import RowDraws, draw, traverse
 
         pool, budget, t, logits = self.pool, self.budget, self.temperature, self.logits
-        lazy = self.device.type == "cpu"  # as pipeline.decode draws
+        lazy = self.device.type == "cpu"
         clock = time.perf_counter
-        if self.rule == "draft":
-            t0 = clock()
-            tree = select_draft(pool, budget)
-            host = clock() - t0
-            first = int(draw(logits[:1], t, self.generator)[0])  # host-device sync
-            draws = RowDraws(logits[1: len(tree) + 1], t, self.generator, lazy)
-            t0 = clock()
-            accepted = traverse(tree, first, draws)[0]
-            return len(accepted), host + clock() - t0
-        x1 = int(draw(logits[:1], t, self.generator)[0])  # host-device sync
-        if self.rule == "root-draw":
-            t0 = clock()
-            tree = select_root_draw(pool, budget, x1)
-            host = clock() - t0
-        else:
-            probs = np.zeros(len(pool), np.float32)
-            probs[self.first] = target_probs(logits[0], t)[self.first_ids].cpu().numpy()  # host-device sync
-            t0 = clock()
-            tree = select_root(pool, budget, probs)
-            host = clock() - t0
-            if tree.child(-1, x1) < 0:  # the draw is off the tree: no tree pass this round
-                return 0, host
-        draws = RowDraws(logits[1: len(tree) + 1], t, self.generator, lazy)
         t0 = clock()
-        accepted = traverse(tree, x1, draws)[0]
-        return len(accepted), host + clock() - t0
+        if self.rule == "draft":
+            tree = select_draft(pool, budget)
+            draws = RowDraws(logits[: len(tree) + 1], t, self.generator, lazy)  # row 0: the root's
+            return len(traverse(tree, draws[0], draws.shifted(1))[0]), clock() - t0
+        x1 = int(draw(logits[:1], t, self.generator)[0])  # host-device sync
+        t0 = clock()
+        tree = select_tree(self.rule, pool, budget, x1, logits[0], t)
+        if tree.child(-1, x1) < 0:  # `root`: the draw is off the tree, no tree pass this round
+            return 0, clock() - t0
+        draws = RowDraws(logits[1: len(tree) + 1], t, self.generator, lazy)
+        return len(traverse(tree, x1, draws)[0]), clock() - t0
 
 
 def bench_select_verify(vocabs: list[int], temperatures: list[float], budget: int, rounds: int, warmup: int,
@@ -293,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         r = wire[name]
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]")
     print(f"\nselection + verification per round, B={ns.budget}, device {ns.device}, {ns.threads} thread(s); "
-          f"'rules ms' is the selection and traversal alone, the rest is drawing")
+          f"'rules ms' leaves out only the root's draw before selection")
     print(f"{'rule':<28}{'median ms':>10}{'IQR ms':>20}{'rules ms':>10}{'accepted':>10}{'rounds':>8}")
     for name, r in select.items():
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]"

@@ -6,15 +6,11 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from pipeline.config import DECODERS, DecodeConfig
+from pipeline.config import DECODERS, DecodeConfig, is_int, split_list
 from target_proc.options import RunOptions
 
 _DEFAULT = DecodeConfig()
 _RUN = {f.name: f for f in dataclasses.fields(RunOptions)}  # timeouts mean the same here as in a decode run
-
-
-def _split(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +51,15 @@ class SweepOptions:
             raise ValueError(f"`prompts` must name at least one source, got {self.prompts!r}")
         for name in ("limit_prompts", "warmup"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}")
         for name in ("max_new_tokens", "num_seeds"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}")
-        names = _split(self.decoders)
+        names = split_list(self.decoders)
         if not names or any(n not in DECODERS for n in names) or len(set(names)) != len(names):
             raise ValueError(f"`decoders` must list distinct names from {','.join(DECODERS)}, got {self.decoders!r}")
         for parsed in ("temperature_list", "budget_list", "overrides", "shard_index"):
@@ -76,12 +72,12 @@ class SweepOptions:
 
     @property
     def decoder_list(self) -> list[str]:
-        return _split(self.decoders)
+        return split_list(self.decoders)
 
     @property
     def temperature_list(self) -> list[float]:
         try:
-            values = [float(t) for t in _split(self.temperatures)]
+            values = [float(t) for t in split_list(self.temperatures)]
         except ValueError:
             values = []
         if not values or not all(math.isfinite(t) and t >= 0 for t in values) or len(set(values)) != len(values):
@@ -90,7 +86,7 @@ class SweepOptions:
 
     @property
     def budget_list(self) -> list[int]:
-        items = _split(self.budgets)
+        items = split_list(self.budgets)
         if not items or not all(b.isdigit() and int(b) > 0 for b in items) or len(set(map(int, items))) != len(items):
             raise ValueError(f"`budgets` must list distinct positive integers, got {self.budgets!r}")
         return [int(b) for b in items]
@@ -99,7 +95,7 @@ class SweepOptions:
     def overrides(self) -> dict[tuple[str, int], int]:
         """(decoder, grid budget) -> the cap that decoder runs with there."""
         out: dict[tuple[str, int], int] = {}
-        for item in _split(self.budget_overrides):
+        for item in split_list(self.budget_overrides):
             lhs, eq, cap = item.partition("=")
             decoder, at, budget = lhs.strip().partition("@")
             decoder, cap, budget = decoder.strip(), cap.strip(), budget.strip()
@@ -146,16 +142,13 @@ class ReportOptions:
         "metavar": "NAME"})
 
     def __post_init__(self) -> None:
-        if not _is_int(self.resamples) or self.resamples < 1:
+        if not is_int(self.resamples) or self.resamples < 1:
             raise ValueError(f"`resamples` must be a positive integer, got {self.resamples!r}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"`confidence` must be in (0, 1), got {self.confidence!r}")
-        if not _is_int(self.bootstrap_seed) or self.bootstrap_seed < 0:
+        if not is_int(self.bootstrap_seed) or self.bootstrap_seed < 0:
             raise ValueError(f"`bootstrap_seed` must be a non-negative integer, got {self.bootstrap_seed!r}")
         if self.timeline_decoder not in DECODERS:
             raise ValueError(f"`timeline_decoder` must be one of {', '.join(DECODERS)}, "
                              f"got {self.timeline_decoder!r}")
 
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
