@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from pipeline.config import PoolConfig
+from models.passes import prefill
+from pipeline.config import CapacityError, PoolConfig
 from pipeline.pool import Pool, grow_pool
-from models import PREFILL_CHUNK
 from pipeline.tree import ancestor_matrix
 
 
@@ -33,16 +33,12 @@ class Drafter:
     def commit(self, tokens: Sequence[int]) -> tuple[Pool, float]:
         """Append newly committed tokens and grow the next pool -> (pool, seconds)."""
         t0 = time.perf_counter()
-        tokens = np.asarray(tokens, np.int64)
         base = self.length
         if base + len(tokens) + self.config.n_expanded > self.runner.capacity:
-            raise ValueError(f"the drafter's KV cache of {self.runner.capacity} slots cannot hold "
-                             f"{base + len(tokens)} committed tokens and the pool (raise --max-context)")
-        for start in range(0, len(tokens), PREFILL_CHUNK):  # a long prompt in bounded (chunk, context) masks
-            chunk = tokens[start: start + PREFILL_CHUNK]
-            slots = base + start + np.arange(len(chunk))
-            causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
-            root_row = self.runner.forward(chunk, slots, slots, base + start, slots, causal, last_only=True)[-1]
+            raise CapacityError(f"the drafter's KV cache of {self.runner.capacity} slots cannot hold "
+                                f"{base + len(tokens)} committed tokens and a pool's "
+                                f"{self.config.n_expanded} scratch slots (raise `max_context`)")
+        root_row = prefill(self.runner, tokens, base)
         self.length = base + len(tokens)
         pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(), self.config)
         return pool, time.perf_counter() - t0  # grow_pool read the last ids back, so the device is idle

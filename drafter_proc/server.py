@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import torch
 
 from drafter_proc.drafter import Drafter
 from models.load import Loaded
-from pipeline.config import PoolConfig
+from pipeline.config import CapacityError, PoolConfig
+from pipeline.pool import out_of_vocab
 from protocol.codec import decode
 from protocol.errors import (HandshakeMismatch, MalformedMessage, ProtocolError, StaleMessage, TokenOutOfRange,
                              UnexpectedMessage, VersionMismatch)
@@ -45,7 +47,7 @@ class DrafterServer:
             except ProtocolError as e:
                 log.warning("refused a message: %s", e)
                 reply = Error(e.code, str(e), getattr(msg, "request", self.request))
-            except ValueError as e:  # a request this drafter cannot serve, e.g. beyond its KV cache
+            except CapacityError as e:  # a request this drafter cannot serve: beyond its KV cache
                 log.warning("cannot serve request %d: %s", getattr(msg, "request", self.request), e)
                 reply = Error("drafter", str(e), getattr(msg, "request", self.request))
             if reply is not None:
@@ -99,9 +101,11 @@ class DrafterServer:
         if capacity not in self._runners:
             try:
                 self._runners[capacity] = self.loaded.runner(capacity)
-            except (MemoryError, RuntimeError) as e:  # torch reports a failed allocation as a RuntimeError
-                raise ValueError(f"the drafter cannot allocate a KV cache of {capacity} slots "
-                                 f"(lower --max-context): {type(e).__name__}") from None
+            except (MemoryError, RuntimeError) as e:
+                if not out_of_memory(e):  # graph capture and the like fail with their own message
+                    raise
+                raise CapacityError(f"the drafter cannot allocate a KV cache of {capacity} slots (lower "
+                                    f"`max_context`): {type(e).__name__}: {e}") from None
         self.drafter = Drafter(self._runners[capacity], config)
         self.request, self.round = -1, -1
         log.info("handshake with target %r: pool topk=%d depth=%d expand=%d", hello.model, config.topk,
@@ -109,12 +113,16 @@ class DrafterServer:
         return Ready(PROTOCOL_VERSION, self.loaded.vocab_size, tok.fingerprint, self.loaded.name)
 
     def _check_tokens(self, tokens: np.ndarray, name: str) -> None:
-        bad = (tokens < 0) | (tokens >= self.loaded.vocab_size)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise TokenOutOfRange(f"{name}[{i}] = {int(tokens[i])} is outside the vocabulary "
-                                  f"[0, {self.loaded.vocab_size})")
+        if problem := out_of_vocab(tokens, self.loaded.vocab_size, name):
+            raise TokenOutOfRange(problem)
 
     def _pool_msg(self, pool, seconds: float) -> PoolMsg:
         return PoolMsg(self.request, self.round, seconds, pool.token.astype(np.int32),
                        pool.parent.astype(np.int32), pool.logp, pool.expanded)
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether an allocation failed for lack of memory: torch raises OutOfMemoryError on CUDA and a plain
+    RuntimeError from its CPU allocator."""
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(error, RuntimeError) and "memory" in str(error) and "alloc" in str(error).lower())

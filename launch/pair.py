@@ -1,8 +1,13 @@
 """The launcher behind launch/pair.sh: drafter first, then target; both stop when either ends.
 
-Options are parsed once here from the same dataclasses the processes use, checked, and forwarded: model
-options to each side (--target / --drafter name the models), pool and run options to the target.
-Children die with the launcher (PR_SET_PDEATHSIG), so no process outlives it, even after a SIGKILL.
+    launch/pair.sh [options]               decode prompts with every requested decoder
+    launch/pair.sh sweep [options]         a timing sweep over decoders, temperatures and budgets
+    launch/pair.sh report|matched ARGS     the timing programs over finished sweeps (python -m timing ...)
+
+Options are parsed and checked once here, from the same dataclasses the processes use, then forwarded:
+model options to each side (--target / --drafter name the models), pool, decoding, prompt and connection
+options to the target. A usage error names the launcher's flag and no process starts. Children die with
+the launcher (PR_SET_PDEATHSIG), so no process outlives it, even after a SIGKILL.
 """
 
 from __future__ import annotations
@@ -17,30 +22,48 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
+from launch.cli import add_log_level, add_options, flags_of, from_options, to_argv
+from launch.options import ConnectOptions, RunOptions, SweepOptions
+from launch.prompts import BUILTIN
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
-from pipeline.cli import add_options, from_options, to_argv
-from pipeline.config import PoolConfig
+from pipeline.config import DecodeConfig, PoolConfig
 from protocol.transport import check_endpoint, is_loopback, loopback_tcp_endpoint, private_ipc_endpoint
 
 # The embedded default pair on the CPU: a smaller pool and shorter outputs, so that the whole default
-# run takes about two minutes on two cores. Any --pool-* or --max-new-tokens option replaces these.
+# run takes about a minute on two cores. Any --pool-* or --max-new-tokens option replaces these.
 EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)
 EMBEDDED_MAX_NEW_TOKENS = 96
 EMBEDDED_PROMPTS = 2  # the first built-in prompts
 GRACE_SECONDS = 5.0  # how long a process may take to exit after its peer ended
+TIMING_ROUTES = ("report", "matched")  # run as `python -m timing ROUTE ...`
+PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) must not shadow our packages
+
+
+@dataclass(slots=True)
+class Plan:
+    """What the launcher starts: both command lines, their environments, and what it cleans up."""
+
+    drafter: list[str]
+    target: list[str]
+    endpoint: str
+    env: dict[str, dict[str, str]] = field(default_factory=lambda: {"target": {}, "drafter": {}})
+    private_dir: str | None = None  # the ipc socket's directory, removed at exit
+    notes: list[str] = field(default_factory=list)
 
 
 def build_parser(mode: str) -> argparse.ArgumentParser:
+    run_cls = SweepOptions if mode == "sweep" else RunOptions
     parser = argparse.ArgumentParser(
         prog="launch/pair.sh" + (" sweep" if mode == "sweep" else ""),
         description="Run the target and drafter processes as a pair. With no model options, the embedded "
-                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}.",
+                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
+                    "Other routes: launch/pair.sh sweep|report|matched --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
-               f"--pool-expand {PoolConfig().expand} --max-new-tokens "
-               f"{_run_cls(mode).__dataclass_fields__['max_new_tokens'].default}; "
-               f"for the embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, "
-               f"{EMBEDDED_POOL.expand}" + (f" and {EMBEDDED_MAX_NEW_TOKENS} new tokens." if mode == "decode" else "."))
+               f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
+               f"embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, {EMBEDDED_POOL.expand}"
+               + (f" and {EMBEDDED_MAX_NEW_TOKENS} new tokens." if mode == "decode" else "."))
     pair = parser.add_argument_group("Pair")
     pair.add_argument("--target", metavar="SPEC", help=ModelOptions.__dataclass_fields__["model"].metadata["help"])
     pair.add_argument("--drafter", metavar="SPEC", help="the drafter model, same forms as --target")
@@ -50,15 +73,17 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
     pair.add_argument("--endpoint", metavar="ADDR",
                       help="ipc://PATH, tcp://HOST:PORT, or tcp for a free loopback port "
                            "(default: ipc in a private temporary directory)")
+    flags_of(parser)["endpoint"] = "--endpoint"
     add_options(parser, ModelOptions, skip=("model", "device"))
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
-    add_options(parser, _run_cls(mode), defaults={"max_new_tokens": None})
+    add_options(parser, run_cls, defaults={"max_new_tokens": None})
+    add_options(parser, ConnectOptions)
+    add_log_level(parser)
     return parser
 
 
-def plan(argv: list[str]) -> tuple[list[str], list[str], dict, dict, str, str | None, list[str]]:
-    """Parse the launcher's options -> (drafter argv, target argv, drafter env, target env, endpoint,
-    private directory to remove at exit, notes to print)."""
+def plan(argv: list[str]) -> Plan:
+    """Parse and check the launcher's options into the two command lines; usage errors exit here."""
     mode = "sweep" if argv[:1] == ["sweep"] else "decode"
     argv = argv[1:] if mode == "sweep" else argv
     parser = build_parser(mode)
@@ -71,29 +96,51 @@ def plan(argv: list[str]) -> tuple[list[str], list[str], dict, dict, str, str | 
         ns.drafter = "mock"
     elif ns.drafter is None or ns.target is None:
         parser.error("--target and --drafter go together (or give neither for the embedded default pair)")
-    pool_given = {k: getattr(ns, "pool_" + k) for k in ("topk", "depth", "expand")}
-    if all(v is None for v in pool_given.values()) and embedded:
-        pool = EMBEDDED_POOL
-        notes.append(f"embedded default pair on the CPU: pool reduced to topk={pool.topk} depth={pool.depth} "
-                     f"expand={pool.expand} (paper: 10, 8, 10); --pool-* options change it")
-    else:
-        # Through from_options, so that an invalid combination is a usage error naming the option.
-        chosen = {k: getattr(PoolConfig(), k) if v is None else v for k, v in pool_given.items()}
-        pool = from_options(parser, argparse.Namespace(**{"pool_" + k: v for k, v in chosen.items()}),
-                            PoolConfig, prefix="pool-")
+    pool = _pool(parser, ns, embedded, notes)
     if ns.max_new_tokens is None:
+        ns.max_new_tokens = DecodeConfig().max_new_tokens
         if embedded and mode == "decode":
             ns.max_new_tokens = EMBEDDED_MAX_NEW_TOKENS
             notes.append(f"embedded default: {EMBEDDED_MAX_NEW_TOKENS} new tokens per decode; "
                          f"--max-new-tokens changes it")
-        else:
-            ns.max_new_tokens = _run_cls(mode).__dataclass_fields__["max_new_tokens"].default
     if mode == "decode" and embedded and not ns.prompt and not ns.prompts:
-        from pipeline.prompts import BUILTIN
-
         ns.prompt = list(BUILTIN[:EMBEDDED_PROMPTS])
-    devices = {"target": ns.target_device, "drafter": ns.drafter_device}
     env = {"target": {}, "drafter": {}}
+    devices = _devices(parser, ns, env)
+    shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions) if f.name not in ("model", "device")}
+    models = {}
+    for role in ("target", "drafter"):
+        models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role), device=devices[role]),
+                                    ModelOptions, names={"model": f"--{role}", "device": f"--{role}-device"})
+        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
+    run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
+    connect = from_options(parser, ns, ConnectOptions)
+    endpoint, private_dir = _endpoint(parser, ns.endpoint, notes)
+    drafter = PY + ["launch.drafter", *to_argv(models["drafter"]), "--endpoint", endpoint,
+                    "--log-level", ns.log_level]
+    target = PY + (["timing", "sweep"] if mode == "sweep" else ["launch.target"])
+    target += [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
+               *to_argv(connect), "--log-level", ns.log_level]
+    if mode == "sweep":  # the sweep's config.json records both models; only the launcher knows the drafter's
+        launch = {"options": dataclasses.asdict(models["drafter"]), "env": env["drafter"]}
+        target += ["--drafter-launch", json.dumps(launch)]
+    return Plan(drafter, target, endpoint, env, private_dir, notes)
+
+
+def _pool(parser: argparse.ArgumentParser, ns: argparse.Namespace, embedded: bool, notes: list[str]) -> PoolConfig:
+    given = {k: getattr(ns, "pool_" + k) for k in ("topk", "depth", "expand")}
+    if all(v is None for v in given.values()) and embedded:
+        notes.append(f"embedded default pair on the CPU: pool reduced to topk={EMBEDDED_POOL.topk} depth="
+                     f"{EMBEDDED_POOL.depth} expand={EMBEDDED_POOL.expand} (paper: 10, 8, 10); --pool-* options "
+                     f"change it")
+        return EMBEDDED_POOL
+    chosen = {"pool_" + k: getattr(PoolConfig(), k) if v is None else v for k, v in given.items()}
+    return from_options(parser, argparse.Namespace(**chosen), PoolConfig, prefix="pool-")
+
+
+def _devices(parser: argparse.ArgumentParser, ns: argparse.Namespace, env: dict) -> dict[str, str]:
+    """Each process's device; --gpus pins each process to one GPU through CUDA_VISIBLE_DEVICES."""
+    devices = {"target": ns.target_device, "drafter": ns.drafter_device}
     if ns.gpus is not None:
         gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
         if len(gpus) not in (1, 2) or not all(g.isdigit() for g in gpus):
@@ -101,47 +148,23 @@ def plan(argv: list[str]) -> tuple[list[str], list[str], dict, dict, str, str | 
         for role, gpu in zip(("target", "drafter"), (gpus[0], gpus[-1])):
             env[role]["CUDA_VISIBLE_DEVICES"] = gpu
             devices[role] = "cuda:0"
-    shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions)
-              if f.name not in ("model", "device")}
-    models = {}
-    for role in ("target", "drafter"):
-        models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role),
-                                                               device=devices[role]), ModelOptions)
-        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
-    run_cls = _run_cls(mode)
-    run = from_options(parser, ns, run_cls)
-    private_dir = None
-    if ns.endpoint is None:
+    return devices
+
+
+def _endpoint(parser: argparse.ArgumentParser, text: str | None, notes: list[str]) -> tuple[str, str | None]:
+    """(endpoint, private directory to remove at exit)."""
+    if text is None:
         endpoint = private_ipc_endpoint()
-        private_dir = os.path.dirname(endpoint[len("ipc://"):])
-    elif ns.endpoint == "tcp":
-        endpoint = loopback_tcp_endpoint()
-    else:
-        try:
-            endpoint = check_endpoint(ns.endpoint)
-        except ValueError as e:
-            parser.error(str(e))
-        if not is_loopback(endpoint):
-            notes.append(f"the drafter binds {endpoint}, reachable beyond this machine")
-    py = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) must not shadow our packages
-    drafter = py + ["drafter_proc", *to_argv(models["drafter"]), "--endpoint", endpoint]
-    target_module = ["timing", "sweep"] if mode == "sweep" else ["target_proc"]
-    target = py + [*target_module, *to_argv(models["target"]), "--endpoint", endpoint,
-                   *to_argv(pool, prefix="pool-"), *to_argv(run)]
-    if mode == "sweep":  # the sweep's config.json records both models; only the launcher knows the drafter's
-        launch = {"options": dataclasses.asdict(models["drafter"]), "env": env["drafter"]}
-        target += ["--drafter-launch", json.dumps(launch)]
-    return drafter, target, env["drafter"], env["target"], endpoint, private_dir, notes
-
-
-def _run_cls(mode: str):
-    if mode == "sweep":
-        from timing.options import SweepOptions
-
-        return SweepOptions
-    from target_proc.options import RunOptions
-
-    return RunOptions
+        return endpoint, os.path.dirname(endpoint[len("ipc://"):])
+    if text == "tcp":
+        return loopback_tcp_endpoint(), None
+    try:
+        endpoint = check_endpoint(text)
+    except ValueError as e:
+        parser.error(flags_of(parser).rewrite(str(e)))
+    if not is_loopback(endpoint):
+        notes.append(f"the drafter binds {endpoint}, reachable beyond this machine")
+    return endpoint, None
 
 
 def _die_with(parent: int):
@@ -171,11 +194,12 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    drafter_cmd, target_cmd, drafter_env, target_env, endpoint, private_dir, notes = plan(argv)
-    for note in notes:
+    if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
+        os.execv(sys.executable, [*PY, "timing", *argv])
+    p = plan(argv)
+    for note in p.notes:
         print(f"[launch] {note}", file=sys.stderr)
     procs: list[subprocess.Popen] = []
-
     stopped_by = []
 
     def on_signal(signum, _frame):
@@ -184,34 +208,40 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        drafter = subprocess.Popen(drafter_cmd, env={**os.environ, **drafter_env}, preexec_fn=_die_with(os.getpid()))
+        drafter = subprocess.Popen(p.drafter, env={**os.environ, **p.env["drafter"]},
+                                   preexec_fn=_die_with(os.getpid()))
         procs.append(drafter)
-        target = subprocess.Popen(target_cmd, env={**os.environ, **target_env}, preexec_fn=_die_with(os.getpid()))
+        target = subprocess.Popen(p.target, env={**os.environ, **p.env["target"]}, preexec_fn=_die_with(os.getpid()))
         procs.append(target)
-        while True:
-            if target.poll() is not None:
-                if target.returncode == 0:  # it asked the drafter to shut down: let it exit by itself
-                    try:
-                        drafter.wait(GRACE_SECONDS)
-                    except subprocess.TimeoutExpired:
-                        pass
-                _stop(drafter, GRACE_SECONDS)
-                return _status(target.returncode)
-            if drafter.poll() is not None:
-                # The target notices the closed connection and reports it; give it a moment to say so.
-                try:
-                    target.wait(GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    _stop(target, GRACE_SECONDS)
-                if drafter.returncode == 0 and target.returncode == 0:
-                    return 0  # the target asked the drafter to shut down, then took longer to exit itself
-                print(f"[launch] the drafter exited with status {_status(drafter.returncode)}", file=sys.stderr)
-                return _status(target.returncode) or _status(drafter.returncode) or 1
-            time.sleep(0.05)
+        return _supervise(target, drafter)
     except KeyboardInterrupt:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally:
         for proc in reversed(procs):
             _stop(proc, GRACE_SECONDS)
-        if private_dir:
-            shutil.rmtree(private_dir, ignore_errors=True)
+        if p.private_dir:
+            shutil.rmtree(p.private_dir, ignore_errors=True)
+
+
+def _supervise(target: subprocess.Popen, drafter: subprocess.Popen) -> int:
+    """Wait until either process ends -> the pair's exit status (the failing process's)."""
+    while True:
+        if target.poll() is not None:
+            if target.returncode == 0:  # it asked the drafter to shut down: let it exit by itself
+                try:
+                    drafter.wait(GRACE_SECONDS)
+                except subprocess.TimeoutExpired:
+                    pass
+            _stop(drafter, GRACE_SECONDS)
+            return _status(target.returncode)
+        if drafter.poll() is not None:
+            # The target notices the closed connection and reports it; give it a moment to say so.
+            try:
+                target.wait(GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                _stop(target, GRACE_SECONDS)
+            if drafter.returncode == 0 and target.returncode == 0:
+                return 0  # the target asked the drafter to shut down, then took longer to exit itself
+            print(f"[launch] the drafter exited with status {_status(drafter.returncode)}", file=sys.stderr)
+            return _status(drafter.returncode) or _status(target.returncode) or 1
+        time.sleep(0.05)

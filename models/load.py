@@ -16,11 +16,12 @@ from models import shapes
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
 from models.tokenizers import HFTokenizer, MockTokenizer
+from pipeline.config import InputError
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelNotFound(FileNotFoundError):
+class ModelNotFound(InputError):
     """The model is neither a local directory nor in the local Hugging Face cache."""
 
 
@@ -46,8 +47,10 @@ class Loaded:
 
 
 def load(options: ModelOptions, role: str) -> Loaded:
-    """Load the model of `role` ("target" or "drafter") as `options` describe it."""
-    torch.set_num_threads(options.threads)
+    """Load the model of `role` ("target" or "drafter") as `options` describe it.
+
+    Nothing process-wide changes here: the programs set torch's thread count themselves.
+    """
     if options.is_mock:
         noise = options.mock_noise if role == "drafter" else 0.0
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
@@ -60,7 +63,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)
         return Loaded(options.model, model, tokenizer, options.graphs)
-    model, tokenizer = _load_hf(spec, dtype)
+    model, tokenizer = _load_hf(spec, dtype, options.allow_download)
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic
 
@@ -77,26 +80,37 @@ def _dtype(options: ModelOptions) -> torch.dtype:
     return getattr(torch, options.dtype)
 
 
-def _load_hf(spec: str, dtype: torch.dtype):
+def _load_hf(spec: str, dtype: torch.dtype, allow_download: bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # stdout and stderr stay readable (stdout may carry JSON)
 
     path = str(embedded_checkpoint()) if spec == EMBEDDED else spec
+    local = not allow_download or os.path.isdir(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=local)
     except OSError as e:
         if os.path.isdir(path):
             raise ModelNotFound(f"model {spec!r}: the directory is not a transformers checkpoint ({e})") from None
+        if allow_download:
+            raise ModelNotFound(f"model {spec!r} could not be downloaded: {e}") from None
         from huggingface_hub.constants import HF_HUB_CACHE
 
         raise ModelNotFound(
-            f"model {spec!r} is neither a local directory nor in the local Hugging Face cache "
-            f"({HF_HUB_CACHE}). Download it first, for example `huggingface-cli download {spec}`, "
-            f"or pass the checkpoint's directory.") from None
+            f"model {spec!r} is neither a local directory nor in the local Hugging Face cache ({HF_HUB_CACHE}). "
+            f"Download it first with `{download_command(spec)}`, pass the checkpoint's directory, or set "
+            f"`allow_download`") from None
     return model, tokenizer
+
+
+def download_command(spec: str) -> str:
+    """The download command of the installed huggingface_hub: `hf download` from 1.0, else huggingface-cli."""
+    import huggingface_hub
+
+    major = int(huggingface_hub.__version__.split(".")[0])
+    return f"{'hf' if major >= 1 else 'huggingface-cli'} download {spec}"
 
 
 def embedded_checkpoint() -> Path:

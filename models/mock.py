@@ -26,10 +26,7 @@ class MockModel:
     """Rows of the mock target (noise = 0) or of a mock drafter (noise > 0) over `vocab_size` tokens."""
 
     def __init__(self, vocab_size: int, seed: int, noise: float = 0.0) -> None:
-        if vocab_size < 2:
-            raise ValueError(f"`mock_vocab` must be at least 2, got {vocab_size}")
-        if noise < 0:
-            raise ValueError(f"`mock_noise` must be >= 0, got {noise}")
+        assert vocab_size >= 2 and noise >= 0, (vocab_size, noise)  # checked where the values enter
         self.vocab_size = vocab_size
         self.seed = seed
         self.noise = noise

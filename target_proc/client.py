@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.config import PoolConfig
-from pipeline.pool import InvalidPool, Pool
+from pipeline.pool import InvalidPool, Pool, out_of_vocab
 from protocol.errors import (HandshakeMismatch, InvalidPoolMessage, PeerError, ProtocolError, StaleMessage,
                              TokenOutOfRange, VersionMismatch)
 from protocol.messages import (PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown,
@@ -34,7 +34,7 @@ class RemoteDrafter:
         c = self.pool_config
         self.channel.send(Hello(PROTOCOL_VERSION, self.vocab_size, fingerprint, model, c.topk, c.depth,
                                 c.expand, capacity))
-        reply = self._recv(timeout, "--ready-timeout", "handshake", (Ready, Error))
+        reply = self._recv(timeout, "ready_timeout", "handshake", (Ready, Error))
         if isinstance(reply, Error):
             kind = {"version": VersionMismatch, "mismatch": HandshakeMismatch}.get(reply.code)
             raise kind(reply.message) if kind else PeerError(reply.code, reply.message)
@@ -61,21 +61,18 @@ class RemoteDrafter:
         self.channel.send(Commit(self.request, self.round, np.asarray(tokens, np.int32)))
 
     def pool(self) -> tuple[Pool, float]:
-        msg = self._recv(self.timeout, "--drafter-timeout", "pool", (PoolMsg, Error))
+        msg = self._recv(self.timeout, "drafter_timeout", "pool", (PoolMsg, Error))
         try:
             if isinstance(msg, Error):
                 raise PeerError(msg.code, msg.message)
             if (msg.request, msg.round) != (self.request, self.round):
                 raise StaleMessage(f"pool for request {msg.request} round {msg.round}, but the target waits "
                                    f"for request {self.request} round {self.round}")
-            bad = (msg.token < 0) | (msg.token >= self.vocab_size)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise TokenOutOfRange(f"pool candidate {i} has token {int(msg.token[i])} outside the "
-                                      f"vocabulary [0, {self.vocab_size})")
+            if problem := out_of_vocab(msg.token, self.vocab_size, "pool token"):
+                raise TokenOutOfRange(problem)
             try:
                 pool = Pool.from_edges(msg.token, msg.parent, msg.logp, msg.expanded,
-                                       vocab_size=self.vocab_size, max_depth=self.pool_config.depth)
+                                       max_depth=self.pool_config.depth)
             except InvalidPool as e:
                 raise InvalidPoolMessage(f"pool for round {msg.round}: {e}") from None
         except ProtocolError as e:
@@ -89,9 +86,9 @@ class RemoteDrafter:
     def shutdown(self) -> None:
         self.channel.send(Shutdown())
 
-    def _recv(self, timeout, option, what, expect):
+    def _recv(self, timeout, setting, what, expect):
         try:
-            return self.channel.recv(timeout, option, what, expect)
+            return self.channel.recv(timeout, setting, what, expect)
         except ProtocolError as e:
             self._refuse(e)
             raise

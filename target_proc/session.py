@@ -30,17 +30,18 @@ class Session:
                sync_phases: bool = False) -> DecodeResult:
         """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder).
 
-        sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode).
+        sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
+        CPU the target switches torch's thread count between passes; the caller's count is restored.
         """
-        need = len(prompt_ids) + config.max_new_tokens + config.budget + 1
-        if need > self.target.capacity:
-            raise ValueError(f"a prompt of {len(prompt_ids)} tokens with --max-new-tokens "
-                             f"{config.max_new_tokens} and --budget {config.budget} needs {need} KV slots; "
-                             f"the cache holds {self.target.capacity} (raise --max-context)")
+        config.check_fits(len(prompt_ids), self.target.capacity)
         generator = torch.Generator(device=self.target.device)
         generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
-        return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
-                      sync_phases=sync_phases)
+        threads = torch.get_num_threads()
+        try:
+            return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
+                          sync_phases=sync_phases)
+        finally:
+            torch.set_num_threads(threads)
 
 
 @contextmanager

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from models import PREFILL_CHUNK
+from models.passes import prefill
+from pipeline.config import CapacityError
 from pipeline.tree import Tree, ancestor_matrix
-
 
 
 class Target:
@@ -32,16 +32,10 @@ class Target:
 
     def prefill(self, tokens: Sequence[int], overlapped: bool = False) -> None:
         self._use_threads(overlapped)
-        tokens = np.asarray(tokens, np.int64)
-        if len(tokens) + 1 > self.capacity:
-            raise ValueError(f"a prompt of {len(tokens) + 1} tokens does not fit the KV cache of "
-                             f"{self.capacity} slots (raise --max-context)")
+        self._check(len(tokens) + 1)
         self.prefix = 0
-        for start in range(0, len(tokens), PREFILL_CHUNK):
-            chunk = tokens[start: start + PREFILL_CHUNK]
-            slots = np.arange(start, start + len(chunk))
-            causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
-            self.runner.forward(chunk, slots, slots, start, slots, causal, last_only=True)
+        if len(tokens):
+            prefill(self.runner, tokens, 0)
         self.prefix = len(tokens)
 
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
@@ -85,5 +79,5 @@ class Target:
 
     def _check(self, needed: int) -> None:
         if needed > self.capacity:
-            raise ValueError(f"the decode needs {needed} KV slots but the cache holds {self.capacity} "
-                             f"(raise --max-context or lower --max-new-tokens)")
+            raise CapacityError(f"the decode needs {needed} KV slots but the target's cache holds "
+                                f"{self.capacity} (raise `max_context`)")

@@ -2,26 +2,24 @@
 
 import sys
 
-USAGE = """usage: python -m timing {sweep,report,matched} [options]
-
-  sweep    the target-side process of a sweep (launch/pair.sh sweep starts it with its drafter)
-  report   speeds, paired gains and round times of sweep directories, as Markdown and PNG plots
-  matched  the root-draw cap whose mean tree size matches pearl's, and the command that times both
-
-python -m timing COMMAND --help shows a command's options."""
+PROGRAMS = {
+    "sweep": "the target-side process of a sweep (launch/pair.sh sweep starts it with its drafter)",
+    "report": "speeds, paired gains and round times of sweep directories, as Markdown and PNG plots",
+    "matched": "the root-draw cap whose mean tree size matches pearl's, and the command that times both",
+}
+USAGE = ("usage: python -m timing {" + ",".join(PROGRAMS) + "} [options]\n\n"
+         + "\n".join(f"  {name:<8} {about}" for name, about in PROGRAMS.items())
+         + "\n\npython -m timing COMMAND --help shows a command's options.")
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("sweep", "report", "matched"):
-        print(USAGE, file=sys.stderr if argv[:1] not in (["-h"], ["--help"]) else sys.stdout)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    if argv[0] == "sweep":
-        from timing.sweep import main as run
-    elif argv[0] == "report":
-        from timing.report import main as run
-    else:
-        from timing.matched import main as run
-    return run(argv[1:])
+    if not argv or argv[0] not in PROGRAMS:
+        asked = argv[:1] in (["-h"], ["--help"])
+        print(USAGE, file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    from importlib import import_module
+
+    return import_module(f"timing.{argv[0]}").main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.config import DECODERS
 from pipeline.decode import PHASES
+from pipeline.rules import DECODERS, comparisons
 from timing.stats import GainResult, paired_gains
-
-TARGET_PHASES = PHASES[1:]  # run one after another on the target; "draft" runs on the drafter meanwhile
-_FIRST_DRAW = ("root", "root-draw", "pearl", "pearl-top1")
 
 
 @dataclass(slots=True)
@@ -64,18 +61,6 @@ class Setting:
         return f"T={self.temperature:g} B={self.budget}" + (f" [{self.category}]" if self.category else "")
 
 
-def gain_pairs(decoders: Sequence[str]) -> list[tuple[str, str]]:
-    """The comparisons a report makes among the decoders present: each first-draw rule over `draft`,
-    `root-draw` over `pearl`, and `draft` over plain autoregressive decoding."""
-    have = set(decoders)
-    pairs = [(d, "draft") for d in ("root", "root-draw", "pearl", "pearl-top1") if d in have and "draft" in have]
-    if {"root-draw", "pearl"} <= have:
-        pairs.append(("root-draw", "pearl"))
-    if {"draft", "ar"} <= have:
-        pairs.append(("draft", "ar"))
-    return pairs
-
-
 def settings_of(records: Sequence[dict]) -> list[tuple[float, int]]:
     return sorted({(float(r["temperature"]), int(r["budget"])) for r in records})
 
@@ -109,7 +94,7 @@ def analyse(records: Sequence[dict], temperature: float, budget: int, category: 
             np.array([t for r in mine for t in r["tree_sizes"]], float),
             _phase_matrix(mine))
     setting = Setting(temperature, budget, category, prompt_ids, len(have), sorted({s for _, s in wanted}), stats)
-    pairs = gain_pairs(names)
+    pairs = comparisons(names)
     if pairs and len(prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
         setting.gains = paired_gains({d: s.tokens for d, s in stats.items()},
                                      {d: s.seconds for d, s in stats.items()}, pairs,

@@ -26,15 +26,15 @@ import torch
 
 from drafter_proc.drafter import Drafter
 from launch.pair import EMBEDDED_POOL
+from launch.prompts import load_prompts
 from models.load import load
 from models.options import ModelOptions
 from pipeline.config import PoolConfig
-from pipeline.prompts import load_prompts
+from pipeline.rules import DECODERS
 from pipeline.tree import Tree
 from target_proc.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
-DECODERS = "ar,draft,pearl,pearl-top1,root-draw,root"
 
 
 def median_ms(fn, reps: int = 15) -> float:
@@ -91,8 +91,9 @@ def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
     """How often the int8 drafter's argmax is the target's, and the target's argmax is in the drafter's
     top 10, along the target's own greedy outputs (the `ar` decodes), teacher-forced."""
     cores = ModelOptions().cpu_threads[1]
-    target = load(ModelOptions(threads=cores), "target")
-    drafter = load(ModelOptions(model="smollm2:int8", threads=cores), "drafter")
+    target = load(ModelOptions(), "target")
+    drafter = load(ModelOptions(model="smollm2:int8"), "drafter")
+    torch.set_num_threads(cores)
     top1 = top10 = positions = 0
     for r in records:
         if r["decoder"] != "ar":
@@ -110,7 +111,7 @@ def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
 
 
 def pair_run(prompts: list[str], max_new: int, budget: int) -> list[dict]:
-    cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", DECODERS, "--max-new-tokens", str(max_new),
+    cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", ",".join(DECODERS), "--max-new-tokens", str(max_new),
            "--budget", str(budget), "--json"]
     for p in [prompts[0]] + prompts:  # the first prompt again as a warm-up, dropped below
         cmd += ["--prompt", p]
@@ -124,8 +125,9 @@ def pair_run(prompts: list[str], max_new: int, budget: int) -> list[dict]:
 
 def transformers_baselines(prompts: list[str], max_new: int) -> dict:
     cores = ModelOptions().cpu_threads[1]
-    target = load(ModelOptions(threads=cores), "target")
-    drafter = load(ModelOptions(model="smollm2:int8", threads=cores), "drafter")
+    target = load(ModelOptions(), "target")
+    drafter = load(ModelOptions(model="smollm2:int8"), "drafter")
+    torch.set_num_threads(cores)
     eos = sorted(target.tokenizer.eos)
     out = {}
     for name, extra in (("transformers generate", {}), ("transformers assisted", {"assistant_model": drafter.model})):
@@ -163,7 +165,7 @@ def main() -> None:
     speeds = {}
     print(f"\n{len(prompts)} prompts, T=0, B={args.budget}, {args.max_new_tokens} new tokens")
     print(f"{'':<24}{'tok/s':>8}{'round ms':>10}{'draft':>8}{'root':>8}{'wait':>8}{'tree':>8}{'acc/rnd':>9}")
-    for decoder in DECODERS.split(","):
+    for decoder in DECODERS:
         rows = [r for r in records if r["decoder"] == decoder]
         tokens, seconds = sum(len(r["new_tokens"]) for r in rows), sum(r["seconds"] for r in rows)
         phases = {k: [x for r in rows for x in r["round_phases"][k]] for k in rows[0]["round_phases"]}

@@ -10,9 +10,10 @@ echo. One way is the echo's leg alone (stamp before its encode, read after this 
 CLOCK_MONOTONIC, which both processes share. The parts are timed alone too: encode, decode, and the
 target's validation of a received pool (Pool.from_edges, which RemoteDrafter.pool adds to every round).
 
-Selection + verification, per round and rule, on a pool grown over V tokens and fixed (B + 1, V)
-logits: `draft` selects then draws the root row and the reached tree rows; `root-draw` and `root` draw
-the root row, select, then draw the reached tree rows, as pipeline.decode does (lazily on the CPU, so
+Selection + verification, per round and for every selection rule of pipeline.rules, on a pool grown over
+V tokens and fixed (B + 1, V) logits, through the round loop's own `select` and `verify`: rules without a
+root pass select, then draw the root row and the reached tree rows; rules with one draw the root row,
+select, then draw the reached tree rows, as pipeline.decode does (lazily on the CPU, so
 'rules ms' includes those draws). Every round ends with the traversal. The logits favour one deep path
 of the tree, so the traversal walks several levels as an accepted draft would. Rounds run with one
 intra-op thread by default, as the target process does on the CPU.
@@ -38,7 +39,6 @@ from pathlib import Path
 
 ROUND_TRIP_TARGET_MS = 0.3
 SELECT_VERIFY_TARGET_MS = 1.0
-RULES = ("draft", "root-draw", "root")
 
 # torch and pipeline are imported inside the functions that use them, so that the echo process, which
 # needs only the protocol, is up in a fraction of a second.
@@ -104,7 +104,7 @@ def bench_wire(iterations: int, warmup: int) -> dict[str, dict[str, float]]:
         for i in range(warmup + iterations):
             t0 = time.perf_counter()
             channel.send(PoolMsg(1, i, t0, token, parent, pool.logp, pool.expanded))  # encode + send
-            back = channel.recv(60.0 if i == 0 else 10.0, "--iterations", "echo", expect=(PoolMsg,))
+            back = channel.recv(60.0 if i == 0 else 10.0, "iterations", "echo", expect=(PoolMsg,))
             t1 = time.perf_counter()  # recv + decode done
             if i >= warmup:
                 round_trip.append(t1 - t0)
@@ -166,27 +166,28 @@ class Round:
         self.expected_accepted = len(path)
 
     def __call__(self) -> tuple[int, float]:
-        """One round, as pipeline.decode runs it -> (accepted nodes, seconds of rule work: selection,
-        traversal and the draws it reaches; the root's draw before selection is left out)."""
-        from pipeline.decode import select_tree
-        from pipeline.select import select_draft
-        from pipeline.verify import RowDraws, draw, traverse
+        """One round's rule work, through the round loop's own selection and verification -> (accepted
+        nodes, seconds of selection, traversal and the draws it reaches; the root's draw before selection
+        is left out)."""
+        from pipeline.decode import verify
+        from pipeline.rules import RULES, RootDraw
+        from pipeline.verify import draw
 
-        pool, budget, t, logits = self.pool, self.budget, self.temperature, self.logits
+        rule, pool, budget, t, logits = RULES[self.rule], self.pool, self.budget, self.temperature, self.logits
         lazy = self.device.type == "cpu"
         clock = time.perf_counter
+        if not rule.root_pass:  # row 0 is the root's
+            t0 = clock()
+            tree = rule.select(pool, budget, None)
+            accepted, _ = verify(tree, logits[: len(tree) + 1], None, t, self.generator, lazy)
+            return len(accepted), clock() - t0
+        first = RootDraw(int(draw(logits[:1], t, self.generator)[0]), logits[0], t)  # host-device sync
         t0 = clock()
-        if self.rule == "draft":
-            tree = select_draft(pool, budget)
-            draws = RowDraws(logits[: len(tree) + 1], t, self.generator, lazy)  # row 0: the root's
-            return len(traverse(tree, draws[0], draws.shifted(1))[0]), clock() - t0
-        x1 = int(draw(logits[:1], t, self.generator)[0])  # host-device sync
-        t0 = clock()
-        tree = select_tree(self.rule, pool, budget, x1, logits[0], t)
-        if tree.child(-1, x1) < 0:  # `root`: the draw is off the tree, no tree pass this round
+        tree = rule.select(pool, budget, first)
+        if tree.child(-1, first.token) < 0:  # `root`: the draw is off the tree, no tree pass this round
             return 0, clock() - t0
-        draws = RowDraws(logits[1: len(tree) + 1], t, self.generator, lazy)
-        return len(traverse(tree, x1, draws)[0]), clock() - t0
+        accepted, _ = verify(tree, logits[1: len(tree) + 1], first.token, t, self.generator, lazy)
+        return len(accepted), clock() - t0
 
 
 def bench_select_verify(vocabs: list[int], temperatures: list[float], budget: int, rounds: int, warmup: int,
@@ -194,10 +195,12 @@ def bench_select_verify(vocabs: list[int], temperatures: list[float], budget: in
     """Per case: up to `rounds` timed rounds, fewer (at least 10) when a case would take over `seconds`."""
     import torch
 
+    from pipeline.rules import SPECULATIVE
+
     out = {}
     for vocab in vocabs:
         for temperature in temperatures:
-            for rule in RULES:
+            for rule in SPECULATIVE:
                 step = Round(rule, vocab, budget, temperature, device)
                 t_end = time.perf_counter() + seconds / 4
                 for i in range(warmup):

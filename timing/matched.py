@@ -12,17 +12,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import shlex
-import sys
 from collections.abc import Sequence
 
 import numpy as np
 
+from launch.cli import (EXIT_USAGE, add_log_level, add_options, flags_of, from_options, run_program, setup_logging,
+                        to_argv)
+from launch.options import MatchedOptions
 from models.options import ModelOptions
-from pipeline.cli import to_argv
-from pipeline.config import PoolConfig
+from pipeline.config import InputError, PoolConfig
 from timing.records import load_records
 from timing.report import merged_config
+
+log = logging.getLogger("timing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,53 +34,49 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Find root-draw's cap whose mean tree size matches pearl's and "
                                                  "print the sweep command that times both at it.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="a finished sweep's --out directory")
-    parser.add_argument("--budget", type=int, default=59, metavar="B", help="pearl's budget (default: 59)")
-    parser.add_argument("--num-seeds", type=int, default=2, metavar="N",
-                        help="sampling seeds of the matched run at T > 0 (default: 2)")
-    parser.add_argument("--out", metavar="DIR", help="the matched run's output directory (default: DIR-matched)")
+    add_options(parser, MatchedOptions)
+    add_log_level(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
-    if ns.budget < 1:
-        parser.error(f"--budget must be a positive integer, got {ns.budget}")
-    if ns.num_seeds < 1:
-        parser.error(f"--num-seeds must be a positive integer, got {ns.num_seeds}")
-    try:
-        config = merged_config(ns.dirs)
-        records = [r for r in load_records(ns.dirs) if not r["warmup"] and int(r["budget"]) == ns.budget]
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    options = from_options(parser, ns, MatchedOptions)
+    setup_logging("matched", ns.log_level)
+    return run_program(lambda: matched(ns.dirs, options), flags_of(parser))
+
+
+def matched(dirs: Sequence[str], options: MatchedOptions) -> int:
+    config = merged_config(dirs)
+    records = [r for r in load_records(dirs) if not r["warmup"] and int(r["budget"]) == options.budget]
     found, failed = {}, {}
     for t in sorted({float(r["temperature"]) for r in records}):
         try:
             found[t] = match(records, t)
-        except ValueError as e:
+        except InputError as e:
             failed[t] = str(e)
-            print(f"T={t:g} B={ns.budget}: no matched run: {e}", file=sys.stderr)
+            log.warning("T=%g B=%d: no matched run: %s", t, options.budget, e)
     if not found:
-        if not failed:
-            print(f"error: no timed record at B = {ns.budget} in {', '.join(ns.dirs)}", file=sys.stderr)
-        return 2
+        if failed:
+            return EXIT_USAGE
+        raise InputError(f"no timed record at B = {options.budget} in {', '.join(dirs)}")
     temperatures = sorted(found)
-    base = ns.out or ns.dirs[0].rstrip("/") + "-matched"
+    base = options.out or dirs[0].rstrip("/") + "-matched"
     commands, caps = [], sorted({m["cap"] for m in found.values()})
     groups = [(temperatures, base)] if len(caps) == 1 else [
         ([t], f"{base}-T{t:g}") for t in temperatures]  # one cap per run: one run per temperature
     for ts, out in groups:
-        commands.append(command(config, ts, ns.budget, found[ts[0]]["cap"], ns.num_seeds, out))
+        commands.append(command(config, ts, options.budget, found[ts[0]]["cap"], options.num_seeds, out))
     for t, m in found.items():
-        print(f"T={t:g} B={ns.budget}: pearl's mean tree size {m['pearl_mean']:.2f} over {m['prompts']} prompts; "
-              f"root-draw's {m['root_draw_mean']:.2f} at {ns.budget} (estimated {m['estimate_at_budget']:.2f}); "
-              f"cap {m['cap']} gives {m['mean_at_cap']:.2f}" + ("" if m["cap"] <= ns.budget else
-                                                                 f" (above {ns.budget}: root-draw's trees are "
-                                                                 "the smaller ones)"))
+        print(f"T={t:g} B={options.budget}: pearl's mean tree size {m['pearl_mean']:.2f} over {m['prompts']} "
+              f"prompts; root-draw's {m['root_draw_mean']:.2f} at {options.budget} (estimated "
+              f"{m['estimate_at_budget']:.2f}); cap {m['cap']} gives {m['mean_at_cap']:.2f}"
+              + ("" if m["cap"] <= options.budget else
+                 f" (above {options.budget}: root-draw's trees are the smaller ones)"))
     for c in commands:
         print(c)
-    print(json.dumps({"budget": ns.budget, "temperatures": {f"{t:g}": m for t, m in found.items()},
+    print(json.dumps({"budget": options.budget, "temperatures": {f"{t:g}": m for t, m in found.items()},
                       "unmatched": {f"{t:g}": why for t, why in failed.items()}, "commands": commands}))
     return 0
 
@@ -84,22 +84,22 @@ def main(argv: list[str] | None = None) -> int:
 def match(records: Sequence[dict], temperature: float) -> dict:
     """Pearl's and root-draw's mean tree sizes at one temperature and the smallest matching cap.
 
-    Uses the prompts that have both decoders for every seed recorded; raises ValueError when a decoder is
-    missing or root-draw's records lack the pool count under X1.
+    Uses the prompts that have both decoders for every seed recorded; raises InputError when a decoder is
+    missing or root-draw's records lack the pool count under X1 (an InputError).
     """
     at = [r for r in records if float(r["temperature"]) == temperature]
     by = {d: [r for r in at if r["decoder"] == d] for d in ("pearl", "root-draw")}
     for d, rs in by.items():
         if not rs:
-            raise ValueError(f"no {d} records")
+            raise InputError(f"no {d} records")
     keys = {d: {(r["prompt_id"], r["seed"]) for r in rs} for d, rs in by.items()}
     both = keys["pearl"] & keys["root-draw"]
     if not both:
-        raise ValueError("no prompt has both pearl and root-draw")
+        raise InputError("no prompt has both pearl and root-draw")
     pearl = np.array([t for r in by["pearl"] if (r["prompt_id"], r["seed"]) in both for t in r["tree_sizes"]], float)
     rd = [r for r in by["root-draw"] if (r["prompt_id"], r["seed"]) in both]
     if any(r.get("available") is None or 0 in r["available"] for r in rd):
-        raise ValueError("root-draw's records lack `available` (pool nodes under and including the drawn first "
+        raise InputError("root-draw's records lack `available` (pool nodes under and including the drawn first "
                          "token per round), which the estimate needs; sweep again with a runtime that records it")
     available = np.array([a for r in rd for a in r["available"]], np.int64)
     sizes = np.array([t for r in rd for t in r["tree_sizes"]], float)
@@ -108,7 +108,7 @@ def match(records: Sequence[dict], temperature: float) -> dict:
     means = np.minimum(caps[:, None], available[None, :]).mean(axis=1)  # (caps,)
     reach = np.flatnonzero(means >= target - 1e-9)
     if len(reach) == 0:
-        raise ValueError(f"root-draw's trees hold {means[-1]:.2f} nodes even uncapped, below pearl's {target:.2f}")
+        raise InputError(f"root-draw's trees hold {means[-1]:.2f} nodes even uncapped, below pearl's {target:.2f}")
     cap = int(caps[reach[0]])
     budget = int(rd[0]["cap"]) if "cap" in rd[0] else int(rd[0]["budget"])
     return {"pearl_mean": target, "root_draw_mean": float(sizes.mean()),

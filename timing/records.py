@@ -14,12 +14,14 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from pipeline.config import InputError
+
 log = logging.getLogger("timing")
 
 _SHARD_FILE = re.compile(r"records\.shard-(\d+)-of-(\d+)\.jsonl")
 
 
-class DamagedRecords(ValueError):
+class DamagedRecords(InputError):
     """A records file holds a line that is not a record before its last line, or a record twice."""
 
 
@@ -89,7 +91,7 @@ class RecordStore:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
-            raise ValueError(f"another sweep is writing {path}; wait for it or use another --out or --shard") \
+            raise InputError(f"another sweep is writing {path}; wait for it or use another `out` or `shard`") \
                 from None
         self.records = read_records(path, repair=True)
         self.keys = {record_key(r) for r in self.records}
@@ -129,7 +131,7 @@ def load_records(directories: Iterable[str | Path]) -> list[dict]:
     for directory in directories:
         files = shard_files(directory)
         if not files:
-            raise ValueError(f"{directory}: no records.shard-I-of-N.jsonl file; is it a sweep's --out?")
+            raise InputError(f"{directory}: no records.shard-I-of-N.jsonl file; is it a sweep's output directory?")
         for path in files:
             for record in read_records(path):
                 key = record_key(record)

@@ -10,16 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.cli import add_options, from_options
+from launch.cli import add_log_level, add_options, flags_of, from_options, run_program, setup_logging
+from launch.options import ReportOptions
+from pipeline.config import InputError
 from timing import run_config
 from timing.analysis import PHASES, Setting, analyse, settings_of
-from timing.options import ReportOptions
 from timing.records import load_records
 
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(shards of one sweep may lie in several).")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="a sweep's --out directory")
     add_options(parser, ReportOptions)
+    add_log_level(parser)
     return parser
 
 
@@ -36,16 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     options = from_options(parser, ns, ReportOptions)
-    try:
-        config = merged_config(ns.dirs)
-        records = load_records(ns.dirs)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    setup_logging("report", ns.log_level)
+    return run_program(lambda: report(ns.dirs, options), flags_of(parser))
+
+
+def report(dirs: Sequence[str], options: ReportOptions) -> int:
+    config = merged_config(dirs)
+    records = load_records(dirs)
     timed = [r for r in records if not r["warmup"]]
     if not timed:
-        print(f"error: {', '.join(ns.dirs)} hold no timed decode yet ({len(records)} warm-ups)", file=sys.stderr)
-        return 2
+        raise InputError(f"{', '.join(dirs)} hold no timed decode yet ({len(records)} warm-ups)")
     kw = dict(n_resamples=options.resamples, confidence_level=options.confidence, rng=options.bootstrap_seed)
     settings = [analyse(timed, t, b, **kw) for t, b in settings_of(timed)]
     by_category = {}
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         categories = sorted({r["category"] for r in timed})
         by_category = {s.label: [analyse(timed, s.temperature, s.budget, c, **kw) for c in categories]
                        for s in settings}
-    out = Path(options.out or ns.dirs[0])
+    out = Path(options.out or dirs[0])
     out.mkdir(parents=True, exist_ok=True)
     plots = []
     if options.plots:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             plots.append("gains.png")
         if plot_timeline(settings, options.timeline_decoder, out / "timeline.png"):
             plots.append("timeline.png")
-    text = render(ns.dirs, config, records, settings, by_category, options, plots)
+    text = render(dirs, config, records, settings, by_category, options, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)
     print(json.dumps({"report": str(out / "report.md"), "plots": [str(out / p) for p in plots],
@@ -77,7 +78,8 @@ def merged_config(dirs: Sequence[str]) -> dict:
     for d, c in zip(dirs[1:], configs[1:]):
         diff = run_config.differences(run_config.compared(configs[0]), run_config.compared(c))
         if diff:
-            raise ValueError(f"{dirs[0]} and {d} hold sweeps with other settings:\n  " + "\n  ".join(diff))
+            raise run_config.ConfigMismatch(f"{dirs[0]} and {d} hold sweeps with other settings:\n  "
+                                            + "\n  ".join(diff))
     return configs[0]
 
 

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import socket
@@ -22,19 +23,23 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from launch.cli import option_values
+from launch.options import SweepOptions
+from launch.prompts import Prompt
 from models.options import ModelOptions
-from pipeline.config import PoolConfig
-from pipeline.prompts import Prompt
-from timing.options import SweepOptions
+from pipeline.config import InputError, PoolConfig
+from timing.records import read_records, shard_files
+
+log = logging.getLogger("timing")
 
 CONFIG = "config.json"
 PACKAGES = ("torch", "transformers", "numpy", "pyzmq", "msgpack")
 PROJECT = Path(__file__).resolve().parent.parent
 # Sweep fields that change where or how patiently a run works, not what it times.
-_NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout")
+_NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "prompt")
 
 
-class ConfigMismatch(ValueError):
+class ConfigMismatch(InputError):
     """The directory holds records of other models, pool or sweep settings."""
 
 
@@ -44,7 +49,7 @@ def describe(target: ModelOptions, drafter: ModelOptions | None, pool: PoolConfi
     digest = hashlib.blake2b(json.dumps([[p.id, p.category, p.text] for p in prompts]).encode(), digest_size=8)
     return {"models": {"target": dataclasses.asdict(target),
                        "drafter": dataclasses.asdict(drafter) if drafter else None},
-            "pool": dataclasses.asdict(pool), "sweep": _plain(dataclasses.asdict(sweep)),
+            "pool": dataclasses.asdict(pool), "sweep": _plain(option_values(sweep)),
             "prompt_set": {"count": len(prompts), "digest": digest.hexdigest()}}
 
 
@@ -53,8 +58,9 @@ def compared(config: dict) -> dict:
     the prompts themselves (a source file edited in place changes them under the same name)."""
     sweep = {k: v for k, v in config["sweep"].items() if k not in _NOT_COMPARED}
     sweep["n_shards"] = config["sweep"]["shard"].partition("/")[2].strip()  # shards of one N may share it
-    return {"models": config["models"], "pool": config["pool"], "sweep": sweep,
-            "prompt_set": config.get("prompt_set")}
+    models = {role: None if m is None else {**dataclasses.asdict(ModelOptions()), **m}  # fields added later
+              for role, m in config["models"].items()}                                   # take their defaults
+    return {"models": models, "pool": config["pool"], "sweep": sweep, "prompt_set": config.get("prompt_set")}
 
 
 def differences(old: dict, new: dict, path: str = "") -> list[str]:
@@ -80,16 +86,17 @@ def read_config(directory: str | Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{directory}: no {CONFIG}; is it a sweep's --out?") from None
+        raise InputError(f"{directory}: no {CONFIG}; is it a sweep's output directory?") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
+        raise InputError(f"{path}: not valid JSON ({e.msg})") from None
 
 
 def claim(directory: str | Path, config: dict, start: dict) -> dict:
     """Create `directory` and its config.json, or check that its config matches; record this start.
 
-    Raises ConfigMismatch naming every difference. Shards starting together in one directory take turns
-    through a lock file.
+    Raises ConfigMismatch naming every difference. A directory whose sweep recorded no decode yet (one
+    refused before its first record, say) takes the new settings. Shards starting together in one
+    directory take turns through a lock file.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -99,10 +106,13 @@ def claim(directory: str | Path, config: dict, start: dict) -> dict:
         if path.exists():
             old = read_config(directory)
             diff = differences(compared(old), compared(config))
-            if diff:
-                raise ConfigMismatch(f"{directory} holds a sweep with other settings; use another --out, or "
+            if diff and any(read_records(p) for p in shard_files(directory)):
+                raise ConfigMismatch(f"{directory} holds a sweep with other settings; use another `out`, or "
                                      f"rerun with the same settings to resume. Differences:\n  "
                                      + "\n  ".join(diff))
+            if diff:
+                log.info("%s recorded no decode under its old settings; it takes the new ones", directory)
+                old = {**config, "starts": []}
             config = {**old, "starts": old.get("starts", []) + [start]}
         else:
             config = {**config, "starts": [start]}

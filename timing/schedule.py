@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.prompts import Prompt
+from launch.prompts import Prompt
 
-# Separate streams of one seed, so that the subset does not change the order's draws and vice versa.
-_SUBSET_STREAM, _ORDER_STREAM = 1, 2
+_ORDER_STREAM = 2  # a stream of the seed of its own (launch.prompts' subset takes stream 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,29 +49,6 @@ def rotated(combos: Sequence[Combo], position: int) -> list[Combo]:
     """The combinations for the prompt at `position` of the seeded order: start at position mod C."""
     start = position % len(combos)
     return list(combos[start:]) + list(combos[:start])
-
-
-def stratified_subset(prompts: Sequence[Prompt], limit: int, seed: int) -> list[Prompt]:
-    """`limit` prompts spread evenly over categories (0 or >= len keeps all), in their original order.
-
-    Categories take turns in a seeded order, each giving its next prompt in a seeded shuffle, until
-    `limit` are taken: category counts differ by at most one unless a category runs out.
-    """
-    if limit <= 0 or limit >= len(prompts):
-        return list(prompts)
-    rng = np.random.default_rng((seed, _SUBSET_STREAM))
-    groups: dict[str, list[int]] = {}
-    for i, p in enumerate(prompts):
-        groups.setdefault(p.category, []).append(i)
-    names = sorted(groups)
-    names = [names[j] for j in rng.permutation(len(names))]
-    queues = {name: [groups[name][j] for j in rng.permutation(len(groups[name]))] for name in names}
-    chosen: list[int] = []
-    while len(chosen) < limit:
-        for name in names:
-            if queues[name] and len(chosen) < limit:
-                chosen.append(queues[name].pop(0))
-    return [prompts[i] for i in sorted(chosen)]
 
 
 def prompt_order(prompts: Sequence[Prompt], seed: int) -> list[Prompt]:

@@ -13,30 +13,30 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from launch import target as target_program
+from launch.cli import flags_of, run_program
+from launch.options import SweepOptions
+from launch.prompts import Prompt, gather
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig
+from pipeline.config import DecodeConfig, InputError
 from pipeline.decode import PHASES, DecodeResult
-from pipeline.prompts import Prompt, load_prompts
-from target_proc import cli as target_cli
-from target_proc.session import open_session
 from timing import run_config
-from timing.options import SweepOptions
 from timing.records import RecordStore, record_key, records_path
-from timing.schedule import Task, combinations, plan, prompt_order, stratified_subset
+from timing.schedule import Task, combinations, plan, prompt_order
 
 log = logging.getLogger("timing")
 
 
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = target_cli.build_parser("python -m timing sweep", "The target process of a timing sweep "
-                                     "(launch/pair.sh sweep starts it with its drafter).", SweepOptions)
+    parser = target_program.build_parser("python -m timing sweep", "The target process of a timing sweep "
+                                         "(launch/pair.sh sweep starts it with its drafter).", SweepOptions)
     parser.add_argument("--drafter-launch", metavar="JSON",
                         help="how the launcher started the drafter: {\"options\": its model options, \"env\": "
                              "its environment overrides}; recorded in config.json")
@@ -45,41 +45,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = target_cli.parse(parser, argv, SweepOptions)
+    args = target_program.parse(parser, argv, SweepOptions)
     model, pool, options = args.model, args.pool, args.run
-    try:
+
+    def body() -> int:
         drafter, drafter_env = _drafter_launch(args.namespace.drafter_launch)
         prompts = gather_prompts(options)
-        tasks = sweep_tasks(options, prompts)
-    except ValueError as e:
-        parser.error(str(e))
-
-    def body() -> int:  # a ValueError here is also a ConfigMismatch or DamagedRecords
         config = run_config.describe(model, drafter, pool, options, prompts)
-        run_config.claim(options.out, config, run_config.environment(options.shard, drafter_env))
-        with RecordStore(records_path(options.out, *options.shard_index)) as store:
-            if all(_key(t) in store for t in tasks):
-                log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
-            else:
-                with open_session(model, args.endpoint, pool, options.drafter_timeout,
-                                  options.ready_timeout) as session, logging_redirect_tqdm():
-                    run_sweep(session, options, tasks, store)
-            print(json.dumps(summary(options, tasks, store.records)))
+        store = run_shard(options, prompts, config, drafter_env, lambda: target_program.connect(args))
+        print(json.dumps(summary(options, sweep_tasks(options, prompts), store.records)))
         return 0
 
-    return target_cli.run_reporting(body, log, "timing")
+    return run_program(body, flags_of(parser))
+
+
+def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, drafter_env: dict | None,
+              connect: Callable[[], AbstractContextManager], progress: bool = True) -> RecordStore:
+    """Claim the directory for this shard, then decode what it has not recorded yet -> its (closed) store.
+
+    The shard's record file is locked first, so a second sweep on the same shard is refused before it
+    records a start in config.json; `connect` opens the session only when a decode is left.
+    """
+    tasks = sweep_tasks(options, prompts)
+    with RecordStore(records_path(options.out, *options.shard_index)) as store:
+        run_config.claim(options.out, config, run_config.environment(options.shard, drafter_env))
+        if all(_key(t) in store for t in tasks):
+            log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
+        else:
+            with connect() as session, logging_redirect_tqdm():
+                run_sweep(session, options, tasks, store, progress)
+    return store
 
 
 def gather_prompts(options: SweepOptions) -> list[Prompt]:
-    """The prompts of every source (ids unique across them), cut to --limit-prompts."""
-    prompts, seen = [], {}
-    for source in options.prompts:
-        for p in load_prompts(source):
-            if p.id in seen:
-                raise ValueError(f"prompt id {p.id!r} is in both {seen[p.id]!r} and {source!r}")
-            seen[p.id] = source
-            prompts.append(p)
-    return stratified_subset(prompts, options.limit_prompts, options.seed)
+    """The prompts of every source (ids unique across them), cut to `limit_prompts`."""
+    return gather(options.sources, options.seed)
 
 
 def sweep_tasks(options: SweepOptions, prompts: Sequence[Prompt]) -> list[Task]:
@@ -89,7 +89,7 @@ def sweep_tasks(options: SweepOptions, prompts: Sequence[Prompt]) -> list[Task]:
                           {t: options.seeds(t) for t in temperatures})
     shard, n_shards = options.shard_index
     if shard > len(prompts):
-        raise ValueError(f"--shard {options.shard} gets no prompt: the sweep has {len(prompts)}")
+        raise InputError(f"`shard` {options.shard} gets no prompt: the sweep has {len(prompts)}")
     return plan(prompt_order(prompts, options.seed), combos, shard, n_shards, options.warmup)
 
 
@@ -128,7 +128,6 @@ def make_record(task: Task, cap: int, prompt_tokens: int, result: DecodeResult, 
     """One decode's JSON record: per-decode totals and per-round columns."""
     rounds = result.rounds
     names = list(PHASES) + sorted({k for r in rounds for k in r.phases} - set(PHASES))
-    available = [getattr(r, "available", None) for r in rounds]
     c = task.combo
     return {
         "prompt_id": task.prompt.id, "category": task.prompt.category, "position": task.position,
@@ -138,7 +137,7 @@ def make_record(task: Task, cap: int, prompt_tokens: int, result: DecodeResult, 
         "seconds": result.seconds, "prefill_seconds": result.prefill_seconds, "rounds": len(rounds),
         "target_passes": result.target_passes,
         "accepted": [r.accepted for r in rounds], "tree_sizes": [r.tree_size for r in rounds],
-        "available": None if None in available else available,
+        "available": [r.available for r in rounds],
         "phases": {name: [r.phases.get(name, 0.0) for r in rounds] for name in names},  # absent phase: 0 s
         "finished": time.time(),
     }
@@ -166,12 +165,12 @@ def _key(task: Task) -> tuple:
 def _check_capacity(capacity: int, ids: dict[str, list[int]], options: SweepOptions, tasks: Sequence[Task]) -> None:
     """Fail before the first decode, not hours in, when a prompt cannot fit the target's KV cache."""
     cap = max(options.cap(t.combo.decoder, t.combo.budget) for t in tasks)
+    config = DecodeConfig(budget=cap, max_new_tokens=options.max_new_tokens)
     for prompt_id, prompt in ids.items():
-        need = len(prompt) + options.max_new_tokens + cap + 1
-        if need > capacity:
-            raise ValueError(f"prompt {prompt_id!r} ({len(prompt)} tokens) with --max-new-tokens "
-                             f"{options.max_new_tokens} and a cap of {cap} needs {need} KV slots; the cache "
-                             f"holds {capacity} (raise --max-context)")
+        try:
+            config.check_fits(len(prompt), capacity)
+        except InputError as e:
+            raise type(e)(f"prompt {prompt_id!r}: {e}") from None
 
 
 def _drafter_launch(text: str | None) -> tuple[ModelOptions | None, dict | None]:
@@ -181,4 +180,4 @@ def _drafter_launch(text: str | None) -> tuple[ModelOptions | None, dict | None]
         launch = json.loads(text)
         return ModelOptions(**launch["options"]), dict(launch.get("env") or {})
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"--drafter-launch must be JSON with the drafter's model options ({e})") from None
+        raise InputError(f"`drafter_launch` must be JSON with the drafter's model options ({e})") from None

@@ -10,7 +10,8 @@ from drafter_proc.drafter import Drafter
 from drafter_proc.local import LocalDrafter
 from models.hf import CUDA_BUCKETS, HFRunner
 from models.shapes import random_model
-from pipeline.config import DECODERS, DecodeConfig, PoolConfig
+from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from target_proc.target import Target
 from tests.models.test_tree_pass import random_tree

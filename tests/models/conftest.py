@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import models  # noqa: F401  (sets the offline environment before transformers is imported)
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 VOCAB = 96

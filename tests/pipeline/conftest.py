@@ -1,5 +1,5 @@
 """Builders shared by the pipeline tests: in-process mock target/drafter pairs, pools grown from exact
-mock rows with the target's edge probabilities, the target's greedy stream, a prefix-keyed deterministic
+mock rows with the target's edge probabilities, a prefix-keyed deterministic
 target and a fixed-pool drafter.
 
 Test modules receive these through fixtures (each returns the builder itself), so nothing imports this
@@ -26,16 +26,6 @@ from target_proc.target import Target
 CAPACITY = 4096  # KV slots of a mock runner: prompt, output and a 711-row tree pass fit
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _one_intra_op_thread():
-    # Mock tensors hold a few dozen floats. Waking a second intra-op thread for each of them costs several
-    # times the work itself on a two-core machine, so the decode-heavy tests run single-threaded.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @dataclass
 class MockPair:
     target_model: MockModel
@@ -59,19 +49,6 @@ def softmax64(logits: np.ndarray) -> np.ndarray:
     z = np.asarray(logits, np.float64)
     z = np.exp(z - z.max(-1, keepdims=True))
     return z / z.sum(-1, keepdims=True)
-
-
-def greedy_stream(model: MockModel, prompt: Sequence[int], n: int) -> list[int]:
-    """The target's argmax continuation of `prompt`: n tokens, or fewer ending at the first EOS."""
-    digest = model.digest(prompt)
-    out: list[int] = []
-    while len(out) < n:
-        token = int(np.argmax(model.logits(digest)))
-        out.append(token)
-        if token == EOS:
-            break
-        digest = model.extend(digest, token)
-    return out
 
 
 @dataclass
@@ -196,11 +173,6 @@ def mock_pair():
 @pytest.fixture(scope="session")
 def mock_pool():
     return grow_mock_pool
-
-
-@pytest.fixture(scope="session")
-def greedy():
-    return greedy_stream
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 import pipeline.decode
-from pipeline.config import DECODERS, DecodeConfig
+from pipeline.config import DecodeConfig
+from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
+from pipeline.select import select_draft
 from pipeline.tree import Tree
 from pipeline.verify import traverse
 
@@ -48,10 +50,10 @@ def siblings_as_sequence(tree: Tree, first: int, draws: np.ndarray) -> tuple[lis
         at, token = nxt, int(draws[nxt])
 
 
-def run(decoder: str, temperature: float, budget: int, drafter, target) -> list[int]:
+def run(decoder: str, temperature: float, budget: int, drafter, target):
     config = DecodeConfig(decoder, temperature, budget, max_new_tokens=16, seed=0)
     generator = torch.Generator().manual_seed(7)
-    return decode(target, drafter, [C], config, frozenset({EOS}), generator).tokens
+    return decode(target, drafter, [C], config, frozenset({EOS}), generator)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -59,15 +61,18 @@ def run(decoder: str, temperature: float, budget: int, drafter, target) -> list[
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_every_decoder_emits_aba(decoder, budget, temperature, fixed_pool_drafter, prefix_target):
     drafter = fixed_pool_drafter(address_pool())
-    assert run(decoder, temperature, budget, drafter, prefix_target(NEXT, VOCAB)) == [A, B, A, EOS]
+    result = run(decoder, temperature, budget, drafter, prefix_target(NEXT, VOCAB))
+    assert result.tokens == [A, B, A, EOS]
     if decoder != "ar":
         assert drafter.started == drafter.ended == 1
-        # The drafter was told every emitted token but the last round's.
-        assert drafter.context == [C, A, B, A, EOS][: len(drafter.context)]
+        # The drafter holds the prompt and exactly the tokens of every round but the last, in order.
+        told = sum(r.emitted for r in result.rounds[:-1])
+        assert drafter.context == [C] + result.tokens[:told]
+        assert len(result.rounds) == 1 or told > 0
 
 
 def test_paper_tree_is_selected_at_budget_two():
-    tree = pipeline.decode.select_draft(address_pool(), 2)
+    tree = select_draft(address_pool(), 2)
     assert tree.token.tolist() == [A, B] and tree.parent.tolist() == [ROOT, ROOT]
 
 
@@ -75,10 +80,10 @@ def test_sibling_sequence_verifier_emits_abb(monkeypatch, fixed_pool_drafter, pr
     # The same harness with the wrong verifier fails: the check above can detect an address error. The
     # target is told not to check commits, since the wrong verifier's accepted nodes are no root path.
     lenient = prefix_target(NEXT, VOCAB, strict=False)
-    assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient) == [A, B, A, EOS]
+    assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient).tokens == [A, B, A, EOS]
     monkeypatch.setattr(pipeline.decode, "traverse", siblings_as_sequence)
     lenient = prefix_target(NEXT, VOCAB, strict=False)
-    assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient) == [A, B, B, EOS]
+    assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient).tokens == [A, B, B, EOS]
 
 
 def test_sibling_sequence_verifier_differs_from_traverse_on_paper_tree():

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.config import DECODERS, ROOT_PASS_DECODERS, DecodeConfig, PoolConfig
+from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.rules import DECODERS, RULES
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
 
@@ -52,11 +53,20 @@ def test_round_accounting(decoder, mock_pair):
     pair = mock_pair(16, 8, 0.5, PoolConfig(topk=3, depth=4, expand=2))
     result = decode(pair.target, pair.drafter, [5, 6], DecodeConfig(decoder, 1.0, 5, 40), frozenset(),
                     torch.Generator().manual_seed(1))
+    rule = RULES[decoder]
     for r in result.rounds:
         assert r.emitted == r.accepted + 1
         assert r.accepted <= r.tree_size <= 5
-        assert {"draft", "commit"} <= set(r.phases)
-        assert ("root" in r.phases) == (decoder in ROOT_PASS_DECODERS or decoder == "ar")
+        # Each round times exactly the steps its flow ran: a root pass for ar and the first-draw rules, a
+        # wait, a selection and a tree pass (unless `root` skipped it) for every drafted rule.
+        steps = {"draft", "commit"} | ({"root"} if rule.select is None or rule.root_pass else set())
+        if rule.select is not None:
+            steps |= {"wait", "select"} | ({"tree"} if r.tree_size else set())
+        assert set(r.phases) == steps, (decoder, r)
+        assert all(v >= 0 for v in r.phases.values())
+    # The target-side phases never overlap: together they fit in the time after the prefill.
+    target_side = sum(v for r in result.rounds for k, v in r.phases.items() if k != "draft")
+    assert target_side <= result.seconds - result.prefill_seconds
     # Passes after the prefill: one per round for ar and draft; a root pass plus a tree pass for the
     # drawn-first rules, except that root skips the tree pass when the draw is off its tree.
     tree_passes = sum(r.tree_size > 0 for r in result.rounds)

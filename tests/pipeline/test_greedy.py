@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from models.mock import EOS
-from pipeline.config import DECODERS, DecodeConfig, PoolConfig
+from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.rules import DECODERS
 from pipeline.decode import decode
 
 VOCAB = 64

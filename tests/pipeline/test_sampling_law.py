@@ -10,7 +10,8 @@ import torch
 
 import pipeline.decode
 from models.mock import EOS
-from pipeline.config import DECODERS, DecodeConfig, PoolConfig
+from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.verify import draw, traverse
 

@@ -10,7 +10,8 @@ import torch
 
 import target_proc.target
 from models.mock import MaskError, MockModel, MockRunner
-from pipeline.config import DECODERS, DecodeConfig, PoolConfig
+from pipeline.config import CapacityError, DecodeConfig, PoolConfig
+from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.pool import ROOT
 from pipeline.tree import Tree, ancestor_matrix
@@ -107,9 +108,9 @@ def test_cache_holds_the_committed_context_after_a_decode(decoder, mock_pair):
 def test_tree_pass_capacity_is_checked():
     target = Target(MockRunner(MockModel(VOCAB, 1), 8))
     target.prefill([1, 2, 3, 4])
-    with pytest.raises(ValueError, match=r"needs 11 KV slots but the cache holds 8"):
+    with pytest.raises(CapacityError, match=r"needs 11 KV slots but the target's cache holds 8"):
         target.tree_pass(branching_tree(), 5)
-    with pytest.raises(ValueError, match=r"a prompt of 9 tokens does not fit the KV cache of 8 slots"):
+    with pytest.raises(CapacityError, match=r"needs 9 KV slots but the target's cache holds 8"):
         target.prefill(list(range(8)))
 
 

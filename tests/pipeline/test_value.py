@@ -17,9 +17,6 @@ A, B = 0, 1  # the two tokens of the binary vocabulary
 # Nodes in order a, b, aa, ab, ba, aaa, aab; the root's row is row 0 of a verification pass.
 TOY_TOKEN = np.array([A, B, A, B, A, A, B], np.int64)
 TOY_PARENT = np.array([ROOT, ROOT, 0, 0, 1, 2, 2], np.int64)
-TOY_NAMES = ["a", "b", "aa", "ab", "ba", "aaa", "aab"]
-
-
 def toy_tree() -> Tree:
     return Tree(TOY_TOKEN, TOY_PARENT, np.arange(7, dtype=np.int64))
 

@@ -16,6 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PAIR_SH = str(ROOT / "launch" / "pair.sh")
 START_S = 60.0  # importing torch in two processes at once on a loaded two-core machine takes seconds
+# A decode run that lasts far longer than any test: for killing, stopping and timing out a live pair.
+LONG_RUN = ["--decoders", "draft", "--num-seeds", "1000", "--max-new-tokens", "200", "--prompt", "Once upon a time"]
 
 
 def python_m(module: str, *args: str) -> list[str]:
@@ -84,8 +86,8 @@ def role_pids(launcher_pid: int, timeout: float = START_S) -> tuple[int, int]:
     deadline = time.monotonic() + timeout
     while True:
         kids = children(launcher_pid)
-        drafter = [p for p, cmd in kids.items() if "-m drafter_proc" in cmd]
-        target = [p for p, cmd in kids.items() if "-m target_proc" in cmd]
+        drafter = [p for p, cmd in kids.items() if "-m launch.drafter" in cmd]
+        target = [p for p, cmd in kids.items() if "-m launch.target" in cmd]
         if drafter and target:
             return drafter[0], target[0]
         assert time.monotonic() < deadline, f"the launcher's children are {kids}"

@@ -20,10 +20,10 @@ from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
 from protocol.transport import loopback_tcp_endpoint
 
+from tests.processes.proc_tools import LONG_RUN as PROCESS_LONG_RUN
 from tests.processes.proc_tools import PAIR_SH, START_S, Running, kill_leftovers, role_pids, wait_gone
 
-LONG_RUN = ["--target", "mock", "--decoders", "draft", "--num-seeds", "1000", "--max-new-tokens", "200",
-            "--prompt", "Once upon a time"]
+LONG_RUN = ["--target", "mock", *PROCESS_LONG_RUN]
 RECORD_KEYS = {"decoder", "temperature", "budget", "seed", "prompt_index", "new_tokens", "text", "rounds",
                "target_passes", "seconds", "tokens_per_second"}
 
@@ -53,21 +53,26 @@ def launched(tmp_path):
 USAGE_ERRORS = [
     (["--budget", "0"], r"--budget must be a positive integer, got 0"),
     (["--budget", "x"], r"argument --budget: invalid int value: 'x'"),
-    (["--pool-expand", "20"], r"--pool-expand \(20\) must not exceed `pool_topk` \(10\)"),
+    (["--pool-expand", "20"], r"--pool-expand \(20\) must not exceed --pool-topk \(10\)"),
     (["--pool-topk", "0"], r"--pool-topk must be a positive integer, got 0"),
     (["--temperature", "-1"], r"--temperature must be a finite number >= 0, got -1.0"),
     (["--temperature", "nan"], r"--temperature must be a finite number >= 0, got nan"),
-    (["--decoders", "draft,fast"], r"--decoders must list names from ar,draft,.*, got 'draft,fast'"),
-    (["--decoders", ","], r"--decoders must list names from"),
+    (["--decoders", "draft,fast"], r"--decoders must list distinct names from ar,draft,.*, got 'draft,fast'"),
+    (["--decoders", ","], r"--decoders must list distinct names from"),
     (["--gpus", "x"], r"--gpus must be one or two GPU indices such as 0,1 or 0, got 'x'"),
     (["--gpus", "0,1,2"], r"--gpus must be one or two GPU indices"),
-    (["--endpoint", "udp://127.0.0.1:5555"], r"`--endpoint` 'udp://127.0.0.1:5555' must be ipc://PATH, tcp://HOST:PORT"),
-    (["--endpoint", "ipc:///no/such/dir/d.sock"], r"`--endpoint` 'ipc:///no/such/dir/d.sock': the socket's directory"),
-    (["--endpoint", "tcp://127.0.0.1"], r"`--endpoint` 'tcp://127.0.0.1' must look like tcp://HOST:PORT"),
-    (["--mock-vocab", "1"], r"--mock-vocab must be at least 2, got 1"),
-    (["--max-context", "8"], r"--max-context must be at least 16, got 8"),
+    (["--endpoint", "udp://127.0.0.1:5555"], r"--endpoint 'udp://127.0.0.1:5555' must be ipc://PATH, tcp://HOST:PORT"),
+    (["--endpoint", "ipc:///no/such/dir/d.sock"], r"--endpoint 'ipc:///no/such/dir/d.sock': the socket's directory"),
+    (["--endpoint", "tcp://127.0.0.1"], r"--endpoint 'tcp://127.0.0.1' must look like tcp://HOST:PORT"),
+    (["--mock-vocab", "1"], r"--mock-vocab must be an integer >= 2, got 1"),
+    (["--max-context", "8"], r"--max-context must be an integer >= 16, got 8"),
     (["--num-seeds", "0"], r"--num-seeds must be a positive integer, got 0"),
-    (["--drafter-timeout", "0"], r"--drafter-timeout must be positive, got 0.0"),
+    (["--drafter-timeout", "0"], r"--drafter-timeout must be a finite number of seconds > 0, got 0.0"),
+    (["--drafter-timeout", "inf"], r"--drafter-timeout must be a finite number of seconds > 0, got inf"),
+    (["--ready-timeout", "nan"], r"--ready-timeout must be a finite number of seconds > 0, got nan"),
+    (["--max-context", "1e12"], r"argument --max-context: invalid int value: '1e12'"),
+    (["--limit-prompts", "-1"], r"--limit-prompts must be a non-negative integer, got -1"),
+    (["--log-level", "LOUD"], r"argument --log-level: invalid choice: 'LOUD'"),
 ]
 
 
@@ -86,17 +91,8 @@ def test_drafter_without_target_is_a_usage_error():
     assert "error: --target and --drafter go together" in done.stderr
 
 
-def greedy(model: MockModel, prompt: list[int], n: int) -> list[int]:
-    """The mock target's argmax continuation: n tokens, or fewer ending at end-of-sequence (token 0)."""
-    digest, out = model.digest(prompt), []
-    while len(out) < n and (not out or out[-1] != 0):
-        out.append(int(model.logits(digest).argmax()))
-        digest = model.extend(digest, out[-1])
-    return out
-
-
 @pytest.mark.slow
-def test_json_run_prints_one_greedy_record_per_decode():
+def test_json_run_prints_one_greedy_record_per_decode(greedy):
     prompts, decoders, limit = ["Once upon a time", "def fib(n):"], ["ar", "draft", "root"], 40
     done = pair("--target", "mock", "--json", "--decoders", ",".join(decoders), "--num-seeds", "2",
                 "--max-new-tokens", str(limit), "--prompt", prompts[0], "--prompt", prompts[1])
@@ -148,7 +144,7 @@ def test_killed_drafter_stops_the_launcher_and_the_target(launched):
     assert status != 0
     assert time.monotonic() - t0 < 10.0
     wait_gone([drafter, target], 2.0)
-    assert "[target] PeerDied: the drafter process closed its connection" in run.stderr
+    assert "[target] error: PeerDied: the drafter process closed its connection" in run.stderr
     assert "[launch] the drafter exited with status 137" in run.stderr  # 128 + SIGKILL
 
 

@@ -1,4 +1,4 @@
-"""`python -m drafter_proc` and `python -m target_proc` started by hand, as a user would meet a mismatch, a
+"""`python -m launch.drafter` and `python -m launch.target` started by hand, as a user would meet a mismatch, a
 dead drafter or a stuck one: the target exits non-zero in bounded time with a message that says why."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from tests.processes.proc_tools import START_S, Running, python_m
+from tests.processes.proc_tools import LONG_RUN, START_S, Running, python_m
 
-LONG_RUN = ["--decoders", "draft", "--num-seeds", "1000", "--max-new-tokens", "200", "--prompt", "Once upon a time"]
 
 
 @pytest.fixture
@@ -28,11 +27,11 @@ def started(tmp_path):
 
 
 def drafter(started, endpoint: str, *extra: str) -> Running:
-    return started("drafter", python_m("drafter_proc", "--model", "mock", "--endpoint", endpoint, *extra))
+    return started("drafter", python_m("launch.drafter", "--model", "mock", "--endpoint", endpoint, *extra))
 
 
 def target(started, endpoint: str, *extra: str) -> Running:
-    return started("target", python_m("target_proc", "--model", "mock", "--endpoint", endpoint, "--json",
+    return started("target", python_m("launch.target", "--model", "mock", "--endpoint", endpoint, "--json",
                                       "--ready-timeout", str(START_S), *extra))
 
 

@@ -142,8 +142,8 @@ def test_handshake_mismatch_names_both_models(drafter_server, change, shown):
 
 
 @pytest.mark.parametrize("change, match", [
-    (dict(topk=4, expand=5), r"Hello carries an invalid pool configuration: `pool_expand` \(5\) must not exceed"),
-    (dict(depth=0), r"Hello carries an invalid pool configuration: `pool_depth` must be a positive integer"),
+    (dict(topk=4, expand=5), r"Hello carries an invalid pool configuration: `expand` \(5\) must not exceed"),
+    (dict(depth=0), r"Hello carries an invalid pool configuration: `depth` must be a positive integer"),
     (dict(capacity=1), r"Hello.capacity must be at least 2, got 1"),
 ], ids=["expand-above-topk", "zero-depth", "tiny-capacity"])
 def test_hello_with_an_impossible_pool_is_refused(drafter_server, change, match):
@@ -229,7 +229,7 @@ def test_request_beyond_the_kv_cache_gets_an_error_naming_the_option(drafter_ser
     drafter_server.send(Start(5, np.arange(1, 18, dtype=np.int32)))
     reply = drafter_server.recv()
     assert isinstance(reply, Error) and reply.code == "drafter" and reply.request == 5
-    assert "cannot hold 17 committed tokens and the pool (raise --max-context)" in reply.message
+    assert "cannot hold 17 committed tokens and a pool's 4 scratch slots (raise `max_context`)" in reply.message
     assert_still_serving(drafter_server)
 
 
@@ -239,7 +239,7 @@ def test_hello_asking_for_an_impossible_cache_gets_an_error_and_the_server_survi
     reply = drafter_server.recv()
     assert isinstance(reply, Error) and reply.code == "drafter"
     assert re.search(rf"the drafter cannot allocate a KV cache of {2**50 + POOL.n_expanded} slots "
-                     r"\(lower --max-context\): MemoryError", reply.message), reply.message
+                     r"\(lower `max_context`\): MemoryError", reply.message), reply.message
     assert_still_serving(drafter_server)
 
 

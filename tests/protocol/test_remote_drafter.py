@@ -101,8 +101,8 @@ BAD_POOLS = [
     (pool_msg(logp=[-0.1, float("nan"), -0.3, -0.5]), InvalidPoolMessage, r"candidate 1 has edge log-prob nan"),
     (pool_msg(token=[], parent=[], logp=[], expanded=[]), InvalidPoolMessage, r"pool for round 0: the pool is empty"),
     (pool_msg(token=[3, VOCAB, 4, 5]), TokenOutOfRange,
-     rf"pool candidate 1 has token {VOCAB} outside the vocabulary \[0, {VOCAB}\)"),
-    (pool_msg(token=[3, 9, -5, 5]), TokenOutOfRange, rf"pool candidate 2 has token -5 outside the vocabulary"),
+     rf"pool token\[1\] = {VOCAB} is outside the vocabulary \[0, {VOCAB}\)"),
+    (pool_msg(token=[3, 9, -5, 5]), TokenOutOfRange, rf"pool token\[2\] = -5 is outside the vocabulary"),
     (pool_msg(1, 1), StaleMessage, r"pool for request 1 round 1, but the target waits for request 1 round 0"),
     (pool_msg(0, 0), StaleMessage, r"pool for request 0 round 0, but the target waits for request 1 round 0"),
 ]
@@ -217,7 +217,7 @@ def test_silent_drafter_times_out_naming_the_option(fake_drafter):
     shake(peer, client)
     client.start(PROMPT)
     t0 = time.monotonic()
-    with pytest.raises(PeerTimeout, match=r"no pool from the drafter within 0.3 s \(raise --drafter-timeout if it "
+    with pytest.raises(PeerTimeout, match=r"no pool from the drafter within 0.3 s \(raise `drafter_timeout` if it "
                                           r"is only slow\)"):
         client.pool()
     assert 0.3 <= time.monotonic() - t0 < 2.0
@@ -228,7 +228,7 @@ def test_absent_drafter_times_out_naming_the_ready_option(endpoint):
     channel = Channel.connect(endpoint, peer="drafter")
     try:
         t0 = time.monotonic()
-        with pytest.raises(PeerTimeout, match=r"no handshake from the drafter within 0.3 s \(raise --ready-timeout"):
+        with pytest.raises(PeerTimeout, match=r"no handshake from the drafter within 0.3 s \(raise `ready_timeout`"):
             remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, 0.3)
         assert time.monotonic() - t0 < 2.0
     finally:

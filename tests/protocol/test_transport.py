@@ -17,14 +17,14 @@ def test_well_formed_endpoints_pass(endpoint):
 
 
 @pytest.mark.parametrize("endpoint, match", [
-    ("ipc:///no/such/dir/drafter.sock", r"`--endpoint` 'ipc:///no/such/dir/drafter.sock': the socket's "
+    ("ipc:///no/such/dir/drafter.sock", r"`endpoint` 'ipc:///no/such/dir/drafter.sock': the socket's "
                                         r"directory does not exist"),
-    ("ipc://", r"`--endpoint` 'ipc://': the socket's directory does not exist"),
-    ("tcp://127.0.0.1", r"`--endpoint` 'tcp://127.0.0.1' must look like tcp://HOST:PORT"),
+    ("ipc://", r"`endpoint` 'ipc://': the socket's directory does not exist"),
+    ("tcp://127.0.0.1", r"`endpoint` 'tcp://127.0.0.1' must look like tcp://HOST:PORT"),
     ("tcp://127.0.0.1:99999", r"must look like tcp://HOST:PORT"),
     ("tcp://127.0.0.1:55/x", r"must look like tcp://HOST:PORT"),
     ("tcp://:5555", r"must look like tcp://HOST:PORT"),
-    ("udp://127.0.0.1:5555", r"`--endpoint` 'udp://127.0.0.1:5555' must be ipc://PATH, tcp://HOST:PORT or tcp"),
+    ("udp://127.0.0.1:5555", r"`endpoint` 'udp://127.0.0.1:5555' must be ipc://PATH, tcp://HOST:PORT or tcp"),
     ("drafter.sock", r"must be ipc://PATH, tcp://HOST:PORT or tcp \(loopback\)"),
 ])
 def test_malformed_endpoint_names_the_option(endpoint, match):

@@ -1,4 +1,5 @@
-"""Builders shared by the timing tests: an in-process mock session, sweep options and synthetic records.
+"""Builders shared by the timing tests: an in-process mock session and sweep, sweep options and synthetic
+records.
 
 Test modules receive these through fixtures (each returns the builder itself), so nothing imports this
 file by name.
@@ -6,8 +7,9 @@ file by name.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
-import torch
 
 from drafter_proc.drafter import Drafter
 from drafter_proc.local import LocalDrafter
@@ -16,19 +18,15 @@ from models.tokenizers import MockTokenizer
 from pipeline.config import PoolConfig
 from target_proc.session import Session
 from target_proc.target import Target
-from timing.options import SweepOptions
+from launch.cli import build
+from launch.options import SweepOptions
+from models.options import ModelOptions
+from timing import run_config
+from timing.records import RecordStore
+from timing.sweep import gather_prompts, run_shard
 
 POOL = PoolConfig(topk=4, depth=3, expand=2)  # small pools: a mock decode takes a few milliseconds
 VOCAB = 64
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_intra_op_thread():
-    # Mock tensors hold a few dozen floats; a second intra-op thread costs more than the work itself.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def build_session(capacity: int = 1024) -> Session:
@@ -38,11 +36,19 @@ def build_session(capacity: int = 1024) -> Session:
     return Session(target, MockTokenizer(VOCAB), drafter, POOL)
 
 
+def sweep_in_process(session: Session, options: SweepOptions) -> RecordStore:
+    """What `python -m timing sweep` does, with an in-process session and mock models in config.json."""
+    mock = ModelOptions(model="mock")
+    prompts = gather_prompts(options)
+    config = run_config.describe(mock, mock, session.pool, options, prompts)
+    return run_shard(options, prompts, config, None, lambda: nullcontext(session), progress=False)
+
+
 def sweep_options(out, **overrides) -> SweepOptions:
     """Quick sweep options: the four built-in prompts, 24-token outputs, the paper's grid."""
     values = dict(out=str(out), max_new_tokens=24)
     values.update(overrides)
-    return SweepOptions(**values)
+    return build(SweepOptions, **values)
 
 
 def record(prompt_id: str, decoder: str, temperature: float = 0.0, budget: int = 8, seed: int = 0, *,
@@ -60,6 +66,11 @@ def record(prompt_id: str, decoder: str, temperature: float = 0.0, budget: int =
 @pytest.fixture(scope="session")
 def mock_session():
     return build_session
+
+
+@pytest.fixture(scope="session")
+def sweep():
+    return sweep_in_process
 
 
 @pytest.fixture(scope="session")

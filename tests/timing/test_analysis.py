@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from timing.analysis import PHASES, analyse, gain_pairs, median_rounds, settings_of
+from pipeline.rules import comparisons
+from timing.analysis import PHASES, analyse, median_rounds, settings_of
 from timing.matched import match
 from timing.stats import paired_gains
 
@@ -23,13 +24,6 @@ def sweep_records(make_record, n_prompts=6, seeds=(0,), rng=0):
                 out.append(make_record(f"p/{i}", d, seed=s, tokens=int(rng.integers(50, 100)),
                                        seconds=float(rng.uniform(1, 2)), category=f"c{i % 2}"))
     return out
-
-
-def test_gain_pairs_compare_each_first_draw_rule_with_draft_and_root_draw_with_pearl():
-    assert gain_pairs(DECODERS) == [("root", "draft"), ("root-draw", "draft"), ("pearl", "draft"),
-                                    ("root-draw", "pearl")]
-    assert gain_pairs(["pearl", "root-draw"]) == [("root-draw", "pearl")]
-    assert gain_pairs(["draft"]) == []
 
 
 def test_only_prompts_with_every_decoder_enter_a_setting(make_record):
@@ -51,7 +45,7 @@ def test_gains_are_paired_gains_over_prompts_sorted_by_id(make_record):
            for d in DECODERS}
     sec = {d: np.array([next(r["seconds"] for r in recs if r["decoder"] == d and r["prompt_id"] == p) for p in ids])
            for d in DECODERS}
-    expected = paired_gains(tok, sec, gain_pairs(DECODERS), n_resamples=500, rng=3)
+    expected = paired_gains(tok, sec, comparisons(DECODERS), n_resamples=500, rng=3)
     assert s.gains == expected
 
 

@@ -16,17 +16,9 @@ from timing.records import RecordStore, records_path
 from timing.sweep import build_parser, gather_prompts, run_sweep, sweep_tasks
 
 
-def sweep(session, options):
-    mock = ModelOptions(model="mock")
-    prompts = gather_prompts(options)
-    run_config.claim(options.out, run_config.describe(mock, mock, session.pool, options, prompts),
-                     run_config.environment(options.shard, None))
-    with RecordStore(records_path(options.out, *options.shard_index)) as store:
-        run_sweep(session, options, sweep_tasks(options, prompts), store, progress=False)
-
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory, mock_session, make_options):
+def shards(tmp_path_factory, mock_session, make_options, sweep):
     """Two shard directories of one sweep over the four built-in prompts, pearl and root-draw at B = 59."""
     base = tmp_path_factory.mktemp("shards")
     for i in (1, 2):
@@ -71,9 +63,9 @@ def test_matched_command_is_accepted_by_the_launcher(shards, capsys):
     for command, (t, m) in zip(doc["commands"], doc["temperatures"].items()):
         argv = shlex.split(command)
         assert argv[:2] == ["launch/pair.sh", "sweep"]
-        _, target, *_ , private_dir, _ = plan(argv[1:])
-        shutil.rmtree(private_dir, ignore_errors=True)
-        ns = build_parser().parse_args(target[target.index("sweep") + 1:])
+        p = plan(argv[1:])
+        shutil.rmtree(p.private_dir, ignore_errors=True)
+        ns = build_parser().parse_args(p.target[p.target.index("sweep") + 1:])
         assert ns.decoders == "pearl,root-draw" and ns.budgets == "59"
         assert ns.budget_overrides == f"root-draw@59={m['cap']}" and ns.num_seeds == 2
         assert ns.pool_topk == 4 and ns.model == "mock" and ns.max_new_tokens == 24

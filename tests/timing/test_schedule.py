@@ -1,5 +1,5 @@
 """Properties of timing.schedule: each prompt runs each combination once, rotated by its seeded position;
-shards split prompts without changing any prompt's schedule; the subset is balanced and reproducible."""
+shards split prompts without changing any prompt's schedule."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from collections import Counter
 
 import pytest
 
-from pipeline.prompts import Prompt
-from timing.schedule import (Combo, combinations, plan, prompt_order, rotated, shard_positions,
-                             stratified_subset)
+from launch.prompts import Prompt
+from timing.schedule import Combo, combinations, plan, prompt_order, rotated, shard_positions
 
 
 def prompts(n: int, categories: int = 1) -> list[Prompt]:
@@ -86,26 +85,3 @@ def test_each_shard_warms_up_on_its_own_prompts():
 def test_seeds_are_combinations_at_their_temperature():
     combos = combinations(["draft"], [0.0, 1.0], [8], {0.0: [0], 1.0: [0, 1]})
     assert combos == [Combo("draft", 0.0, 8, 0), Combo("draft", 1.0, 8, 0), Combo("draft", 1.0, 8, 1)]
-
-
-def test_stratified_subset_balances_categories():
-    ps = prompts(13 * 4, categories=4) + [Prompt("rare/0", "rare", "x")]
-    chosen = stratified_subset(ps, 9, seed=0)
-    counts = Counter(p.category for p in chosen)
-    assert len(chosen) == 9
-    assert counts["rare"] == 1  # a small category gives what it has ...
-    assert max(counts.values()) - min(v for c, v in counts.items() if c != "rare") <= 1  # ... the rest even
-    assert [p.id for p in chosen] == [p.id for p in ps if p in chosen]  # original order kept
-
-
-def test_stratified_subset_is_deterministic_under_the_seed():
-    ps = prompts(80, categories=8)
-    assert stratified_subset(ps, 16, 0) == stratified_subset(ps, 16, 0)
-    assert stratified_subset(ps, 16, 0) != stratified_subset(ps, 16, 1)
-    assert Counter(p.category for p in stratified_subset(ps, 16, 1)) == Counter({f"cat{i}": 2 for i in range(8)})
-
-
-@pytest.mark.parametrize("limit", [0, 10, 99])
-def test_stratified_subset_without_a_binding_limit_keeps_every_prompt(limit):
-    ps = prompts(10, categories=3)
-    assert stratified_subset(ps, limit, 0) == ps

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from contextlib import nullcontext
 
 import pytest
 
 from models.options import ModelOptions
-from pipeline.config import PoolConfig
+from pipeline.config import CapacityError, PoolConfig
 from timing import run_config
 from timing.records import RecordStore, load_records, read_records, record_key, records_path
-from timing.sweep import gather_prompts, main, run_sweep, summary, sweep_tasks
+from timing.sweep import gather_prompts, main, run_shard, run_sweep, summary, sweep_tasks
 
 
 class Killed(Exception):
@@ -34,23 +35,13 @@ class DiesAfter:
         return self.session.decode(*args)
 
 
-def sweep(session, options) -> RecordStore:
-    """What `python -m timing sweep` does once its session is open."""
-    prompts = gather_prompts(options)
-    tasks = sweep_tasks(options, prompts)
-    run_config.claim(options.out, config(options, session.pool, prompts),
-                     run_config.environment(options.shard, None))
-    with RecordStore(records_path(options.out, *options.shard_index)) as store:
-        run_sweep(session, options, tasks, store, progress=False)
-    return store
-
 
 def config(options, pool, prompts) -> dict:
     mock = ModelOptions(model="mock")
     return run_config.describe(mock, mock, pool, options, prompts)
 
 
-def test_every_decode_is_recorded_once_with_its_rounds(tmp_path, mock_session, make_options):
+def test_every_decode_is_recorded_once_with_its_rounds(tmp_path, mock_session, make_options, sweep):
     options = make_options(tmp_path)
     store = sweep(mock_session(), options)
     assert len(store.records) == 4 * 16 + 2 * 16  # prompts x combinations + warm-ups
@@ -74,7 +65,7 @@ def test_every_decode_is_recorded_once_with_its_rounds(tmp_path, mock_session, m
     assert len({(r["decoder"], r["temperature"], r["budget"]) for r in first.values()}) == 4
 
 
-def test_a_sweep_killed_mid_decode_resumes_to_one_record_per_decode(tmp_path, mock_session, make_options):
+def test_a_sweep_killed_mid_decode_resumes_to_one_record_per_decode(tmp_path, mock_session, make_options, sweep):
     options = make_options(tmp_path)
     whole = sweep(mock_session(), make_options(tmp_path / "whole"))
     path = records_path(tmp_path, 1, 1)
@@ -92,7 +83,7 @@ def test_a_sweep_killed_mid_decode_resumes_to_one_record_per_decode(tmp_path, mo
     assert summary(options, sweep_tasks(options, gather_prompts(options)), store.records)["complete"]
 
 
-def test_warmups_run_again_after_a_restart_but_are_recorded_once(tmp_path, mock_session, make_options):
+def test_warmups_run_again_after_a_restart_but_are_recorded_once(tmp_path, mock_session, make_options, sweep):
     options = make_options(tmp_path, decoders="draft,root", temperatures="0", budgets="8")
     with pytest.raises(Killed):
         sweep(DiesAfter(mock_session(), 6), options)  # 4 warm-ups and 2 timed decodes
@@ -103,7 +94,7 @@ def test_warmups_run_again_after_a_restart_but_are_recorded_once(tmp_path, mock_
     assert sum(r["warmup"] for r in recs) == 4 and len(recs) == 4 + 8
 
 
-def test_shards_split_prompts_and_merge_into_the_whole_sweep(tmp_path, mock_session, make_options):
+def test_shards_split_prompts_and_merge_into_the_whole_sweep(tmp_path, mock_session, make_options, sweep):
     whole = sweep(mock_session(), make_options(tmp_path / "whole", warmup=0))
     parts = []
     for i in (1, 2, 3):
@@ -118,18 +109,23 @@ def test_shards_split_prompts_and_merge_into_the_whole_sweep(tmp_path, mock_sess
     assert all(r["token_ids"] == tokens[record_key(r)] for r in merged)
 
 
-def test_resuming_with_other_settings_is_refused_naming_them(tmp_path, mock_session, make_options):
+def test_resuming_with_other_settings_is_refused_naming_them(tmp_path, mock_session, make_options, sweep):
     sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8"))
     with pytest.raises(run_config.ConfigMismatch, match=r"sweep\.budgets: '8' here, '8,59' now"):
         sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8,59"))
     with pytest.raises(run_config.ConfigMismatch, match=r"sweep\.n_shards"):
         sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8", shard="1/2"))
-    # where and how patiently it runs may change
-    sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8",
-                                       drafter_timeout=5.0))
+    sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8"))  # resumes
 
 
-def test_prompts_edited_under_the_same_source_name_are_refused(tmp_path, mock_session, make_options):
+def test_a_sweep_refused_before_its_first_record_takes_corrected_settings(tmp_path, mock_session, make_options, sweep):
+    with pytest.raises(CapacityError):
+        sweep(mock_session(), make_options(tmp_path, max_new_tokens=2000))
+    store = sweep(mock_session(), make_options(tmp_path, max_new_tokens=24))  # no need to delete the folder
+    assert store.records and run_config.read_config(tmp_path)["sweep"]["max_new_tokens"] == 24
+
+
+def test_prompts_edited_under_the_same_source_name_are_refused(tmp_path, mock_session, make_options, sweep):
     source = tmp_path / "prompts.txt"
     source.write_text("first prompt\nsecond prompt\n")
     options = make_options(tmp_path / "out", prompts=(str(source),), decoders="draft", temperatures="0",
@@ -140,26 +136,28 @@ def test_prompts_edited_under_the_same_source_name_are_refused(tmp_path, mock_se
         sweep(mock_session(), options)
 
 
-def test_the_sweep_process_refuses_another_model_before_loading_it(tmp_path, make_options, caplog):
+def test_the_sweep_process_refuses_another_model_before_loading_it(tmp_path, mock_session, make_options, sweep,
+                                                                   capsys):
     out = str(tmp_path)
-    args = ["--model", "mock", "--endpoint", f"ipc://{tmp_path}/x.sock", "--out", out, "--decoders", "draft"]
-    options = make_options(tmp_path, decoders="draft", max_new_tokens=256)
-    run_config.claim(out, run_config.describe(ModelOptions(model="mock"), None, PoolConfig(), options,
-                                              gather_prompts(options)),
-                     run_config.environment("1/1", None))
-    assert main([*args, "--mock-vocab", "32"]) == 2
-    err = caplog.text
+    sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8", warmup=0))
+    args = ["--model", "mock", "--endpoint", f"ipc://{tmp_path}/x.sock", "--out", out, "--decoders", "draft",
+            "--temperatures", "0", "--budgets", "8", "--warmup", "0", "--max-new-tokens", "24",
+            "--ready-timeout", "5"]
+    assert main([*args, "--mock-vocab", "32"]) == 2  # no drafter listens: a refusal comes before connecting
+    err = capsys.readouterr().err
     assert "models.target.mock_vocab: 64 here, 32 now" in err and "use another --out" in err
+    assert "[timing] error:" in err
 
 
-def test_a_prompt_that_cannot_fit_the_cache_stops_the_sweep_before_any_decode(tmp_path, mock_session, make_options):
+def test_a_prompt_that_cannot_fit_the_cache_stops_the_sweep_before_any_decode(tmp_path, mock_session, make_options, sweep):
     options = make_options(tmp_path, max_new_tokens=2000)
-    with pytest.raises(ValueError, match=r"needs \d+ KV slots; the cache holds 1024 \(raise --max-context\)"):
+    with pytest.raises(CapacityError, match=r"needs \d+ KV slots; the target's cache holds 1024 "
+                                            r"\(raise `max_context`\)"):
         sweep(mock_session(), options)
     assert read_records(records_path(tmp_path, 1, 1)) == []
 
 
-def test_summary_is_one_json_document(tmp_path, mock_session, make_options):
+def test_summary_is_one_json_document(tmp_path, mock_session, make_options, sweep):
     options = make_options(tmp_path, decoders="draft,root-draw", temperatures="0", budgets="8")
     store = sweep(mock_session(), options)
     doc = json.loads(json.dumps(summary(options, sweep_tasks(options, gather_prompts(options)), store.records)))

@@ -1,0 +1,232 @@
+"""The command line of every program: options built from dataclass fields, flag names in errors, exit codes.
+
+A field `max_new_tokens: int = 256` becomes `--max-new-tokens N` (with an optional prefix); a bool field
+defaulting to True becomes `--no-NAME`, one defaulting to False `--NAME`; a `tuple[str, ...]` field is
+repeatable. A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
+those fields of it as options of their own (so RunOptions embeds DecodeConfig's `--temperature`,
+`--budget`, ... without repeating them).
+
+Values are checked once, by the dataclasses' own `__post_init__`. Lower layers name fields in backticks
+(`budget`); `Flags.rewrite` turns those names into the flags of the program that reported them, for usage
+errors and for errors raised later (a capacity, a timeout).
+
+Exit codes of every program: 0 done; 2 what the user can fix in the command, its files, its models or its
+sizes; 3 the peer process or the wire; 128 + N stopped by signal N; 1 with a traceback for anything else,
+which is a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import errno
+import logging
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.config import ConfigError, InputError
+from protocol.errors import PeerDied, PeerTimeout, ProtocolError
+from protocol.transport import check_endpoint
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
+# A file system that refuses to write: the user frees space or names another folder; nothing is lost.
+DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM}
+
+
+class Flags(dict):
+    """Field name -> the flag a program spells it with."""
+
+    def rewrite(self, message: str) -> str:
+        """Replace every backticked field name this program has a flag for by that flag."""
+        return re.sub(r"`(\w+)`", lambda m: self.get(m.group(1), m.group(0)), message)
+
+
+def flags_of(parser: argparse.ArgumentParser) -> Flags:
+    if not hasattr(parser, "flags"):
+        parser.flags = Flags()
+    return parser.flags
+
+
+def flag(name: str, prefix: str = "") -> str:
+    return "--" + (prefix + name).replace("_", "-")
+
+
+def split_list(text: str) -> list[str]:
+    """The non-empty items of a comma-separated option value."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _fields(cls: type, skip: tuple[str, ...]):
+    """(field, embedded class or None) for each option field of `cls`, embedded fields expanded."""
+    for f in dataclasses.fields(cls):
+        if f.name in skip or not f.init:
+            continue
+        if "embed" in f.metadata:
+            inner = type(f.default_factory())
+            for g in dataclasses.fields(inner):
+                if g.name in f.metadata["embed"]:
+                    yield g, f
+        else:
+            yield f, None
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "", skip: tuple[str, ...] = (),
+                defaults: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> None:
+    """Add one option per field of dataclass `cls` (and of the fields it embeds).
+
+    defaults: shown and parsed defaults that differ from the fields'; names: field -> a flag other than the
+    field's own (the launcher's --target for the target's `model`).
+    """
+    group = parser.add_argument_group(cls.__doc__.strip().splitlines()[0] if cls.__doc__ else cls.__name__)
+    known = flags_of(parser)
+    for f, outer in _fields(cls, skip):
+        default = (defaults or {}).get(f.name, f.default)
+        help_text = ((outer.metadata.get("help") or {}).get(f.name) if outer else None) or f.metadata.get("help", "")
+        option = (names or {}).get(f.name) or flag(f.name, prefix)
+        dest = prefix.replace("-", "_") + f.name
+        known.setdefault(f.name, option)
+        if f.type in ("bool", bool):
+            if default:
+                option = (names or {}).get(f.name) or flag("no_" + f.name, prefix)
+                group.add_argument(option, dest=dest, action="store_false", default=True, help=help_text)
+            else:
+                group.add_argument(option, dest=dest, action="store_true", default=False, help=help_text)
+        elif f.type in ("tuple[str, ...]", "list[str]"):
+            group.add_argument(option, dest=dest, action="append", default=None,
+                               metavar=f.metadata.get("metavar", "TEXT"), help=help_text)
+        else:
+            kind = {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
+            shown = f" (default: {default})" if default not in (None, "", dataclasses.MISSING) else ""
+            group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
+                               metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
+
+
+def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: type, *, prefix: str = "",
+                 skip: tuple[str, ...] = (), names: dict[str, str] | None = None, **extra: Any):
+    """Build `cls` (and what it embeds) from parsed options; a ConfigError becomes a usage error naming
+    the flag."""
+    values: dict[str, Any] = dict(extra)
+    embedded: dict[str, dict[str, Any]] = {}
+    for f, outer in _fields(cls, skip):
+        if outer is None and f.name in extra:
+            continue
+        value = getattr(ns, prefix.replace("-", "_") + f.name)
+        if f.type in ("tuple[str, ...]", "list[str]"):
+            empty = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            value = tuple(empty if value is None else value)
+        if outer is None:
+            values[f.name] = value
+        else:
+            embedded.setdefault(outer.name, {})[f.name] = value
+    local = Flags({**flags_of(parser), **{k: v for k, v in (names or {}).items()}})
+    if prefix:
+        local.update({f.name: flag(f.name, prefix) for f, _ in _fields(cls, skip)})
+    try:
+        return _construct(cls, values, embedded)
+    except ConfigError as e:
+        parser.error(local.rewrite(str(e)))
+
+
+def build(cls: type, **values: Any):
+    """`cls` from flat field values, as its flags would give them (embedded fields by their own names)."""
+    own, embedded = {}, {}
+    inner = {f.name: outer.name for f, outer in _fields(cls, ()) if outer is not None}
+    for name, value in values.items():
+        if name in inner:
+            embedded.setdefault(inner[name], {})[name] = value
+        else:
+            own[name] = value
+    return _construct(cls, own, embedded)
+
+
+def _construct(cls: type, values: dict[str, Any], embedded: dict[str, dict[str, Any]]):
+    for name, kwargs in embedded.items():
+        base = values.get(name) or next(f.default_factory() for f in dataclasses.fields(cls) if f.name == name)
+        values[name] = dataclasses.replace(base, **kwargs)
+    return cls(**values)
+
+
+def to_argv(obj: Any, *, prefix: str = "", skip: tuple[str, ...] = ()) -> list[str]:
+    """The options that rebuild `obj` through add_options/from_options."""
+    argv: list[str] = []
+    for f, outer in _fields(type(obj), skip):
+        value = getattr(getattr(obj, outer.name), f.name) if outer else getattr(obj, f.name)
+        if f.type in ("bool", bool):
+            if value != f.default:
+                argv.append(flag(("no_" if f.default else "") + f.name, prefix))
+        elif f.type in ("tuple[str, ...]", "list[str]"):
+            for item in value:
+                argv += [flag(f.name, prefix), str(item)]
+        else:
+            argv += [flag(f.name, prefix), str(value)]
+    return argv
+
+
+def add_endpoint(parser: argparse.ArgumentParser, help_text: str, required: bool = True) -> None:
+    parser.add_argument("--endpoint", required=required, metavar="ADDR", help=help_text)
+    flags_of(parser)["endpoint"] = "--endpoint"
+
+
+def endpoint_option(parser: argparse.ArgumentParser, text: str) -> str:
+    """A checked --endpoint value, or a usage error."""
+    try:
+        return check_endpoint(text)
+    except ValueError as e:
+        parser.error(flags_of(parser).rewrite(str(e)))
+
+
+def option_values(obj: Any) -> dict[str, Any]:
+    """Field -> value of an options dataclass, embedded fields flattened in: what its flags set."""
+    return {f.name: getattr(getattr(obj, outer.name), f.name) if outer else getattr(obj, f.name)
+            for f, outer in _fields(type(obj), ())}
+
+
+class _Formatter(logging.Formatter):
+    """`[prog] message`, with the level named for warnings and errors."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__()
+        self.prog = prog
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno < logging.WARNING else record.levelname.lower() + ": "
+        return f"[{self.prog}] {level}{record.getMessage()}"
+
+
+def setup_logging(prog: str, level: str = "INFO") -> None:
+    """Logs on stderr, one line each, prefixed with the program's name."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter(prog))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def run_program(body: Callable[[], int], flags: Flags) -> int:
+    """Run a program's body; an error the user or the peer caused becomes one log line and an exit code."""
+    log = logging.getLogger("program")
+    try:
+        return body()
+    except InputError as e:  # bad values, prompts, models, sizes or files
+        log.error("%s", flags.rewrite(str(e)))
+        return EXIT_USAGE
+    except (ProtocolError, PeerDied, PeerTimeout) as e:
+        log.error("%s: %s", type(e).__name__, flags.rewrite(str(e)))
+        return EXIT_PEER
+    except OSError as e:
+        if e.errno not in DISK_ERRORS:
+            raise
+        log.error("cannot write %s: %s", e.filename or "a file", e.strerror)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def add_log_level(parser: argparse.ArgumentParser, default: str = "INFO") -> None:
+    parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
+                        help=f"what reaches stderr (default: {default})")

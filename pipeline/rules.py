@@ -1,0 +1,77 @@
+"""The decoders as one table: each rule's name, whether it takes a root pass, and how it selects its tree.
+
+A new selection rule is one function (in pipeline/select.py) and one row here. The round loop, the
+command line's decoder lists, the reports' comparisons, the benchmarks and the GPU check read this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pipeline.pool import Pool
+from pipeline.select import select_draft, select_pearl, select_pearl_top1, select_root, select_root_draw
+from pipeline.tree import Tree
+from pipeline.verify import target_probs
+
+
+@dataclass(frozen=True, slots=True)
+class RootDraw:
+    """The target's draw X1 at the root, taken from the root pass before selection."""
+
+    token: int
+    row: torch.Tensor  # (V,) the root's logits, on the target's device
+    temperature: float
+
+
+Select = Callable[[Pool, int, "RootDraw | None"], Tree]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    select: Select | None  # (pool, budget, root draw or None) -> tree; None: no drafter (plain decoding)
+    root_pass: bool  # a one-token target pass on the root runs while the drafter grows the pool
+    baselines: tuple[str, ...]  # the rules a report compares this one with (besides `ar`)
+    about: str  # one line for --help and the README
+
+
+def _root(pool: Pool, budget: int, root: RootDraw) -> Tree:
+    """`root`: the target's law at the pool's first-level tokens replaces their draft factor."""
+    first = np.flatnonzero(pool.parent < 0)
+    probs = np.zeros(len(pool), np.float32)
+    ids = torch.from_numpy(pool.token[first]).to(root.row.device)
+    probs[first] = target_probs(root.row, root.temperature)[ids].cpu().numpy()  # host read of k values: a sync
+    return select_root(pool, budget, probs)
+
+
+RULES: dict[str, Rule] = {r.name: r for r in (
+    Rule("ar", None, False, (), "plain autoregressive decoding of the target through the same runtime"),
+    Rule("draft", lambda pool, budget, _: select_draft(pool, budget), False, (),
+         "wait for the pool, keep the B candidates of highest cumulative draft log-prob, verify root and tree "
+         "in one pass"),
+    Rule("pearl", lambda pool, budget, x: select_pearl(pool, budget, x.token), True, ("draft",),
+         "root pass while drafting; draw X1; keep the part of draft's tree beneath X1 (or X1 alone)"),
+    Rule("pearl-top1", lambda pool, budget, x: select_pearl_top1(pool, budget, x.token), True, ("draft",),
+         "as pearl, but the drafter commits to its most probable first token; a different draw is verified "
+         "alone"),
+    Rule("root-draw", lambda pool, budget, x: select_root_draw(pool, budget, x.token), True, ("draft", "pearl"),
+         "root pass while drafting; X1 plus its B-1 highest-ranked pool descendants"),
+    Rule("root", _root, True, ("draft",),
+         "root pass while drafting; rank the pool with the root row's probabilities in place of the first "
+         "draft factor"),
+)}
+DECODERS = tuple(RULES)
+SPECULATIVE = tuple(name for name, rule in RULES.items() if rule.select is not None)
+
+
+def comparisons(decoders) -> list[tuple[str, str]]:
+    """The (A, B) speed comparisons a report makes among `decoders`: each rule over its baselines, then
+    every decoder over plain decoding (`ar`)."""
+    have = set(decoders)
+    pairs = [(r.name, b) for r in RULES.values() if r.name in have for b in r.baselines if b in have]
+    pairs += [(name, "ar") for name in RULES if name in have and name != "ar" and "ar" in have]
+    return pairs

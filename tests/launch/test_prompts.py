@@ -1,0 +1,93 @@
+"""Prompt sources and selection: every source's prompts, clear errors naming the file, and a subset
+balanced over categories and reproducible under the seed."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from launch.options import PromptOptions
+from launch.prompts import Prompt, PromptError, gather, load_prompts, stratified_subset
+
+
+def prompts(n: int, categories: int = 1) -> list[Prompt]:
+    return [Prompt(f"p/{i}", f"cat{i % categories}", f"text {i}") for i in range(n)]
+
+
+def test_stratified_subset_balances_categories():
+    ps = prompts(13 * 4, categories=4) + [Prompt("rare/0", "rare", "x")]
+    chosen = stratified_subset(ps, 9, seed=0)
+    counts = Counter(p.category for p in chosen)
+    assert len(chosen) == 9
+    assert counts["rare"] == 1  # a small category gives what it has ...
+    assert max(counts.values()) - min(v for c, v in counts.items() if c != "rare") <= 1  # ... the rest even
+    assert [p.id for p in chosen] == [p.id for p in ps if p in chosen]  # original order kept
+
+
+def test_stratified_subset_is_deterministic_under_the_seed():
+    ps = prompts(80, categories=8)
+    assert stratified_subset(ps, 16, 0) == stratified_subset(ps, 16, 0)
+    assert stratified_subset(ps, 16, 0) != stratified_subset(ps, 16, 1)
+    assert Counter(p.category for p in stratified_subset(ps, 16, 1)) == Counter({f"cat{i}": 2 for i in range(8)})
+
+
+@pytest.mark.parametrize("limit", [0, 10, 99])
+def test_stratified_subset_without_a_binding_limit_keeps_every_prompt(limit):
+    ps = prompts(10, categories=3)
+    assert stratified_subset(ps, limit, 0) == ps
+
+
+def test_sources_repeat_and_command_line_prompts_come_first(tmp_path):
+    text = tmp_path / "mine.txt"
+    text.write_text("first\n\nsecond\n")
+    got = gather(PromptOptions(prompt=("hello",), prompts=("builtin", str(text))), seed=0)
+    assert [p.id for p in got][:2] == ["prompt/0", "builtin/0"]
+    assert [p.text for p in got][-2:] == ["first", "second"]
+    assert [p.id for p in gather(PromptOptions(), 0)] == [f"builtin/{i}" for i in range(4)]
+    assert [p.id for p in gather(PromptOptions(prompt=("x",)), 0)] == ["prompt/0"]  # no built-ins added
+
+
+def test_limit_prompts_draws_the_same_subset_for_decodes_and_sweeps(tmp_path):
+    lines = [json.dumps({"prompt": f"q{i}", "id": i, "category": f"c{i % 3}"}) for i in range(30)]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(lines))
+    got = gather(PromptOptions(prompts=(str(path),), limit_prompts=6), seed=2)
+    assert got == stratified_subset(load_prompts(str(path)), 6, 2)
+    assert Counter(p.category for p in got) == Counter({"c0": 2, "c1": 2, "c2": 2})
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfeprompt\n", "is not UTF-8 text"),
+    (b"", "holds no prompt"),
+])
+def test_a_bad_prompt_file_is_named(tmp_path, content, message):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(content)
+    with pytest.raises(PromptError, match=f"{path}.*{message}|{message}"):
+        load_prompts(str(path))
+
+
+@pytest.mark.parametrize("line, message", [
+    ("not json", r"bad.jsonl:1: not valid JSON"),
+    ("[1, 2]", r"bad.jsonl:1: each line must be a JSON object"),
+    ('{"id": 1}', r"bad.jsonl:1: needs a non-empty string \"prompt\""),
+])
+def test_a_bad_jsonl_line_is_named(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(PromptError, match=message):
+        load_prompts(str(path))
+
+
+def test_an_unknown_source_is_refused():
+    with pytest.raises(PromptError, match="is not builtin, humaneval, spec-bench:PATH or a file"):
+        load_prompts("no/such/file.txt")
+
+
+def test_a_prompt_id_in_two_sources_is_refused(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "x", "id": 0}))
+    with pytest.raises(PromptError, match="is in both"):
+        gather(PromptOptions(prompts=(str(path), str(path))), 0)
