@@ -1,4 +1,7 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package.
+
+Nothing here imports pyzmq at module level: `tests/gpu` must be collected on an image without it.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,12 @@ import shutil
 
 import pytest
 
-from protocol.transport import private_ipc_endpoint
-
 
 @pytest.fixture
 def endpoint():
     """An ipc endpoint in a private directory; /tmp keeps it under the 107-byte socket path limit."""
+    from protocol.transport import private_ipc_endpoint
+
     ep = private_ipc_endpoint()
     yield ep
     shutil.rmtree(os.path.dirname(ep[len("ipc://"):]), ignore_errors=True)
