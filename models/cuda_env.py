@@ -17,8 +17,11 @@ from dataclasses import dataclass
 KEEP = "launch/setup.sh keeps a torch installed there"
 
 
-class CudaUnavailable(RuntimeError):
-    """CUDA was asked for, and torch cannot use it; the message says why and what to change."""
+class CudaUnavailable(ValueError):
+    """CUDA was asked for, and torch cannot use it; the message says why and what to change.
+
+    A ValueError: like a bad option, it is the user's to fix, and the processes report it as one.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,3 +89,13 @@ def test_driver_version_without_libcuda_is_none(monkeypatch):
         raise OSError(f"{name}: cannot open shared object file")
     monkeypatch.setattr(ctypes, "CDLL", no_library)
     assert cuda_env.cuda_driver() is None
+
+
+def test_loading_on_cuda_without_cuda_stops_with_the_reason(machine, monkeypatch):
+    from models.load import load
+    from models.options import ModelOptions
+
+    machine(torch_cuda=None, driver=None, available=False)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # load() sets this process's threads
+    with pytest.raises(CudaUnavailable, match=r"--device cuda:0 needs CUDA, but this torch is a CPU-only build"):
+        load(ModelOptions(model="random:tiny", device="cuda:0"), "target")
