@@ -290,21 +290,22 @@ def _rope_types(value) -> set[str]:
     return set().union(*(_rope_types(v) for v in value.values())) if value else set()
 
 
-def sdpa_backend(runner: HFRunner, rows: int) -> str:
-    """The SDPA backend torch picks for a padded pass of `rows` rows over the whole cache, by name.
+def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, rows: int,
+                 slots: int) -> str:
+    """The SDPA backend torch picks for a padded pass of `rows` rows over `slots` cache slots, by name.
 
-    Asks torch's dispatcher with tensors of the pass's shapes (a private function: "unknown" without it).
+    Asks torch's dispatcher, under the backends HFRunner allows on that device, with tensors of the
+    pass's shapes (a private torch function: "unknown" where it is missing).
     """
     choose = getattr(torch, "_fused_sdp_choice", None)
     if choose is None:
         return "unknown"
-    kv = runner.kv
-    _, _, kv_heads, slots, dim = kv.k.shape
-    q = torch.zeros(1, kv_heads, runner.group * rows, dim, dtype=runner.dtype, device=runner.device)
-    k = torch.zeros(1, kv_heads, slots, dim, dtype=runner.dtype, device=runner.device)
-    mask = torch.zeros(1, 1, runner.group * rows, slots, dtype=runner.dtype, device=runner.device)
-    backends = sdpa_kernel(list(runner.sdpa_backends)) if runner.sdpa_backends else contextlib.nullcontext()
-    with backends:
+    folded = heads // kv_heads * rows  # query rows per K/V head, as _static_tree_attention folds them
+    q = torch.zeros(1, kv_heads, folded, head_dim, dtype=dtype, device=device)
+    k = torch.zeros(1, kv_heads, slots, head_dim, dtype=dtype, device=device)
+    mask = torch.zeros(1, 1, folded, slots, dtype=dtype, device=device)
+    allowed = CUDA_SDPA_BACKENDS if torch.device(device).type == "cuda" else None
+    with sdpa_kernel(list(allowed)) if allowed else contextlib.nullcontext():
         choice = int(choose(q, k, k, mask))
     names = {int(member.value): name for name, member in SDPBackend.__members__.items()}
     return names.get(choice, str(choice)).lower()
