@@ -92,6 +92,7 @@ def test_preparation_without_wheels_stops_with_one_clear_line(tmp_path):
     assert str(tmp_path / "none") in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # two child processes import torch
 def test_check_without_cuda_stops_at_once_saying_why(tmp_path):
     t0 = time.monotonic()
     done = subprocess.run([CHECK_SH, "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,

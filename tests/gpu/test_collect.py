@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # pytest in a child process where `import zmq` fails, as it does on a bare GPU image
@@ -17,6 +19,7 @@ sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests/g
 """
 
 
+@pytest.mark.slow  # a child process imports torch and transformers
 def test_gpu_tests_collect_without_pyzmq():
     done = subprocess.run([sys.executable, "-c", COLLECT_WITHOUT_ZMQ], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
