@@ -10,7 +10,8 @@
 # The interpreter is $PYTHON, else .venv/bin/python when its torch is a CUDA build (any torch when
 # rehearsing), else python3; its packages are used as they are. Where it cannot import zmq or pytest,
 # they are installed offline from a wheels folder ($SPECPAIR_WHEELS, ../shared/wheels, shared/wheels)
-# into a venv that sees the interpreter's own packages ($SPECPAIR_CHECK_VENV, default build/check-venv).
+# into a venv that sees the interpreter's own packages ($SPECPAIR_CHECK_VENV, default build/check-venv),
+# with the interpreter's pip or, where it has none, by unpacking the wheels.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -88,17 +89,17 @@ prepare() {
     }
     say "installing ${missing[*]} from $wheels into $venv (offline)"
     rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
     local site log=$venv.install.log
-    if "$py" -m venv --system-site-packages "$venv" >"$log" 2>&1; then
-        site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-        site_pth "$py" >"$site/_check_base_site.pth"
-        offline_pip "$venv/bin/python" "$wheels" --ignore-installed "${missing[@]}" >>"$log" 2>&1
-    else  # no ensurepip (Debian without python3-venv): a bare venv, filled by the interpreter's own pip
-        rm -rf "$venv"
-        "$py" -m venv --system-site-packages --without-pip "$venv" >>"$log" 2>&1 &&
-            site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
-            site_pth "$py" >"$site/_check_base_site.pth" &&
-            offline_pip "$py" "$wheels" --target "$site" "${missing[@]}" >>"$log" 2>&1
+    # No pip inside the venv: ensurepip is missing from some system Pythons (Debian's without
+    # python3-venv). The interpreter's own pip installs into the venv; without one, the wheels are unpacked.
+    "$py" -m venv --system-site-packages --without-pip "$venv" >"$log" 2>&1 &&
+        site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
+        site_pth "$py" >"$site/_check_base_site.pth" || { say "cannot make a venv with $base; see $log"; return 1; }
+    if "$py" -m pip --version >/dev/null 2>&1; then
+        offline_pip "$py" "$wheels" --target "$site" "${missing[@]}" >>"$log" 2>&1
+    else
+        "$py" "$root/tests/gpu/unpack_wheels.py" "$wheels" "$site" "${missing[@]}" >>"$log" 2>&1
     fi
     if ! "$venv/bin/python" -c 'import zmq, pytest' 2>>"$log"; then
         say "could not prepare $venv; the last lines of $log:"

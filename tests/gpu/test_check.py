@@ -30,12 +30,13 @@ def wheels_folder() -> Path | None:
     return None
 
 
-def bare_python(tmp_path: Path) -> Path:
+def bare_python(tmp_path: Path, with_pip: bool) -> Path:
     """A venv with neither pyzmq nor pytest, whose torch and transformers are stand-ins (a GPU image's
     own packages: the prepared interpreter must still import them)."""
     venv = tmp_path / "image"
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    subprocess.run([base, "-m", "venv", str(venv)] + ([] if with_pip else ["--without-pip"]), check=True,
+                   timeout=120)
     python = venv / "bin" / "python"
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -51,12 +52,14 @@ def offline_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_preparation_installs_pyzmq_and_pytest_offline_from_the_wheels(tmp_path):
+@pytest.mark.parametrize("installer", ["pip", "unpack"])
+def test_preparation_installs_pyzmq_and_pytest_offline_from_the_wheels(tmp_path, installer):
+    """With the interpreter's pip, or by unpacking the wheels where it has none."""
     wheels = wheels_folder()
     if wheels is None:
         pytest.skip("no wheels folder with pyzmq and pytest")
-    python = bare_python(tmp_path)
-    prepared_venv = tmp_path / "prepared"
+    python = bare_python(tmp_path, with_pip=installer == "pip")
+    prepared_venv = tmp_path / "build" / "prepared"  # its folder does not exist yet
     env = offline_env(PYTHON=str(python), SPECPAIR_CHECK_VENV=str(prepared_venv))
     for attempt in ("fresh", "reused"):
         done = subprocess.run([CHECK_SH, "--prepare"], env=env, capture_output=True, text=True, timeout=300)
@@ -73,9 +76,9 @@ def test_preparation_installs_pyzmq_and_pytest_offline_from_the_wheels(tmp_path)
     assert found["torch"][0] == "0+image"  # the image's own torch, from its own site-packages
     assert Path(found["torch"][1]).is_relative_to(tmp_path / "image")
     log = Path(f"{prepared_venv}.install.log").read_text()
+    said = {"pip": "Processing ", "unpack": "unpacked "}[installer]
     for wheel in ("pyzmq-27.3.0-", "pytest-9.2.0-"):
-        assert any(line.startswith("Processing") and str(wheels) in line and wheel in line
-                   for line in log.splitlines()), log
+        assert any(line.startswith(said + str(wheels)) and wheel in line for line in log.splitlines()), log
 
 
 def test_preparation_without_wheels_stops_with_one_clear_line(tmp_path):
