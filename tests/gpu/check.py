@@ -115,8 +115,8 @@ def gpu_tests(plan: Plan, budget: Budget) -> dict:
     """pytest on the tests marked gpu (they skip without CUDA), its output streamed as it comes."""
     cmd = [sys.executable, "-P", "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider",
            "-rs"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=pipelined.child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, stdin=subprocess.DEVNULL)
     last = ""
     timer = threading.Timer(max(budget.left(), 1), pipelined.stop_group, (proc,))  # ends a hung pytest
     timer.start()
@@ -253,6 +253,7 @@ def run_section(name: str, fn, plan: Plan, report: Report, deadline: float, inde
     except Exception as e:  # noqa: BLE001  recorded and printed in full; the later sections still run
         traceback.print_exc()
         result = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    free_memory()
     result = {"status": "passed", **result, "seconds": round(time.monotonic() - t0, 1)}
     report.section(name, result)
     print(f"-- {name}: {result['status']} in {result['seconds']} s", flush=True)

@@ -66,15 +66,19 @@ def launch_command(target: str, drafter: str, gpus: str | None, prompts: tuple[s
     return cmd
 
 
+def child_env() -> dict[str, str]:
+    """This environment with the project first on PYTHONPATH (children run with -P) and unbuffered output."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
 def run_pair(cmd: list[str], timeout: float, on_record: Callable[[Record], None],
              echo: Callable[[str], None]) -> tuple[int, list[Record]]:
     """Run the launcher; each record goes to on_record and every other line to echo as it comes.
 
     Returns (exit status, records); 124 when it ran past `timeout` and was stopped with its processes.
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             bufsize=1, start_new_session=True, stdin=subprocess.DEVNULL)
     records: list[Record] = []
 
