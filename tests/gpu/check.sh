@@ -30,6 +30,7 @@ while (($#)); do
 done
 
 say() { echo "check: $*" >&2; }
+[[ $budget =~ ^[1-9][0-9]*$ ]] || { say "--timeout takes whole seconds, got '$budget'"; exit 2; }
 
 pick_python() {
     if [[ -n ${PYTHON:-} ]]; then echo "$PYTHON"; return; fi
@@ -128,5 +129,5 @@ left=$((budget - SECONDS))
 # check.py keeps to the budget itself; the outer timeout catches a hang it cannot interrupt
 timeout -k 10 $((left + 30)) "$py" -P -m tests.gpu.check --timeout "$left" "${args[@]}"
 status=$?
-((status == 124 || status == 137)) && say "stopped by the overall timeout (${budget} s)"
+((status == 124 || status == 137)) && ((SECONDS >= budget)) && say "stopped by the overall timeout (${budget} s)"
 exit $status
