@@ -201,7 +201,8 @@ def pipelined_decodes(plan: Plan, budget: Budget) -> dict:
         status = "failed"
     print_decode_table(plan, summary, shared)
     if differ is not None:
-        print(f"  greedy outputs with graphs equal those without: {'yes' if not differ else 'NO: ' + ', '.join(differ)}")
+        verdict = "yes" if not differ else "NO: " + ", ".join(differ)
+        print(f"  greedy outputs with graphs equal those without: {verdict}")
     return {"status": status, "gpus": plan.gpus, "shared_gpu": shared, "note": SHARED_NOTE if shared else None,
             "decoders": summary, "outputs_differ": differ}
 
