@@ -107,6 +107,13 @@ def plan(argv: list[str]) -> Plan:
         ns.prompt = list(BUILTIN[:EMBEDDED_PROMPTS])
     env = {"target": {}, "drafter": {}}
     devices = _devices(parser, ns, env)
+    if any(d.startswith("cuda") for d in devices.values()):
+        from models.cuda_env import CudaUnavailable, require_cuda
+
+        try:
+            require_cuda(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
+        except CudaUnavailable as e:
+            parser.error(str(e))
     shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions) if f.name not in ("model", "device")}
     models = {}
     for role in ("target", "drafter"):

@@ -4,20 +4,29 @@ Attention goes through a function registered with transformers' AttentionInterfa
 K/V at slots we choose and attends under our mask, so every architecture transformers implements with
 the standard attention call (Llama, Qwen2, Qwen3, SmolLM2, ...) runs unchanged.
 
-Cache layout: K and V are (layers, 1, kv_heads, 1 + capacity, head_dim). Physical slot 0 is a scratch
-slot that only pad rows write and see; logical slot s lives at physical s + 1.
+Cache layout: K and V are (layers, 1, kv_heads, S, head_dim) with S = 1 + capacity rounded up to a
+multiple of SLOT_ALIGN. Physical slot 0 is a scratch slot that only pad rows write and see; logical slot s
+lives at physical s + 1; slots past 1 + capacity are never written and always masked. The rounding keeps
+the attention bias's rows (S wide) a multiple of 16 bytes apart, which fused SDPA kernels need: an odd S
+such as 2049 makes them copy the bias into an aligned one on every call, or reject it.
 
 Passes after the prefill go through per-bucket static buffers (ids, positions, slots, visible columns):
 the pass is padded up to a bucket size, the mask is built on the device from those buffers, and on CUDA
 the whole step is a captured graph replayed after `copy_`-ing new inputs in. On the CPU the same step
-runs eagerly, attending only over the used part of the cache.
+runs eagerly, attending only over the used part of the cache. On CUDA, attention runs in the SDPA
+backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and its plan do not change with the
+shape (cuDNN's would be re-planned for each new shape, inside timed regions).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -27,6 +36,15 @@ CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured a
 CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own bucket
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
+SLOT_ALIGN = 128  # physical cache slots are a multiple of this (SPAN_STEP divides it)
+# The mask is an arbitrary additive bias, which flash attention does not take. Memory-efficient attention
+# takes it in any shape; math is the fallback that takes everything.
+CUDA_SDPA_BACKENDS = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+# Rope types whose forward reads a tensor on the host (transformers' dynamic_rope_update compares the
+# largest position with a Python number), which stream capture forbids.
+HOST_READ_ROPE = ("dynamic", "longrope")
+
+log = logging.getLogger(__name__)
 
 
 class StaticKV:
@@ -105,7 +123,8 @@ class _Buffers:
 class HFRunner:
     """A transformers causal LM with a static KV cache of `capacity` slots."""
 
-    def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None):
+    def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None,
+                 slot_align: int = SLOT_ALIGN):
         self.model = model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -115,7 +134,8 @@ class HFRunner:
         self.group = heads // kv_heads
         self.capacity = capacity
         self.vocab_size = cfg.vocab_size
-        self.kv = StaticKV(cfg.num_hidden_layers, kv_heads, capacity + 1, head_dim, self.dtype, self.device)
+        self.slots = aligned_slots(capacity, slot_align)  # physical slots S
+        self.kv = StaticKV(cfg.num_hidden_layers, kv_heads, self.slots, head_dim, self.dtype, self.device)
         if not model._can_set_attn_implementation():
             raise ValueError(f"{type(model).__name__} does not route attention through transformers' "
                              f"AttentionInterface, so its KV cache cannot be managed here")
@@ -123,9 +143,14 @@ class HFRunner:
         on_cuda = self.device.type == "cuda"
         self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if on_cuda else CPU_BUCKETS)))
         self.buffers = {b: _Buffers(b, self.device, on_cuda) for b in self.buckets}
-        self.arange = torch.arange(capacity + 1, device=self.device)
+        self.arange = torch.arange(self.slots, device=self.device)
+        self.sdpa_backends = CUDA_SDPA_BACKENDS if on_cuda else None  # None: torch's own choice
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        if graphs and on_cuda:
+        self.eager_reason = graphs_blocked_by(model) if graphs and on_cuda else None
+        if self.eager_reason:
+            log.warning("CUDA graphs off for %s: %s; its passes run eagerly", type(model).__name__,
+                        self.eager_reason)
+        elif graphs and on_cuda:
             self._capture()
 
     # -- passes ---------------------------------------------------------------------------------------
@@ -146,10 +171,9 @@ class HFRunner:
             graph, out = self.graphs[b]
             graph.replay()
         elif self.device.type == "cuda":  # same shapes as the graphs, so --no-graphs gives the same rows
-            out = self._step(b, self.capacity + 1)
+            out = self._step(b, self.slots)
         else:
-            used = 1 + max(prefix, int(np.max(slots)) + 1, int(np.max(cols)) + 1 if m else 0)
-            out = self._step(b, min(-(-used // SPAN_STEP) * SPAN_STEP, self.capacity + 1))
+            out = self._step(b, self._span(prefix, slots, cols))
         return out[n - 1:n] if last_only else out[:n]
 
     def _step(self, b: int, span: int) -> torch.Tensor:
@@ -166,7 +190,7 @@ class HFRunner:
 
     def _dense(self, tokens, positions, slots, prefix, cols, vis, last_only) -> torch.Tensor:
         """An unpadded pass with a host-built mask (prefill chunks and passes beyond the buckets)."""
-        span = 1 + max(prefix, int(np.max(slots)) + 1, int(np.max(cols)) + 1 if len(cols) else 0)
+        span = self._span(prefix, slots, cols)
         visible = np.zeros((len(tokens), span), bool)
         visible[:, 1:1 + prefix] = True
         rows, k = np.nonzero(np.asarray(vis))
@@ -176,14 +200,21 @@ class HFRunner:
                         torch.as_tensor(visible, device=self.device), span, last_only)
         return out
 
+    def _span(self, prefix: int, slots, cols) -> int:
+        """Physical slots a pass attends over: the used ones, rounded up to SPAN_STEP (aligned rows)."""
+        used = 1 + max(prefix, int(np.max(slots)) + 1, int(np.max(cols)) + 1 if len(cols) else 0)
+        return min(-(-used // SPAN_STEP) * SPAN_STEP, self.slots)
+
     def _run(self, ids, pos, slots, visible, span: int, last_only: bool = False) -> torch.Tensor:
         """ids, pos, slots: (n,); visible: (n, span) bool -> (n or 1, V) float32 logits."""
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
         self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
         self.kv.slots, self.kv.span = slots, span
-        out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
-                         use_cache=False, static_kv=self.kv, logits_to_keep=1 if last_only else 0)
+        backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
+        with backends:
+            out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
+                             use_cache=False, static_kv=self.kv, logits_to_keep=1 if last_only else 0)
         return out.logits[0].float()
 
     def move(self, src, dst) -> None:
@@ -206,7 +237,7 @@ class HFRunner:
         Capture inputs are all pad rows, so warm-up and capture write only the scratch slot.
         """
         pool = torch.cuda.graph_pool_handle()
-        span = self.capacity + 1
+        span = self.slots
         for b in reversed(self.buckets):
             buf = self.buffers[b]
             buf.stage(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0,
@@ -222,3 +253,59 @@ class HFRunner:
                 out = self._step(b, span)
             self.graphs[b] = (graph, out)
         torch.cuda.synchronize(self.device)
+
+
+def aligned_slots(capacity: int, align: int = SLOT_ALIGN) -> int:
+    """Physical cache slots for `capacity` logical ones: the scratch slot plus capacity, rounded up."""
+    return -(-(capacity + 1) // align) * align
+
+
+def graphs_blocked_by(model) -> str | None:
+    """Why `model`'s passes cannot be captured as CUDA graphs; None when they can.
+
+    Reads the rope types of the model's rotary modules and of its config (which may name one rope type
+    per layer type).
+    """
+    types = set()
+    cfg = model.config.get_text_config()
+    for params in (getattr(cfg, "rope_parameters", None), getattr(cfg, "rope_scaling", None)):
+        types |= _rope_types(params)
+    for module in model.modules():
+        types |= _rope_types(getattr(module, "rope_type", None))
+    blocked = sorted(t for t in types if any(kind in t for kind in HOST_READ_ROPE))
+    if not blocked:
+        return None
+    return (f"its rope type {', '.join(map(repr, blocked))} reads the positions on the host in every "
+            f"forward, which graph capture forbids")
+
+
+def _rope_types(value) -> set[str]:
+    """Rope type names in a rope_type attribute or a rope parameters dict (flat or per layer type)."""
+    if isinstance(value, str):
+        return {value}
+    if not isinstance(value, dict):
+        return set()
+    if "rope_type" in value or "type" in value:
+        return {str(value.get("rope_type") or value.get("type"))}
+    return set().union(*(_rope_types(v) for v in value.values())) if value else set()
+
+
+def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, rows: int,
+                 slots: int) -> str:
+    """The SDPA backend torch picks for a padded pass of `rows` rows over `slots` cache slots, by name.
+
+    Asks torch's dispatcher, under the backends HFRunner allows on that device, with tensors of the
+    pass's shapes (a private torch function: "unknown" where it is missing).
+    """
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "unknown"
+    folded = heads // kv_heads * rows  # query rows per K/V head, as _static_tree_attention folds them
+    q = torch.zeros(1, kv_heads, folded, head_dim, dtype=dtype, device=device)
+    k = torch.zeros(1, kv_heads, slots, head_dim, dtype=dtype, device=device)
+    mask = torch.zeros(1, 1, folded, slots, dtype=dtype, device=device)
+    allowed = CUDA_SDPA_BACKENDS if torch.device(device).type == "cuda" else None
+    with sdpa_kernel(list(allowed)) if allowed else contextlib.nullcontext():
+        choice = int(choose(q, k, k, mask))
+    names = {int(member.value): name for name, member in SDPBackend.__members__.items()}
+    return names.get(choice, str(choice)).lower()

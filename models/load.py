@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from models import shapes
+from models.cuda_env import require_cuda
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
 from models.tokenizers import HFTokenizer, MockTokenizer
@@ -56,6 +57,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
         return Loaded(options.model, model, MockTokenizer(options.mock_vocab), graphs=False)
     if options.device.startswith("cuda"):
+        require_cuda(f"--device {options.device}")  # else torch's first CUDA call fails without the reason
         torch.cuda.set_device(options.device)  # this process's GPU for graphs, streams and allocations
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)

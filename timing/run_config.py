@@ -27,6 +27,7 @@ from launch.cli import option_values
 from launch.options import SweepOptions
 from launch.prompts import Prompt
 from models.options import ModelOptions
+from models.cuda_env import cuda_driver
 from pipeline.config import InputError, PoolConfig
 from timing.records import read_records, shard_files
 
@@ -160,21 +161,3 @@ def _gpus() -> list[str]:
     if not torch.cuda.is_available():
         return []
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-
-
-def cuda_driver() -> str | None:
-    """The installed CUDA driver's version, e.g. "12.8".
-
-    torch reports only the CUDA runtime it was built with (torch.version.cuda); the driver, which decides
-    how graphs and kernels behave on the machine, is asked through cuda-python's runtime binding.
-    """
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    from cuda.bindings import runtime
-
-    err, version = runtime.cudaDriverGetVersion()
-    if err != runtime.cudaError_t.cudaSuccess:
-        return None
-    return f"{version // 1000}.{version % 1000 // 10}"

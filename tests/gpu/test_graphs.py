@@ -1,4 +1,5 @@
-"""CUDA graph replay gives the rows and greedy outputs of eager passes (skipped without CUDA)."""
+"""CUDA graph replay gives the rows and greedy outputs of eager passes; models that cannot be captured
+run eagerly; attention runs in the backend chosen for it (skipped without CUDA)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import torch
 
 from drafter_proc.drafter import Drafter
 from drafter_proc.local import LocalDrafter
-from models.hf import CUDA_BUCKETS, HFRunner
+from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, aligned_slots, sdpa_backend
 from models.shapes import random_model
 from pipeline.config import DecodeConfig, PoolConfig
-from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from target_proc.target import Target
+from tests.gpu.pipelined import decoder_names
+from tests.models.test_graph_gate import ROPES, llama
 from tests.models.test_tree_pass import random_tree
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -52,10 +54,29 @@ def test_greedy_decoding_with_graphs_equals_without(model):
     for graphs in (True, False):
         target = Target(HFRunner(model, 512, graphs=graphs))
         drafter = LocalDrafter(Drafter(HFRunner(drafter_model, 512 + pool.n_expanded, graphs=graphs), pool))
-        for decoder in DECODERS:
+        for decoder in decoder_names():
             for budget in (1, 8, 59):
                 result = decode(target, drafter, [5, 6, 7, 8], DecodeConfig(decoder, 0.0, budget, 40),
                                 frozenset({0}), None)
                 outputs[graphs, decoder, budget] = result.tokens[:40]
-    for key in outputs:
-        assert outputs[key] == outputs[(False,) + key[1:]], key
+    for graphs, decoder, budget in outputs:
+        if graphs:
+            assert outputs[True, decoder, budget] == outputs[False, decoder, budget], (decoder, budget)
+
+
+def test_host_reading_rope_runs_eagerly_instead_of_failing_capture():
+    model = llama(rope_parameters=ROPES["dynamic"]).to("cuda:0")
+    runner = HFRunner(model, 256, graphs=True)
+    assert runner.graphs == {} and "'dynamic'" in runner.eager_reason
+    target = Target(runner)
+    target.prefill([3, 4, 5])
+    assert torch.isfinite(target.tree_pass(random_tree(np.random.default_rng(0), 9), 6)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows", [1, 72])
+def test_attention_runs_in_a_chosen_backend(dtype, rows):
+    """Llama-3.1-8B's attention shapes over a 2048-slot cache go to a backend HFRunner allows."""
+    chosen = sdpa_backend("cuda:0", dtype, 32, 8, 128, rows, aligned_slots(2048))
+    assert chosen in {b.name.lower() for b in CUDA_SDPA_BACKENDS}
+    assert chosen == CUDA_SDPA_BACKENDS[0].name.lower(), f"{chosen}: the fused kernel refused these shapes"

@@ -1,0 +1,150 @@
+"""One model's passes measured in this process: graph replay against eager rows, and per-pass latencies.
+
+Both runners of a pair use the CUDA buckets and the whole cache, so on a GPU they differ only in graph
+replay; on the CPU (the rehearsal) neither captures, and the same code runs eagerly.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from models.hf import CUDA_BUCKETS, HFRunner
+from pipeline.tree import Tree
+from target_proc.target import Target
+from tests.models.test_tree_pass import random_tree
+
+ROOT_TOKEN = 7
+# Largest |graph - eager| relative to the largest |logit| that still counts as equal: a couple of
+# roundings in bf16 or fp16, float32 noise otherwise.
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
+
+
+class OutOfTime(Exception):
+    """A section used up its share of the check's time."""
+
+
+class Budget:
+    """Seconds left to a section: its own share, capped by the check's overall deadline."""
+
+    def __init__(self, seconds: float, deadline: float) -> None:
+        self.end = min(time.monotonic() + seconds, deadline)
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def check(self, doing: str) -> None:
+        if self.left() <= 0:
+            raise OutOfTime(f"out of time before {doing}")
+
+
+def runner_pair(model, capacity: int, context: int, seed: int = 0) -> dict[str, Target]:
+    """{"graph": ..., "eager": ...} targets over one model, both prefilled with the same `context` tokens."""
+    prompt = np.random.default_rng(seed).integers(1, 96, context).tolist()
+    pair = {}
+    for name, graphs in (("graph", True), ("eager", False)):
+        pair[name] = Target(HFRunner(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS))
+        pair[name].prefill(prompt)
+    return pair
+
+
+def chain_tree(n: int) -> Tree:
+    """n nodes in 8 chains (the cost of a pass is its row count; the mask's pattern costs nothing)."""
+    parent = np.array([-1 if i < 8 else i - 8 for i in range(n)])
+    return Tree(np.arange(1, n + 1) % 90 + 1, parent, np.arange(n))
+
+
+def pass_of(rows: int, tree: Tree | None = None) -> Callable[[Target], torch.Tensor]:
+    """A pass of `rows` rows: the root pass for 1, else the root and a tree of rows - 1 nodes."""
+    if rows == 1:
+        return lambda t: t.root_pass(ROOT_TOKEN)
+    tree = tree if tree is not None else chain_tree(rows - 1)
+    return lambda t: t.tree_pass(tree, ROOT_TOKEN)
+
+
+def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| over the larger of max |b| and 1. Reads the device: a sync."""
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1.0))
+
+
+def parity(pair: dict[str, Target], budget: Budget, seed: int = 0) -> dict[str, float]:
+    """Relative gap between graph and eager rows for the root pass and a pass of every bucket size.
+
+    Each size runs as a tree pass after the root pass and, up to the largest bucket, as a pass with the
+    root as its first row; random trees, so that every pass has its own mask.
+    """
+    rng = np.random.default_rng(seed)
+    gaps = {"root pass": relative_gap(pass_of(1)(pair["graph"]).clone(), pass_of(1)(pair["eager"]))}
+    for n in sorted(set(CUDA_BUCKETS) | {3, 10, 50}):
+        budget.check(f"the passes of {n} rows")
+        tree = random_tree(rng, n)
+        gaps[f"tree {n}"] = relative_gap(pair["graph"].tree_pass(tree, None).clone(),
+                                         pair["eager"].tree_pass(tree, None))
+        if n > 1:
+            call = pass_of(n, random_tree(rng, n - 1))
+            gaps[f"root+tree {n}"] = relative_gap(call(pair["graph"]).clone(), call(pair["eager"]))
+    return gaps
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # a host-device sync, outside the timed region
+
+
+def timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
+    """Median ms of fn() over `reps` calls after two warm-up calls: CUDA events on a GPU (host launch
+    gaps included), perf_counter on the CPU. Each call ends in a sync before the next one starts."""
+    for _ in range(2):
+        fn()
+        synchronize(device)
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def kernel_ms(fn: Callable[[], object], device: torch.device) -> float | None:
+    """Summed self time of the kernels (on the CPU: of the operators) of one call, by torch.profiler;
+    None when the profiler cannot trace this device (no CUPTI) or saw nothing."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_cuda = device.type == "cuda"
+    fn()
+    synchronize(device)
+    try:
+        with profile(activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU]) as prof:
+            fn()
+            synchronize(device)
+    except RuntimeError as e:  # the other columns stand without this one
+        print(f"  the profiler failed, no kernel times: {e}")
+        return None
+    events = prof.key_averages()
+    total = sum(e.self_device_time_total if on_cuda else e.self_cpu_time_total for e in events) / 1e3
+    return total or None
+
+
+def latencies(pair: dict[str, Target], rows: tuple[int, ...], reps: int, budget: Budget) -> dict[int, dict]:
+    """Per row count: median eager and graph-replay ms, and the eager pass's kernel ms."""
+    device = pair["eager"].device
+    table = {}
+    for n in rows:
+        budget.check(f"timing passes of {n} rows")
+        call = pass_of(n)
+        table[n] = {"eager_ms": timed(lambda: call(pair["eager"]), device, reps),
+                    "graph_ms": timed(lambda: call(pair["graph"]), device, reps),
+                    "kernel_ms": kernel_ms(lambda: call(pair["eager"]), device)}
+    return table

@@ -1,0 +1,171 @@
+"""tests/gpu/check.sh as it runs on a bare GPU image, rehearsed on the CPU: it prepares an interpreter
+offline, stops at once without CUDA, and runs every section on the CPU with --rehearse."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.gpu import pipelined
+from tests.gpu.check import EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME, exit_status, goals
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK_SH = ROOT / "tests" / "gpu" / "check.sh"
+UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: any attempt to use the network fails
+
+
+def wheels_folder() -> Path | None:
+    """The folder check.sh would take its wheels from, as it searches them."""
+    for folder in filter(None, [os.environ.get("SPECPAIR_WHEELS"), ROOT.parent / "shared" / "wheels",
+                                ROOT / "shared" / "wheels"]):
+        if list(Path(folder).glob("pyzmq-*.whl")) and list(Path(folder).glob("pytest-*.whl")):
+            return Path(folder).resolve()
+    return None
+
+
+def bare_python(tmp_path: Path, with_pip: bool) -> Path:
+    """A venv with neither pyzmq nor pytest, whose torch and transformers are stand-ins (a GPU image's
+    own packages: the prepared interpreter must still import them)."""
+    venv = tmp_path / "image"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(venv)] + ([] if with_pip else ["--without-pip"]), check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for name in ("torch", "transformers"):
+        (Path(site) / name).mkdir()
+        (Path(site) / name / "__init__.py").write_text(f'__version__ = "0+image"  # {name} of the image\n')
+    return python
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    return {**env, "PIP_INDEX_URL": UNREACHABLE, "http_proxy": UNREACHABLE, "https_proxy": UNREACHABLE, **extra}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installer", ["pip", "unpack"])
+def test_preparation_installs_pyzmq_and_pytest_offline_from_the_wheels(tmp_path, installer):
+    """With the interpreter's pip, or by unpacking the wheels where it has none."""
+    wheels = wheels_folder()
+    if wheels is None:
+        pytest.skip("no wheels folder with pyzmq and pytest")
+    python = bare_python(tmp_path, with_pip=installer == "pip")
+    prepared_venv = tmp_path / "build" / "prepared"  # its folder does not exist yet
+    env = offline_env(PYTHON=str(python), SPECPAIR_CHECK_VENV=str(prepared_venv))
+    for attempt in ("fresh", "reused"):
+        done = subprocess.run([CHECK_SH, "--prepare"], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert ("installing pyzmq pytest from" in done.stderr) == (attempt == "fresh"), done.stderr
+    prepared = done.stdout.strip()
+    assert prepared == str(prepared_venv / "bin" / "python")
+    probe = ("import json, pytest, torch, zmq; print(json.dumps({m.__name__: [m.__version__, m.__file__] "
+             "for m in (pytest, torch, zmq)}))")
+    found = json.loads(subprocess.run([prepared, "-c", probe], capture_output=True, text=True, check=True,
+                                      env=offline_env()).stdout)
+    assert found["zmq"][0] == "27.3.0" and found["pytest"][0] == "9.2.0"
+    assert all(Path(found[m][1]).is_relative_to(prepared_venv) for m in ("zmq", "pytest"))
+    assert found["torch"][0] == "0+image"  # the image's own torch, from its own site-packages
+    assert Path(found["torch"][1]).is_relative_to(tmp_path / "image")
+    log = Path(f"{prepared_venv}.install.log").read_text()
+    said = {"pip": "Processing ", "unpack": "unpacked "}[installer]
+    for wheel in ("pyzmq-27.3.0-", "pytest-9.2.0-"):
+        assert any(line.startswith(said + str(wheels)) and wheel in line for line in log.splitlines()), log
+
+
+def test_preparation_without_wheels_stops_with_one_clear_line(tmp_path):
+    project = tmp_path / "project"
+    (project / "tests" / "gpu").mkdir(parents=True)
+    shutil.copy(CHECK_SH, project / "tests" / "gpu")
+    python = tmp_path / "python"  # an interpreter that has torch and transformers, but neither pyzmq nor pytest
+    python.write_text(f'#!/bin/sh\ncase "$2" in *zmq*|*pytest*) exit 1;; esac\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare"], capture_output=True, text=True,
+                          env=offline_env(PYTHON=str(python), SPECPAIR_WHEELS=str(tmp_path / "none")), timeout=120)
+    assert done.returncode == 2
+    assert "cannot import pyzmq pytest, and no wheels folder holds pyzmq and pytest" in done.stderr
+    assert str(tmp_path / "none") in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # two child processes import torch
+def test_check_without_cuda_stops_at_once_saying_why(tmp_path):
+    t0 = time.monotonic()
+    done = subprocess.run([CHECK_SH, "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env=offline_env(PYTHON=sys.executable))
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is usable here")
+    assert done.returncode == EXIT_NO_CUDA
+    assert f"torch {torch.__version__}" in done.stdout + done.stderr
+    assert "needs CUDA, but" in done.stderr and "Fix:" in done.stderr
+    assert time.monotonic() - t0 < 60 and not (tmp_path / "check.json").exists()
+
+
+@pytest.mark.slow
+def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
+    t0 = time.monotonic()
+    done = subprocess.run([CHECK_SH, "--rehearse", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, env=offline_env(PYTHON=sys.executable))
+    seconds = time.monotonic() - t0
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["status"] == dict.fromkeys(["environment", "gpu tests", "parity", "latency", "pipelined"], "passed")
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == report  # the last line is the report
+    decoders = report["sections"]["pipelined"]["decoders"]
+    assert list(decoders) == pipelined.decoder_names() and report["sections"]["pipelined"]["outputs_differ"] == []
+    assert all(f"{d} " in done.stdout for d in decoders)  # a live line per decode
+    assert seconds < 120, f"the rehearsal took {seconds:.0f} s"
+
+
+def record_line(decoder: str, prompt: int, tokens: list[int], phases: dict[str, list[float]]) -> str:
+    return json.dumps({"decoder": decoder, "prompt_index": prompt, "new_tokens": tokens, "seconds": 0.5,
+                       "round_phases": phases, "text": "", "budget": 8})
+
+
+def test_records_are_read_and_summarised_per_decoder():
+    phases = {"draft": [0.004, 0.004], "root": [0.002, 0.002], "wait": [0.001, 0.003], "select": [0.0002, 0.0004],
+              "tree": [0.005, 0.005], "commit": [0.0001, 0.0001]}
+    records = [pipelined.read_record(record_line("pearl", p, [1, 2, 3], phases)) for p in (0, 1)]
+    assert pipelined.read_record("[target] loaded") is None
+    s = pipelined.summarize(records)["pearl"]
+    assert s["rounds"] == 4 and s["tok_per_s"] == 6.0
+    assert s["median_host_ms"] == pytest.approx(0.4) and s["median_round_ms"] == pytest.approx(9.4)
+    assert s["median_draft_ms"] == pytest.approx(4.0)
+
+
+def test_outputs_that_differ_or_are_missing_are_named():
+    def record(decoder, prompt, tokens):
+        return pipelined.read_record(record_line(decoder, prompt, tokens, {"root": [0.1]}))
+    a = [record("ar", 0, [1, 2]), record("root", 0, [3]), record("root", 1, [4])]
+    b = [record("ar", 0, [1, 2]), record("root", 0, [5])]
+    assert pipelined.output_differences(a, b) == ["root prompt 0", "root prompt 1"]
+    assert pipelined.output_differences(a, a) == []
+
+
+def test_exit_status_reports_failures_and_time():
+    assert exit_status(["passed"] * 5) == 0
+    assert exit_status(["passed", "failed", "passed"]) == EXIT_FAILED
+    assert exit_status(["passed", "error"]) == EXIT_FAILED
+    assert exit_status(["failed", "out of time"]) == EXIT_OUT_OF_TIME
+    assert exit_status(["passed", "skipped"]) == EXIT_OUT_OF_TIME
+
+
+def test_goals_hold_root_replay_to_its_kernel_time_and_host_work_to_a_millisecond():
+    report = {"sections": {
+        "latency": {"status": "passed", "target llama-3.1-8b": {1: {"graph_ms": 5.4, "kernel_ms": 5.0},
+                                                                8: {"graph_ms": 9.0, "kernel_ms": 5.0}},
+                    "drafter llama-3.2-1b": {1: {"graph_ms": 2.0, "kernel_ms": None}}},
+        "pipelined": {"decoders": {"root": {"median_host_ms": 0.4}, "draft": {"median_host_ms": 1.2}}}}}
+    met = {g["goal"]: g["met"] for g in goals(report)}
+    assert met == {"target llama-3.1-8b: graph replay of the root pass within 10% of its kernel time": True,
+                   "root: host overhead under 1 ms per round": True,
+                   "draft: host overhead under 1 ms per round": False}
