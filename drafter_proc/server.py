@@ -110,7 +110,9 @@ class DrafterServer:
         self.request, self.round = -1, -1
         log.info("handshake with target %r: pool topk=%d depth=%d expand=%d", hello.model, config.topk,
                  config.depth, config.expand)
-        return Ready(PROTOCOL_VERSION, self.loaded.vocab_size, tok.fingerprint, self.loaded.name)
+        who = self.loaded.identity
+        return Ready(PROTOCOL_VERSION, self.loaded.vocab_size, tok.fingerprint, self.loaded.name, who["revision"],
+                     who["dtype"], who["device"])
 
     def _check_tokens(self, tokens: np.ndarray, name: str) -> None:
         if problem := out_of_vocab(tokens, self.loaded.vocab_size, name):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -34,6 +35,18 @@ class Loaded:
     model: object  # a transformers model or models.mock.MockModel
     tokenizer: object  # models.tokenizers.HFTokenizer or MockTokenizer
     graphs: bool
+    revision: str  # what the weights are: a hub snapshot, a digest of the checkpoint's files, or a recipe
+
+    @property
+    def identity(self) -> dict:
+        """The model as records name it: spec, revision, dtype and device."""
+        if isinstance(self.model, MockModel):
+            return {"model": self.name, "revision": self.revision, "dtype": "float32", "device": "cpu"}
+        param = next(self.model.parameters())
+        quantized = self.name.endswith(INT8_SUFFIX)
+        return {"model": self.name, "revision": self.revision,
+                "dtype": "qint8 linear layers" if quantized else str(param.dtype).removeprefix("torch."),
+                "device": str(param.device)}
 
     @property
     def vocab_size(self) -> int:
@@ -55,7 +68,8 @@ def load(options: ModelOptions, role: str) -> Loaded:
     if options.is_mock:
         noise = options.mock_noise if role == "drafter" else 0.0
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
-        return Loaded(options.model, model, MockTokenizer(options.mock_vocab), graphs=False)
+        revision = f"mock vocab={options.mock_vocab} seed={options.mock_seed} noise={noise:g}"
+        return Loaded(options.model, model, MockTokenizer(options.mock_vocab), False, revision)
     if options.device.startswith("cuda"):
         require_cuda(f"--device {options.device}")  # else torch's first CUDA call fails without the reason
         torch.cuda.set_device(options.device)  # this process's GPU for graphs, streams and allocations
@@ -64,8 +78,8 @@ def load(options: ModelOptions, role: str) -> Loaded:
     if spec.startswith(shapes.PREFIX):
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)
-        return Loaded(options.model, model, tokenizer, options.graphs)
-    model, tokenizer = _load_hf(spec, dtype, options.allow_download)
+        return Loaded(options.model, model, tokenizer, options.graphs, f"{spec} seed=0")
+    model, tokenizer, path = _load_hf(spec, dtype, options.allow_download)
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic
 
@@ -73,7 +87,8 @@ def load(options: ModelOptions, role: str) -> Loaded:
             warnings.simplefilter("ignore")
             model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model = model.to(options.device).eval()
-    return Loaded(options.model, model, HFTokenizer(tokenizer, model.generation_config), options.graphs)
+    return Loaded(options.model, model, HFTokenizer(tokenizer, model.generation_config), options.graphs,
+                  checkpoint_revision(path))
 
 
 def _dtype(options: ModelOptions) -> torch.dtype:
@@ -104,7 +119,25 @@ def _load_hf(spec: str, dtype: torch.dtype, allow_download: bool):
             f"model {spec!r} is neither a local directory nor in the local Hugging Face cache ({HF_HUB_CACHE}). "
             f"Download it first with `{download_command(spec)}`, pass the checkpoint's directory, or set "
             f"`allow_download`") from None
-    return model, tokenizer
+    return model, tokenizer, getattr(model, "name_or_path", None) or path
+
+
+def checkpoint_revision(path: str) -> str:
+    """What a checkpoint is, cheaply: its hub snapshot's commit when it lies in the Hugging Face cache, else
+    a digest of its config and of its weight files' names and sizes ("files:<digest>")."""
+    parts = Path(path).resolve().parts
+    if "snapshots" in parts[:-1]:
+        return "snapshot:" + parts[parts.index("snapshots") + 1]
+    root = Path(path)
+    if not root.is_dir():
+        return "unknown"
+    digest = hashlib.blake2b(digest_size=8)
+    config = root / "config.json"
+    digest.update(config.read_bytes() if config.is_file() else b"")
+    for f in sorted(root.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".gguf", ".pt"):
+            digest.update(f"{f.name}:{f.stat().st_size}".encode())
+    return "files:" + digest.hexdigest()
 
 
 def download_command(spec: str) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 
 from protocol.errors import BadArray
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class Kind(IntEnum):
@@ -53,13 +53,16 @@ class Hello(Message):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Ready(Message):
-    """drafter -> target: handshake accepted; the drafter's model and tokenizer."""
+    """drafter -> target: handshake accepted; the drafter's model (what records name it by) and tokenizer."""
 
     KIND: ClassVar[Kind] = Kind.READY
     version: int
     vocab_size: int
     fingerprint: str
     model: str
+    revision: str = ""
+    dtype: str = ""
+    device: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -20,11 +20,13 @@ SHUTDOWN_WAIT_S = 2.0  # how long a clean exit waits for the drafter to take its
 
 
 class Session:
-    def __init__(self, target: Target, tokenizer, drafter: DrafterClient | None, pool: PoolConfig) -> None:
+    def __init__(self, target: Target, tokenizer, drafter: DrafterClient | None, pool: PoolConfig,
+                 models: dict | None = None) -> None:
         self.target = target
         self.tokenizer = tokenizer
         self.drafter = drafter
         self.pool = pool
+        self.models = models or {}  # "target" and "drafter": model, revision, dtype, device (provenance)
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
                sync_phases: bool = False) -> DecodeResult:
@@ -57,7 +59,10 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
         ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout)
         log.info("drafter %r ready", ready.model)
-        yield Session(target, loaded.tokenizer, drafter, pool)
+        models = {"target": loaded.identity,
+                  "drafter": {"model": ready.model, "revision": ready.revision, "dtype": ready.dtype,
+                              "device": ready.device}}
+        yield Session(target, loaded.tokenizer, drafter, pool, models)
         drafter.shutdown()
         channel.wait_gone(SHUTDOWN_WAIT_S)
     finally:
