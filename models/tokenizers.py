@@ -20,6 +20,11 @@ class MockTokenizer:
         self.fingerprint = hashlib.blake2b(f"mock-ascii:{vocab_size}".encode(), digest_size=8).hexdigest()
 
     def prompt_ids(self, text: str) -> list[int]:
+        return self.chat_ids([text])
+
+    def chat_ids(self, turns: list[str]) -> list[int]:
+        """The turns joined by new lines (outside the alphabet: id 1), one id per character."""
+        text = "\n".join(turns)
         ids = [1 + (_ALPHABET.index(c) if c in _ALPHABET else 0) % (self.vocab_size - 1) for c in text]
         return ids or [1]
 
@@ -45,11 +50,17 @@ class HFTokenizer:
         self.fingerprint = digest.hexdigest()
 
     def prompt_ids(self, text: str) -> list[int]:
+        return self.chat_ids([text])
+
+    def chat_ids(self, turns: list[str]) -> list[int]:
+        """Token ids of a conversation whose turns alternate user, assistant, ..., user, ready for the
+        assistant's next answer; without a chat template, the turns joined by new lines."""
         if self.tok.chat_template is None:
-            return list(self.tok(text)["input_ids"])
+            return list(self.tok("\n".join(turns))["input_ids"])
+        messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
         # enable_thinking=False selects Qwen3's non-thinking mode; other templates ignore it.
-        out = self.tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                           tokenize=True, enable_thinking=False)
+        out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                           enable_thinking=False)
         return list(out["input_ids"] if hasattr(out, "keys") else out)
 
     def decode(self, ids) -> str:

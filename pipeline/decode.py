@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -76,20 +76,33 @@ PHASES = ("draft", "root", "wait", "select", "tree", "commit")
 class Round:
     accepted: int  # tree nodes accepted (a drawn first token that is a tree node counts)
     tree_size: int  # nodes verified in the tree pass; 0 when no tree pass ran
-    emitted: int  # accepted + 1 continuation
+    emitted: int  # accepted + 1 continuation: the round's accept length, bonus token included
     phases: dict[str, float]  # seconds per phase: draft (drafter side), root, wait, select, tree, commit
     available: int = 0  # with a first draw X1: X1 plus its pool descendants (the tree size cap c would give
     #                     is min(c, available)); 0 for decoders without a first draw
+    tried: int = 0  # tree depths at which a draw met candidate children: accepted, plus one when the walk
+    #                 ended at a node that had children (a rejection rather than the end of the tree)
 
 
 @dataclass(slots=True)
 class DecodeResult:
-    tokens: list[int]  # new tokens, up to and including the first end-of-sequence token
+    tokens: list[int]  # the output: new tokens up to the first end-of-sequence token, at most the limit
     rounds: list[Round]
     target_passes: int  # target passes after the prefill
     seconds: float  # start of the prefill to the last commit
-    hit_limit: bool  # stopped by the output limit, not by an end-of-sequence token
+    hit_limit: bool  # the output was cut by the limit, not ended by an end-of-sequence token
     prefill_seconds: float = 0.0
+    beyond: list[int] = field(default_factory=list)  # what the last round produced past the limit (up to
+    #                                                  its end-of-sequence token): verified, not output
+
+    @property
+    def overshoot(self) -> int:
+        return len(self.beyond)
+
+    @property
+    def round_tokens(self) -> int:
+        """Tokens up to the first end-of-sequence token with the last round whole (the seed's count)."""
+        return len(self.tokens) + self.overshoot
 
     @property
     def tokens_per_second(self) -> float:
@@ -119,6 +132,7 @@ class _Step:
     passes: int  # target passes this round
     draft_seconds: float = 0.0
     available: int = 0
+    tried: int = 0  # see Round.tried
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -156,7 +170,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         emitted = (step.tree.token[step.accepted].tolist() if step.accepted else []) + [step.continuation]
         rounds.phase.times["draft"] = step.draft_seconds
         log.append(Round(len(step.accepted), len(step.tree) if step.tree is not None else 0, len(emitted),
-                         rounds.phase.times, step.available))
+                         rounds.phase.times, step.available, step.tried))
         passes += step.passes
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
         out.extend(emitted if stop is None else emitted[: stop + 1])
@@ -169,7 +183,11 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     seconds = time.perf_counter() - t_start
     if rule.select is not None:
         drafter.end()
-    return DecodeResult(out, log, passes, seconds, stop is None, prefill_seconds)
+    # The last round is verified whole (the seed's protocol); the output stops at the limit, as generate's
+    # max_new_tokens and every serving API do.
+    limit = config.max_new_tokens
+    return DecodeResult(out[:limit], log, passes, seconds, len(out) >= limit and (stop is None or len(out) > limit),
+                        prefill_seconds, out[limit:])
 
 
 class _Rounds:
@@ -197,7 +215,7 @@ class _Rounds:
         with self.phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
             accepted, continuation = verify(tree, self.target.tree_pass(tree, root), None, self.temperature,
                                             self.generator, self.lazy)
-        return _Step(tree, accepted, continuation, 1, draft_seconds)
+        return _Step(tree, accepted, continuation, 1, draft_seconds, tried=depths_tried(tree, accepted))
 
     def pipelined(self, root: int) -> _Step:
         """Root pass while the drafter works, draw X1, select beneath it, verify the tree in a second pass."""
@@ -210,17 +228,24 @@ class _Rounds:
         u = pool.first_level(first.token)
         available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
         if tree.child(ROOT, first.token) < 0:  # `root` only: the draw is off the tree, it is the continuation
-            return _Step(None, [], first.token, 1, draft_seconds, available)
+            return _Step(None, [], first.token, 1, draft_seconds, available, tried=1)
         with self.phase("tree"):
             accepted, continuation = verify(tree, self.target.tree_pass(tree, None), first.token,
                                             self.temperature, self.generator, self.lazy)
-        return _Step(tree, accepted, continuation, 2, draft_seconds, available)
+        return _Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted))
 
 
 def root_draw(target: TargetRunner, root: int, temperature: float, generator: torch.Generator | None) -> RootDraw:
     """The root pass (it runs while the drafter grows the pool) and the target's draw X1 from its row."""
     row = target.root_pass(root, overlapped=True)
     return RootDraw(int(draw(row[None], temperature, generator)[0]), row, temperature)  # host read: a sync
+
+
+def depths_tried(tree: Tree, accepted: list[int]) -> int:
+    """Depths at which the walk compared a draw with candidate children: each accepted node's, plus the
+    depth below the last node reached when that node has children in the tree."""
+    last = accepted[-1] if accepted else ROOT
+    return len(accepted) + int(bool(np.any(tree.parent == last)))
 
 
 def verify(tree: Tree, logits: torch.Tensor, first: int | None, temperature: float,

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from models.mock import EOS, MockModel
+from pipeline.config import PoolConfig
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -51,3 +52,51 @@ def greedy_stream(model: MockModel, prompt: Sequence[int], n: int) -> list[int]:
 @pytest.fixture(scope="session")
 def greedy():
     return greedy_stream
+
+
+def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, budget=8, seed: int = 0, *,
+                     tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
+                     tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
+                     grid_budget=None) -> dict:
+    """A decode record of target_proc.record's schema with made-up numbers, as summaries and reports read."""
+    from pipeline.decode import PHASES
+    from target_proc.record import SCHEMA
+
+    n = len(tree_sizes)
+    return {"kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,
+            "decoder": decoder, "temperature": temperature, "budget": budget, "seed": seed, "max_new_tokens": 64,
+            "prompt_tokens": 5, "new_tokens": tokens, "token_ids": [1] * tokens, "text": "x" * tokens,
+            "overshoot": overshoot, "stop": "limit", "seconds": seconds, "prefill_seconds": 0.1,
+            "tokens_per_second": tokens / seconds, "rounds": n, "target_passes": n,
+            "accept_lengths": [a + 1 for a in accepted], "accepted": list(accepted), "tried": list(accepted),
+            "tree_sizes": list(tree_sizes), "available": list(available) if available is not None else [0] * n,
+            "phases": {p: [0.001] * n for p in PHASES}, "finished": 0.0, "warmup": warmup,
+            **({} if grid_budget is None else {"grid_budget": grid_budget})}
+
+
+@pytest.fixture(scope="session")
+def make_record():
+    return synthetic_record
+
+
+MOCK_POOL = PoolConfig(topk=4, depth=3, expand=2)  # small pools: a mock decode takes a few milliseconds
+MOCK_VOCAB = 64
+
+
+def build_session(capacity: int = 1024):
+    """A Session over a mock target and an in-process mock drafter (no sockets, no second process)."""
+    from drafter_proc.drafter import Drafter
+    from drafter_proc.local import LocalDrafter
+    from models.mock import MockRunner
+    from models.tokenizers import MockTokenizer
+    from target_proc.session import Session
+    from target_proc.target import Target
+
+    target = Target(MockRunner(MockModel(MOCK_VOCAB, 0), capacity))
+    drafter = LocalDrafter(Drafter(MockRunner(MockModel(MOCK_VOCAB, 0, 1.0), capacity), MOCK_POOL))
+    return Session(target, MockTokenizer(MOCK_VOCAB), drafter, MOCK_POOL)
+
+
+@pytest.fixture(scope="session")
+def mock_session():
+    return build_session

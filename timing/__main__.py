@@ -1,4 +1,5 @@
-"""python -m timing {sweep,report,matched} ...: run a timing sweep, report it, or plan the matched-size run."""
+"""python -m timing {sweep,report,matched,export} ...: run a timing sweep, report it, plan the matched-size
+run, or export its records."""
 
 import sys
 
@@ -6,6 +7,7 @@ PROGRAMS = {
     "sweep": "the target-side process of a sweep (launch/pair.sh sweep starts it with its drafter)",
     "report": "speeds, paired gains and round times of sweep directories, as Markdown and PNG plots",
     "matched": "the root-draw cap whose mean tree size matches pearl's, and the command that times both",
+    "export": "a sweep's records as another tool's files (Spec-Bench model answers)",
 }
 USAGE = ("usage: python -m timing {" + ",".join(PROGRAMS) + "} [options]\n\n"
          + "\n".join(f"  {name:<8} {about}" for name, about in PROGRAMS.items())

@@ -30,8 +30,10 @@ from launch.prompts import load_prompts
 from models.load import load
 from models.options import ModelOptions
 from pipeline.config import PoolConfig
+from pipeline.decode import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
+from target_proc.summary import analyse
 from target_proc.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +100,8 @@ def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
     for r in records:
         if r["decoder"] != "ar":
             continue
-        prompt = target.tokenizer.prompt_ids(prompts[r["prompt_index"] - 1])
-        ids = torch.tensor([prompt + r["new_tokens"]])
+        prompt = target.tokenizer.prompt_ids(prompts[int(r["prompt_id"].split("/")[1]) - 1])
+        ids = torch.tensor([prompt + r["token_ids"]])
         with torch.inference_mode():
             t = target.model(input_ids=ids).logits[0, len(prompt) - 1: -1]
             d = drafter.model(input_ids=ids).logits[0, len(prompt) - 1: -1]
@@ -119,8 +121,8 @@ def pair_run(prompts: list[str], max_new: int, budget: int) -> list[dict]:
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
         raise SystemExit(f"launch/pair.sh failed with status {proc.returncode}")
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return [r for r in records if r["prompt_index"] > 0]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return [r for r in lines if r["kind"] == "decode" and r["prompt_id"] != "prompt/0"]
 
 
 def transformers_baselines(prompts: list[str], max_new: int) -> dict:
@@ -164,18 +166,15 @@ def main() -> None:
         print(f"  {name:<56}{ms:8.1f}")
     speeds = {}
     print(f"\n{len(prompts)} prompts, T=0, B={args.budget}, {args.max_new_tokens} new tokens")
-    print(f"{'':<24}{'tok/s':>8}{'round ms':>10}{'draft':>8}{'root':>8}{'wait':>8}{'tree':>8}{'acc/rnd':>9}")
-    for decoder in DECODERS:
-        rows = [r for r in records if r["decoder"] == decoder]
-        tokens, seconds = sum(len(r["new_tokens"]) for r in rows), sum(r["seconds"] for r in rows)
-        phases = {k: [x for r in rows for x in r["round_phases"][k]] for k in rows[0]["round_phases"]}
-        rounds = [sum(v) for r in rows for v in zip(*[r["round_phases"][k] for k in r["round_phases"] if k != "draft"])]
-        med = {k: 1e3 * statistics.median(v) for k, v in phases.items()}
-        acc = np.mean([a for r in rows for a in r["accepted_per_round"]])
-        speeds[decoder] = {"tok_per_s": tokens / seconds, "median_round_ms": 1e3 * statistics.median(rounds),
-                           **{f"median_{k}_ms": v for k, v in med.items()}, "accepted_per_round": float(acc)}
-        print(f"  {decoder:<22}{tokens / seconds:8.1f}{1e3 * statistics.median(rounds):10.1f}{med['draft']:8.1f}"
-              f"{med['root']:8.1f}{med['wait']:8.1f}{med['tree']:8.1f}{acc:9.2f}")
+    print(f"{'':<24}{'tok/s':>8}{'round ms':>10}{'draft':>8}{'root':>8}{'wait':>8}{'tree':>8}{'tau':>9}")
+    setting = analyse(records, 0.0, args.budget, speed_tokens="output")
+    for decoder, st in setting.decoders.items():
+        med = {k: 1e3 * (st.phase_median(k) or 0.0) for k in PHASES}
+        round_ms = 1e3 * float(np.median(st.round_seconds))
+        speeds[decoder] = {"tok_per_s": st.speed, "median_round_ms": round_ms,
+                           **{f"median_{k}_ms": v for k, v in med.items()}, "tau": st.rounds.tau}
+        print(f"  {decoder:<22}{st.speed:8.1f}{round_ms:10.1f}{med['draft']:8.1f}"
+              f"{med['root']:8.1f}{med['wait']:8.1f}{med['tree']:8.1f}{st.rounds.tau:9.2f}")
     for name, b in baselines.items():
         print(f"  {name:<22}{b['tok_per_s']:8.1f}   ({torch.get_num_threads()} threads)")
     best = max((d for d in speeds if d != "ar"), key=lambda d: speeds[d]["tok_per_s"])

@@ -23,6 +23,7 @@ from launch.cli import (EXIT_USAGE, add_log_level, add_options, flags_of, from_o
 from launch.options import MatchedOptions
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
+from target_proc.summary import setting_budget
 from timing.records import load_records
 from timing.report import merged_config
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def matched(dirs: Sequence[str], options: MatchedOptions) -> int:
     config = merged_config(dirs)
-    records = [r for r in load_records(dirs) if not r["warmup"] and int(r["budget"]) == options.budget]
+    records = [r for r in load_records(dirs) if not r["warmup"] and setting_budget(r) == options.budget]
     found, failed = {}, {}
     for t in sorted({float(r["temperature"]) for r in records}):
         try:
@@ -85,7 +86,7 @@ def match(records: Sequence[dict], temperature: float) -> dict:
     """Pearl's and root-draw's mean tree sizes at one temperature and the smallest matching cap.
 
     Uses the prompts that have both decoders for every seed recorded; raises InputError when a decoder is
-    missing or root-draw's records lack the pool count under X1 (an InputError).
+    missing or root-draw's records lack the pool count under X1.
     """
     at = [r for r in records if float(r["temperature"]) == temperature]
     by = {d: [r for r in at if r["decoder"] == d] for d in ("pearl", "root-draw")}
@@ -110,7 +111,7 @@ def match(records: Sequence[dict], temperature: float) -> dict:
     if len(reach) == 0:
         raise InputError(f"root-draw's trees hold {means[-1]:.2f} nodes even uncapped, below pearl's {target:.2f}")
     cap = int(caps[reach[0]])
-    budget = int(rd[0]["cap"]) if "cap" in rd[0] else int(rd[0]["budget"])
+    budget = int(rd[0]["budget"])  # what root-draw ran with (its setting's B unless overridden)
     return {"pearl_mean": target, "root_draw_mean": float(sizes.mean()),
             "estimate_at_budget": float(np.minimum(budget, available).mean()), "cap": cap,
             "mean_at_cap": float(means[cap - 1]), "prompts": len({p for p, _ in both}), "rounds": len(available)}

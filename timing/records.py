@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.config import InputError
+from target_proc.record import SCHEMA
 
 log = logging.getLogger("timing")
 
@@ -23,6 +24,10 @@ _SHARD_FILE = re.compile(r"records\.shard-(\d+)-of-(\d+)\.jsonl")
 
 class DamagedRecords(InputError):
     """A records file holds a line that is not a record before its last line, or a record twice."""
+
+
+class OldSchema(DamagedRecords):
+    """A record in a format this version no longer reads."""
 
 
 def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
@@ -37,9 +42,11 @@ def shard_files(directory: str | Path) -> list[Path]:
 
 
 def record_key(record: dict) -> tuple:
-    """What makes a decode the same decode in any shard: (prompt id, decoder, T, B, seed, warm-up)."""
-    return (record["prompt_id"], record["decoder"], float(record["temperature"]), int(record["budget"]),
-            int(record["seed"]), bool(record["warmup"]))
+    """What makes a decode the same decode in any shard: (prompt id, turn, decoder, T, the setting's B, seed,
+    warm-up)."""
+    budget = record.get("grid_budget", record["budget"])
+    return (record["prompt_id"], int(record["turn"]), record["decoder"], float(record["temperature"]),
+            budget if isinstance(budget, str) else int(budget), int(record["seed"]), bool(record["warmup"]))
 
 
 def read_records(path: Path, repair: bool = False) -> list[dict]:
@@ -58,7 +65,12 @@ def read_records(path: Path, repair: bool = False) -> list[dict]:
             record = json.loads(line)
             if number == len(lines):  # complete JSON but no newline yet: the write was cut before it
                 raise ValueError("no newline")
+            if isinstance(record, dict) and record.get("schema", 1) != SCHEMA:
+                raise OldSchema(f"{path}:{number}: a record of schema {record.get('schema', 1)}, written before "
+                                f"outputs were cut at the limit (schema {SCHEMA}); sweep again into a new directory")
             record_key(record)
+        except OldSchema:
+            raise
         except (ValueError, KeyError, TypeError) as e:
             if last:
                 log.warning("%s: dropping a torn last line (%d bytes, %s)", path, len(line), e)
@@ -79,7 +91,7 @@ def read_records(path: Path, repair: bool = False) -> list[dict]:
 
 
 class RecordStore:
-    """One shard's records file, opened for appending; `keys` holds the decodes already recorded."""
+    """One shard's records file, opened for appending; `records_by_key` holds the decodes already recorded."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -94,24 +106,24 @@ class RecordStore:
             raise InputError(f"another sweep is writing {path}; wait for it or use another `out` or `shard`") \
                 from None
         self.records = read_records(path, repair=True)
-        self.keys = {record_key(r) for r in self.records}
+        self.records_by_key = {record_key(r): r for r in self.records}
         new = not path.exists()
         self._file = open(path, "ab")
         if new:
             _fsync_dir(path.parent)  # the file's name must survive a crash as well as its lines
 
     def __contains__(self, key: tuple) -> bool:
-        return key in self.keys
+        return key in self.records_by_key
 
     def append(self, record: dict) -> None:
         """Write one record and return only once it is on disk."""
         key = record_key(record)
-        if key in self.keys:
+        if key in self.records_by_key:
             raise ValueError(f"decode {key} is recorded already")
         self._file.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
         self._file.flush()
         os.fsync(self._file.fileno())
-        self.keys.add(key)
+        self.records_by_key[key] = record
         self.records.append(record)
 
     def close(self) -> None:

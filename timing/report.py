@@ -18,8 +18,9 @@ import numpy as np
 from launch.cli import add_log_level, add_options, flags_of, from_options, run_program, setup_logging
 from launch.options import ReportOptions
 from pipeline.config import InputError
+from pipeline.decode import PHASES
+from target_proc.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from timing import run_config
-from timing.analysis import PHASES, Setting, analyse, settings_of
 from timing.records import load_records
 
 
@@ -47,12 +48,13 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
     timed = [r for r in records if not r["warmup"]]
     if not timed:
         raise InputError(f"{', '.join(dirs)} hold no timed decode yet ({len(records)} warm-ups)")
-    kw = dict(n_resamples=options.resamples, confidence_level=options.confidence, rng=options.bootstrap_seed)
+    kw = dict(speed_tokens=config["sweep"].get("speed_tokens", "round"), n_resamples=options.resamples,
+              confidence_level=options.confidence, rng=options.bootstrap_seed)
     settings = [analyse(timed, t, b, **kw) for t, b in settings_of(timed)]
     by_category = {}
     if options.by_category:
-        categories = sorted({r["category"] for r in timed})
-        by_category = {s.label: [analyse(timed, s.temperature, s.budget, c, **kw) for c in categories]
+        groups = group_order({category_group(r["category"]) for r in timed})
+        by_category = {s.label: [analyse(timed, s.temperature, s.budget, g, **kw) for g in groups]
                        for s in settings}
     out = Path(options.out or dirs[0])
     out.mkdir(parents=True, exist_ok=True)
@@ -88,15 +90,24 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings:
     models, pool, sweep = config["models"], config["pool"], config["sweep"]
     drafter = models["drafter"]["model"] if models.get("drafter") else "(not recorded)"
     warmups = sum(r["warmup"] for r in records)
+    counted = {"round": "tokens up to the first end-of-sequence token with the last round whole (the seed's "
+                        "rule; outputs themselves stop at the limit)",
+               "output": "output tokens (at most the limit)"}[sweep.get("speed_tokens", "round")]
     lines = [
         "# Timing report", "",
         f"- directories: {', '.join(dirs)}",
         f"- target {models['target']['model']} on {models['target']['device']} ({models['target']['dtype']}), "
         f"drafter {drafter}; pool topk={pool['topk']} depth={pool['depth']} expand={pool['expand']}; "
-        f"max new tokens {sweep['max_new_tokens']}",
+        f"max new tokens {sweep['max_new_tokens']}; turns: {sweep.get('turns', 'first')}",
+        *[f"- {role} weights: {m.get('revision')} ({m.get('dtype')}, {m.get('device')})"
+          for role, m in (config.get("identity") or {}).items()],
         f"- {len(records) - warmups} timed decodes ({warmups} warm-ups left out); speed is summed tokens over "
-        f"summed seconds (prefill included); gains are paired-bootstrap {options.confidence:.0%} percentile "
-        f"intervals over prompts ({options.resamples} resamples, seed {options.bootstrap_seed})",
+        f"summed seconds (prefill included), counting {counted}; gains are paired-bootstrap "
+        f"{options.confidence:.0%} percentile intervals over prompts ({options.resamples} resamples, seed "
+        f"{options.bootstrap_seed})",
+        "- τ: tokens per round, the bonus token included (Spec-Bench's mean accepted tokens); tok/pass: per "
+        "target pass after the prefill (a root-pass rule makes two a round); acceptance at depth d: rounds "
+        "that accepted a node at depth d among those that reached depth d - 1 with candidates below it",
         "",
     ]
     for s in settings:
@@ -113,14 +124,18 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
            f"{len(s.prompt_ids)} of {s.prompts_seen} prompts have every decoder at this setting{seeds}.", ""]
     if not s.prompt_ids:
         return out
-    head = ["decoder", "tok/s", "tokens", "seconds", "accepted/round", "tree size", "round ms"]
+    head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
+            "round ms"]
     head += [f"{p} ms" for p in PHASES]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for d, st in s.decoders.items():
-        name = d if st.caps == [s.budget] else f"{d} (cap {', '.join(map(str, st.caps))})"
+        name = d if st.budgets == [s.budget] else f"{d} (cap {', '.join(map(str, st.budgets))})"
         rounds = st.round_seconds
-        cells = [name, f"{st.speed:.1f}", f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}",
-                 _mean(st.accepted), _mean(st.tree_sizes),
+        gain = s.gains.get((d, "ar"))
+        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} [{_pct(gain.low)}, "
+                 f"{_pct(gain.high)}]", f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
+                 f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
+                 " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
                  f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
         cells += [_ms(st.phase_median(p)) for p in PHASES]
         out.append("| " + " | ".join(cells) + " |")
@@ -135,18 +150,6 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
             "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
     return out
-
-
-def as_json(s: Setting) -> dict:
-    return {"temperature": s.temperature, "budget": s.budget, "prompts": len(s.prompt_ids),
-            "speeds": {d: st.speed for d, st in s.decoders.items()},
-            "caps": {d: st.caps for d, st in s.decoders.items()},
-            "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low, "high": g.high, "standard_error": g.standard_error}
-                      for (a, b), g in s.gains.items()}}
-
-
-def _mean(x) -> str:
-    return f"{float(x.mean()):.2f}" if len(x) else "—"
 
 
 def _ms(seconds: float | None) -> str:

@@ -1,7 +1,8 @@
 """A sweep directory's config.json: what was timed (compared on every resume) and where and with what.
 
 {"models": {"target": ModelOptions, "drafter": ModelOptions | null}, "pool": PoolConfig,
- "sweep": SweepOptions, "prompt_set": {"count", "digest"}, "starts": [one environment per start of any shard]}
+ "sweep": SweepOptions (flat), "prompt_set": {"count", "digest"}, "identity": both models' weights,
+ "starts": [one environment per start of any shard (target_proc.provenance)]}
 
 Resuming, or adding a shard, into a directory whose models, pool or sweep grid differ is refused with the
 differences named: records made under different settings must never be pooled.
@@ -12,30 +13,25 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
-import platform
-import socket
-import subprocess
-import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from launch.cli import option_values
 from launch.options import SweepOptions
 from launch.prompts import Prompt
 from models.options import ModelOptions
-from models.cuda_env import cuda_driver
 from pipeline.config import InputError, PoolConfig
+from target_proc import provenance
 from timing.records import read_records, shard_files
 
 log = logging.getLogger("timing")
 
 CONFIG = "config.json"
-PACKAGES = ("torch", "transformers", "numpy", "pyzmq", "msgpack")
-PROJECT = Path(__file__).resolve().parent.parent
 # Sweep fields that change where or how patiently a run works, not what it times.
 _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "prompt")
 
@@ -47,7 +43,8 @@ class ConfigMismatch(InputError):
 def describe(target: ModelOptions, drafter: ModelOptions | None, pool: PoolConfig, sweep: SweepOptions,
              prompts: Sequence[Prompt] = ()) -> dict:
     """The config.json content without its starts; `prompts` are the sweep's prompts (all shards)."""
-    digest = hashlib.blake2b(json.dumps([[p.id, p.category, p.text] for p in prompts]).encode(), digest_size=8)
+    digest = hashlib.blake2b(json.dumps([[p.id, p.category, list(p.turns)] for p in prompts]).encode(),
+                             digest_size=8)
     return {"models": {"target": dataclasses.asdict(target),
                        "drafter": dataclasses.asdict(drafter) if drafter else None},
             "pool": dataclasses.asdict(pool), "sweep": _plain(option_values(sweep)),
@@ -73,13 +70,27 @@ def differences(old: dict, new: dict, path: str = "") -> list[str]:
 
 
 def environment(shard: str, drafter_env: dict | None) -> dict:
-    """Where and with what this start runs: host, CPU, GPUs, package versions, git commit."""
-    return {"shard": shard, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "gpus": _gpus(), "cuda_driver": cuda_driver(),
+    """Where and with what this start runs (target_proc.provenance), its shard and its GPUs' pinning."""
+    return {"id": uuid.uuid4().hex, "shard": shard, **provenance.environment(),
             "cuda_visible_devices": {"target": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                     "drafter": (drafter_env or {}).get("CUDA_VISIBLE_DEVICES")},
-            "packages": {name: _version(name) for name in PACKAGES}, "git_commit": _git_commit()}
+                                     "drafter": (drafter_env or {}).get("CUDA_VISIBLE_DEVICES")}}
+
+
+def note_identity(directory: str | Path, start_id: str, models: dict) -> None:
+    """Record what both models' weights are (revision, dtype, device) once the session is open; a sweep
+    whose weights changed under the same model names since its first start is refused (ConfigMismatch)."""
+    with _locked(directory) as (path, config):
+        old = config.get("identity")
+        if old is not None:
+            diff = differences(old, models)
+            if diff:
+                raise ConfigMismatch(f"{directory}: the models' weights differ from those its records were made "
+                                     f"with; use another `out`. Differences:\n  " + "\n  ".join(diff))
+        config["identity"] = models
+        for start in config.get("starts", []):
+            if start.get("id") == start_id:
+                start["identity_checked"] = True
+        _write(path, config)
 
 
 def read_config(directory: str | Path) -> dict:
@@ -99,13 +110,9 @@ def claim(directory: str | Path, config: dict, start: dict) -> dict:
     refused before its first record, say) takes the new settings. Shards starting together in one
     directory take turns through a lock file.
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".config.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        path = directory / CONFIG
-        if path.exists():
-            old = read_config(directory)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    with _locked(directory) as (path, old):
+        if old:
             diff = differences(compared(old), compared(config))
             if diff and any(read_records(p) for p in shard_files(directory)):
                 raise ConfigMismatch(f"{directory} holds a sweep with other settings; use another `out`, or "
@@ -117,47 +124,24 @@ def claim(directory: str | Path, config: dict, start: dict) -> dict:
             config = {**old, "starts": old.get("starts", []) + [start]}
         else:
             config = {**config, "starts": [start]}
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)  # a reader sees the old or the new file, never half of one
+        _write(path, config)
     return config
+
+
+@contextmanager
+def _locked(directory: str | Path) -> Iterator[tuple[Path, dict]]:
+    """(config.json's path, its content or {}) while holding the directory's config lock."""
+    with open(Path(directory) / ".config.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = Path(directory) / CONFIG
+        yield path, read_config(directory) if path.exists() else {}
+
+
+def _write(path: Path, config: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # a reader sees the old or the new file, never half of one
 
 
 def _plain(value):
     return json.loads(json.dumps(value))
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _git_commit() -> str | None:
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True,
-                              timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _gpus() -> list[str]:
-    """Names of the CUDA devices this process sees (none when CUDA is absent)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return []
-    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

@@ -12,7 +12,6 @@ import argparse
 import json
 import logging
 import sys
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -26,7 +25,8 @@ from launch.options import SweepOptions
 from launch.prompts import Prompt, gather
 from models.options import ModelOptions
 from pipeline.config import DecodeConfig, InputError
-from pipeline.decode import PHASES, DecodeResult
+from target_proc.record import decode_conversation
+from target_proc.summary import counted_tokens, setting_budget
 from timing import run_config
 from timing.records import RecordStore, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order
@@ -68,11 +68,13 @@ def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, dr
     """
     tasks = sweep_tasks(options, prompts)
     with RecordStore(records_path(options.out, *options.shard_index)) as store:
-        run_config.claim(options.out, config, run_config.environment(options.shard, drafter_env))
-        if all(_key(t) in store for t in tasks):
+        start = run_config.environment(options.shard, drafter_env)
+        run_config.claim(options.out, config, start)
+        if all(_done(t, store) for t in tasks):
             log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
         else:
             with connect() as session, logging_redirect_tqdm():
+                run_config.note_identity(options.out, start["id"], session.models)
                 run_sweep(session, options, tasks, store, progress)
     return store
 
@@ -95,52 +97,35 @@ def sweep_tasks(options: SweepOptions, prompts: Sequence[Prompt]) -> list[Task]:
 
 def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: RecordStore,
               progress: bool = True) -> int:
-    """Run every task not yet in `store`, appending its record as it ends -> number of decodes recorded.
+    """Run every task not yet in `store`, appending a record per turn as it ends -> records appended.
 
     Warm-ups run at every start that has timed decodes left, because a restarted process is cold again;
-    a warm-up already recorded is decoded again but not recorded twice.
+    a warm-up already recorded is decoded again but not recorded twice. A multi-turn task cut short resumes
+    at its first missing turn, with the recorded answers of the turns before it in context.
     """
-    ids = {p.id: session.tokenizer.prompt_ids(p.text) for p in {t.prompt.id: t.prompt for t in tasks}.values()}
-    _check_capacity(session.target.capacity, ids, options, tasks)
-    timed_left = any(not t.warmup and _key(t) not in store for t in tasks)
-    todo = [t for t in tasks if _key(t) not in store or (t.warmup and timed_left)]
+    _check_capacity(session, options, tasks)
+    timed_left = any(not t.warmup and not _done(t, store) for t in tasks)
+    todo = [t for t in tasks if not _done(t, store) or (t.warmup and timed_left)]
     recorded = 0
     shard = "{}/{}".format(*options.shard_index)
-    with tqdm(total=len(tasks), initial=sum(_key(t) in store for t in tasks), unit="decode", file=sys.stderr,
+    with tqdm(total=len(tasks), initial=sum(_done(t, store) for t in tasks), unit="decode", file=sys.stderr,
               dynamic_ncols=True, disable=not progress,
               mininterval=0.1 if sys.stderr.isatty() else 30.0) as bar:  # a log file gets a line per 30 s
         for task in todo:
             c = task.combo
             bar.set_postfix_str(f"{'warm-up ' if task.warmup else ''}{c.decoder} T={c.temperature:g} B={c.budget}",
                                 refresh=False)
-            cap = options.cap(c.decoder, c.budget)
-            config = DecodeConfig(c.decoder, c.temperature, cap, options.max_new_tokens, c.seed)
-            result = session.decode(ids[task.prompt.id], config, task.prompt.id)
-            if _key(task) in store:
-                continue  # a warm-up rerun after a restart
-            store.append(make_record(task, cap, len(ids[task.prompt.id]), result, shard))
-            recorded += 1
-            bar.update()
+            rerun = task.warmup and _done(task, store)
+            done = {} if rerun else {k[1]: store.records_by_key[k] for k in _keys(task) if k in store}
+            config = DecodeConfig(c.decoder, c.temperature, options.cap(c.decoder, c.budget), options.max_new_tokens,
+                                  c.seed)
+            for record in decode_conversation(session, task.prompt, config, done):
+                if not rerun:
+                    store.append({**record, "grid_budget": c.budget, "position": task.position,
+                                  "warmup": task.warmup, "shard": shard})
+                    recorded += 1
+            bar.update(0 if rerun else 1)
     return recorded
-
-
-def make_record(task: Task, cap: int, prompt_tokens: int, result: DecodeResult, shard: str) -> dict:
-    """One decode's JSON record: per-decode totals and per-round columns."""
-    rounds = result.rounds
-    names = list(PHASES) + sorted({k for r in rounds for k in r.phases} - set(PHASES))
-    c = task.combo
-    return {
-        "prompt_id": task.prompt.id, "category": task.prompt.category, "position": task.position,
-        "decoder": c.decoder, "temperature": c.temperature, "budget": c.budget, "cap": cap, "seed": c.seed,
-        "warmup": task.warmup, "shard": shard, "prompt_tokens": prompt_tokens,
-        "tokens": len(result.tokens), "token_ids": list(result.tokens), "hit_limit": result.hit_limit,
-        "seconds": result.seconds, "prefill_seconds": result.prefill_seconds, "rounds": len(rounds),
-        "target_passes": result.target_passes,
-        "accepted": [r.accepted for r in rounds], "tree_sizes": [r.tree_size for r in rounds],
-        "available": [r.available for r in rounds],
-        "phases": {name: [r.phases.get(name, 0.0) for r in rounds] for name in names},  # absent phase: 0 s
-        "finished": time.time(),
-    }
 
 
 def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[dict]) -> dict:
@@ -148,29 +133,44 @@ def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[dict
     speeds: dict[str, dict[str, float]] = {}
     for r in records:
         if not r["warmup"]:
-            s = speeds.setdefault(f"T={r['temperature']:g} B={r['budget']}", {}).setdefault(r["decoder"], [0, 0.0])
-            s[0] += r["tokens"]
+            key = f"T={r['temperature']:g} B={setting_budget(r)}"
+            s = speeds.setdefault(key, {}).setdefault(r["decoder"], [0, 0.0])
+            s[0] += counted_tokens(r, options.speed_tokens)
             s[1] += r["seconds"]
     done = {record_key(r) for r in records}
     return {"out": str(Path(options.out)), "shard": options.shard, "records": len(records),
-            "decodes": len(tasks), "complete": all(_key(t) in done for t in tasks),
+            "decodes": len(tasks), "complete": all(k in done for t in tasks for k in _keys(t)),
+            "speed_tokens": options.speed_tokens,
             "speeds": {k: {d: round(t / s, 3) for d, (t, s) in v.items()} for k, v in speeds.items()}}
 
 
-def _key(task: Task) -> tuple:
+def _keys(task: Task) -> list[tuple]:
+    """The record keys of a task's turns (see timing.records.record_key)."""
     c = task.combo
-    return (task.prompt.id, c.decoder, float(c.temperature), int(c.budget), int(c.seed), task.warmup)
+    return [(task.prompt.id, turn, c.decoder, float(c.temperature), c.budget, int(c.seed), task.warmup)
+            for turn in range(len(task.prompt.turns))]
 
 
-def _check_capacity(capacity: int, ids: dict[str, list[int]], options: SweepOptions, tasks: Sequence[Task]) -> None:
-    """Fail before the first decode, not hours in, when a prompt cannot fit the target's KV cache."""
+def _done(task: Task, store: RecordStore) -> bool:
+    return all(k in store for k in _keys(task))
+
+
+ANSWER_SLACK = 8  # tokens a re-tokenized answer may take beyond its generated length
+
+
+def _check_capacity(session, options: SweepOptions, tasks: Sequence[Task]) -> None:
+    """Fail before the first decode, not hours in, when a prompt cannot fit the target's KV cache. A later
+    turn's context holds the earlier answers, each at most max_new_tokens (plus a little for re-tokenizing)."""
     cap = max(options.cap(t.combo.decoder, t.combo.budget) for t in tasks)
     config = DecodeConfig(budget=cap, max_new_tokens=options.max_new_tokens)
-    for prompt_id, prompt in ids.items():
+    for prompt in {t.prompt.id: t.prompt for t in tasks}.values():
+        turns = list(prompt.turns)
+        bare = [x for user in turns for x in (user, "")][:-1]  # every user turn, empty answers between
+        need = len(session.tokenizer.chat_ids(bare)) + (len(turns) - 1) * (options.max_new_tokens + ANSWER_SLACK)
         try:
-            config.check_fits(len(prompt), capacity)
+            config.check_fits(need, session.target.capacity)
         except InputError as e:
-            raise type(e)(f"prompt {prompt_id!r}: {e}") from None
+            raise type(e)(f"prompt {prompt.id!r}: {e}") from None
 
 
 def _drafter_launch(text: str | None) -> tuple[ModelOptions | None, dict | None]:

@@ -28,7 +28,7 @@ class Record:
     """One decode as the launcher's --json line reports it."""
 
     decoder: str
-    prompt: int
+    prompt: str
     tokens: list[int]
     seconds: float
     phases: dict[str, list[float]]  # seconds per round, by phase name
@@ -39,12 +39,14 @@ class Record:
 
 
 def read_record(line: str) -> Record | None:
-    """The launcher's JSON line for one decode; None for any other line. The one place that knows the
-    record's field names."""
+    """The launcher's JSON line for one decode (target_proc.record); None for any other line. The one place
+    that knows the record's field names."""
     if not line.startswith("{"):
         return None
     raw = json.loads(line)
-    return Record(raw["decoder"], raw["prompt_index"], raw["new_tokens"], raw["seconds"], raw["round_phases"])
+    if raw.get("kind") != "decode":
+        return None
+    return Record(raw["decoder"], raw["prompt_id"], raw["token_ids"], raw["seconds"], raw["phases"])
 
 
 def decoder_names() -> list[str]:

@@ -127,8 +127,9 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
 
 
 def record_line(decoder: str, prompt: int, tokens: list[int], phases: dict[str, list[float]]) -> str:
-    return json.dumps({"decoder": decoder, "prompt_index": prompt, "new_tokens": tokens, "seconds": 0.5,
-                       "round_phases": phases, "text": "", "budget": 8})
+    """A --json line of one decode (target_proc.record's fields that the check reads)."""
+    return json.dumps({"kind": "decode", "decoder": decoder, "prompt_id": f"p/{prompt}", "token_ids": tokens,
+                       "new_tokens": len(tokens), "seconds": 0.5, "phases": phases, "text": "", "budget": 8})
 
 
 def test_records_are_read_and_summarised_per_decoder():
@@ -136,6 +137,7 @@ def test_records_are_read_and_summarised_per_decoder():
               "tree": [0.005, 0.005], "commit": [0.0001, 0.0001]}
     records = [pipelined.read_record(record_line("pearl", p, [1, 2, 3], phases)) for p in (0, 1)]
     assert pipelined.read_record("[target] loaded") is None
+    assert pipelined.read_record(json.dumps({"kind": "run", "models": {}})) is None
     s = pipelined.summarize(records)["pearl"]
     assert s["rounds"] == 4 and s["tok_per_s"] == 6.0
     assert s["median_host_ms"] == pytest.approx(0.4) and s["median_round_ms"] == pytest.approx(9.4)
@@ -147,7 +149,7 @@ def test_outputs_that_differ_or_are_missing_are_named():
         return pipelined.read_record(record_line(decoder, prompt, tokens, {"root": [0.1]}))
     a = [record("ar", 0, [1, 2]), record("root", 0, [3]), record("root", 1, [4])]
     b = [record("ar", 0, [1, 2]), record("root", 0, [5])]
-    assert pipelined.output_differences(a, b) == ["root prompt 0", "root prompt 1"]
+    assert pipelined.output_differences(a, b) == ["root prompt p/0", "root prompt p/1"]
     assert pipelined.output_differences(a, a) == []
 
 

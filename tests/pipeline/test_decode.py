@@ -41,11 +41,24 @@ def test_max_new_tokens_respected(decoder, mock_pair):
     for max_new in (1, 2, 7, 30):
         result = decode(pair.target, pair.drafter, [5, 6], DecodeConfig(decoder, 1.0, 8, max_new), frozenset(),
                         torch.Generator().manual_seed(max_new))
-        # It stops after the round in which the output reaches the limit, not before and not later.
-        assert len(result.tokens) >= max_new
-        assert len(result.tokens) - result.rounds[-1].emitted < max_new
-        assert result.hit_limit
-        assert len(result.tokens) == sum(r.emitted for r in result.rounds)
+        # The last round is verified whole, then the output is cut at the limit: exactly max_new tokens
+        # here (no end-of-sequence token), and the record keeps what the last round made beyond it.
+        emitted = sum(r.emitted for r in result.rounds)
+        assert len(result.tokens) == max_new and result.hit_limit
+        assert result.overshoot == emitted - max_new < result.rounds[-1].emitted
+        assert result.round_tokens == emitted
+
+
+def test_an_end_of_sequence_token_beyond_the_limit_is_cut_with_the_rest(prefix_target, fixed_pool_drafter):
+    # The round accepts a, EOS (and b): with a limit of 1 the output is [a], cut by the limit, and the
+    # seed's count (the round whole, up to its end-of-sequence token) is 2.
+    target = prefix_target({(C,): A, (C, A): EOS, (C, A, EOS): B, (C, A, EOS, B): B}, 4)
+    result = decode(target, fixed_pool_drafter(chain_pool()), [C], DecodeConfig("draft", 0.0, 3, 1),
+                    frozenset({EOS}), None)
+    assert result.tokens == [A] and result.hit_limit and result.overshoot == 1 and result.round_tokens == 2
+    result = decode(target, fixed_pool_drafter(chain_pool()), [C], DecodeConfig("draft", 0.0, 3, 2),
+                    frozenset({EOS}), None)
+    assert result.tokens == [A, EOS] and not result.hit_limit and result.overshoot == 0
 
 
 @pytest.mark.parametrize("decoder", DECODERS)

@@ -11,7 +11,7 @@ from pipeline.rules import DECODERS
 from pipeline.decode import decode
 
 VOCAB = 64
-MAX_NEW = 16
+MAX_NEW = 13  # not a multiple of a round's length: the limit falls inside rounds
 BUDGETS = (1, 8, 59, 1000)  # 1000 exceeds the default pool of 710 candidates
 N_PROMPTS = 20
 
@@ -31,28 +31,40 @@ def prompts(seed: int) -> list[list[int]]:
 def test_greedy_outputs_equal_ar(pool_config, noise, mock_pair, greedy):
     pair = mock_pair(VOCAB, 11, noise, pool_config)
     eos = frozenset({EOS})
-    draft_accepted = draft_rounds = 0
+    draft_accepted = draft_rounds = inside = 0
     for prompt in prompts(5):
-        # A round emits at most depth + 1 tokens, so a decode stops within depth tokens past the limit.
-        stream = greedy(pair.target_model, prompt, MAX_NEW + pool_config.depth)
+        stream = greedy(pair.target_model, prompt, MAX_NEW)
         ar = decode(pair.target, None, prompt, DecodeConfig("ar", 0.0, 1, MAX_NEW), eos, None).tokens
-        assert ar == stream[:MAX_NEW]
+        assert ar == stream
         for decoder in DECODERS[1:]:
             for budget in BUDGETS:
                 result = decode(pair.target, pair.drafter, prompt, DecodeConfig(decoder, 0.0, budget, MAX_NEW),
                                 eos, None)
-                out = result.tokens
-                n = min(len(out), len(ar))
-                assert out[:n] == ar[:n], (decoder, budget, prompt)
-                assert out == stream[: len(out)], (decoder, budget, prompt)
-                if EOS in out:
-                    assert out[-1] == EOS and not result.hit_limit
-                else:
-                    assert MAX_NEW <= len(out) <= MAX_NEW + pool_config.depth and result.hit_limit
+                # Exactly ar's output, ids and length, wherever the limit falls in the last round.
+                assert result.tokens == ar, (decoder, budget, prompt)
+                assert result.hit_limit == (EOS not in ar)
+                inside += result.overshoot > 0
                 assert all(r.tree_size <= min(budget, pool_config.size) for r in result.rounds)
                 if decoder == "draft" and budget > 1:
                     draft_accepted += sum(r.accepted for r in result.rounds)
                     draft_rounds += len(result.rounds)
     # The trees are verified, not bypassed: `draft` (whose first token is not drawn before the tree pass)
-    # accepts drafted tokens in a good share of rounds.
+    # accepts drafted tokens in a good share of rounds; and the limit fell inside a round many times.
     assert draft_accepted > 0.5 * draft_rounds
+    assert inside > 10
+
+
+def test_greedy_output_and_text_equal_ar_at_every_limit(mock_pair):
+    """The limit cuts ids and text alike: for each limit from 1 to 12 every decoder's output (and its text
+    through the mock tokenizer) is ar's."""
+    from models.tokenizers import MockTokenizer
+
+    pair = mock_pair(VOCAB, 3, 1.0, PoolConfig(topk=4, depth=4, expand=2))
+    tokenizer = MockTokenizer(VOCAB)
+    for limit in range(1, 13):
+        ar = decode(pair.target, None, [7, 8], DecodeConfig("ar", 0.0, 1, limit), frozenset(), None).tokens
+        assert len(ar) == limit
+        for decoder in DECODERS[1:]:
+            out = decode(pair.target, pair.drafter, [7, 8], DecodeConfig(decoder, 0.0, 8, limit), frozenset(),
+                         None).tokens
+            assert out == ar and tokenizer.decode(out) == tokenizer.decode(ar), (decoder, limit)

@@ -1,5 +1,6 @@
-"""At T = 1 every decoder's output law equals the target's: goodness of fit of the first three tokens
-(or the tokens up to EOS) against the law enumerated from the mock target's rows."""
+"""At T = 1 every decoder's output law equals the target's: goodness of fit of whole outputs at a limit of
+three tokens (lengths included: an output ends at EOS or at the limit) against the law enumerated from the
+mock target's rows, which is also `ar`'s law."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def sample_outputs(pair, decoder: str, budget: int, case: int) -> tuple[list[tup
         generator = torch.Generator().manual_seed(1_000_003 * case + i)
         result = decode(pair.target, pair.drafter if decoder != "ar" else None, PROMPT, config,
                         frozenset({EOS}), generator)
-        outcomes.append(tuple(result.tokens[:HORIZON]))
+        assert len(result.tokens) <= HORIZON  # the whole output, never past the limit
+        outcomes.append(tuple(result.tokens))
         accepted += sum(r.accepted for r in result.rounds)
         rounds += len(result.rounds)
     return outcomes, accepted / rounds

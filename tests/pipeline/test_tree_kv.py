@@ -97,7 +97,8 @@ def test_cache_holds_the_committed_context_after_a_decode(decoder, mock_pair):
     prompt = [4, 9, 2]
     config = DecodeConfig(decoder, 1.0, 12, max_new_tokens=40)
     result = decode(pair.target, pair.drafter, prompt, config, frozenset(), torch.Generator().manual_seed(3))
-    context = prompt + result.tokens[:-1]  # the last continuation is the next root, not yet in the cache
+    # The last continuation is the next root, not yet in the cache; the cache holds the last round whole
+    context = prompt + (result.tokens + result.beyond)[:-1]
     runner = pair.target.runner
     assert pair.target.prefix == len(context)
     for slot in range(len(context)):

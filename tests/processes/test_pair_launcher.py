@@ -24,8 +24,6 @@ from tests.processes.proc_tools import LONG_RUN as PROCESS_LONG_RUN
 from tests.processes.proc_tools import PAIR_SH, START_S, Running, kill_leftovers, role_pids, wait_gone
 
 LONG_RUN = ["--target", "mock", *PROCESS_LONG_RUN]
-RECORD_KEYS = {"decoder", "temperature", "budget", "seed", "prompt_index", "new_tokens", "text", "rounds",
-               "target_passes", "seconds", "tokens_per_second"}
 
 
 def pair(*args: str, timeout: float = 2 * START_S, cwd=None) -> subprocess.CompletedProcess:
@@ -92,29 +90,46 @@ def test_drafter_without_target_is_a_usage_error():
 
 
 @pytest.mark.slow
-def test_json_run_prints_one_greedy_record_per_decode(greedy):
+def test_json_run_prints_provenance_then_one_greedy_record_per_decode_then_a_summary(greedy, make_record):
     prompts, decoders, limit = ["Once upon a time", "def fib(n):"], ["ar", "draft", "root"], 40
     done = pair("--target", "mock", "--json", "--decoders", ",".join(decoders), "--num-seeds", "2",
                 "--max-new-tokens", str(limit), "--prompt", prompts[0], "--prompt", prompts[1])
     assert done.returncode == 0, done.stderr
-    records = [json.loads(line) for line in done.stdout.splitlines()]  # any log line here would not parse
-    assert len(records) == 12
-    assert all(isinstance(r, dict) and RECORD_KEYS <= r.keys() for r in records)
-    assert sorted((r["prompt_index"], r["seed"], r["decoder"]) for r in records) == sorted(
-        itertools.product(range(2), range(2), decoders))
+    lines = [json.loads(line) for line in done.stdout.splitlines()]  # any log line here would not parse
+    header, records, summary = lines[0], lines[1:-1], lines[-1]
+    assert header["kind"] == "run" and summary["kind"] == "summary" and len(records) == 12
+    assert header["models"]["drafter"] == {"model": "mock", "revision": "mock vocab=64 seed=0 noise=1",
+                                           "dtype": "float32", "device": "cpu"}
+    assert header["environment"]["git"]["commit"] and header["settings"]["max_new_tokens"] == limit
+    # One schema: a decode run's record has exactly the fields of every decode record (target_proc.record).
+    assert all(r.keys() == make_record("p", "ar").keys() - {"warmup"} for r in records)
+    assert sorted((r["prompt_id"], r["seed"], r["decoder"]) for r in records) == sorted(
+        itertools.product(["prompt/0", "prompt/1"], range(2), decoders))
     assert "[target] drafter 'mock' ready" in done.stderr and "[drafter] handshake" in done.stderr
+    assert done.stderr.count(" tok/s") == 12  # a live line per decode, even with --json
     options = ModelOptions(model="mock")
     model, tokenizer = MockModel(options.mock_vocab, options.mock_seed), MockTokenizer(options.mock_vocab)
     for r in records:
         assert r["temperature"] == 0.0 and r["budget"] == 8
         assert r["rounds"] >= 1 and r["target_passes"] >= r["rounds"] and r["seconds"] > 0
-        assert r["tokens_per_second"] == pytest.approx(len(r["new_tokens"]) / r["seconds"])
-        assert r["text"] == tokenizer.decode(r["new_tokens"])
-        # At T = 0 every decoder emits the target's own argmax stream, up to the limit (a round may
-        # overshoot it) or the end-of-sequence token.
-        want = greedy(model, tokenizer.prompt_ids(prompts[r["prompt_index"]]), limit)
-        assert r["new_tokens"][:limit] == want
-        assert len(r["new_tokens"]) >= limit or r["new_tokens"][-1] == 0
+        assert r["tokens_per_second"] == pytest.approx(r["new_tokens"] / r["seconds"])
+        assert r["text"] == tokenizer.decode(r["token_ids"])
+        # At T = 0 every decoder emits the target's own argmax stream, exactly to the limit or the
+        # end-of-sequence token.
+        want = greedy(model, tokenizer.prompt_ids(prompts[int(r["prompt_id"][-1])]), limit)
+        assert r["token_ids"] == want and r["new_tokens"] == len(want)
+    assert set(summary["decoders"]) == set(decoders) and set(summary["gains"]) >= {"draft/ar", "root/ar"}
+    assert summary["decoders"]["ar"]["tau"] == 1.0 and summary["decoders"]["draft"]["tau"] > 1.0
+
+
+def test_table_shows_the_fields_metrics():
+    done = pair("--target", "mock", "--decoders", "ar,root-draw", "--prompt", "Once upon a time", "--prompt",
+                "def fib(n):", "--max-new-tokens", "30")
+    assert done.returncode == 0, done.stderr
+    head = next(line for line in done.stdout.splitlines() if line.startswith("decoder"))
+    assert "vs ar [95% interval]" in head and "tau" in head and "tok/pass" in head and "acceptance by depth" in head
+    row = next(line for line in done.stdout.splitlines() if line.startswith("root-draw"))
+    assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]", row), row
 
 
 @pytest.mark.slow

@@ -1,5 +1,4 @@
-"""Builders shared by the timing tests: an in-process mock session and sweep, sweep options and synthetic
-records.
+"""Builders shared by the timing tests: an in-process mock sweep and sweep options.
 
 Test modules receive these through fixtures (each returns the builder itself), so nothing imports this
 file by name.
@@ -11,29 +10,13 @@ from contextlib import nullcontext
 
 import pytest
 
-from drafter_proc.drafter import Drafter
-from drafter_proc.local import LocalDrafter
-from models.mock import MockModel, MockRunner
-from models.tokenizers import MockTokenizer
-from pipeline.config import PoolConfig
-from target_proc.session import Session
-from target_proc.target import Target
 from launch.cli import build
 from launch.options import SweepOptions
 from models.options import ModelOptions
+from target_proc.session import Session
 from timing import run_config
 from timing.records import RecordStore
 from timing.sweep import gather_prompts, run_shard
-
-POOL = PoolConfig(topk=4, depth=3, expand=2)  # small pools: a mock decode takes a few milliseconds
-VOCAB = 64
-
-
-def build_session(capacity: int = 1024) -> Session:
-    """A Session over a mock target and an in-process mock drafter (no sockets, no second process)."""
-    target = Target(MockRunner(MockModel(VOCAB, 0), capacity))
-    drafter = LocalDrafter(Drafter(MockRunner(MockModel(VOCAB, 0, 1.0), capacity), POOL))
-    return Session(target, MockTokenizer(VOCAB), drafter, POOL)
 
 
 def sweep_in_process(session: Session, options: SweepOptions) -> RecordStore:
@@ -51,23 +34,6 @@ def sweep_options(out, **overrides) -> SweepOptions:
     return build(SweepOptions, **values)
 
 
-def record(prompt_id: str, decoder: str, temperature: float = 0.0, budget: int = 8, seed: int = 0, *,
-           tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
-           tree_sizes=(3, 4), accepted=(1, 2), available=None) -> dict:
-    """A synthetic record with the fields reports read."""
-    n = len(tree_sizes)
-    return {"prompt_id": prompt_id, "category": category, "decoder": decoder, "temperature": temperature,
-            "budget": budget, "cap": budget, "seed": seed, "warmup": warmup, "tokens": tokens,
-            "seconds": seconds, "rounds": n, "tree_sizes": list(tree_sizes), "accepted": list(accepted),
-            "available": None if available is None else list(available),
-            "phases": {p: [0.001] * n for p in ("draft", "root", "wait", "select", "tree", "commit")}}
-
-
-@pytest.fixture(scope="session")
-def mock_session():
-    return build_session
-
-
 @pytest.fixture(scope="session")
 def sweep():
     return sweep_in_process
@@ -76,8 +42,3 @@ def sweep():
 @pytest.fixture(scope="session")
 def make_options():
     return sweep_options
-
-
-@pytest.fixture(scope="session")
-def make_record():
-    return record

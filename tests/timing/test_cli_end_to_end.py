@@ -44,7 +44,9 @@ def test_mock_sweep_then_report_as_a_user_would(tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["models"]["target"]["model"] == config["models"]["drafter"]["model"] == "mock"
     assert config["pool"] == {"topk": 4, "depth": 3, "expand": 2}
-    assert set(config["starts"][0]["packages"]) == {"torch", "transformers", "numpy", "pyzmq", "msgpack"}
+    assert set(config["starts"][0]["packages"]) >= {"torch", "transformers", "numpy", "pyzmq", "msgpack"}
+    assert config["starts"][0]["git"]["commit"] and config["starts"][0]["identity_checked"]
+    assert config["identity"]["drafter"]["revision"] == "mock vocab=64 seed=0 noise=1"
 
     report = timing("report", str(out))
     assert report.returncode == 0, report.stderr

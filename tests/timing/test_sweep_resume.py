@@ -26,7 +26,8 @@ class DiesAfter:
 
     def __init__(self, session, n: int) -> None:
         self.session, self.n = session, n
-        self.tokenizer, self.target, self.pool = session.tokenizer, session.target, session.pool
+        self.tokenizer, self.target, self.pool, self.models = (session.tokenizer, session.target, session.pool,
+                                                               session.models)
 
     def decode(self, *args):
         if self.n == 0:
@@ -50,13 +51,15 @@ def test_every_decode_is_recorded_once_with_its_rounds(tmp_path, mock_session, m
     assert timed == Counter({f"builtin/{i}": 16 for i in range(4)})
     for r in store.records:
         n = r["rounds"]
-        assert r["tokens"] == len(r["token_ids"]) > 0 and r["seconds"] > r["prefill_seconds"] > 0
-        assert len(r["accepted"]) == len(r["tree_sizes"]) == n
+        assert 0 < r["new_tokens"] == len(r["token_ids"]) <= 24 and r["seconds"] > r["prefill_seconds"] > 0
+        assert len(r["accepted"]) == len(r["tree_sizes"]) == len(r["accept_lengths"]) == len(r["tried"]) == n
         assert set(r["phases"]) >= {"draft", "root", "wait", "select", "tree", "commit"}
         assert all(len(v) == n for v in r["phases"].values())
-        assert r["hit_limit"] == (0 not in r["token_ids"])  # mock end-of-sequence is token 0
-        if r["decoder"] == "root-draw" and r["available"] is not None:  # X1 plus its pool descendants
-            assert all(min(r["cap"], a) == t for a, t in zip(r["available"], r["tree_sizes"]))
+        assert (r["stop"] == "limit") == (0 not in r["token_ids"])  # mock end-of-sequence is token 0
+        assert r["new_tokens"] + r["overshoot"] == sum(r["accept_lengths"]) or r["stop"] == "eos"
+        assert r["grid_budget"] == r["budget"] and r["turn"] == 0
+        if r["decoder"] == "root-draw":  # X1 plus its pool descendants
+            assert all(min(r["budget"], a) == t for a, t in zip(r["available"], r["tree_sizes"]))
     # the order within each prompt is its rotation: the first decode of the prompt at position i is combo i
     first = {}
     for r in store.records:
@@ -162,3 +165,41 @@ def test_summary_is_one_json_document(tmp_path, mock_session, make_options, swee
     store = sweep(mock_session(), options)
     doc = json.loads(json.dumps(summary(options, sweep_tasks(options, gather_prompts(options)), store.records)))
     assert doc["complete"] and doc["records"] == 4 * 2 + 2 * 2 and set(doc["speeds"]["T=0 B=8"]) == {"draft", "root-draw"}
+
+
+def spec_bench_file(tmp_path):
+    path = tmp_path / "question.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in [
+        {"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Make it rhyme."]},
+        {"question_id": 82, "category": "roleplay", "turns": ["Be a pirate.", "Now a sailor."]},
+        {"question_id": 301, "category": "qa", "turns": ["Who wrote Hamlet?"]}]) + "\n")
+    return f"spec-bench:{path}"
+
+
+def test_all_turns_are_recorded_and_a_conversation_cut_short_resumes_at_its_missing_turn(
+        tmp_path, mock_session, make_options, sweep):
+    source = spec_bench_file(tmp_path)
+    options = make_options(tmp_path / "out", prompts=(source,), turns="all", decoders="draft", temperatures="0",
+                           budgets="8", warmup=0)
+    whole = sweep(mock_session(), make_options(tmp_path / "whole", prompts=(source,), turns="all",
+                                               decoders="draft", temperatures="0", budgets="8", warmup=0))
+    assert Counter(r["prompt_id"] for r in whole.records) == {"spec-bench/81": 2, "spec-bench/82": 2,
+                                                              "spec-bench/301": 1}
+    with pytest.raises(Killed):
+        sweep(DiesAfter(mock_session(), 1), options)  # the first question's first turn only
+    recs = read_records(records_path(tmp_path / "out", 1, 1))
+    assert [(r["prompt_id"], r["turn"]) for r in recs] in ([("spec-bench/81", 0)], [("spec-bench/82", 0)],
+                                                           [("spec-bench/301", 0)])
+    counting = DiesAfter(mock_session(), 10**6)
+    store = sweep(counting, options)
+    assert 10**6 - counting.n == 4  # the 5 turns less the one recorded
+    by_key = {record_key(r): r["token_ids"] for r in store.records}
+    assert by_key == {record_key(r): r["token_ids"] for r in whole.records}
+
+
+def test_first_turns_only_by_default(tmp_path, mock_session, make_options, sweep, caplog):
+    options = make_options(tmp_path, prompts=(spec_bench_file(tmp_path),), decoders="draft", temperatures="0",
+                           budgets="8", warmup=0)
+    store = sweep(mock_session(), options)
+    assert {r["turn"] for r in store.records} == {0} and len(store.records) == 3
+    assert "2 later turns of 2 multi-turn questions are skipped" in caplog.text

@@ -1,6 +1,6 @@
-"""Properties of the report's numbers and of the matched-size cap, on synthetic records: only complete
-prompts count, seeds sum within a prompt, gains are timing.stats' paired gains, and the cap is the smallest
-whose estimated mean tree size reaches pearl's."""
+"""Properties of the numbers every summary shows, on synthetic records: only complete prompts count, turns
+and seeds sum within a prompt, gains are target_proc.stats' paired gains (each rule over its baselines and
+over `ar`), the speed counts the tokens its rule names, and categories group as Spec-Bench groups them."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pipeline.rules import comparisons
-from timing.analysis import PHASES, analyse, median_rounds, settings_of
-from timing.matched import match
-from timing.stats import paired_gains
+from pipeline.decode import PHASES
+from target_proc.summary import MT_BENCH, analyse, category_group, group_order, median_rounds, settings_of
+from target_proc.stats import paired_gains
 
 DECODERS = ("draft", "pearl", "root-draw", "root")
 
@@ -34,14 +34,14 @@ def test_only_prompts_with_every_decoder_enter_a_setting(make_record):
     assert len(s.prompt_ids) == 5 and s.prompts_seen == 6 and "p/3" not in s.prompt_ids
     assert all(st.tokens.shape == (5,) for st in s.decoders.values())
     drafts = [r for r in recs if r["decoder"] == "draft" and r["prompt_id"] != "p/3" and not r["warmup"]]
-    assert s.decoders["draft"].speed == pytest.approx(sum(r["tokens"] for r in drafts) / sum(r["seconds"] for r in drafts))
+    assert s.decoders["draft"].speed == pytest.approx(sum(r["new_tokens"] for r in drafts) / sum(r["seconds"] for r in drafts))
 
 
 def test_gains_are_paired_gains_over_prompts_sorted_by_id(make_record):
     recs = sweep_records(make_record, n_prompts=8)
     s = analyse(recs, 0.0, 8, n_resamples=500, rng=3)
     ids = sorted({r["prompt_id"] for r in recs})
-    tok = {d: np.array([next(r["tokens"] for r in recs if r["decoder"] == d and r["prompt_id"] == p) for p in ids], float)
+    tok = {d: np.array([next(r["new_tokens"] for r in recs if r["decoder"] == d and r["prompt_id"] == p) for p in ids], float)
            for d in DECODERS}
     sec = {d: np.array([next(r["seconds"] for r in recs if r["decoder"] == d and r["prompt_id"] == p) for p in ids])
            for d in DECODERS}
@@ -61,7 +61,7 @@ def test_seeds_are_summed_within_a_prompt(make_record):
     s = analyse(recs, 0.0, 8)
     assert s.seeds == [0, 1] and len(s.prompt_ids) == 6
     p0 = [r for r in recs if r["prompt_id"] == "p/0" and r["decoder"] == "root"]
-    assert s.decoders["root"].tokens[0] == sum(r["tokens"] for r in p0)
+    assert s.decoders["root"].tokens[0] == sum(r["new_tokens"] for r in p0)
     # a prompt missing one seed of one decoder is incomplete
     s = analyse([r for r in recs if not (r["prompt_id"] == "p/0" and r["seed"] == 1 and r["decoder"] == "pearl")], 0.0, 8)
     assert "p/0" not in s.prompt_ids
@@ -71,6 +71,36 @@ def test_categories_are_analysed_apart(make_record):
     recs = sweep_records(make_record)
     s = analyse(recs, 0.0, 8, category="c1")
     assert s.prompt_ids == ["p/1", "p/3", "p/5"] and s.label == "T=0 B=8 [c1]"
+
+
+def test_mt_bench_categories_form_one_group_in_spec_benchs_order():
+    assert {category_group(c) for c in MT_BENCH} == {"mt_bench"}
+    assert category_group("qa") == "qa" and category_group("humaneval") == "humaneval"
+    assert group_order(["humaneval", "rag", "qa", "mt_bench", "builtin", "translation"]) == [
+        "mt_bench", "translation", "qa", "rag", "humaneval", "builtin"]
+
+
+def test_turns_of_a_prompt_add_up_and_the_speed_counts_the_tokens_its_rule_names(make_record):
+    recs = [make_record("q/1", d, tokens=10, seconds=1.0, overshoot=3, turn=t) for d in ("ar", "draft")
+            for t in (0, 1)] + [make_record("q/2", d, tokens=20, seconds=2.0) for d in ("ar", "draft")]
+    out = analyse(recs, 0.0, 8, speed_tokens="output")
+    seed_rule = analyse(recs, 0.0, 8, speed_tokens="round")
+    assert list(out.decoders["ar"].tokens) == [20, 20] and list(seed_rule.decoders["ar"].tokens) == [26, 20]
+    assert out.decoders["draft"].speed == pytest.approx(40 / 4) and seed_rule.decoders["draft"].speed == 46 / 4
+    assert set(out.gains) == {("draft", "ar")}
+
+
+def test_every_decoder_is_compared_with_ar(make_record):
+    recs = [make_record(f"p/{i}", d, tokens=10 + i) for i in range(4) for d in ("ar", "draft", "root-draw")]
+    assert list(analyse(recs, 0.0, 8).gains) == [("root-draw", "draft"), ("draft", "ar"), ("root-draw", "ar")]
+
+
+def test_sweep_records_are_grouped_by_their_grid_budget(make_record):
+    recs = [make_record(f"p/{i}", d, budget=41 if d == "root-draw" else 59, grid_budget=59) for i in range(3)
+            for d in ("pearl", "root-draw")]
+    assert settings_of(recs) == [(0.0, 59)]
+    s = analyse(recs, 0.0, 59)
+    assert s.decoders["root-draw"].budgets == [41] and s.decoders["pearl"].budgets == [59]
 
 
 def test_a_setting_with_one_prompt_has_speeds_but_no_gains(make_record):
@@ -85,32 +115,3 @@ def test_median_rounds_are_the_rounds_nearest_the_median_round_time(make_record)
     rows = median_rounds(stats, 3)
     assert list(np.round(rows[:, PHASES.index("wait")], 3)) == [0.001, 0.002, 0.003]  # in round order
     assert stats.phase_median("wait") == pytest.approx(0.003)
-
-
-def matched_records(make_record, pearl_sizes, available, budget=59):
-    return [make_record("p/0", "pearl", budget=budget, tree_sizes=pearl_sizes, accepted=[0] * len(pearl_sizes)),
-            make_record("p/0", "root-draw", budget=budget, tree_sizes=[min(budget, a) for a in available],
-                        accepted=[0] * len(available), available=available)]
-
-
-def test_matched_cap_is_the_smallest_whose_mean_reaches_pearls(make_record):
-    # pearl's mean is 20; root-draw rounds have 1, 30 and 70 nodes available: mean(min(c, a)) reaches 20
-    # first at c = 30 (mean (1 + 29 + 29) / 3 = 19.67 at 29, (1 + 30 + 30) / 3 = 20.33 at 30)
-    m = match(matched_records(make_record, [10, 30], [1, 30, 70]), 0.0)
-    assert m["cap"] == 30 and m["pearl_mean"] == 20
-    assert m["mean_at_cap"] == pytest.approx(61 / 3)
-    assert m["estimate_at_budget"] == pytest.approx(m["root_draw_mean"])  # the estimate reproduces B itself
-
-
-def test_matched_cap_above_the_budget_when_root_draw_trees_are_smaller(make_record):
-    m = match(matched_records(make_record, [60, 62], [70, 70], budget=59), 0.0)
-    assert m["cap"] == 61
-
-
-def test_matched_needs_the_pool_count_under_the_draw(make_record):
-    recs = matched_records(make_record, [10], [5])
-    recs[1]["available"] = None
-    with pytest.raises(ValueError, match="lack `available`"):
-        match(recs, 0.0)
-    with pytest.raises(ValueError, match="no pearl records"):
-        match(recs[1:], 0.0)

@@ -1,0 +1,68 @@
+"""Where and with what a run ran: host, CPU, accelerators, package versions, the git commit and whether the
+tree had uncommitted changes. Recorded once per run (a decode run's header line, a sweep's config.json)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from models.cuda_env import cuda_driver
+
+PACKAGES = ("torch", "transformers", "numpy", "pyzmq", "msgpack", "cuda-python")
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def environment() -> dict:
+    import torch
+
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "gpus": gpus(), "cuda_driver": cuda_driver(),
+            "torch_cuda": torch.version.cuda, "packages": {name: version(name) for name in PACKAGES},
+            "git": git_state()}
+
+
+def version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def git_state() -> dict:
+    """{"commit": HEAD or None, "dirty": whether tracked files differ from it} of the project's checkout."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=PROJECT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> list[str]:
+    """Names of the CUDA devices this process sees (none when CUDA is absent)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

@@ -1,0 +1,170 @@
+"""From decode records to per-setting speeds, the field's metrics and paired gains (no printing, no plots).
+
+A setting is one (T, B). Only prompts that hold every (decoder, seed) recorded at a setting enter it, so
+every decoder's speed and every gain rests on the same prompts; a prompt's tokens and seconds are summed
+over its turns and seeds, so the prompt stays the unit that the bootstrap resamples. A decode run's table,
+the Python API and the timing report all summarise records here.
+
+Tokens counted for speed: "output" counts what the user receives (at most the limit); "round" is the seed's
+rule, tokens up to the first end-of-sequence token with the last round whole (the output plus `overshoot`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.decode import PHASES
+from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
+from pipeline.rules import DECODERS, comparisons
+from target_proc.stats import GainResult, paired_gains
+
+SPEED_TOKENS = ("output", "round")
+MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+# Spec-Bench's reporting groups, in its order, then HumanEval; other categories follow by name.
+GROUPS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "humaneval")
+
+
+def category_group(category: str) -> str:
+    """Spec-Bench's grouping: the eight MT-bench categories are one `mt_bench` group; others stand alone."""
+    return "mt_bench" if category in MT_BENCH else category
+
+
+def group_order(groups) -> list[str]:
+    groups = set(groups)
+    return [g for g in GROUPS if g in groups] + sorted(groups - set(GROUPS))
+
+
+def setting_budget(record: dict):
+    """The budget a record's setting is known by: the grid's B in a sweep (`grid_budget`), else its own."""
+    return record.get("grid_budget", record["budget"])
+
+
+def counted_tokens(record: dict, rule: str) -> int:
+    return record["new_tokens"] + (record["overshoot"] if rule == "round" else 0)
+
+
+@dataclass(slots=True)
+class DecoderStats:
+    """One decoder at one setting, over the setting's complete prompts."""
+
+    decoder: str
+    budgets: list  # the budgets it ran with (the grid's B unless overridden)
+    decodes: int
+    tokens: np.ndarray  # (n_prompts,) counted tokens, summed over turns and seeds
+    seconds: np.ndarray  # (n_prompts,)
+    passes: int  # target passes after the prefills
+    rounds: RoundStats
+    tree_sizes: np.ndarray  # (n_rounds,)
+    phases: np.ndarray  # (n_rounds, len(PHASES)) seconds
+
+    @property
+    def speed(self) -> float:
+        return float(self.tokens.sum() / self.seconds.sum())
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return tokens_per_pass(int(self.tokens.sum()), self.passes)
+
+    @property
+    def round_seconds(self) -> np.ndarray:
+        """(n_rounds,) target-side wall time of each round: its phases one after another."""
+        return self.phases[:, 1:].sum(axis=1)
+
+    def phase_median(self, name: str) -> float | None:
+        """Median seconds of a phase over rounds, None when the decoder never runs it."""
+        column = self.phases[:, PHASES.index(name)]
+        return float(np.median(column)) if column.any() else None
+
+
+@dataclass(slots=True)
+class Setting:
+    temperature: float
+    budget: object  # the setting's B (an int, or a name such as "auto")
+    category: str | None  # None: all categories
+    prompt_ids: list[str]  # the complete prompts, sorted
+    prompts_seen: int  # prompts with any record at this setting
+    seeds: list[int]
+    decoders: dict[str, DecoderStats]
+    gains: dict[tuple[str, str], GainResult] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"T={self.temperature:g} B={self.budget}" + (f" [{self.category}]" if self.category else "")
+
+
+def settings_of(records: Sequence[dict]) -> list[tuple[float, object]]:
+    keys = {(float(r["temperature"]), setting_budget(r)) for r in records}
+    return sorted(keys, key=lambda k: (k[0], isinstance(k[1], str), k[1] if not isinstance(k[1], str) else 0,
+                                       str(k[1])))
+
+
+def analyse(records: Sequence[dict], temperature: float, budget, category: str | None = None, *,
+            speed_tokens: str = "round", n_resamples: int = 2000, confidence_level: float = 0.95,
+            rng: int = 0) -> Setting:
+    """Speeds, round metrics and gains at one setting from timed (non-warm-up) records.
+
+    category: a category group (see category_group), or None for all. Every setting's bootstrap starts
+    from the same `rng` seed over prompts sorted by id, so settings with the same prompts are resampled
+    with the same prompt indices.
+    """
+    assert speed_tokens in SPEED_TOKENS, speed_tokens
+    at = [r for r in records if float(r["temperature"]) == temperature and setting_budget(r) == budget
+          and not r.get("warmup") and (category is None or category_group(r["category"]) == category)]
+    wanted = {(r["decoder"], r["seed"]) for r in at}
+    have: dict[str, set] = {}
+    for r in at:
+        have.setdefault(r["prompt_id"], set()).add((r["decoder"], r["seed"]))
+    prompt_ids = sorted(p for p, got in have.items() if got == wanted)
+    index = {p: i for i, p in enumerate(prompt_ids)}
+    names = [d for d in DECODERS if any(r["decoder"] == d for r in at)]
+    stats = {d: _decoder_stats(d, [r for r in at if r["decoder"] == d and r["prompt_id"] in index], index,
+                               speed_tokens) for d in names}
+    setting = Setting(temperature, budget, category, prompt_ids, len(have), sorted({s for _, s in wanted}), stats)
+    pairs = comparisons(names)
+    if pairs and len(prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
+        setting.gains = paired_gains({d: s.tokens for d, s in stats.items()},
+                                     {d: s.seconds for d, s in stats.items()}, pairs,
+                                     n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+    return setting
+
+
+def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_tokens: str) -> DecoderStats:
+    tokens, seconds = np.zeros(len(index)), np.zeros(len(index))
+    for r in mine:
+        tokens[index[r["prompt_id"]]] += counted_tokens(r, speed_tokens)
+        seconds[index[r["prompt_id"]]] += r["seconds"]
+    column = lambda name: [x for r in mine for x in r[name]]  # noqa: E731
+    rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
+    return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
+                        sum(r["target_passes"] for r in mine), rounds, np.array(column("tree_sizes"), float),
+                        _phase_matrix(mine))
+
+
+def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
+    """(k', len(PHASES)) phase seconds of the k rounds whose target-side time is nearest the median."""
+    times = stats.round_seconds
+    if len(times) == 0:
+        return np.zeros((0, len(PHASES)))
+    nearest = np.argsort(np.abs(times - np.median(times)), kind="stable")[:k]
+    return stats.phases[np.sort(nearest)]
+
+
+def _phase_matrix(records: Sequence[dict]) -> np.ndarray:
+    """(n_rounds, len(PHASES)) seconds per phase, rounds of all records one after another."""
+    columns = [np.concatenate([np.asarray(r["phases"].get(name, [0.0] * r["rounds"]), float) for r in records])
+               if records else np.zeros(0) for name in PHASES]
+    return np.stack(columns, axis=1) if records else np.zeros((0, len(PHASES)))
+
+
+def as_json(s: Setting) -> dict:
+    """A setting's numbers as one JSON object: speeds, the field's metrics and gains with intervals."""
+    return {"temperature": s.temperature, "budget": s.budget, "category": s.category, "prompts": len(s.prompt_ids),
+            "decoders": {d: {"budgets": st.budgets, "decodes": st.decodes, "tokens": float(st.tokens.sum()),
+                             "seconds": float(st.seconds.sum()), "tokens_per_second": st.speed,
+                             "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json()}
+                         for d, st in s.decoders.items()},
+            "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low, "high": g.high, "standard_error": g.standard_error}
+                      for (a, b), g in s.gains.items()}}

@@ -1,0 +1,64 @@
+"""One record of a decode: a decode run, a sweep and the API build it here; multi-turn prompts decode in one
+conversation with the decoder's own earlier answers in context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from pipeline.config import DecodeConfig
+from target_proc.record import decode_conversation
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    category: str
+    turns: tuple[str, ...]
+
+
+class Recording:
+    """A session that remembers the prompt ids of every decode it ran."""
+
+    def __init__(self, session) -> None:
+        self.session, self.tokenizer, self.calls = session, session.tokenizer, []
+
+    def decode(self, ids, config, key):
+        self.calls.append((list(ids), key))
+        return self.session.decode(ids, config, key)
+
+
+def test_a_two_turn_question_holds_both_turns_with_the_first_answer_in_the_second_context(mock_session):
+    session = Recording(mock_session())
+    question = Question("spec-bench/81", "writing", ("Write a poem.", "Now shorter."))
+    records = list(decode_conversation(session, question, DecodeConfig("root-draw", 0.0, 8, 20)))
+    assert [r["turn"] for r in records] == [0, 1] and all(r["prompt_id"] == "spec-bench/81" for r in records)
+    first_answer = records[0]["text"].strip()
+    assert first_answer  # the mock answers something
+    tok = session.tokenizer
+    assert session.calls[0][0] == tok.chat_ids(["Write a poem."])
+    assert session.calls[1][0] == tok.chat_ids(["Write a poem.", first_answer, "Now shorter."])
+    assert records[1]["prompt_tokens"] == len(session.calls[1][0])
+    assert [key for _, key in session.calls] == ["spec-bench/81", "spec-bench/81#1"]  # a stream per turn
+
+
+def test_recorded_turns_are_reused_not_decoded_again(mock_session):
+    session = Recording(mock_session())
+    question = Question("q/1", "c", ("one", "two", "three"))
+    config = DecodeConfig("draft", 0.0, 8, 12)
+    whole = list(decode_conversation(session, question, config))
+    session.calls.clear()
+    resumed = list(decode_conversation(session, question, config, done={0: whole[0], 1: whole[1]}))
+    assert [r["turn"] for r in resumed] == [2] and len(session.calls) == 1
+    assert resumed[0]["token_ids"] == whole[2]["token_ids"]  # the same context: the same greedy answer
+
+
+@pytest.mark.parametrize("limit", [1, 5, 13])
+def test_the_record_keeps_the_output_at_the_limit_and_what_the_last_round_made_beyond_it(mock_session, limit):
+    record = next(decode_conversation(mock_session(), Question("p", "c", ("Once upon a time",)),
+                                      DecodeConfig("draft", 0.0, 8, limit)))
+    assert record["new_tokens"] == len(record["token_ids"]) <= limit and record["max_new_tokens"] == limit
+    if record["stop"] == "limit":
+        assert record["new_tokens"] + record["overshoot"] == sum(record["accept_lengths"])
+    assert record["tokens_per_second"] == pytest.approx(record["new_tokens"] / record["seconds"])

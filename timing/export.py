@@ -1,0 +1,120 @@
+"""python -m timing export RUN_DIR OUT_DIR --format spec-bench: a sweep's records as Spec-Bench model answers.
+
+One JSONL file per (decoder, T, B), one line per question, in the format Spec-Bench's inference writes and
+its `evaluation/speed.py` (`speed`, `get_single_speedup`) reads:
+
+    {"question_id": int, "category": str, "answer_id": str, "model_id": str, "tstamp": float,
+     "choices": [{"index": i, "turns": [answer text per turn], "decoding_steps": [rounds per turn],
+                  "new_tokens": [tokens per turn], "wall_time": [seconds per turn],
+                  "accept_lengths": [tokens per round, bonus included, all turns in order]}]}
+
+A choice is one sampling seed (index 0 the first). `new_tokens` counts tokens as the sweep's
+`speed_tokens` rule does (by default the seed's: the last round whole, as Spec-Bench's own speculative
+methods count them); `wall_time` is the decode's time from the start of the prefill to the last commit.
+Question ids are the trailing integer of the prompt id (spec-bench/81 -> 81, humaneval/HumanEval/7 -> 7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from launch.cli import add_log_level, add_options, flags_of, from_options, run_program, setup_logging
+from launch.options import ExportOptions
+from pipeline.config import InputError
+from target_proc.summary import counted_tokens, setting_budget
+from timing import run_config
+from timing.records import load_records
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m timing export",
+                                     description="Write a sweep's records in another tool's format.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's --out directory")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="where the answer files go")
+    add_options(parser, ExportOptions)
+    add_log_level(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    options = from_options(parser, ns, ExportOptions)
+    setup_logging("export", ns.log_level)
+
+    def body() -> int:
+        for path in export(ns.run_dir, ns.out_dir, options.model_id or None):
+            print(path)
+        return 0
+
+    return run_program(body, flags_of(parser))
+
+
+def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path]:
+    """Write the Spec-Bench answer files of a sweep directory -> their paths."""
+    config = run_config.read_config(run_dir)
+    rule = config["sweep"].get("speed_tokens", "round")
+    model_id = model_id or _plain_name(config["models"]["target"]["model"])
+    records = [r for r in load_records([run_dir]) if not r["warmup"]]
+    if not records:
+        raise InputError(f"{run_dir} holds no timed decode to export")
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["decoder"], float(r["temperature"]), setting_budget(r)), []).append(r)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (decoder, temperature, budget), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        path = out / f"{model_id}-{decoder}-temperature-{temperature:g}-budget-{budget}.jsonl"
+        lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{decoder}", rule, run_dir)]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def answers(records: Sequence[dict], model_id: str, rule: str, run: str) -> list[dict]:
+    """One answer per question from the records of one (decoder, T, B), questions in id order."""
+    by_prompt: dict[str, list[dict]] = {}
+    for r in records:
+        by_prompt.setdefault(r["prompt_id"], []).append(r)
+    ids: dict[int, str] = {}
+    out = []
+    for prompt_id, rs in by_prompt.items():
+        qid = question_id(prompt_id)
+        if qid in ids:
+            raise InputError(f"prompts {ids[qid]!r} and {prompt_id!r} would both be question {qid}; export them "
+                             f"from separate runs")
+        ids[qid] = prompt_id
+        seeds = sorted({r["seed"] for r in rs})
+        choices = [_choice(i, sorted((r for r in rs if r["seed"] == s), key=lambda r: r["turn"]), rule)
+                   for i, s in enumerate(seeds)]
+        r0 = rs[0]
+        key = f"{run}/{prompt_id}/{r0['decoder']}/{r0['temperature']}/{setting_budget(r0)}"
+        out.append({"question_id": qid, "category": r0["category"],
+                    "answer_id": hashlib.blake2b(key.encode(), digest_size=11).hexdigest(), "model_id": model_id,
+                    "choices": choices, "tstamp": max(r["finished"] for r in rs)})
+    return sorted(out, key=lambda a: a["question_id"])
+
+
+def _choice(index: int, turns: list[dict], rule: str) -> dict:
+    return {"index": index, "turns": [t["text"].strip() for t in turns],
+            "decoding_steps": [t["rounds"] for t in turns], "new_tokens": [counted_tokens(t, rule) for t in turns],
+            "wall_time": [t["seconds"] for t in turns], "accept_lengths": [a for t in turns for a in t["accept_lengths"]]}
+
+
+def question_id(prompt_id: str) -> int:
+    match = re.search(r"(\d+)$", prompt_id)
+    if match is None:
+        raise InputError(f"prompt {prompt_id!r} has no trailing number to serve as a Spec-Bench question_id")
+    return int(match.group(1))
+
+
+def _plain_name(model: str) -> str:
+    """A model spec as a file-name part: smollm2:int8 -> smollm2-int8, org/model -> model."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", model.rstrip("/").rsplit("/", 1)[-1])
