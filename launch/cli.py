@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.config import ConfigError, InputError
+from pipeline.config import ConfigError, InputError, parse_budget
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
 from protocol.transport import check_endpoint
 
@@ -41,6 +41,9 @@ class Flags(dict):
     def rewrite(self, message: str) -> str:
         """Replace every backticked field name this program has a flag for by that flag."""
         return re.sub(r"`(\w+)`", lambda m: self.get(m.group(1), m.group(0)), message)
+
+
+PARSERS = {"budget": parse_budget}  # option values of fields whose type is not one word
 
 
 def flags_of(parser: argparse.ArgumentParser) -> Flags:
@@ -97,7 +100,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
             group.add_argument(option, dest=dest, action="append", default=None,
                                metavar=f.metadata.get("metavar", "TEXT"), help=help_text)
         else:
-            kind = {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
+            kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
             shown = f" (default: {default})" if default not in (None, "", dataclasses.MISSING) else ""
             group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
                                metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))

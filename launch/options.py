@@ -11,7 +11,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from pipeline.config import ConfigError, DecodeConfig, check_int, check_temperature
+from pipeline.config import AUTO, ConfigError, DecodeConfig, check_int, check_temperature, is_int, parse_budget
 from launch.cli import split_list
 from pipeline.rules import DECODERS
 from target_proc.summary import SPEED_TOKENS
@@ -73,7 +73,7 @@ class RunOptions:
     """Decoding"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("temperature", "budget", "max_new_tokens", "seed"),
+        "embed": ("temperature", "budget", "budget_max", "max_new_tokens", "seed"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompt", "prompts", "limit_prompts", "turns")})
@@ -103,14 +103,15 @@ class SweepOptions:
     """Sweep"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("max_new_tokens", "seed"),
+        "embed": ("max_new_tokens", "seed", "budget_max"),
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompts", "limit_prompts", "turns")})
     decoders: str = field(default="draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     temperatures: str = field(default="0,1", metadata={"help": "comma-separated; 0 is greedy", "metavar": "LIST"})
-    budgets: str = field(default="8,59", metadata={"help": "comma-separated tree budgets B", "metavar": "LIST"})
+    budgets: str = field(default="8,59", metadata={
+        "help": "comma-separated tree budgets B; auto: chosen each round (see --budget)", "metavar": "LIST"})
     budget_overrides: str = field(default="", metadata={
         "help": "run DECODER at cap C where the grid says B: DECODER@B=C, or DECODER=C for every B; "
                 "comma-separated (e.g. root-draw@59=41 for the matched-size run)", "metavar": "LIST"})
@@ -163,11 +164,11 @@ class SweepOptions:
         return values
 
     @property
-    def budget_list(self) -> list[int]:
-        items = split_list(self.budgets)
-        if not items or not all(b.isdigit() and int(b) > 0 for b in items) or len(set(map(int, items))) != len(items):
-            raise ConfigError("budgets", f"must list distinct positive integers, got {self.budgets!r}")
-        return [int(b) for b in items]
+    def budget_list(self) -> list[int | str]:
+        values = [parse_budget(b) for b in split_list(self.budgets)]
+        if not values or not all(b == AUTO or (is_int(b) and b > 0) for b in values) or len(set(values)) != len(values):
+            raise ConfigError("budgets", f"must list distinct positive integers or auto, got {self.budgets!r}")
+        return values
 
     @property
     def overrides(self) -> dict[tuple[str, int], int]:
@@ -178,10 +179,10 @@ class SweepOptions:
             decoder, at, budget = lhs.strip().partition("@")
             decoder, cap, budget = decoder.strip(), cap.strip(), budget.strip()
             if (not eq or decoder not in self.decoder_list or not cap.isdigit() or int(cap) < 1
-                    or (at and not (budget.isdigit() and int(budget) in self.budget_list))):
+                    or (at and not (budget.isdigit() and int(budget) in self.budget_list))):  # auto has budget_max
                 raise ConfigError("budget_overrides", f"entries must be DECODER@B=C or DECODER=C with a decoder of "
                                   f"`decoders`, B in `budgets` and C a positive integer, got {item!r}")
-            for b in ([int(budget)] if at else self.budget_list):
+            for b in ([int(budget)] if at else [b for b in self.budget_list if b != AUTO]):
                 if (decoder, b) in out:
                     raise ConfigError("budget_overrides", f"sets {decoder} at B = {b} twice")
                 out[decoder, b] = int(cap)
@@ -195,8 +196,8 @@ class SweepOptions:
             raise ConfigError("shard", f"must be I/N with 1 <= I <= N, got {self.shard!r}")
         return int(i), int(n)
 
-    def cap(self, decoder: str, budget: int) -> int:
-        """The budget `decoder` runs with at grid budget `budget`."""
+    def cap(self, decoder: str, budget: int | str) -> int | str:
+        """The budget `decoder` runs with at grid budget `budget` (auto stays auto)."""
         return self.overrides.get((decoder, budget), budget)
 
     def seeds(self, temperature: float) -> list[int]:

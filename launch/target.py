@@ -14,6 +14,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from typing import TextIO
 from dataclasses import dataclass
 
 from launch.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
@@ -21,7 +22,7 @@ from launch.cli import (add_endpoint, add_log_level, add_options, endpoint_optio
 from launch.options import ConnectOptions, RunOptions
 from launch.prompts import Prompt, gather
 from models.options import ModelOptions
-from pipeline.config import PoolConfig
+from pipeline.config import DecodeConfig, InputError, PoolConfig
 from target_proc.provenance import environment
 from target_proc.record import SCHEMA, decode_conversation
 from target_proc.session import Session, open_session
@@ -48,6 +49,7 @@ def build_parser(prog: str, description: str, run_cls: type) -> argparse.Argumen
     add_options(parser, run_cls)
     add_options(parser, ConnectOptions)
     add_log_level(parser)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the Python API's target
     return parser
 
 
@@ -73,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser, argv, RunOptions)
 
     def body() -> int:
+        if args.namespace.serve:
+            with connect(args) as session:
+                serve(session, sys.stdin, sys.stdout)
+            return 0
         run: RunOptions = args.run
         prompts = gather(run.sources, run.decode.seed)
         emit = (lambda record: print(json.dumps(record), flush=True)) if run.json else None
@@ -88,6 +94,33 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     return run_program(body, flags_of(parser))
+
+
+def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
+    """The Python API's target process: one JSON request per line ({"id", "category", "turns", "config"}),
+    answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}; the first line
+    says the session is ready. Ends at the end of the requests."""
+    def say(line: dict) -> None:
+        answers.write(json.dumps(line) + "\n")
+        answers.flush()
+
+    say({"kind": "ready", "models": session.models})
+    for line in requests:
+        try:
+            request = json.loads(line)
+            prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
+            for record in decode_conversation(session, prompt, DecodeConfig(**request["config"])):
+                say(record)
+        except (InputError, ValueError, KeyError, TypeError) as e:  # a bad request; the session goes on
+            say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"})
+            continue
+        say({"kind": "done"})
+
+
+def _turns(turns) -> tuple[str, tuple[str, ...]]:
+    if not (isinstance(turns, list) and turns and all(isinstance(t, str) and t for t in turns)):
+        raise InputError("`turns` must be a list of non-empty strings")
+    return turns[0], tuple(turns[1:])
 
 
 def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Prompt]) -> dict:

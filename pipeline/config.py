@@ -40,6 +40,24 @@ def check_int(name: str, value, low: int) -> int:
     return value
 
 
+AUTO = "auto"  # the budget chosen each round (pipeline.budget)
+
+
+def check_budget(name: str, value) -> int | str:
+    """A tree budget: a positive integer, or "auto"."""
+    if value == AUTO:
+        return value
+    if not is_int(value) or value < 1:
+        raise ConfigError(name, f"must be a positive integer or auto, got {value!r}")
+    return value
+
+
+def parse_budget(text: str) -> int | str:
+    """A budget as a command line spells it: an integer or "auto" (checked by check_budget)."""
+    text = text.strip()
+    return AUTO if text == AUTO else int(text) if text.lstrip("-").isdigit() else text
+
+
 def check_temperature(name: str, value) -> float:
     """A sampling temperature: a finite number >= 0 (0 is greedy)."""
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -85,10 +103,14 @@ class DecodeConfig:
 
     decoder: str = field(default="draft", metadata={"help": "the selection rule"})
     temperature: float = field(default=0.0, metadata={"help": "0 is greedy", "metavar": "T"})
-    budget: int = field(default=8, metadata={"help": "tree budget B: non-root nodes verified per round",
-                                             "metavar": "B"})
+    budget: int | str = field(default=8, metadata={
+        "help": "tree budget B: non-root nodes verified per round; auto: chosen each round from measured "
+                "acceptance and pass costs, up to --budget-max (0, plain decoding, included)",
+        "metavar": "B|auto", "parse": "budget"})
     max_new_tokens: int = field(default=256, metadata={"help": "the output holds at most this many new tokens"})
     seed: int = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
+    budget_max: int = field(default=59, metadata={"help": "the largest tree budget auto may choose",
+                                                  "metavar": "B"})
 
     def __post_init__(self) -> None:
         from pipeline.rules import RULES  # the table imports the selection rules, which import this module
@@ -96,22 +118,29 @@ class DecodeConfig:
         if self.decoder not in RULES:
             raise ConfigError("decoder", f"must be one of {', '.join(RULES)}, got {self.decoder!r}")
         check_temperature("temperature", self.temperature)
-        check_int("budget", self.budget, 1)
+        if self.budget != AUTO:
+            check_budget("budget", self.budget)
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_int("seed", self.seed, 0)
+        check_int("budget_max", self.budget_max, 1)
+
+    @property
+    def largest_tree(self) -> int:
+        return self.budget_max if self.budget == AUTO else self.budget
 
     def kv_slots(self, prompt_tokens: int) -> int:
         """Target KV slots a decode of a `prompt_tokens`-token prompt may need: the prompt, the output and
         one round's root and tree (the output may pass the limit inside its last round by at most that)."""
-        return prompt_tokens + self.max_new_tokens + self.budget + 1
+        return prompt_tokens + self.max_new_tokens + self.largest_tree + 1
 
     def check_fits(self, prompt_tokens: int, capacity: int) -> None:
         """CapacityError when such a decode may not fit a cache of `capacity` slots."""
         need = self.kv_slots(prompt_tokens)
         if need > capacity:
+            budget = f"`budget` {self.budget}" if self.budget != AUTO else f"`budget_max` {self.budget_max}"
             raise CapacityError(f"a prompt of {prompt_tokens} tokens with `max_new_tokens` {self.max_new_tokens} "
-                                f"and `budget` {self.budget} needs {need} KV slots; the target's cache holds "
-                                f"{capacity} (raise `max_context`)")
+                                f"and {budget} needs {need} KV slots; the target's cache holds {capacity} "
+                                f"(raise `max_context`)")
 
 
 def stream_seed(seed: int, prompt: str | int, decoder: str) -> int:

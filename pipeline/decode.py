@@ -4,9 +4,9 @@
 process. The loop knows nothing of devices or sockets: the runner returns logits on its own device, the
 loop draws on that device and reads back only the drawn ids (one host-device sync per pass).
 
-A round is one of three flows, chosen by the rule's row in pipeline.rules: plain decoding (one target
-pass), a tree pass that scores the root with the tree, or a root pass while the drafter works followed by
-a tree pass beneath the drawn first token.
+A round is one of three flows: plain decoding (one target pass: `ar`, or any rule at budget 0), and by the
+rule's row in pipeline.rules either a tree pass that scores the root with the tree, or a root pass while
+the drafter works followed by a tree pass beneath the drawn first token.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from pipeline.config import DecodeConfig
+from pipeline.budget import AutoBudget, PassCosts, ranks_on_path
+from pipeline.config import AUTO, DecodeConfig
 from pipeline.pool import ROOT, Pool
 from pipeline.rules import RULES, RootDraw, Rule
 from pipeline.tree import Tree
@@ -82,6 +83,7 @@ class Round:
     #                     is min(c, available)); 0 for decoders without a first draw
     tried: int = 0  # tree depths at which a draw met candidate children: accepted, plus one when the walk
     #                 ended at a node that had children (a rejection rather than the end of the tree)
+    budget: int = 0  # the budget this round ran with (budget auto's choice; 0: plain decoding)
 
 
 @dataclass(slots=True)
@@ -133,11 +135,17 @@ class _Step:
     draft_seconds: float = 0.0
     available: int = 0
     tried: int = 0  # see Round.tried
+    on_path: np.ndarray | None = None  # (len(tree),) by rank, whether the node was accepted (budget auto)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
-           eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False) -> DecodeResult:
+           eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False,
+           costs: PassCosts | None = None) -> DecodeResult:
     """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`.
+
+    Each round's budget is config.budget, or with budget "auto" the choice of pipeline.budget from `costs`
+    (this device's pass costs, which rounds refresh). A round of budget 0 is plain decoding: it neither
+    asks the drafter for a pool nor waits for one; the drafter learns its tokens with the next pool it grows.
 
     Phases that produce tokens end in a host read, so their host times include their device work. The
     commit's device work is queued asynchronously; `sync_phases` waits for it inside the commit phase
@@ -148,21 +156,27 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         raise ValueError("`prompt` must hold at least one token")
     if rule.select is not None and drafter is None:
         raise ValueError(f"decoder {rule.name!r} needs a drafter")
+    if config.budget == AUTO and rule.select is not None and costs is None:
+        raise ValueError("budget auto needs the pass costs of this device")
+    auto = AutoBudget(costs, config.budget_max) if config.budget == AUTO and rule.select is not None else None
     rounds = _Rounds(target, drafter, rule, config, generator)
-    step_fn = rounds.plain if rule.select is None else rounds.pipelined if rule.root_pass else rounds.tree
+    choose = (lambda: 0) if rule.select is None else auto.choose if auto else (lambda: config.budget)
+    history = [int(t) for t in prompt]  # the committed context
+    told = 0  # tokens of `history` the drafter holds; 0 before its first pool
     out: list[int] = []
     log: list[Round] = []
     passes = 0
-    root = int(prompt[-1])
     t_start = time.perf_counter()
-    if drafter is not None and rule.select is not None:
-        drafter.start(prompt)  # the drafter's prefill overlaps the target's
-    target.prefill(prompt[:-1], overlapped=rule.select is not None)
+    budget = choose()
+    if budget:
+        drafter.start(history)  # the drafter's prefill overlaps the target's
+        told = len(history)
+    target.prefill(history[:-1], overlapped=budget > 0)
     target.synchronize()
     prefill_seconds = time.perf_counter() - t_start
     while True:
         rounds.phase = _Phases()
-        step = step_fn(root)
+        step = rounds.run(history[-1], budget)
         with rounds.phase("commit"):
             target.commit(step.accepted)
             if sync_phases:
@@ -170,18 +184,22 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         emitted = (step.tree.token[step.accepted].tolist() if step.accepted else []) + [step.continuation]
         rounds.phase.times["draft"] = step.draft_seconds
         log.append(Round(len(step.accepted), len(step.tree) if step.tree is not None else 0, len(emitted),
-                         rounds.phase.times, step.available, step.tried))
+                         rounds.phase.times, step.available, step.tried, budget))
+        if auto is not None:
+            _observe(auto, step, budget, rounds.phase.times)
         passes += step.passes
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
         out.extend(emitted if stop is None else emitted[: stop + 1])
         if stop is not None or len(out) >= config.max_new_tokens:
             break
-        root = step.continuation
-        if rule.select is not None:
-            drafter.commit(emitted)
+        history += emitted
+        budget = choose()
+        if budget:  # ask for the next round's pool, with every token the drafter has not seen
+            drafter.commit(history[told:]) if told else drafter.start(history)
+            told = len(history)
     target.synchronize()
     seconds = time.perf_counter() - t_start
-    if rule.select is not None:
+    if told:
         drafter.end()
     # The last round is verified whole (the seed's protocol); the output stops at the limit, as generate's
     # max_new_tokens and every serving API do.
@@ -190,49 +208,74 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
                         prefill_seconds, out[limit:])
 
 
+def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float]) -> None:
+    """Feed one round to the budget's estimates: which ranks were accepted, and what the round cost."""
+    if budget == 0:
+        auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
+    else:
+        front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
+        auto.observe(step.on_path, budget, front=front, tree=times.get("tree"))
+
+
 class _Rounds:
-    """The three round flows of one decode, each a small function of the round's root."""
+    """The three round flows of one decode, each a small function of the round's root and budget."""
 
     def __init__(self, target: TargetRunner, drafter: DrafterClient | None, rule: Rule, config: DecodeConfig,
                  generator: torch.Generator | None) -> None:
         self.target, self.drafter, self.rule = target, drafter, rule
-        self.temperature, self.budget, self.generator = config.temperature, config.budget, generator
+        self.temperature, self.generator = config.temperature, generator
         self.lazy = target.device.type == "cpu"  # see RowDraws
+        self.track = config.budget == AUTO  # record which ranks were accepted
         self.phase = _Phases()
 
+    def run(self, root: int, budget: int) -> _Step:
+        if budget == 0:
+            return self.plain(root)
+        return self.pipelined(root, budget) if self.rule.root_pass else self.tree(root, budget)
+
     def plain(self, root: int) -> _Step:
-        """`ar`: one pass on the root, its draw is the round's only token."""
+        """`ar`, or a round of budget 0: one pass on the root, its draw is the round's only token."""
         with self.phase("root"):
             token = int(draw(self.target.root_pass(root)[None], self.temperature, self.generator)[0])  # sync
         return _Step(None, [], token, 1)
 
-    def tree(self, root: int) -> _Step:
+    def tree(self, root: int, budget: int) -> _Step:
         """Wait for the pool, select, then score the root and the tree in one pass."""
         with self.phase("wait"):
             pool, draft_seconds = self.drafter.pool()
         with self.phase("select"):
-            tree = self.rule.select(pool, self.budget, None)
+            tree = self.rule.select(pool, budget, None)
         with self.phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
             accepted, continuation = verify(tree, self.target.tree_pass(tree, root), None, self.temperature,
                                             self.generator, self.lazy)
-        return _Step(tree, accepted, continuation, 1, draft_seconds, tried=depths_tried(tree, accepted))
+        return _Step(tree, accepted, continuation, 1, draft_seconds, tried=depths_tried(tree, accepted),
+                     on_path=self._on_path(pool, tree, accepted))
 
-    def pipelined(self, root: int) -> _Step:
+    def pipelined(self, root: int, budget: int) -> _Step:
         """Root pass while the drafter works, draw X1, select beneath it, verify the tree in a second pass."""
         with self.phase("root"):
             first = root_draw(self.target, root, self.temperature, self.generator)
         with self.phase("wait"):
             pool, draft_seconds = self.drafter.pool()
         with self.phase("select"):
-            tree = self.rule.select(pool, self.budget, first)
+            tree = self.rule.select(pool, budget, first)
         u = pool.first_level(first.token)
         available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
         if tree.child(ROOT, first.token) < 0:  # `root` only: the draw is off the tree, it is the continuation
-            return _Step(None, [], first.token, 1, draft_seconds, available, tried=1)
+            return _Step(None, [], first.token, 1, draft_seconds, available, tried=1,
+                         on_path=np.zeros(len(tree), bool) if self.track else None)
         with self.phase("tree"):
             accepted, continuation = verify(tree, self.target.tree_pass(tree, None), first.token,
                                             self.temperature, self.generator, self.lazy)
-        return _Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted))
+        return _Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted),
+                     self._on_path(pool, tree, accepted))
+
+    def _on_path(self, pool: Pool, tree: Tree, accepted: list[int]) -> np.ndarray | None:
+        if not self.track:
+            return None
+        inside = np.maximum(tree.node, 0)  # a drawn token the pool lacks ranks first: it is alone in its tree
+        cum = np.where(tree.node >= 0, pool.cum[inside], 0.0)
+        return ranks_on_path(cum, tree.depth, tree.node, accepted)
 
 
 def root_draw(target: TargetRunner, root: int, temperature: float, generator: torch.Generator | None) -> RootDraw:

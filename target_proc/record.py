@@ -3,7 +3,8 @@
 
 A record holds one turn of one prompt: the output (ids and text, at most `max_new_tokens` tokens), how
 many tokens the last round produced beyond the limit, its time, and per-round columns (accept lengths
-with the bonus token, accepted tree nodes, depths tried, tree sizes, phase times). Multi-turn prompts
+with the bonus token, accepted tree nodes, depths tried, tree sizes, the budget each round ran with (0: a
+plain round), phase times). Multi-turn prompts
 give one record per turn, decoded in one conversation with the decoder's own earlier answers.
 """
 
@@ -17,7 +18,7 @@ from pipeline.config import DecodeConfig
 from pipeline.decode import PHASES, DecodeResult
 
 SCHEMA = 2  # 1: records before the output limit was exact (no `schema` field)
-ROUND_COLUMNS = ("accept_lengths", "accepted", "tried", "tree_sizes", "available")
+ROUND_COLUMNS = ("accept_lengths", "accepted", "tried", "tree_sizes", "available", "budgets")
 
 
 class Conversation(Protocol):
@@ -41,7 +42,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         "tokens_per_second": result.tokens_per_second, "rounds": len(rounds), "target_passes": result.target_passes,
         "accept_lengths": [r.emitted for r in rounds], "accepted": [r.accepted for r in rounds],
         "tried": [r.tried for r in rounds], "tree_sizes": [r.tree_size for r in rounds],
-        "available": [r.available for r in rounds],
+        "available": [r.available for r in rounds], "budgets": [r.budget for r in rounds],
         "phases": {name: [r.phases.get(name, 0.0) for r in rounds] for name in PHASES},
         "finished": time.time(),
     }

@@ -10,7 +10,10 @@ import torch
 
 from models.load import load
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, PoolConfig, stream_seed
+from pipeline.budget import PassCosts
+from pipeline.config import AUTO, DecodeConfig, PoolConfig, stream_seed
+from pipeline.rules import RULES
+from target_proc import costs
 from pipeline.decode import DecodeResult, DrafterClient, decode
 from protocol.transport import Channel
 from target_proc.client import RemoteDrafter
@@ -27,6 +30,8 @@ class Session:
         self.drafter = drafter
         self.pool = pool
         self.models = models or {}  # "target" and "drafter": model, revision, dtype, device (provenance)
+        self._measured: dict[int, dict] = {}  # budget cap -> this device's pass times (target_proc.costs)
+        self._costs: dict[tuple[str, int], PassCosts] = {}  # (decoder, cap) -> costs that rounds refresh
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
                sync_phases: bool = False) -> DecodeResult:
@@ -40,10 +45,21 @@ class Session:
         generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
         threads = torch.get_num_threads()
         try:
+            costs = self.pass_costs(config.decoder, config.budget_max) if config.budget == AUTO else None
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
-                          sync_phases=sync_phases)
+                          sync_phases=sync_phases, costs=costs)
         finally:
             torch.set_num_threads(threads)
+
+    def pass_costs(self, decoder: str, cap: int) -> PassCosts | None:
+        """The costs budget auto starts from: timed once per cap, then refreshed by each decode's rounds."""
+        if RULES[decoder].select is None:
+            return None
+        if cap not in self._measured:
+            self._measured[cap] = costs.measure(self.target, cap)
+        if (decoder, cap) not in self._costs:
+            self._costs[decoder, cap] = costs.costs_for(decoder, self._measured[cap])
+        return self._costs[decoder, cap]
 
 
 @contextmanager

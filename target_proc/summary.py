@@ -59,6 +59,12 @@ class DecoderStats:
     rounds: RoundStats
     tree_sizes: np.ndarray  # (n_rounds,)
     phases: np.ndarray  # (n_rounds, len(PHASES)) seconds
+    chosen: np.ndarray  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
+
+    def budget_shares(self) -> dict[int, float]:
+        """Share of rounds at each budget, smallest first."""
+        values, counts = np.unique(self.chosen, return_counts=True)
+        return {int(v): float(c / counts.sum()) for v, c in zip(values, counts)}
 
     @property
     def speed(self) -> float:
@@ -140,7 +146,7 @@ def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
     return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
                         sum(r["target_passes"] for r in mine), rounds, np.array(column("tree_sizes"), float),
-                        _phase_matrix(mine))
+                        _phase_matrix(mine), np.array(column("budgets"), np.int64))
 
 
 def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
@@ -164,7 +170,8 @@ def as_json(s: Setting) -> dict:
     return {"temperature": s.temperature, "budget": s.budget, "category": s.category, "prompts": len(s.prompt_ids),
             "decoders": {d: {"budgets": st.budgets, "decodes": st.decodes, "tokens": float(st.tokens.sum()),
                              "seconds": float(st.seconds.sum()), "tokens_per_second": st.speed,
-                             "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json()}
+                             "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json(),
+                             **({"budget_shares": st.budget_shares()} if "auto" in st.budgets else {})}
                          for d, st in s.decoders.items()},
             "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low, "high": g.high, "standard_error": g.standard_error}
                       for (a, b), g in s.gains.items()}}

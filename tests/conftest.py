@@ -70,6 +70,7 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
             "tokens_per_second": tokens / seconds, "rounds": n, "target_passes": n,
             "accept_lengths": [a + 1 for a in accepted], "accepted": list(accepted), "tried": list(accepted),
             "tree_sizes": list(tree_sizes), "available": list(available) if available is not None else [0] * n,
+            "budgets": [budget if budget != "auto" else 8] * n,
             "phases": {p: [0.001] * n for p in PHASES}, "finished": 0.0, "warmup": warmup,
             **({} if grid_budget is None else {"grid_budget": grid_budget})}
 

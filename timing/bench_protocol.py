@@ -18,8 +18,11 @@ select, then draw the reached tree rows, as pipeline.decode does (lazily on the 
 of the tree, so the traversal walks several levels as an accepted draft would. Rounds run with one
 intra-op thread by default, as the target process does on the CPU.
 
-Targets: round trip median under 0.3 ms, selection + verification median under 1 ms. The last line of the
-output is one JSON document with the medians.
+Budget auto's per-round work outside the passes (choosing the next size, updating its estimates) is
+timed alone.
+
+Targets: round trip median under 0.3 ms, selection + verification median under 1 ms, budget auto's
+choice under 0.1 ms. The last line of the output is one JSON document with the medians.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pathlib import Path
 
 ROUND_TRIP_TARGET_MS = 0.3
 SELECT_VERIFY_TARGET_MS = 1.0
+BUDGET_CHOICE_TARGET_MS = 0.1
 
 # torch and pipeline are imported inside the functions that use them, so that the echo process, which
 # needs only the protocol, is up in a fraction of a second.
@@ -224,6 +228,29 @@ def bench_select_verify(vocabs: list[int], temperatures: list[float], budget: in
     return out
 
 
+def bench_budget_choice(budget: int, rounds: int) -> dict[str, float]:
+    """Budget auto's work per round outside the passes: choosing the next size and folding a round into the
+    estimates (a tree of `budget` nodes, its accepted ranks found from the pool's scores)."""
+    import numpy as np
+
+    from pipeline.budget import AutoBudget, PassCosts, candidate_sizes, ranks_on_path
+
+    sizes = [b for b in candidate_sizes(budget) if b]
+    auto = AutoBudget(PassCosts(0.04, 0.045, {b: 0.04 + 0.002 * b for b in sizes}), budget)
+    rng = np.random.default_rng(0)
+    cum, depth, index = -np.sort(rng.random(budget)), np.sort(rng.integers(1, 9, budget)), np.arange(budget)
+    samples = []
+    for i in range(rounds + 50):
+        t0 = time.perf_counter()
+        b = auto.choose()
+        on_path = ranks_on_path(cum, depth, index, [0, 1, 2][: i % 4])
+        auto.observe(on_path[: max(b, 1)] if b else on_path[:0], b, front=0.045, tree=0.05 if b else None,
+                     plain=None if b else 0.04)
+        if i >= 50:
+            samples.append(time.perf_counter() - t0)
+    return quantiles(samples)
+
+
 def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds: int, device: str) -> str:
     """cProfile of `rounds` rounds of one rule: where a round's time goes, by function."""
     step = Round(rule, vocab, budget, temperature, device)
@@ -272,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     wire = bench_wire(ns.iterations, ns.warmup)
     select = bench_select_verify(ns.vocab, ns.temperature, ns.budget, ns.rounds, ns.warmup, ns.seconds,
                                  ns.device)
+    choice = bench_budget_choice(ns.budget, max(ns.rounds, 200))
 
     shape = wire["pool"]
     print(f"pool: {shape['candidates']} candidates, {shape['bytes']} bytes in {shape['frames']} frames; medians "
@@ -286,12 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in select.items():
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]"
               f"{r['host_rule_ms']:>10.4f}{r['accepted']:>10g}{r['n']:>8}")
+    print(f"\nbudget auto, per round (choose the size, fold the round into the estimates): median "
+          f"{choice['median_ms']:.4f} ms [{choice['q1_ms']:.4f}, {choice['q3_ms']:.4f}] over {choice['n']} rounds")
     slowest = max(select, key=lambda k: select[k]["median_ms"])
     met = {"round_trip": wire["round trip"]["median_ms"] < ROUND_TRIP_TARGET_MS,
-           "select_verify": select[slowest]["median_ms"] < SELECT_VERIFY_TARGET_MS}
+           "select_verify": select[slowest]["median_ms"] < SELECT_VERIFY_TARGET_MS,
+           "budget_choice": choice["median_ms"] < BUDGET_CHOICE_TARGET_MS}
     print(f"\nround trip target {ROUND_TRIP_TARGET_MS} ms: {'met' if met['round_trip'] else 'MISSED'}; "
           f"selection + verification target {SELECT_VERIFY_TARGET_MS} ms: "
-          f"{'met' if met['select_verify'] else 'MISSED'} (slowest: {slowest})")
+          f"{'met' if met['select_verify'] else 'MISSED'} (slowest: {slowest}); budget auto's choice target "
+          f"{BUDGET_CHOICE_TARGET_MS} ms: {'met' if met['budget_choice'] else 'MISSED'}")
     if ns.profile:
         rule, v, t = slowest.split(" ")
         print(f"\ncProfile of {slowest}:")
@@ -302,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                  for k in ("round trip", "one way", "encode", "decode", "validate")},
               "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
               "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
-              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS},
+              "budget_choice_median_ms": choice["median_ms"],
+              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
+                             "budget_choice": BUDGET_CHOICE_TARGET_MS},
               "met": met}
     print(json.dumps(result))
     return 0

@@ -140,6 +140,15 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         cells += [_ms(st.phase_median(p)) for p in PHASES]
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
+    auto = {d: st for d, st in s.decoders.items() if "auto" in st.budgets}
+    if auto:
+        sizes = sorted({b for st in auto.values() for b in st.budget_shares()})
+        out += ["Budget auto: share of rounds at each tree budget (0: speculation off, a plain round).", "",
+                "| decoder | " + " | ".join(map(str, sizes)) + " |", "|" + "---|" * (len(sizes) + 1)]
+        for d, st in auto.items():
+            shares = st.budget_shares()
+            out.append(f"| {d} | " + " | ".join(f"{100 * shares.get(b, 0.0):.0f}%" for b in sizes) + " |")
+        out.append("")
     if s.gains:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
         for (a, b), g in s.gains.items():

@@ -118,7 +118,7 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
             rerun = task.warmup and _done(task, store)
             done = {} if rerun else {k[1]: store.records_by_key[k] for k in _keys(task) if k in store}
             config = DecodeConfig(c.decoder, c.temperature, options.cap(c.decoder, c.budget), options.max_new_tokens,
-                                  c.seed)
+                                  c.seed, options.decode.budget_max)
             for record in decode_conversation(session, task.prompt, config, done):
                 if not rerun:
                     store.append({**record, "grid_budget": c.budget, "position": task.position,
@@ -161,8 +161,9 @@ ANSWER_SLACK = 8  # tokens a re-tokenized answer may take beyond its generated l
 def _check_capacity(session, options: SweepOptions, tasks: Sequence[Task]) -> None:
     """Fail before the first decode, not hours in, when a prompt cannot fit the target's KV cache. A later
     turn's context holds the earlier answers, each at most max_new_tokens (plus a little for re-tokenizing)."""
-    cap = max(options.cap(t.combo.decoder, t.combo.budget) for t in tasks)
-    config = DecodeConfig(budget=cap, max_new_tokens=options.max_new_tokens)
+    largest = max(DecodeConfig(budget=options.cap(t.combo.decoder, t.combo.budget),
+                               budget_max=options.decode.budget_max).largest_tree for t in tasks)
+    config = DecodeConfig(budget=largest, max_new_tokens=options.max_new_tokens)
     for prompt in {t.prompt.id: t.prompt for t in tasks}.values():
         turns = list(prompt.turns)
         bare = [x for user in turns for x in (user, "")][:-1]  # every user turn, empty answers between

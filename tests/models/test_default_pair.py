@@ -63,8 +63,24 @@ def test_default_pair_greedy_outputs_equal_plain_greedy_decoding(target_model, d
         ids = target_model.tokenizer.prompt_ids(text)
         want = plain_greedy(target_model.model, ids, eos, 48)
         for decoder in DECODERS:
-            result = decode(target, drafter, ids, DecodeConfig(decoder, 0.0, 8, 48), eos, None)
-            assert result.tokens[:48] == want, f"{decoder} differs from plain greedy decoding on {text!r}"
+            for limit in (48, 13):  # 13: the limit falls inside a round
+                result = decode(target, drafter, ids, DecodeConfig(decoder, 0.0, 8, limit), eos, None)
+                assert result.tokens == want[:limit], f"{decoder} differs from plain greedy decoding on {text!r}"
+                decoded = target_model.tokenizer.decode(result.tokens)
+                assert decoded == target_model.tokenizer.decode(want[:limit])
+
+
+def test_default_pair_sampled_outputs_never_pass_the_limit(target_model, drafter_model):
+    target = Target(target_model.runner(512))
+    drafter = LocalDrafter(Drafter(drafter_model.runner(512 + 30), PoolConfig(topk=10, depth=4, expand=3)))
+    ids = target_model.tokenizer.prompt_ids("Tell me a story about a lighthouse.")
+    for decoder in DECODERS:
+        for seed in range(3):
+            result = decode(target, drafter, ids, DecodeConfig(decoder, 1.0, 8, 11), target_model.tokenizer.eos,
+                            torch.Generator().manual_seed(seed))
+            assert len(result.tokens) <= 11 and (result.hit_limit == (len(result.tokens) == 11
+                                                                      and result.tokens[-1] not in
+                                                                      target_model.tokenizer.eos))
 
 
 def test_int8_drafter_agrees_often_with_target(target_model, drafter_model):

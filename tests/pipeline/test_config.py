@@ -31,7 +31,9 @@ def test_pool_config_rejects_bad_values(kwargs, message):
     (dict(decoder="eagle"), r"`decoder` must be one of ar, draft, pearl, pearl-top1, root-draw, root, got 'eagle'"),
     (dict(temperature=-1.0), r"`temperature` must be a finite number >= 0, got -1.0"),
     (dict(temperature=float("nan")), r"`temperature` must be a finite number >= 0, got nan"),
-    (dict(budget=0), r"`budget` must be a positive integer, got 0"),
+    (dict(budget=0), r"`budget` must be a positive integer or auto, got 0"),
+    (dict(budget="eight"), r"`budget` must be a positive integer or auto, got .eight."),
+    (dict(budget="auto", budget_max=0), r"`budget_max` must be a positive integer, got 0"),
     (dict(max_new_tokens=0), r"`max_new_tokens` must be a positive integer, got 0"),
     (dict(seed=-1), r"`seed` must be a non-negative integer, got -1"),
 ])

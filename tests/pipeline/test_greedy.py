@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
 from models.mock import EOS
+from pipeline.budget import PassCosts
 from pipeline.config import DecodeConfig, PoolConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
 
 VOCAB = 64
 MAX_NEW = 13  # not a multiple of a round's length: the limit falls inside rounds
-BUDGETS = (1, 8, 59, 1000)  # 1000 exceeds the default pool of 710 candidates
+BUDGETS = (1, 8, 59, 1000, "auto")  # 1000 exceeds the default pool of 710 candidates
+COSTS = PassCosts(0.04, 0.045, {1: 0.042, 2: 0.043, 4: 0.045, 8: 0.06, 16: 0.09, 32: 0.15, 59: 0.26})
 N_PROMPTS = 20
 
 
@@ -39,13 +43,13 @@ def test_greedy_outputs_equal_ar(pool_config, noise, mock_pair, greedy):
         for decoder in DECODERS[1:]:
             for budget in BUDGETS:
                 result = decode(pair.target, pair.drafter, prompt, DecodeConfig(decoder, 0.0, budget, MAX_NEW),
-                                eos, None)
+                                eos, None, costs=copy.deepcopy(COSTS))
                 # Exactly ar's output, ids and length, wherever the limit falls in the last round.
                 assert result.tokens == ar, (decoder, budget, prompt)
                 assert result.hit_limit == (EOS not in ar)
                 inside += result.overshoot > 0
-                assert all(r.tree_size <= min(budget, pool_config.size) for r in result.rounds)
-                if decoder == "draft" and budget > 1:
+                assert all(r.tree_size <= min(r.budget, pool_config.size) for r in result.rounds)
+                if decoder == "draft" and budget != "auto" and budget > 1:
                     draft_accepted += sum(r.accepted for r in result.rounds)
                     draft_rounds += len(result.rounds)
     # The trees are verified, not bypassed: `draft` (whose first token is not drawn before the tree pass)

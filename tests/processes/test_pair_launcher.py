@@ -49,8 +49,8 @@ def launched(tmp_path):
 
 
 USAGE_ERRORS = [
-    (["--budget", "0"], r"--budget must be a positive integer, got 0"),
-    (["--budget", "x"], r"argument --budget: invalid int value: 'x'"),
+    (["--budget", "0"], r"--budget must be a positive integer or auto, got 0"),
+    (["--budget", "x"], r"--budget must be a positive integer or auto, got .x."),
     (["--pool-expand", "20"], r"--pool-expand \(20\) must not exceed --pool-topk \(10\)"),
     (["--pool-topk", "0"], r"--pool-topk must be a positive integer, got 0"),
     (["--temperature", "-1"], r"--temperature must be a finite number >= 0, got -1.0"),

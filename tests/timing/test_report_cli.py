@@ -74,3 +74,16 @@ def test_matched_command_is_accepted_by_the_launcher(shards, capsys):
 def test_report_of_an_empty_directory_says_what_is_missing(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_the_report_shows_how_often_auto_chose_each_budget(tmp_path, mock_session, make_options, sweep, capsys):
+    options = make_options(tmp_path, decoders="ar,root-draw", temperatures="0", budgets="8,auto", warmup=0)
+    sweep(mock_session(), options)
+    assert report.main([str(tmp_path), "--no-plots", "--by-category"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    auto = text[text.index("## T=0 B=auto"):]
+    assert "Budget auto: share of rounds at each tree budget" in auto and "| root-draw |" in auto
+    assert "Budget auto" not in text[text.index("## T=0 B=8"):text.index("## T=0 B=auto")]
+    doc = last_json(capsys)
+    shares = next(s for s in doc["settings"] if s["budget"] == "auto")["decoders"]["root-draw"]["budget_shares"]
+    assert sum(shares.values()) == pytest.approx(1.0) and set(map(int, shares)) <= {0, 1, 2, 4, 8, 16, 32, 59}

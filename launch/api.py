@@ -1,0 +1,176 @@
+"""The Python API: start a pair, decode prompts with any decoder and settings, get the command line's records.
+
+    from launch.api import Pair
+
+    with Pair() as pair:  # the embedded default pair on the CPU; Pair("mock") needs no weights
+        record = pair.decode("Why is the sky blue?", decoder="root-draw", max_new_tokens=64)
+        print(record["text"], record["tokens_per_second"])
+        print(pair.summarize(pair.decode_many(["Hi!", "Name a river."], decoders=["ar", "root-draw"])))
+
+The drafter always runs in a process of its own; the target runs in the caller's process (the default) or
+in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
+Records are target_proc.record's, as `launch/pair.sh --json` prints them. Settings are DecodeConfig's
+fields by name (temperature, budget, max_new_tokens, seed); a bad value raises ConfigError naming it.
+Importing this module starts nothing and changes nothing process-wide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from launch.cli import to_argv
+from launch.prompts import Prompt
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from pipeline.config import DecodeConfig, InputError, PoolConfig
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+class Pair:
+    """A drafter process and a target, ready to decode; a context manager that shuts both down."""
+
+    def __init__(self, target: str = EMBEDDED, drafter: str | None = None, *, pool: PoolConfig | None = None,
+                 target_options: dict | None = None, drafter_options: dict | None = None,
+                 target_process: bool = False, drafter_timeout: float = 60.0, ready_timeout: float = 600.0,
+                 log_level: str = "WARNING") -> None:
+        """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the
+        target's int8 copy for the embedded model, and to the target's spec otherwise); *_options: other
+        ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
+        from launch.options import ConnectOptions
+        from protocol.transport import private_ipc_endpoint
+
+        drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
+        self.target_options = ModelOptions(model=target, **(target_options or {}))
+        self.drafter_options = ModelOptions(model=drafter, **(drafter_options or {}))
+        self.pool = pool or PoolConfig()
+        self.connect = ConnectOptions(drafter_timeout, ready_timeout)
+        self.log_level = log_level
+        self.endpoint = private_ipc_endpoint()
+        self._stack = contextlib.ExitStack()
+        self._procs: list[subprocess.Popen] = []
+        self.session = None  # the in-process target's Session
+        self._target = None  # or the target process, answering JSON requests
+        try:
+            self._start(target_process)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, target_process: bool) -> None:
+        drafter = [sys.executable, "-P", "-m", "launch.drafter", *to_argv(self.drafter_options),
+                   "--endpoint", self.endpoint, "--log-level", self.log_level]
+        self._procs.append(subprocess.Popen(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL))
+        self._wait_for_drafter()
+        if target_process:
+            argv = [sys.executable, "-P", "-m", "launch.target", *to_argv(self.target_options), "--endpoint",
+                    self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
+                    "--log-level", self.log_level]
+            self._target = subprocess.Popen(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            text=True, bufsize=1)
+            self._procs.append(self._target)
+            self.models = self._answer()["models"]  # the target's ready line: loaded, connected, handshake done
+        else:
+            from target_proc.session import open_session
+
+            self.session = self._stack.enter_context(open_session(
+                self.target_options, self.endpoint, self.pool, self.connect.drafter_timeout,
+                self.connect.ready_timeout))
+            self.models = self.session.models
+
+    def _wait_for_drafter(self) -> None:
+        """Until the drafter has loaded its model and bound its socket; a drafter that exits first (a model
+        it cannot load, say) is reported at once instead of after the handshake's timeout."""
+        socket_path, drafter = self.endpoint[len("ipc://"):], self._procs[0]
+        deadline = time.monotonic() + self.connect.ready_timeout
+        while not os.path.exists(socket_path):
+            if drafter.poll() is not None:
+                raise RuntimeError(f"the drafter process exited with status {drafter.returncode} before it was "
+                                   f"ready; see its log above")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the drafter was not ready within {self.connect.ready_timeout:g} s "
+                                   f"(raise `ready_timeout` if it is only slow)")
+            time.sleep(0.05)
+
+    def decode(self, prompt: str, decoder: str = "root-draw", *, prompt_id: str | None = None,
+               category: str = "api", **settings) -> dict:
+        """One decode of one user turn -> its record."""
+        (record,) = self.chat([prompt], decoder, prompt_id=prompt_id, category=category, **settings)
+        return record
+
+    def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
+             category: str = "api", **settings) -> list[dict]:
+        """The user turns of one conversation, each answered with the earlier answers in context -> a record
+        per turn. prompt_id seeds the sampling streams; by default it is derived from the text."""
+        if not turns or not all(isinstance(t, str) and t for t in turns):
+            raise InputError("`turns` must be non-empty strings")
+        config = DecodeConfig(decoder, **settings)
+        digest = hashlib.blake2b("\x00".join(turns).encode(), digest_size=6).hexdigest()
+        prompt = Prompt(prompt_id or f"text/{digest}", category, turns[0], tuple(turns[1:]))
+        if self._target is not None:
+            return self._remote(prompt, config)
+        from target_proc.record import decode_conversation
+
+        return list(decode_conversation(self.session, prompt, config))
+
+    def decode_many(self, prompts: Iterable[str], decoders: Sequence[str] = ("ar", "root-draw"),
+                    **settings) -> list[dict]:
+        """Every prompt with every decoder (decoders innermost, as the command line orders them)."""
+        return [self.decode(p, d, **settings) for p in prompts for d in decoders]
+
+    @staticmethod
+    def summarize(records: Sequence[dict]) -> dict:
+        """The command line's summary of one setting's records: speeds, τ, acceptance by depth, tree sizes and
+        every decoder's speedup over `ar` with its paired interval over prompts."""
+        from target_proc.summary import analyse, as_json
+
+        first = records[0]
+        return as_json(analyse(records, first["temperature"], first["budget"], speed_tokens="output"))
+
+    def _remote(self, prompt: Prompt, config: DecodeConfig) -> list[dict]:
+        request = {"id": prompt.id, "category": prompt.category, "turns": list(prompt.turns),
+                   "config": dataclasses.asdict(config)}
+        self._target.stdin.write(json.dumps(request) + "\n")
+        self._target.stdin.flush()
+        records = []
+        while (line := self._answer())["kind"] == "decode":
+            records.append(line)
+        return records
+
+    def _answer(self) -> dict:
+        """The target process's next line; its errors raised here as InputError or RuntimeError."""
+        line = self._target.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the target process exited with status {self._target.wait()}; see its log above")
+        answer = json.loads(line)
+        if answer["kind"] == "error":
+            raise (InputError if answer["input"] else RuntimeError)(answer["message"])
+        return answer
+
+    def close(self) -> None:
+        """Shut the pair down: the target first (it asks the drafter to exit), then wait for both."""
+        self._stack.close()
+        if self._target is not None and self._target.poll() is None:
+            self._target.stdin.close()  # end of requests: the target shuts the drafter down and exits
+        for proc in self._procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
+
+    def __enter__(self) -> Pair:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

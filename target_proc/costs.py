@@ -1,0 +1,55 @@
+"""This device's pass costs for budget auto: a plain round, the root pass while the drafter works, and tree
+passes of each candidate size, timed once on a scratch context before the first decode that needs them."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from pipeline.budget import PassCosts, candidate_sizes
+from pipeline.rules import RULES
+from pipeline.tree import Tree
+from target_proc.target import Target
+
+CONTEXT = 64  # scratch tokens before the timed passes
+
+
+def chain_tree(n: int) -> Tree:
+    """n nodes in four chains: the cost of a tree pass depends on its size, not its shape."""
+    parent = np.array([-1 if i < 4 else i - 4 for i in range(n)], np.int64)
+    return Tree(np.arange(1, n + 1, dtype=np.int64), parent, np.arange(n, dtype=np.int64))
+
+
+def timed(fn, reps: int) -> float:
+    """Median seconds of fn() after one untimed call; fn's own host read (a sync) ends each call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def measure(target: Target, cap: int, reps: int = 3) -> dict:
+    """Seconds of a plain pass, a root pass beside the drafter, and tree passes of every candidate size,
+    without (root-pass rules) and with (draft) the root's row. Leaves the cache to the next prefill."""
+    tokens = list(range(1, CONTEXT + 1))
+    target.prefill(tokens)
+    read = lambda logits: float(logits.reshape(-1)[0])  # noqa: E731  (a host read: the pass is done)
+    sizes = [b for b in candidate_sizes(cap) if b]
+    out = {"plain": timed(lambda: read(target.root_pass(5)), reps),
+           "overlapped": timed(lambda: read(target.root_pass(5, overlapped=True)), reps),
+           "tree": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), None)), reps) for b in sizes},
+           "tree_with_root": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), 5)), reps) for b in sizes}}
+    target.prefix = 0
+    return out
+
+
+def costs_for(decoder: str, measured: dict) -> PassCosts:
+    """A rule's starting costs: a root-pass rule's front is its root pass (the drafter's wait is learnt
+    from rounds); `draft` scores the root in its tree pass and waits for the drafter first."""
+    if RULES[decoder].root_pass:
+        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]))
+    return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]))

@@ -1,0 +1,76 @@
+"""The Python API: a pair started, used and shut down from a script, with the command line's records."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launch.api import Pair
+from models.mock import MockModel
+from models.tokenizers import MockTokenizer
+from pipeline.config import ConfigError
+from tests.processes.proc_tools import ROOT
+
+
+@pytest.fixture(scope="module")
+def pair():
+    with Pair("mock") as p:
+        yield p
+
+
+def test_a_decode_gives_the_command_lines_record_with_the_targets_greedy_output(pair, greedy, make_record):
+    record = pair.decode("Once upon a time", decoder="draft", max_new_tokens=20)
+    assert record.keys() == make_record("p", "ar").keys() - {"warmup"}
+    tokenizer = MockTokenizer(64)
+    assert record["token_ids"] == greedy(MockModel(64, 0), tokenizer.prompt_ids("Once upon a time"), 20)
+    assert pair.models["drafter"]["model"] == "mock"
+
+
+def test_a_conversation_gives_a_record_per_turn(pair):
+    records = pair.chat(["Hello", "And then?"], "root", max_new_tokens=8)
+    assert [r["turn"] for r in records] == [0, 1] and records[1]["prompt_tokens"] > records[0]["prompt_tokens"]
+
+
+def test_many_prompts_and_their_summary(pair):
+    records = pair.decode_many(["a b c", "d e f"], decoders=["ar", "root-draw"], max_new_tokens=12)
+    assert [(r["decoder"]) for r in records] == ["ar", "root-draw"] * 2
+    summary = pair.summarize(records)
+    assert set(summary["decoders"]) == {"ar", "root-draw"} and set(summary["gains"]) == {"root-draw/ar"}
+
+
+def test_bad_settings_are_refused_naming_the_keyword(pair):
+    with pytest.raises(ConfigError, match="`temperature` must be a finite number >= 0"):
+        pair.decode("x", temperature=-1)
+    with pytest.raises(ConfigError, match="`decoder` must be one of"):
+        pair.decode("x", decoder="eagle")
+
+
+@pytest.mark.slow
+def test_a_target_in_its_own_process_gives_the_same_records(pair):
+    settings = dict(decoder="root-draw", temperature=1.0, max_new_tokens=24, seed=3)
+    here = pair.decode("Once upon a time", **settings)
+    with Pair("mock", target_process=True) as remote:
+        there = remote.decode("Once upon a time", **settings)
+        with pytest.raises(ConfigError):
+            remote.decode("x", budget=0)
+        assert remote.decode("x", max_new_tokens=4)["new_tokens"] == 4  # still serving after a refusal
+    assert there["token_ids"] == here["token_ids"] and there.keys() == here.keys()
+
+
+def test_a_drafter_that_cannot_load_is_reported_at_once():
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="the drafter process exited with status 2"):
+        Pair("mock", drafter="nobody/no-such-model", ready_timeout=300)
+    assert time.monotonic() - t0 < 60
+
+
+def test_importing_the_api_changes_nothing_process_wide():
+    code = ("import os, torch; env = dict(os.environ); threads = torch.get_num_threads(); "
+            "import launch.api, models, models.load, pipeline.decode, target_proc.session; "
+            "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items()); "
+            "assert torch.get_num_threads() == threads")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,156 @@
+"""Budget auto: the choice maximises expected tokens per second from estimates and costs, estimates follow
+what rounds show, and a decode at any chosen size keeps the target's output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models.mock import EOS
+from pipeline.budget import AutoBudget, PassCosts, candidate_sizes, prior, ranks_on_path
+from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.decode import decode
+from pipeline.rules import RULES, SPECULATIVE
+
+MS = 1e-3
+
+
+def costs(plain=40, front=45, tree=None) -> PassCosts:
+    tree = tree or {1: 42, 2: 43, 4: 45, 8: 60, 16: 90, 32: 150, 59: 260}
+    return PassCosts(plain * MS, front * MS, {b: t * MS for b, t in tree.items()})
+
+
+def test_candidate_sizes_double_up_to_the_cap():
+    assert candidate_sizes(59) == (0, 1, 2, 4, 8, 16, 32, 59)
+    assert candidate_sizes(8) == (0, 1, 2, 4, 8) and candidate_sizes(1) == (0, 1)
+
+
+def test_the_prior_makes_a_decode_start_speculating():
+    assert AutoBudget(costs(), 59).choose() > 0
+
+
+@pytest.mark.parametrize("accept, want", [
+    # Everything accepted: 32 nodes give 33 tokens in 195 ms (169/s), 59 give 60 in 305 ms (197/s).
+    ([1.0] * 59, 59),
+    # Nothing accepted past the drawn token: a speculative round gives 2 tokens for 87 ms or more, two plain
+    # rounds give them in 80 ms.
+    ([1.0] + [0.0] * 58, 0),
+    # Half of each next rank: 1 + sum tokens; 4 nodes give 1 + 1.875 in 90 ms: best of all.
+    ([0.5 ** k for k in range(59)], 4),
+])
+def test_the_choice_maximises_expected_tokens_per_second(accept, want):
+    auto = AutoBudget(costs(), 59)
+    auto.accept[:] = accept
+    rates = {b: auto.expected_tokens(b) / auto.costs.round(b) for b in auto.sizes}
+    assert auto.choose() == want == max(rates, key=rates.get)
+
+
+def test_a_slow_drafter_switches_speculation_off():
+    # 100 ms before every tree pass: 8 nodes at 0.3 each give 3.4 tokens in 160 ms (21/s); plain rounds
+    # give 25/s. With acceptance 0.9 the same round gives 8.2 tokens (51/s) and speculation stays on.
+    auto = AutoBudget(costs(plain=40, front=100), 8)
+    auto.accept[:] = 0.3
+    assert auto.choose() == 0
+    auto.accept[:] = 0.9
+    assert auto.choose() == 8
+
+
+def test_observed_ranks_move_toward_the_round_and_unobserved_ones_back_to_the_prior():
+    auto = AutoBudget(costs(), 8)
+    auto.accept[:] = 0.5
+    auto.observe(np.array([True, False]), 2, front=0.05, tree=0.043)
+    assert auto.accept[0] == pytest.approx(0.5 + 0.25 * 0.5) and auto.accept[1] == pytest.approx(0.5 - 0.25 * 0.5)
+    assert auto.accept[2] == pytest.approx(0.5 + (prior(8)[2] - 0.5) / 64)
+    assert auto.costs.front == pytest.approx(0.045 + 0.2 * 0.005) and auto.costs.tree[2] == pytest.approx(0.043)
+    auto.observe(np.zeros(0, bool), 0, plain=0.05)
+    assert auto.costs.plain == pytest.approx(0.04 + 0.2 * 0.01)
+
+
+def test_a_decode_that_stopped_speculating_tries_again():
+    # A round that shows nothing accepted, many times: speculation goes off; plain rounds relax the
+    # estimates back toward the prior until a speculative round is tried again.
+    auto = AutoBudget(costs(), 59)
+    for _ in range(30):
+        b = auto.choose()
+        auto.observe(np.zeros(min(b, 59), bool), b, front=0.045, tree=auto.costs.tree.get(b))
+    assert auto.choose() == 0
+    rounds_off = 0
+    while auto.choose() == 0:
+        auto.observe(np.zeros(0, bool), 0, plain=0.04)
+        rounds_off += 1
+    assert 5 < rounds_off < 200
+
+
+def test_ranks_follow_the_selection_order():
+    # Tree nodes by cumulative log-prob -0.1, -0.5, -0.3 (pool indices 3, 7, 5): ranks 0, 2, 1.
+    on_path = ranks_on_path(np.array([-0.1, -0.5, -0.3]), np.array([1, 2, 2]), np.array([3, 7, 5]), [0, 1])
+    assert on_path.tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("decoder", SPECULATIVE)
+def test_auto_keeps_the_greedy_output_and_records_each_rounds_budget(decoder, mock_pair, greedy):
+    pair = mock_pair(64, 4, 1.0, PoolConfig(topk=4, depth=4, expand=2))
+    for slow_drafter in (False, True):
+        front = 1.0 if slow_drafter else 0.0  # a drafter that takes a second: speculation goes off at once
+        result = decode(pair.target, pair.drafter, [3, 4, 5], DecodeConfig(decoder, 0.0, "auto", 30, 0, 16),
+                        frozenset({EOS}), None, costs=costs(front=front * 1e3))
+        assert result.tokens == greedy(pair.target_model, [3, 4, 5], 30)
+        budgets = [r.budget for r in result.rounds]
+        assert set(budgets) <= set(candidate_sizes(16))
+        assert all((r.tree_size == 0) == (r.budget == 0 or r.accepted == 0 and r.tree_size == 0)
+                   for r in result.rounds)
+        if slow_drafter:
+            assert budgets.count(0) > len(budgets) / 2
+
+
+class CountingDrafter:
+    """A DrafterClient that counts the pools it is asked for."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.asked = inner, 0
+
+    def start(self, prompt):
+        self.asked += 1
+        self.inner.start(prompt)
+
+    def commit(self, tokens):
+        self.asked += 1
+        self.inner.commit(tokens)
+
+    def pool(self):
+        return self.inner.pool()
+
+    def end(self):
+        self.inner.end()
+
+
+def test_plain_rounds_ask_the_drafter_for_nothing(mock_pair):
+    pair = mock_pair(64, 4, 1.0, PoolConfig(topk=4, depth=4, expand=2))
+    drafter = CountingDrafter(pair.drafter)
+    result = decode(pair.target, drafter, [3, 4, 5], DecodeConfig("root-draw", 0.0, "auto", 40, 0, 8), frozenset(),
+                    None, costs=costs(front=500))
+    assert drafter.asked == sum(r.budget > 0 for r in result.rounds)
+
+
+def test_auto_needs_costs(mock_pair):
+    pair = mock_pair(64, 4, 1.0, PoolConfig(topk=4, depth=4, expand=2))
+    with pytest.raises(ValueError, match="budget auto needs the pass costs"):
+        decode(pair.target, pair.drafter, [3], DecodeConfig("draft", 0.0, "auto", 4), frozenset(), None)
+
+
+@pytest.mark.parametrize("decoder", ["ar"] + [d for d in SPECULATIVE if RULES[d].root_pass][:1])
+def test_auto_at_t1_draws_from_the_targets_law(decoder, mock_pair):
+    """Seeded T = 1 decodes with auto and with a fixed budget give different trees but the same law; here
+    the first token's frequencies over many decodes match the target's row within a chi-square test."""
+    import scipy.stats
+
+    from models.mock import MockModel
+    pair = mock_pair(8, 5, 1.0, PoolConfig(topk=3, depth=3, expand=2))
+    row = torch.softmax(torch.from_numpy(MockModel(8, 5).logits(MockModel(8, 5).digest([3]))).double(), -1).numpy()
+    counts = np.zeros(8)
+    for i in range(1500):
+        result = decode(pair.target, pair.drafter, [3], DecodeConfig(decoder, 1.0, "auto", 2, 0, 8), frozenset(),
+                        torch.Generator().manual_seed(i), costs=costs())
+        counts[result.tokens[0]] += 1
+    assert scipy.stats.chisquare(counts, 1500 * row).pvalue > 1e-4
