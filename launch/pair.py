@@ -153,8 +153,14 @@ def _devices(parser: argparse.ArgumentParser, ns: argparse.Namespace, env: dict)
         gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
         if len(gpus) not in (1, 2) or not all(g.isdigit() for g in gpus):
             parser.error(f"--gpus must be one or two GPU indices such as 0,1 or 0, got {ns.gpus!r}")
+        # Indices count the GPUs this launcher may use: those CUDA_VISIBLE_DEVICES names (a scheduler's
+        # allocation) when it is set, else every GPU.
+        visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+        if visible and max(map(int, gpus)) >= len(visible):
+            parser.error(f"--gpus {ns.gpus}: CUDA_VISIBLE_DEVICES={','.join(visible)} makes {len(visible)} GPU(s) "
+                         f"visible to this launcher")
         for role, gpu in zip(("target", "drafter"), (gpus[0], gpus[-1])):
-            env[role]["CUDA_VISIBLE_DEVICES"] = gpu
+            env[role]["CUDA_VISIBLE_DEVICES"] = visible[int(gpu)] if visible else gpu
             devices[role] = "cuda:0"
     return devices
 

@@ -1,0 +1,54 @@
+"""What the launcher starts, decided before it starts anything: GPUs within the scheduler's allocation."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from launch.pair import plan
+from models import cuda_env
+
+
+@pytest.fixture
+def cuda_usable(monkeypatch):
+    monkeypatch.setattr(cuda_env, "require_cuda", lambda what: None)
+
+
+def planned(argv):
+    p = plan(argv)
+    if p.private_dir:
+        shutil.rmtree(p.private_dir, ignore_errors=True)
+    return p
+
+
+def test_gpu_indices_count_the_gpus_the_scheduler_gave(cuda_usable, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    p = planned(["--target", "mock", "--gpus", "0,1"])
+    assert p.env["target"]["CUDA_VISIBLE_DEVICES"] == "4" and p.env["drafter"]["CUDA_VISIBLE_DEVICES"] == "6"
+    assert "--device" in p.target and p.target[p.target.index("--device") + 1] == "cuda:0"
+
+
+def test_without_an_allocation_gpu_indices_are_the_machines(cuda_usable, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    p = planned(["--target", "mock", "--gpus", "1"])
+    assert p.env["target"]["CUDA_VISIBLE_DEVICES"] == p.env["drafter"]["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_gpu_outside_the_allocation_is_a_usage_error(cuda_usable, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(SystemExit):
+        planned(["--target", "mock", "--gpus", "0,1"])
+    assert "--gpus 0,1: CUDA_VISIBLE_DEVICES=3 makes 1 GPU(s) visible" in capsys.readouterr().err
+
+
+def test_gpus_without_usable_cuda_stop_before_any_process(capsys):
+    with pytest.raises(SystemExit):
+        planned(["--target", "mock", "--gpus", "0"])
+    assert "needs CUDA" in capsys.readouterr().err
+
+
+def test_budget_auto_and_its_cap_reach_the_target(cuda_usable):
+    p = planned(["--target", "mock", "--budget", "auto", "--budget-max", "16"])
+    assert p.target[p.target.index("--budget") + 1] == "auto"
+    assert p.target[p.target.index("--budget-max") + 1] == "16"
