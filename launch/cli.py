@@ -227,6 +227,14 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
         return 130
 
 
+def parse_program(parser: argparse.ArgumentParser, argv: list[str] | None, cls: type, prog: str):
+    """A program's command line as its options dataclass, with its logs set up -> (namespace, options)."""
+    ns = parser.parse_args(argv)
+    options = from_options(parser, ns, cls)
+    setup_logging(prog, ns.log_level)
+    return ns, options
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from pipeline.config import PoolConfig
 from pipeline.decode import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
+from target_proc.costs import timed
 from target_proc.summary import analyse
 from target_proc.target import Target
 
@@ -40,13 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def median_ms(fn, reps: int = 15) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+    return 1e3 * timed(fn, reps)
 
 
 def bushy_tree(n: int) -> Tree:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch.cli import add_log_level, add_options, flags_of, from_options, run_program, setup_logging
+from launch.cli import add_log_level, add_options, flags_of, parse_program, run_program
 from launch.options import ExportOptions
 from pipeline.config import InputError
 from target_proc.summary import counted_tokens, setting_budget
@@ -44,9 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
-    options = from_options(parser, ns, ExportOptions)
-    setup_logging("export", ns.log_level)
+    ns, options = parse_program(parser, argv, ExportOptions, "export")
 
     def body() -> int:
         for path in export(ns.run_dir, ns.out_dir, options.model_id or None):

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from launch.cli import (EXIT_USAGE, add_log_level, add_options, flags_of, from_options, run_program, setup_logging,
-                        to_argv)
+from launch.cli import EXIT_USAGE, add_log_level, add_options, flags_of, parse_program, run_program, to_argv
 from launch.options import MatchedOptions
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
@@ -42,9 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
-    options = from_options(parser, ns, MatchedOptions)
-    setup_logging("matched", ns.log_level)
+    ns, options = parse_program(parser, argv, MatchedOptions, "matched")
     return run_program(lambda: matched(ns.dirs, options), flags_of(parser))
 
 

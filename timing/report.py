@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.cli import add_log_level, add_options, flags_of, from_options, run_program, setup_logging
+from launch.cli import add_log_level, add_options, flags_of, parse_program, run_program
 from launch.options import ReportOptions
 from pipeline.config import InputError
 from pipeline.decode import PHASES
@@ -36,9 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
-    options = from_options(parser, ns, ReportOptions)
-    setup_logging("report", ns.log_level)
+    ns, options = parse_program(parser, argv, ReportOptions, "report")
     return run_program(lambda: report(ns.dirs, options), flags_of(parser))
 
 
