@@ -62,3 +62,4 @@ def test_the_record_keeps_the_output_at_the_limit_and_what_the_last_round_made_b
     if record["stop"] == "limit":
         assert record["new_tokens"] + record["overshoot"] == sum(record["accept_lengths"])
     assert record["tokens_per_second"] == pytest.approx(record["new_tokens"] / record["seconds"])
+

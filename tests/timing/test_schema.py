@@ -1,0 +1,24 @@
+"""One record schema: a decode run's line and a sweep's record of the same decode share their fields."""
+
+from __future__ import annotations
+
+
+def test_one_schema_for_a_decode_run_a_sweep_and_a_benchmark(tmp_path, mock_session, make_options, sweep):
+    """The same decode as a decode run's --json line (launch.target.run_decodes, which the benchmarks read)
+    and as a sweep record: the same fields with the same values, the sweep adding where it ran."""
+    from launch.options import RunOptions
+    from launch.prompts import Prompt
+    from launch.target import run_decodes
+    from pipeline.config import DecodeConfig
+
+    run = RunOptions(decode=DecodeConfig(max_new_tokens=24), decoders="root-draw")
+    (decoded,) = run_decodes(mock_session(), [Prompt("builtin/0", "builtin", "Write a short poem about the sea "
+                                                      "at night.")], run)
+    store = sweep(mock_session(), make_options(tmp_path, decoders="root-draw", temperatures="0", budgets="8",
+                                               warmup=0))
+    (swept,) = [r for r in store.records if r["prompt_id"] == "builtin/0"]
+    assert swept.keys() - decoded.keys() == {"grid_budget", "position", "warmup", "shard"}
+    assert decoded.keys() <= swept.keys()
+    timing_fields = {"seconds", "prefill_seconds", "tokens_per_second", "phases", "finished"}
+    assert {k: v for k, v in decoded.items() if k not in timing_fields} == {
+        k: swept[k] for k in decoded if k not in timing_fields}
