@@ -40,6 +40,9 @@ class PromptOptions:
     prompts: tuple[str, ...] = field(default=(), metadata={
         "help": "prompt source, repeatable: builtin, humaneval, spec-bench:PATH (Spec-Bench's question.jsonl), "
                 "a .jsonl file or a text file", "metavar": "SOURCE"})
+    categories: str = field(default="", metadata={
+        "help": "keep only these prompt categories, comma-separated; Spec-Bench's group mt_bench names its eight "
+                "MT-bench categories (default: all)", "metavar": "LIST"})
     limit_prompts: int = field(default=0, metadata={
         "help": "0 runs every prompt; N runs N prompts drawn evenly across categories under --seed"})
     turns: str = field(default="first", metadata={
@@ -76,7 +79,7 @@ class RunOptions:
         "embed": ("temperature", "budget", "budget_max", "max_new_tokens", "seed"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
-        "embed": ("prompt", "prompts", "limit_prompts", "turns")})
+        "embed": ("prompt", "prompts", "categories", "limit_prompts", "turns")})
     decoders: str = field(default="ar,draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     num_seeds: int = field(default=1, metadata={"help": "repeat each decode with seeds S..S+N-1"})
@@ -106,7 +109,7 @@ class SweepOptions:
         "embed": ("max_new_tokens", "seed", "budget_max"),
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
-        "embed": ("prompts", "limit_prompts", "turns")})
+        "embed": ("prompts", "categories", "limit_prompts", "turns")})
     decoders: str = field(default="draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     temperatures: str = field(default="0,1", metadata={"help": "comma-separated; 0 is greedy", "metavar": "LIST"})

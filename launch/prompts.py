@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from launch.cli import split_list
 from pipeline.config import InputError
+from target_proc.summary import category_group
 
 BUILTIN = (
     "Write a short poem about the sea at night.",
@@ -153,6 +155,11 @@ def gather(options, seed: int) -> list[Prompt]:
                 raise PromptError(f"prompt id {p.id!r} is in both {seen[p.id]!r} and {source!r}")
             seen[p.id] = source
             prompts.append(p)
+    if options.categories:
+        wanted = set(split_list(options.categories))
+        prompts = [p for p in prompts if p.category in wanted or category_group(p.category) in wanted]
+        if not prompts:
+            raise PromptError(f"no prompt is in `categories` {options.categories!r}")
     chosen = stratified_subset(prompts, options.limit_prompts, seed)
     skipped = sum(len(p.later) for p in chosen)
     if options.turns == "first" and skipped:

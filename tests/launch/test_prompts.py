@@ -91,3 +91,13 @@ def test_a_prompt_id_in_two_sources_is_refused(tmp_path):
     path.write_text(json.dumps({"prompt": "x", "id": 0}))
     with pytest.raises(PromptError, match="is in both"):
         gather(PromptOptions(prompts=(str(path), str(path))), 0)
+
+
+def test_categories_keep_named_categories_and_spec_bench_groups(tmp_path):
+    path = tmp_path / "question.jsonl"
+    path.write_text("\n".join(json.dumps({"question_id": i, "category": c, "turns": [f"q{i}"]})
+                              for i, c in enumerate(["writing", "coding", "qa", "rag", "stem"])))
+    got = gather(PromptOptions(prompts=(f"spec-bench:{path}",), categories="mt_bench,rag"), 0)
+    assert [p.category for p in got] == ["writing", "coding", "rag", "stem"]
+    with pytest.raises(PromptError, match="no prompt is in `categories` 'math'"):
+        gather(PromptOptions(prompts=(f"spec-bench:{path}",), categories="math"), 0)
