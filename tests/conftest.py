@@ -51,3 +51,16 @@ def greedy_stream(model: MockModel, prompt: Sequence[int], n: int) -> list[int]:
 @pytest.fixture(scope="session")
 def greedy():
     return greedy_stream
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_key_dir(tmp_path_factory):
+    """CURVE keys made during the tests (and by the processes they start) go to a directory of their own,
+    never to the user's ~/.config/specpair/keys."""
+    before = os.environ.get("SPECPAIR_KEYS")
+    os.environ["SPECPAIR_KEYS"] = str(tmp_path_factory.mktemp("keys") / "specpair")
+    yield
+    if before is None:
+        os.environ.pop("SPECPAIR_KEYS")
+    else:
+        os.environ["SPECPAIR_KEYS"] = before
