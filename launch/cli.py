@@ -26,13 +26,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from models.cuda_env import CudaUnavailable
 from pipeline.config import ConfigError, InputError
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
 from protocol.transport import check_endpoint
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
 # A file system that refuses to write: the user frees space or names another folder; nothing is lost.
-DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM}
+DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG}
 
 
 class Flags(dict):
@@ -209,7 +210,7 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
     log = logging.getLogger("program")
     try:
         return body()
-    except InputError as e:  # bad values, prompts, models, sizes or files
+    except (InputError, CudaUnavailable) as e:  # bad values, prompts, models, sizes, files or devices
         log.error("%s", flags.rewrite(str(e)))
         return EXIT_USAGE
     except (ProtocolError, PeerDied, PeerTimeout) as e:
