@@ -1,63 +1,138 @@
-"""The drafter's serving loop: answer each Start or Commit with the round's pool, refuse bad input.
+"""The drafter's serving loop: one target at a time, each Start or Commit answered with the round's pool.
 
-A refused message gets an Error reply naming the problem, and the loop goes on serving; nothing the
-drafter holds changes on a refused message.
+A target becomes the one served when its Hello is accepted; any other peer that speaks meanwhile is told
+that the drafter is busy. The served target leaves by Shutdown (the drafter then exits, or with `persist`
+waits for the next target) or by closing its connection (the drafter serves the next one). A refused
+message gets an Error reply naming the problem, and the loop goes on serving; nothing the drafter holds
+changes on a refused message. The drafter keeps one KV cache, replaced only by a Hello that needs a larger
+one, and never allocates one that its device cannot hold.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections import deque
 
 import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
+from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
 from pipeline.pool import out_of_vocab
 from protocol.codec import decode
-from protocol.errors import (HandshakeMismatch, MalformedMessage, ProtocolError, StaleMessage, TokenOutOfRange,
-                             UnexpectedMessage, VersionMismatch)
+from protocol.errors import (DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage, ProtocolError,
+                             StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
+from protocol.limits import MAX_TEXT
 from protocol.messages import (PROTOCOL_VERSION, Commit, End, Error, Hello, Message, PoolMsg, Ready, Shutdown,
                                Start)
-from protocol.transport import Channel
+from protocol.transport import Left, Listener, Received
 
 log = logging.getLogger("drafter")
 
 
+DEPARTED_KEPT = 256  # routing ids of closed connections remembered, to ignore messages they left queued
+
+
 class DrafterServer:
-    def __init__(self, channel: Channel, loaded: Loaded) -> None:
-        self.channel = channel
+    def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False) -> None:
+        self.listener = listener
         self.loaded = loaded
+        self.persist = persist  # after a Shutdown, wait for the next target instead of exiting
+        self.peer: bytes | None = None  # the routing id of the target being served
+        self.connections: dict[int, bytes] = {}  # descriptor -> routing id, of connections that spoke
+        self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # ids never reused: a counter in ZeroMQ
+        self.runner = None  # the one KV cache (and graphs) of this process
         self.drafter: Drafter | None = None
-        self._runners: dict[int, object] = {}  # capacity -> runner (KV cache, graphs), made once each
         self.request = -1
         self.round = -1
 
     def serve(self) -> None:
-        """Serve until a Shutdown message arrives."""
+        """Serve until the served target sends Shutdown (with `persist`, forever)."""
         while True:
-            frames = self.channel.recv_frames(None, "", "a message")
+            event = self.listener.recv()
+            if isinstance(event, Left):
+                self._departed(event.fd)
+                continue
+            if event.peer in self.departed:
+                log.debug("ignored a message a closed connection left queued")
+                continue
+            # A descriptor is reused only after its connection closed, and the monitor reports that first.
+            self.connections[event.fd] = event.peer
+            if self._busy_for(event):
+                self._refuse_busy(event)
+            elif self._answer(event):
+                return
+
+    def _departed(self, fd: int) -> None:
+        peer = self.connections.pop(fd, None)
+        if peer is None:
+            return  # a connection that never spoke (a failed secure handshake, say)
+        self.departed.append(peer)
+        if peer == self.peer:
+            log.info("the target closed its connection; ready for the next one")
+            self._forget()
+
+    def _busy_for(self, event: Received) -> bool:
+        """Whether another target is being served; departures already queued are taken into account first."""
+        if self.peer is None or self.peer == event.peer:
+            return False
+        for fd in self.listener.departures():
+            self._departed(fd)
+        return self.peer is not None
+
+    def _refuse_busy(self, event: Received) -> None:
+        try:
+            msg = decode(event.frames)
+        except ProtocolError:
             msg = None
-            try:
-                msg = decode(frames)
-                if isinstance(msg, Shutdown):
-                    return
-                reply = self.handle(msg)
-            except ProtocolError as e:
-                log.warning("refused a message: %s", e)
-                reply = Error(e.code, str(e), getattr(msg, "request", self.request))
-            except CapacityError as e:  # a request this drafter cannot serve: beyond its KV cache
-                log.warning("cannot serve request %d: %s", getattr(msg, "request", self.request), e)
-                reply = Error("drafter", str(e), getattr(msg, "request", self.request))
-            if reply is not None:
-                self.channel.send(reply)
+        if isinstance(msg, Error):  # never answer an Error: two peers could bounce refusals forever
+            return
+        log.warning("refused a second target: serving one already")
+        self.listener.send(event.peer, Error(DrafterBusy.code, "the drafter serves another target; it serves one "
+                                             "at a time (start another drafter, or wait for this one)"))
+
+    def _answer(self, event: Received) -> bool:
+        """Decode and answer one message of the served (or a new) peer -> whether to stop serving."""
+        msg = None
+        try:
+            msg = decode(event.frames)
+            if isinstance(msg, Shutdown):
+                return self._shutdown(event)
+            reply = self.handle(msg)
+            if isinstance(msg, Hello):
+                self.peer = event.peer
+        except ProtocolError as e:
+            log.warning("refused a message: %s", e)
+            reply = Error(e.code, printable(str(e), MAX_TEXT), _request_of(msg, self.request))
+        except CapacityError as e:  # a request this drafter cannot serve: beyond its KV cache or memory
+            log.warning("cannot serve request %d: %s", _request_of(msg, self.request), e)
+            reply = Error("drafter", str(e), _request_of(msg, self.request))
+        if reply is not None and not self.listener.send(event.peer, reply) and event.peer == self.peer:
+            self._forget()  # it left before its reply: serve the next one
+        return False
+
+    def _shutdown(self, event: Received) -> bool:
+        if self.peer is None or self.peer != event.peer:
+            raise UnexpectedMessage("Shutdown before the handshake (Hello)")
+        if not self.persist:
+            return True
+        log.info("the target finished; ready for the next one")
+        self._forget()
+        return False
+
+    def _forget(self) -> None:
+        """Drop the served target's session; the KV cache stays for the next one."""
+        self.peer, self.drafter = None, None
+        self.request, self.round = -1, -1
 
     def handle(self, msg: Message) -> Message | None:
         if isinstance(msg, Hello):
             return self._hello(msg)
         if isinstance(msg, Error):
-            log.error("the target reported %s: %s", msg.code, msg.message)
+            log.error("the target reported %s: %s", printable(msg.code, 40), printable(msg.message))
             return None
         if self.drafter is None:
             raise UnexpectedMessage(f"{type(msg).__name__} before the handshake (Hello)")
@@ -78,6 +153,9 @@ class DrafterServer:
             self.round = msg.round
             return self._pool_msg(pool, seconds)
         if isinstance(msg, End):
+            if msg.request != self.request or self.request < 0:
+                raise StaleMessage(f"end of request {msg.request}, but "
+                                   + (f"request {self.request} is open" if self.request >= 0 else "no request is open"))
             self.request, self.round = -1, -1
             return None
         raise UnexpectedMessage(f"the drafter does not take {type(msg).__name__} messages")
@@ -88,31 +166,50 @@ class DrafterServer:
         tok = self.loaded.tokenizer
         if hello.vocab_size != self.loaded.vocab_size or hello.fingerprint != tok.fingerprint:
             raise HandshakeMismatch(
-                f"target {hello.model!r} (vocabulary {hello.vocab_size}, tokenizer {hello.fingerprint}) and "
-                f"drafter {self.loaded.name!r} (vocabulary {self.loaded.vocab_size}, tokenizer "
-                f"{tok.fingerprint}) do not share a tokenizer")
+                f"target {printable(repr(hello.model), 200)} (vocabulary {hello.vocab_size}, tokenizer "
+                f"{printable(hello.fingerprint, 100)}) and drafter {self.loaded.name!r} (vocabulary "
+                f"{self.loaded.vocab_size}, tokenizer {tok.fingerprint}) do not share a tokenizer")
         try:
             config = PoolConfig(hello.topk, hello.depth, hello.expand)
         except ValueError as e:
             raise MalformedMessage(f"Hello carries an invalid pool configuration: {e}") from None
+        if config.topk > self.loaded.vocab_size:
+            raise LimitExceeded(f"`topk` {config.topk} is beyond the drafter's vocabulary of {self.loaded.vocab_size}")
         if hello.capacity < 2:
             raise MalformedMessage(f"Hello.capacity must be at least 2, got {hello.capacity}")
-        capacity = hello.capacity + config.n_expanded  # committed context plus one pool's scratch
-        if capacity not in self._runners:
-            try:
-                self._runners[capacity] = self.loaded.runner(capacity)
-            except (MemoryError, RuntimeError) as e:
-                if not out_of_memory(e):  # graph capture and the like fail with their own message
-                    raise
-                raise CapacityError(f"the drafter cannot allocate a KV cache of {capacity} slots (lower "
-                                    f"`max_context`): {type(e).__name__}: {e}") from None
-        self.drafter = Drafter(self._runners[capacity], config)
+        self.drafter = None  # a failed Hello leaves no session behind
+        runner = self._runner(hello.capacity + config.n_expanded)  # committed context plus one pool's scratch
+        self.drafter = Drafter(runner, config)
         self.request, self.round = -1, -1
-        log.info("handshake with target %r: pool topk=%d depth=%d expand=%d", hello.model, config.topk,
-                 config.depth, config.expand)
+        log.info("handshake with target %s: pool topk=%d depth=%d expand=%d", printable(repr(hello.model), 200),
+                 config.topk, config.depth, config.expand)
         who = self.loaded.identity
         return Ready(PROTOCOL_VERSION, self.loaded.vocab_size, tok.fingerprint, self.loaded.name, who["revision"],
                      who["dtype"], who["device"])
+
+    def _runner(self, capacity: int):
+        """The KV cache: the one held when it is large enough, else a larger one in its place (the old one is
+        freed first). CapacityError when the device cannot hold it."""
+        if self.runner is not None and self.runner.capacity >= capacity:
+            return self.runner
+        device = device_of(self.loaded)
+        held = 0 if self.runner is None else kv_bytes(self.loaded, self.runner.capacity)
+        need, free = kv_bytes(self.loaded, capacity), free_bytes(device) + held
+        if need > free:
+            raise CapacityError(f"the drafter cannot allocate a KV cache of {capacity} slots: it needs {gib(need)} "
+                                f"and {device} has {gib(free)} free (lower `max_context`)")
+        self.runner = None
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        try:
+            self.runner = self.loaded.runner(capacity)
+        except (MemoryError, RuntimeError) as e:
+            if not out_of_memory(e):  # graph capture and the like fail with their own message
+                raise
+            raise CapacityError(f"the drafter cannot allocate a KV cache of {capacity} slots (lower "
+                                f"`max_context`): {type(e).__name__}: {e}") from None
+        return self.runner
 
     def _check_tokens(self, tokens: np.ndarray, name: str) -> None:
         if problem := out_of_vocab(tokens, self.loaded.vocab_size, name):
@@ -121,6 +218,10 @@ class DrafterServer:
     def _pool_msg(self, pool, seconds: float) -> PoolMsg:
         return PoolMsg(self.request, self.round, seconds, pool.token.astype(np.int32),
                        pool.parent.astype(np.int32), pool.logp, pool.expanded)
+
+
+def _request_of(msg: Message | None, default: int) -> int:
+    return getattr(msg, "request", default)
 
 
 def out_of_memory(error: BaseException) -> bool:

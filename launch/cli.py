@@ -32,7 +32,7 @@ from protocol.transport import check_endpoint
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
 # A file system that refuses to write: the user frees space or names another folder; nothing is lost.
-DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM}
+DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG}
 
 
 class Flags(dict):
@@ -198,9 +198,21 @@ class _Formatter(logging.Formatter):
         return f"[{self.prog}] {level}{record.getMessage()}"
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler that writes to whatever sys.stderr is when it writes (tests and notebooks swap it)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup_logging(prog: str, level: str = "INFO") -> None:
     """Logs on stderr, one line each, prefixed with the program's name."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(_Formatter(prog))
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -212,7 +224,7 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
     log = logging.getLogger("program")
     try:
         return body()
-    except InputError as e:  # bad values, prompts, models, sizes or files
+    except InputError as e:  # bad values, prompts, models, sizes, files or devices
         log.error("%s", flags.rewrite(str(e)))
         return EXIT_USAGE
     except (ProtocolError, PeerDied, PeerTimeout) as e:

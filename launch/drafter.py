@@ -1,55 +1,107 @@
-"""python -m launch.drafter: load the drafter model, bind the endpoint, serve pools until Shutdown."""
+"""python -m launch.drafter: load the drafter model, bind the endpoint, serve pools until Shutdown.
+
+On tcp beyond this machine (or with --curve) it speaks CURVE only: its keypair and the target keys it
+accepts come from the key directory (protocol.keys). `launch/pair.sh drafter` runs it with --persist, as a
+drafter that serves one target after another on a second host.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+from pathlib import Path
 
 from launch.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
                         from_options, run_program, setup_logging)
+from launch.options import KeyOptions, ServeOptions
 from models.options import ModelOptions
+from pipeline.config import InputError
+
+log = logging.getLogger("drafter")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m launch.drafter",
-                                     description="The drafter process: grows a candidate pool each round.")
+def build_parser(prog: str = "python -m launch.drafter") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="The drafter process: grows a candidate pool each round.")
     add_options(parser, ModelOptions)
-    add_endpoint(parser, "ipc://PATH or tcp://HOST:PORT to bind")
+    add_endpoint(parser, "ipc://PATH or tcp://HOST:PORT to bind (tcp://0.0.0.0:PORT: every interface)")
+    add_options(parser, KeyOptions)
+    add_options(parser, ServeOptions)
     add_log_level(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def server_keys(endpoint: str, options: KeyOptions):
+    """CURVE keys for a tcp endpoint beyond this machine (or with `curve`), else None (in clear)."""
+    from protocol.keys import key_dir, own_keys, trusted_keys
+    from protocol.transport import ServerKeys, is_loopback
+
+    if not options.curve and is_loopback(endpoint):
+        return None
+    directory = key_dir(options.key_dir)
+    own = own_keys(directory)
+    trusted_keys(directory)  # a malformed authorized key stops the drafter here, not at a connection
+
+    def trust(key: bytes) -> bool:  # read again at each connection: keys authorized later take effect
+        try:
+            return key in trusted_keys(directory)
+        except InputError as e:
+            log.error("%s", e)
+            return False
+
+    return ServerKeys(own, trust)
+
+
+def describe_keys(keys, options: KeyOptions) -> str:
+    if keys is None:
+        return "in clear, on this machine only"
+    from protocol.keys import AUTHORIZED, key_dir
+
+    folder = Path(key_dir(options.key_dir)) / AUTHORIZED
+    count = len(list(folder.glob("*.key"))) if folder.is_dir() else 0
+    return (f"CURVE: public key '{keys.own.public.decode()}' (targets name it with --drafter-key); accepting this "
+            f"host's own key and {count} in {folder}")
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m launch.drafter") -> int:
+    parser = build_parser(prog)
     ns = parser.parse_args(argv)
     options = from_options(parser, ns, ModelOptions)
+    key_options = from_options(parser, ns, KeyOptions)
+    serve = from_options(parser, ns, ServeOptions)
     endpoint = endpoint_option(parser, ns.endpoint)
     setup_logging("drafter", ns.log_level)
-    log = logging.getLogger("drafter")
 
     def body() -> int:
+        keys = server_keys(endpoint, key_options)  # before the model loads: a key problem stops at once
         import torch
 
         from drafter_proc.server import DrafterServer
         from models.load import load
-        from protocol.transport import Channel
+        from protocol.transport import Listener
 
         torch.set_num_threads(options.threads)
         loaded = load(options, "drafter")
         try:
-            channel = Channel.bind(endpoint, peer="target")
+            listener = Listener.bind(endpoint, keys)
         except OSError as e:
-            log.error("%s", e)
+            log.error("%s", e.strerror or e)
             return EXIT_USAGE
-        log.info("loaded %s on %s; serving on %s", options.model, options.device, endpoint)
+        log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
+                 describe_keys(keys, key_options))
         try:
-            DrafterServer(channel, loaded).serve()
+            DrafterServer(listener, loaded, persist=serve.persist).serve()
         finally:
-            channel.close()
+            listener.close()
         return 0
 
+    signal.signal(signal.SIGTERM, _interrupt)  # a stop request closes the socket (an ipc file is removed)
     return run_program(body, flags_of(parser))
+
+
+def _interrupt(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

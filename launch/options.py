@@ -11,9 +11,10 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from pipeline.config import AUTO, ConfigError, DecodeConfig, check_int, check_temperature, is_int, parse_budget
 from launch.cli import split_list
+from pipeline.config import AUTO, ConfigError, DecodeConfig, check_int, check_temperature, is_int, parse_budget
 from pipeline.rules import DECODERS
+from protocol.transport import check_endpoint
 from target_proc.summary import SPEED_TOKENS
 
 
@@ -65,6 +66,10 @@ class ConnectOptions:
     drafter_timeout: float = field(default=60.0, metadata={"help": "seconds to wait for a pool", "metavar": "S"})
     ready_timeout: float = field(default=600.0, metadata={
         "help": "seconds to wait for the drafter's handshake (it may still be loading)", "metavar": "S"})
+    drafter_key: str = field(default="", metadata={
+        "help": "the drafter's CURVE public key (its 40 Z85 characters or its .key file): connect encrypted, to "
+                "that drafter alone; needed for a drafter beyond this machine (launch/pair.sh keys prints it)",
+        "metavar": "KEY"})
 
     def __post_init__(self) -> None:
         check_seconds("drafter_timeout", self.drafter_timeout)
@@ -260,3 +265,50 @@ class MatchedOptions:
     def __post_init__(self) -> None:
         check_int("budget", self.budget, 1)
         check_int("num_seeds", self.num_seeds, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOptions:
+    """Encrypted connections (CURVE keys)"""
+
+    key_dir: str = field(default="", metadata={
+        "help": "this host's keypair (self.key, self.key_secret) and the target keys its drafter accepts "
+                "(authorized/*.key); made on first use (default: $SPECPAIR_KEYS or ~/.config/specpair/keys)",
+        "metavar": "DIR"})
+    curve: bool = field(default=False, metadata={
+        "help": "encrypt and authenticate an ipc or loopback endpoint too (always on for tcp beyond this "
+                "machine)"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """Serving"""
+
+    persist: bool = field(default=False, metadata={
+        "help": "serve target after target: a Shutdown ends that target's session, not the drafter "
+                "(launch/pair.sh drafter sets it)"})
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """Remote drafter"""
+
+    drafter_at: str = field(default="", metadata={
+        "help": "start no drafter: run the target against the drafter serving at this endpoint (launch/pair.sh "
+                "drafter on its host; with --drafter-key unless it is on this machine)", "metavar": "ADDR"})
+
+    def __post_init__(self) -> None:
+        if self.drafter_at:
+            try:
+                check_endpoint(self.drafter_at)
+            except ValueError as e:
+                raise ConfigError("drafter_at", str(e).replace("`endpoint` ", "")) from None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizeOptions:
+    """Authorized targets"""
+
+    allow: tuple[str, ...] = field(default=(), metadata={
+        "help": "a target's public key (40 Z85 characters or its .key file) that this host's drafter accepts "
+                "from now on (repeatable)", "metavar": "KEY"})

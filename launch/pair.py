@@ -4,11 +4,18 @@
     launch/pair.sh sweep [options]         a timing sweep over decoders, temperatures and budgets
     launch/pair.sh report|matched|export ARGS
                                            the timing programs over finished sweeps (python -m timing ...)
+    launch/pair.sh drafter [options]       a drafter alone, serving target after target (a second host)
+    launch/pair.sh keys [options]          print this host's CURVE public key; authorize a target's key
 
 Options are parsed and checked once here, from the same dataclasses the processes use, then forwarded:
 model options to each side (--target / --drafter name the models), pool, decoding, prompt and connection
 options to the target. A usage error names the launcher's flag and no process starts. Children die with
 the launcher (PR_SET_PDEATHSIG), so no process outlives it, even after a SIGKILL.
+
+The pair talks over ipc in a private directory by default. Any other endpoint is checked to be free
+before either process starts, and then carries CURVE: the drafter holds this user's keypair and the target
+knows its public key, so no other process can pose as the drafter or be served by it. --drafter-at runs
+the target alone against a drafter started elsewhere (launch/pair.sh drafter).
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ import time
 from dataclasses import dataclass, field
 
 from launch.cli import add_log_level, add_options, flags_of, from_options, to_argv
-from launch.options import ConnectOptions, RunOptions, SweepOptions
+from launch.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions, SweepOptions
 from launch.prompts import BUILTIN
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
-from pipeline.config import DecodeConfig, PoolConfig
-from protocol.transport import check_endpoint, is_loopback, loopback_tcp_endpoint, private_ipc_endpoint
+from pipeline.config import DecodeConfig, InputError, PoolConfig
+from protocol.keys import key_dir, own_keys
+from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
+                                private_ipc_endpoint, remove_stale_private_dirs)
 
 # The embedded default pair on the CPU: a smaller pool and shorter outputs, so that the whole default
 # run takes about a minute on two cores. Any --pool-* or --max-new-tokens option replaces these.
@@ -44,9 +53,10 @@ PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) mu
 
 @dataclass(slots=True)
 class Plan:
-    """What the launcher starts: both command lines, their environments, and what it cleans up."""
+    """What the launcher starts: both command lines (no drafter with --drafter-at), their environments, and
+    what it cleans up."""
 
-    drafter: list[str]
+    drafter: list[str] | None
     target: list[str]
     endpoint: str
     env: dict[str, dict[str, str]] = field(default_factory=lambda: {"target": {}, "drafter": {}})
@@ -60,7 +70,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         prog="launch/pair.sh" + (" sweep" if mode == "sweep" else ""),
         description="Run the target and drafter processes as a pair. With no model options, the embedded "
                     f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
-                    "Other routes: launch/pair.sh sweep|report|matched|export --help.",
+                    "Other routes: launch/pair.sh sweep|report|matched|export|drafter|keys --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
                f"embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, {EMBEDDED_POOL.expand}"
@@ -79,6 +89,8 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
     add_options(parser, run_cls, defaults={"max_new_tokens": None})
     add_options(parser, ConnectOptions)
+    add_options(parser, KeyOptions)
+    add_options(parser, RemoteOptions)
     add_log_level(parser)
     return parser
 
@@ -90,11 +102,14 @@ def plan(argv: list[str]) -> Plan:
     parser = build_parser(mode)
     ns = parser.parse_args(argv)
     notes = []
+    remote_drafter = bool(ns.drafter_at)
+    if remote_drafter and ns.drafter is not None:
+        parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
     embedded = ns.target is None and ns.drafter is None
     if embedded:
         ns.target, ns.drafter = EMBEDDED, EMBEDDED + INT8_SUFFIX
-    elif ns.drafter is None and ns.target == "mock":
-        ns.drafter = "mock"
+    elif remote_drafter or (ns.drafter is None and ns.target == "mock"):
+        ns.drafter = "mock"  # with --drafter-at, a placeholder: no drafter starts here
     elif ns.drafter is None or ns.target is None:
         parser.error("--target and --drafter go together (or give neither for the embedded default pair)")
     pool = _pool(parser, ns, embedded, notes)
@@ -123,13 +138,23 @@ def plan(argv: list[str]) -> Plan:
         env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
     connect = from_options(parser, ns, ConnectOptions)
-    endpoint, private_dir = _endpoint(parser, ns.endpoint, notes)
-    drafter = PY + ["launch.drafter", *to_argv(models["drafter"]), "--endpoint", endpoint,
-                    "--log-level", ns.log_level]
+    keys = from_options(parser, ns, KeyOptions)
+    remote = from_options(parser, ns, RemoteOptions)
+    if remote.drafter_at:
+        endpoint, private_dir, drafter = _remote(parser, ns, remote, connect), None, None
+    else:
+        endpoint, private_dir = _endpoint(parser, ns.endpoint, notes)
+        if connect.drafter_key:
+            parser.error("--drafter-key names a drafter started elsewhere: it goes with --drafter-at")
+        keys = dataclasses.replace(keys, curve=keys.curve or private_dir is None)
+        if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
+            connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
+        drafter = PY + ["launch.drafter", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
+                        "--log-level", ns.log_level]
     target = PY + (["timing", "sweep"] if mode == "sweep" else ["launch.target"])
     target += [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
-               *to_argv(connect), "--log-level", ns.log_level]
-    if mode == "sweep":  # the sweep's config.json records both models; only the launcher knows the drafter's
+               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
+    if mode == "sweep" and drafter is not None:  # config.json records both models; the launcher knows the drafter's
         launch = {"options": dataclasses.asdict(models["drafter"]), "env": env["drafter"]}
         target += ["--drafter-launch", json.dumps(launch)]
     return Plan(drafter, target, endpoint, env, private_dir, notes)
@@ -166,9 +191,10 @@ def _devices(parser: argparse.ArgumentParser, ns: argparse.Namespace, env: dict)
 
 
 def _endpoint(parser: argparse.ArgumentParser, text: str | None, notes: list[str]) -> tuple[str, str | None]:
-    """(endpoint, private directory to remove at exit)."""
+    """(endpoint, private directory to remove at exit); an endpoint another process holds is a usage error."""
     if text is None:
-        endpoint = private_ipc_endpoint()
+        remove_stale_private_dirs()  # those of launchers killed before they could remove them
+        endpoint = private_ipc_endpoint(owner=os.getpid())
         return endpoint, os.path.dirname(endpoint[len("ipc://"):])
     if text == "tcp":
         return loopback_tcp_endpoint(), None
@@ -176,9 +202,30 @@ def _endpoint(parser: argparse.ArgumentParser, text: str | None, notes: list[str
         endpoint = check_endpoint(text)
     except ValueError as e:
         parser.error(flags_of(parser).rewrite(str(e)))
+    if reason := endpoint_in_use(endpoint):
+        parser.error(f"--endpoint {endpoint}: {reason}; stop it or name another endpoint")
     if not is_loopback(endpoint):
-        notes.append(f"the drafter binds {endpoint}, reachable beyond this machine")
+        notes.append(f"the drafter binds {endpoint}, reachable beyond this machine (CURVE: this user's keys)")
     return endpoint, None
+
+
+def _remote(parser: argparse.ArgumentParser, ns: argparse.Namespace, remote: RemoteOptions,
+            connect: ConnectOptions) -> str:
+    """The endpoint of a drafter started elsewhere; the options of a local drafter are usage errors."""
+    if ns.endpoint is not None:
+        parser.error("--endpoint is where a local drafter binds; with --drafter-at no drafter starts here")
+    if not connect.drafter_key and not is_loopback(remote.drafter_at):
+        parser.error(f"--drafter-at {remote.drafter_at} is beyond this machine: name the drafter's public key with "
+                     f"--drafter-key (launch/pair.sh keys prints it on the drafter's host)")
+    return remote.drafter_at
+
+
+def _own_public_key(parser: argparse.ArgumentParser, keys: KeyOptions) -> str:
+    """This user's public key, the keypair made on first use (before either process starts)."""
+    try:
+        return own_keys(key_dir(keys.key_dir)).public.decode()
+    except InputError as e:
+        parser.error(flags_of(parser).rewrite(str(e)))
 
 
 def _die_with(parent: int):
@@ -210,6 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
         os.execv(sys.executable, [*PY, "timing", *argv])
+    if argv[:1] == ["drafter"]:  # a drafter alone, as on a second host
+        from launch import drafter
+
+        return drafter.main(["--persist", *argv[1:]], prog="launch/pair.sh drafter")
+    if argv[:1] == ["keys"]:
+        from launch import keys
+
+        return keys.main(argv[1:], prog="launch/pair.sh keys")
     p = plan(argv)
     for note in p.notes:
         print(f"[launch] {note}", file=sys.stderr)
@@ -222,12 +277,14 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        drafter = subprocess.Popen(p.drafter, env={**os.environ, **p.env["drafter"]},
-                                   preexec_fn=_die_with(os.getpid()))
-        procs.append(drafter)
+        drafter = None
+        if p.drafter is not None:
+            drafter = subprocess.Popen(p.drafter, env={**os.environ, **p.env["drafter"]},
+                                       preexec_fn=_die_with(os.getpid()))
+            procs.append(drafter)
         target = subprocess.Popen(p.target, env={**os.environ, **p.env["target"]}, preexec_fn=_die_with(os.getpid()))
         procs.append(target)
-        return _supervise(target, drafter)
+        return _supervise(target, drafter) if drafter is not None else _status(target.wait())
     except KeyboardInterrupt:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally:

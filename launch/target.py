@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from launch.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
                         option_values, run_program, setup_logging)
-from launch.options import ConnectOptions, RunOptions
+from launch.options import ConnectOptions, KeyOptions, RunOptions
 from launch.prompts import Prompt, gather
 from models.options import ModelOptions
 from pipeline.config import DecodeConfig, InputError, PoolConfig
@@ -48,6 +48,7 @@ def build_parser(prog: str, description: str, run_cls: type) -> argparse.Argumen
     add_options(parser, PoolConfig, prefix="pool-")
     add_options(parser, run_cls)
     add_options(parser, ConnectOptions)
+    add_options(parser, KeyOptions, skip=("curve",))  # CURVE is on when --drafter-key names the drafter
     add_log_level(parser)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the Python API's target
     return parser
@@ -66,7 +67,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, run_cls: type
 def connect(args: TargetArgs):
     """The session context of a target program: load, connect and handshake."""
     return open_session(args.model, args.endpoint, args.pool, args.connect.drafter_timeout,
-                        args.connect.ready_timeout)
+                        args.connect.ready_timeout, args.connect.drafter_key, args.namespace.key_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

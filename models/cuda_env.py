@@ -13,13 +13,15 @@ import os
 import sys
 from dataclasses import dataclass
 
+from pipeline.config import InputError
+
 KEEP = "launch/setup.sh keeps a torch installed there"
 
 
-class CudaUnavailable(ValueError):
+class CudaUnavailable(InputError):
     """CUDA was asked for, and torch cannot use it; the message says why and what to change.
 
-    A ValueError: like a bad option, it is the user's to fix, and the processes report it as one.
+    An InputError: like a bad option, it is the user's to fix, and the programs report it as one.
     """
 
 

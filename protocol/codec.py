@@ -2,7 +2,9 @@
 
 Header: {"k": kind, "f": {scalar field: value}, "a": [[dtype, [length]], ...]} with arrays in the
 declaration order of the message class. Decoding checks every part and raises a typed ProtocolError that
-names the problem; it never evaluates anything it receives.
+names the problem; it never evaluates anything it receives, and never recurses into it: the header's
+nesting is measured without recursion before anything looks inside, and error messages show received
+values one level deep and cut short (protocol.limits bounds every size).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import msgpack
 import numpy as np
 
 from protocol.errors import BadArray, MalformedMessage, UnexpectedMessage, UnknownMessage
+from protocol.limits import MAX_ARRAY_LENGTH, MAX_HEADER_BYTES, MAX_NESTING
 from protocol.messages import MESSAGES, Kind, Message, layout
 
-MAX_HEADER_BYTES = 1 << 16
-MAX_ARRAY_LENGTH = 1 << 24
+MAX_FRAMES = 1 + max(len(layout(cls)[1]) for cls in MESSAGES.values())  # the header and the arrays
+# msgpack's own bounds, so that no length it reads can make it allocate more than a header holds
+_UNPACK_LIMITS = dict(max_str_len=MAX_HEADER_BYTES, max_bin_len=MAX_HEADER_BYTES, max_array_len=MAX_HEADER_BYTES,
+                      max_map_len=MAX_HEADER_BYTES, max_ext_len=MAX_HEADER_BYTES)
 
 
 def encode(msg: Message) -> list[bytes]:
@@ -36,10 +41,14 @@ def decode(frames: list[bytes], expect: tuple[type[Message], ...] | None = None)
         raise MalformedMessage("empty message: no header frame")
     if len(frames[0]) > MAX_HEADER_BYTES:
         raise MalformedMessage(f"header frame of {len(frames[0])} bytes exceeds {MAX_HEADER_BYTES}")
+    if len(frames) > MAX_FRAMES:
+        raise BadArray(f"a message has at most {MAX_FRAMES} frames, got {len(frames)}")
     try:
-        header = msgpack.unpackb(frames[0], raw=False, strict_map_key=True)
+        header = msgpack.unpackb(frames[0], raw=False, strict_map_key=True, **_UNPACK_LIMITS)
     except Exception as e:  # msgpack raises several unrelated types for corrupt input
-        raise MalformedMessage(f"header is not valid msgpack ({type(e).__name__}: {e})") from None
+        raise MalformedMessage(f"header is not valid msgpack ({type(e).__name__}: {_cut(str(e))})") from None
+    if (depth := nesting(header)) > MAX_NESTING:
+        raise MalformedMessage(f"header nests {depth} levels deep; a message header nests at most {MAX_NESTING}")
     if not isinstance(header, dict) or set(header) != {"k", "f", "a"}:
         raise MalformedMessage(f"header must be a map with keys k, f, a; got {_short(header)}")
     kind, values, specs = header["k"], header["f"], header["a"]
@@ -52,7 +61,7 @@ def decode(frames: list[bytes], expect: tuple[type[Message], ...] | None = None)
     scalars, arrays = _layout(cls)
     if not isinstance(values, dict) or set(values) != {name for name, _ in scalars}:
         # key=str: a map may mix str and bytes keys, which do not compare with each other
-        got = sorted(values, key=str) if isinstance(values, dict) else _short(values)
+        got = _cut(repr(sorted(values, key=str)), 240) if isinstance(values, dict) else _short(values)
         raise MalformedMessage(f"{cls.__name__} needs fields {sorted(n for n, _ in scalars)}, got {got}")
     kwargs = {}
     for name, typ in scalars:
@@ -84,7 +93,7 @@ def _array(owner: str, name: str, dtype: np.dtype, spec, frame: bytes) -> np.nda
     if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], list)):
         raise BadArray(f"{owner}.{name}: array spec must be [dtype, shape], got {_short(spec)}")
     if spec[0] != dtype.str:
-        raise BadArray(f"{owner}.{name} must have dtype {dtype.name} ({dtype.str}), got {spec[0]!r}")
+        raise BadArray(f"{owner}.{name} must have dtype {dtype.name} ({dtype.str}), got {_short(spec[0])}")
     shape = spec[1]
     if len(shape) != 1 or not isinstance(shape[0], int) or not 0 <= shape[0] <= MAX_ARRAY_LENGTH:
         raise BadArray(f"{owner}.{name} must be 1-D with at most {MAX_ARRAY_LENGTH} entries, "
@@ -97,6 +106,43 @@ def _array(owner: str, name: str, dtype: np.dtype, spec, frame: bytes) -> np.nda
     return arr
 
 
+def nesting(value) -> int:
+    """How deep containers nest in a decoded header (a scalar is 0, [] is 1), measured without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
 def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A received value for an error message: one level deep (nested containers shown as [...] and {...}),
+    at most 80 characters. Never recurses, so no header, however nested, can make it fail."""
+    if isinstance(value, dict):
+        text = "{" + ", ".join(f"{_flat(k)}: {_flat(v)}" for k, v in list(value.items())[:8]) + "}"
+    elif isinstance(value, (list, tuple)):
+        text = "[" + ", ".join(_flat(v) for v in value[:8]) + "]"
+    else:
+        text = _flat(value)
+    return _cut(text)
+
+
+def _flat(value) -> str:
+    if isinstance(value, dict):
+        return "{...}"
+    if isinstance(value, (list, tuple)):
+        return "[...]"
+    if isinstance(value, (str, bytes)):
+        return repr(value[:80])
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    return f"<{type(value).__name__}>"  # msgpack's ExtType or Timestamp
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."

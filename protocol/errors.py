@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+from protocol.limits import MAX_TEXT
+
+
+def printable(text: str, limit: int = MAX_TEXT) -> str:
+    """Peer-provided text made safe for a log line: control characters, terminal escapes and other
+    non-printable characters escaped as repr escapes them, and at most `limit` characters kept."""
+    text = str(text)
+    cut = len(text) > limit
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return text + "..." if cut else text
+
 
 class ProtocolError(Exception):
     """A message could not be accepted. The receiver answers with an Error message where it can."""
@@ -45,13 +56,31 @@ class StaleMessage(ProtocolError):
     code = "stale"
 
 
+class LimitExceeded(ProtocolError):
+    """A value beyond what the protocol carries or this machine can hold (protocol.limits)."""
+
+    code = "limit"
+
+
+class DrafterBusy(ProtocolError):
+    """The drafter serves another target; it serves one at a time."""
+
+    code = "busy"
+
+
+class AccessDenied(ProtocolError):
+    """The secure (CURVE) handshake failed: a key is not the expected one, or one side does not use CURVE."""
+
+    code = "access"
+
+
 class PeerError(ProtocolError):
     """The peer answered with an Error message."""
 
     code = "peer"
 
     def __init__(self, peer_code: str, message: str) -> None:
-        super().__init__(f"peer reported {peer_code}: {message}")
+        super().__init__(f"peer reported {printable(peer_code, 40)}: {printable(message)}")
         self.peer_code = peer_code
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import ClassVar
 
 import numpy as np
 
-from protocol.errors import BadArray
+from protocol.errors import BadArray, LimitExceeded, MalformedMessage
+from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
 PROTOCOL_VERSION = 2
 
@@ -49,6 +51,19 @@ class Hello(Message):
     depth: int
     expand: int
     capacity: int
+
+    def check(self) -> None:
+        """Upper bounds only, before the drafter sizes anything by these values; the drafter checks the pool
+        configuration itself, and what its machine can hold."""
+        if self.depth > MAX_POOL_DEPTH:
+            raise LimitExceeded(f"`depth` {self.depth} is beyond the protocol's {MAX_POOL_DEPTH} pool levels")
+        if self.topk > 0 and self.depth > 0 and self.expand > 0:  # exact in Python ints: no overflow
+            size = self.topk + (self.depth - 1) * self.expand * self.topk
+            if size > MAX_POOL_CANDIDATES:
+                raise LimitExceeded(f"a pool of `topk` {self.topk}, `depth` {self.depth} and `expand` {self.expand} "
+                                    f"holds {size} candidates; the protocol carries at most {MAX_POOL_CANDIDATES}")
+        if self.capacity > MAX_CONTEXT:
+            raise LimitExceeded(f"`capacity` {self.capacity} is beyond the protocol's {MAX_CONTEXT} KV slots")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -106,7 +121,11 @@ class PoolMsg(Message):
     expanded: np.ndarray = array("bool")
 
     def check(self) -> None:
+        if not (math.isfinite(self.seconds) and self.seconds >= 0):
+            raise MalformedMessage(f"`seconds` must be a finite number >= 0, got {self.seconds!r}")
         n = self.token.shape[0]
+        if n > MAX_POOL_CANDIDATES:
+            raise LimitExceeded(f"a pool of {n} candidates; the protocol carries at most {MAX_POOL_CANDIDATES}")
         for name in ("parent", "logp", "expanded"):
             if getattr(self, name).shape[0] != n:
                 raise BadArray(f"`{name}` has {getattr(self, name).shape[0]} entries, `token` has {n}")

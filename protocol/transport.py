@@ -1,29 +1,90 @@
-"""A ZeroMQ PAIR channel carrying codec frames, with timeouts and peer-death detection.
+"""ZeroMQ sockets carrying codec frames: the drafter's Listener (ROUTER) and the target's Channel (DEALER).
 
-The drafter binds, the target connects. The connecting side watches the socket's monitor, so a drafter
-that exits or is killed turns into PeerDied at the next wait instead of a hang; every wait also has a
-timeout that names the setting to raise. Sockets close with linger=0 through `close`.
+The drafter binds and hears every peer that connects, each tagged by its connection, so that it can serve
+one target and tell any other that it is busy; the target connects. Both sockets refuse a frame over
+MAX_FRAME_BYTES (the sender is disconnected before the frame is read), queue few messages per peer, and
+exchange ZMTP heartbeats, so that a peer whose host vanished is noticed as a closed connection.
+
+With keys, CURVE encrypts every frame and authenticates both ends: the connecting side must know the
+server's public key, and the server admits only the client keys its `trusted` test accepts (a ZAP handler
+on a thread of the listener's own context). The connecting side watches its socket's monitor: a drafter
+that exits or is killed becomes PeerDied at the next wait, a failed secure handshake AccessDenied, and
+every wait has a timeout that names the setting to raise. Sockets close with linger 0 through `close`.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
+import shutil
 import socket as pysocket
+import stat
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from pipeline.config import InputError
 from protocol.codec import decode, encode
-from protocol.errors import PeerDied, PeerTimeout
+from protocol.errors import AccessDenied, PeerDied, PeerTimeout
+from protocol.keys import Keypair
+from protocol.limits import MAX_FRAME_BYTES
 from protocol.messages import Message
 
 log = logging.getLogger("transport")
 
+MAX_IPC_PATH = 107  # bytes of a unix socket path (sun_path holds 108 with the terminating NUL)
+QUEUED_MESSAGES = 8  # per peer and direction: a target sends at most two messages before a reply
+SEND_TIMEOUT_MS = 5000  # a message the target cannot hand to any connection for this long: the drafter is gone
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 10_000  # a peer silent this long (its host gone, say) counts as disconnected
+PRIVATE_PREFIX = "specpair-"  # private socket directories: tempdir/specpair-XXXX/drafter.sock
+OWNER_FILE = "launcher.pid"  # the process that made a private directory, for removal after it was killed
+_HANDSHAKE_FAILED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the key was refused",
+                     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the peers' security settings do not match",
+                     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the peer's key is not the expected one"}
+
+
+class EndpointError(InputError):
+    """An endpoint that cannot be used: malformed, taken by another process, or not of this machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientKeys:
+    own: Keypair
+    server: bytes  # the drafter's public key, Z85
+
+
+@dataclass(frozen=True, slots=True)
+class ServerKeys:
+    own: Keypair
+    trusted: Callable[[bytes], bool]  # Z85 client key -> admit it
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A message from a connected peer: its routing id, its connection's descriptor and the frames."""
+
+    peer: bytes
+    fd: int
+    frames: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """A peer's connection closed (it exited, was killed, or missed its heartbeats)."""
+
+    fd: int
+
+
+# -- endpoints ----------------------------------------------------------------------------------------------
 
 def check_endpoint(endpoint: str) -> str:
     """Validate an endpoint named by the user; raises ValueError naming `endpoint`."""
@@ -31,6 +92,9 @@ def check_endpoint(endpoint: str) -> str:
         path = endpoint[len("ipc://"):]
         if not path or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"`endpoint` {endpoint!r}: the socket's directory does not exist")
+        if len(path.encode()) > MAX_IPC_PATH:
+            raise ValueError(f"`endpoint` {endpoint!r}: a socket path holds at most {MAX_IPC_PATH} bytes, this one "
+                             f"{len(path.encode())}")
         return endpoint
     if endpoint.startswith("tcp://"):
         parts = urlsplit(endpoint)
@@ -44,9 +108,40 @@ def check_endpoint(endpoint: str) -> str:
     raise ValueError(f"`endpoint` {endpoint!r} must be ipc://PATH, tcp://HOST:PORT or tcp (loopback)")
 
 
-def private_ipc_endpoint() -> str:
-    """An ipc endpoint in a fresh directory only this user can enter."""
-    return f"ipc://{tempfile.mkdtemp(prefix='specpair-')}/drafter.sock"
+def private_ipc_endpoint(owner: int | None = None) -> str:
+    """An ipc endpoint in a fresh directory only this user can enter; `owner` (a pid) is written there, so
+    that remove_stale_private_dirs can remove the directory once that process is gone."""
+    directory = tempfile.mkdtemp(prefix=PRIVATE_PREFIX)
+    if owner is not None:
+        Path(directory, OWNER_FILE).write_text(f"{owner}\n")
+    return f"ipc://{directory}/drafter.sock"
+
+
+def remove_stale_private_dirs() -> list[str]:
+    """Remove this user's private socket directories whose owner process is gone (a launcher killed with
+    SIGKILL cannot remove its own) -> the directories removed. Directories without an owner are kept."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(PRIVATE_PREFIX + "*"):
+        try:
+            if path.lstat().st_uid != os.getuid() or not stat.S_ISDIR(path.lstat().st_mode):
+                continue
+            pid = int((path / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def loopback_tcp_endpoint() -> str:
@@ -66,91 +161,276 @@ def is_loopback(endpoint: str) -> bool:
         return host == "localhost"
 
 
-class Channel:
-    """One end of a PAIR socket; `recv` decodes and validates, `send` encodes."""
+def endpoint_in_use(endpoint: str) -> str | None:
+    """Why binding `endpoint` would fail or take it from another process, or None when it is free.
 
-    def __init__(self, sock: zmq.Socket, monitor: zmq.Socket | None, peer: str) -> None:
-        self.sock = sock
-        self.monitor = monitor
-        self.peer = peer  # "drafter" or "target", for messages
-        self.connected = False
+    ipc: a socket file some process listens on (binding would silently take it over), or a file that is not
+    a socket; a socket file nobody listens on is free. tcp: a port bound on that address.
+    """
+    if endpoint.startswith("ipc://"):
+        return _ipc_in_use(endpoint[len("ipc://"):])
+    parts = urlsplit(endpoint)
+    host = "" if parts.hostname == "*" else parts.hostname
+    try:
+        family, kind, proto, _, address = pysocket.getaddrinfo(host or None, parts.port, type=pysocket.SOCK_STREAM,
+                                                               flags=pysocket.AI_PASSIVE)[0]
+    except (pysocket.gaierror, UnicodeError):
+        return None  # an interface name, say: the drafter's bind reports what is wrong with it
+    with pysocket.socket(family, kind, proto) as s:
+        s.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_REUSEADDR, 1)  # as ZeroMQ binds
+        try:
+            s.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return f"port {parts.port} on {parts.hostname} is taken by another process"
+            if e.errno == errno.EADDRNOTAVAIL:
+                return f"{parts.hostname} is not an address of this machine"
+            return f"{e.strerror}"
+    return None
+
+
+def _ipc_in_use(path: str) -> str | None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISSOCK(mode):
+        return f"{path} exists and is not a socket"
+    with pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return None  # left behind by a process that is gone
+        except OSError as e:
+            return f"{path}: {e.strerror}"
+    return f"another process listens on {path}"
+
+
+# -- sockets ------------------------------------------------------------------------------------------------
+
+def _bounded(sock: zmq.Socket) -> zmq.Socket:
+    """Socket options of both ends: linger 0, the frame limit, short queues and heartbeats."""
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+    sock.setsockopt(zmq.RCVHWM, QUEUED_MESSAGES)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    return sock
+
+
+class _Trust:
+    """The ZAP credentials provider: admits the client keys `trusted` accepts, logs the others."""
+
+    def __init__(self, trusted: Callable[[bytes], bool]) -> None:
+        self.trusted = trusted
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        if self.trusted(key):
+            return True
+        log.warning("refused a connection with an unknown key %s (authorize a target with launch/pair.sh keys "
+                    "--allow KEY)", key.decode("ascii", "replace"))
+        return False
+
+
+class Listener:
+    """The drafter's ROUTER socket: messages from every connected peer, and word of peers that left."""
+
+    def __init__(self, context: zmq.Context, sock: zmq.Socket, monitor: zmq.Socket, auth, endpoint: str) -> None:
+        self.context, self.sock, self.monitor, self.auth, self.endpoint = context, sock, monitor, auth, endpoint
         self.poller = zmq.Poller()
+        self.poller.register(monitor, zmq.POLLIN)
         self.poller.register(sock, zmq.POLLIN)
-        if monitor is not None:
-            self.poller.register(monitor, zmq.POLLIN)
 
     @classmethod
-    def bind(cls, endpoint: str, peer: str) -> Channel:
-        sock = zmq.Context.instance().socket(zmq.PAIR)
-        sock.setsockopt(zmq.LINGER, 0)
+    def bind(cls, endpoint: str, keys: ServerKeys | None = None) -> Listener:
+        """Bind `endpoint`; OSError naming it when it is taken (an ipc socket in use is never taken over)."""
+        if endpoint.startswith("ipc://") and (reason := endpoint_in_use(endpoint)):
+            raise OSError(errno.EADDRINUSE, f"cannot bind {endpoint}: {reason}")
+        context = zmq.Context()
+        auth = None
         try:
+            if keys is not None:
+                from zmq.auth.thread import ThreadAuthenticator
+
+                auth = ThreadAuthenticator(context, log=logging.getLogger("transport.zap"))
+                auth.start()
+                auth.configure_curve_callback("*", credentials_provider=_Trust(keys.trusted))
+            sock = _bounded(context.socket(zmq.ROUTER))
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that has gone fails, not vanishes
+            if keys is not None:
+                sock.curve_server = True
+                sock.curve_publickey, sock.curve_secretkey = keys.own.public, keys.own.secret
+            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                                              | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                              | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
             sock.bind(endpoint)
         except zmq.ZMQError as e:
-            sock.close(0)
-            raise OSError(f"cannot bind {endpoint}: {e}") from None
-        return cls(sock, None, peer)
+            _shut(context, auth)
+            raise OSError(e.errno, f"cannot bind {endpoint}: {e}") from None
+        return cls(context, sock, monitor, auth, endpoint)
 
-    @classmethod
-    def connect(cls, endpoint: str, peer: str) -> Channel:
-        sock = zmq.Context.instance().socket(zmq.PAIR)
-        sock.setsockopt(zmq.LINGER, 0)
-        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
-        sock.connect(endpoint)
-        return cls(sock, monitor, peer)
+    def recv(self, timeout: float | None = None) -> Received | Left | None:
+        """The next message or departure; None after `timeout` s. Departures come first when both wait."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = dict(self.poller.poll(None if left is None else int(left * 1000) + 1))
+            if self.monitor in ready:
+                if (event := self._event()) is not None:
+                    return event
+                continue
+            if self.sock in ready:
+                parts = self.sock.recv_multipart(copy=False)
+                fd = parts[-1].get(zmq.SRCFD)  # the connection it came by, as the monitor names departures
+                return Received(parts[0].bytes, fd, [p.bytes for p in parts[1:]])
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
 
-    def send(self, msg: Message) -> bool:
-        """Send one message -> whether it was queued.
+    def departures(self) -> list[int]:
+        """Descriptors of connections that closed, from the events already queued (no waiting)."""
+        gone = []
+        while self.monitor.poll(0):
+            if isinstance(event := self._event(), Left):
+                gone.append(event.fd)
+        return gone
 
-        The bound side (the drafter) never blocks: a PAIR socket with no peer would hold the reply until
-        the next peer connects and hand it a stale message, so a reply to a peer that has left is dropped.
-        """
-        if self.monitor is not None:
-            self.sock.send_multipart(encode(msg), copy=True)
-            return True
+    def _event(self) -> Left | None:
+        event = recv_monitor_message(self.monitor)
+        if event["event"] == zmq.EVENT_DISCONNECTED:
+            return Left(int(event["value"]))
+        if event["event"] in _HANDSHAKE_FAILED:
+            log.warning("a connection failed the secure handshake: %s", _HANDSHAKE_FAILED[event["event"]])
+        return None
+
+    def send(self, peer: bytes, msg: Message) -> bool:
+        """Send to one peer without blocking -> whether it was queued: a peer that has left (or stopped
+        reading) misses it."""
         try:
-            self.sock.send_multipart(encode(msg), copy=True, flags=zmq.NOBLOCK)
+            self.sock.send_multipart([peer, *encode(msg)], copy=True, flags=zmq.NOBLOCK)
         except zmq.Again:
-            log.warning("the %s is gone; dropped a %s reply", self.peer, type(msg).__name__)
+            log.warning("dropped a %s reply to a peer that does not read", type(msg).__name__)
+            return False
+        except zmq.ZMQError as e:
+            if e.errno != errno.EHOSTUNREACH:
+                raise
+            log.debug("dropped a %s reply to a peer that has gone", type(msg).__name__)
             return False
         return True
 
-    def wait_gone(self, timeout: float) -> None:
-        """Wait up to `timeout` s for the peer to close its end (after asking it to shut down), so that
-        closing with linger=0 does not discard the request before it left."""
-        deadline = time.monotonic() + timeout
-        while self.monitor is not None and time.monotonic() < deadline:
-            if not self.monitor.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(0)
+        self.sock.close(0)
+        _shut(self.context, self.auth)
+
+
+def _shut(context: zmq.Context, auth) -> None:
+    if auth is not None:
+        auth.stop()
+    context.destroy(0)
+
+
+class Channel:
+    """The target's DEALER socket to its drafter; `recv` decodes and validates, `send` encodes."""
+
+    def __init__(self, context: zmq.Context, sock: zmq.Socket, monitor: zmq.Socket, peer: str, endpoint: str,
+                 keys: ClientKeys | None) -> None:
+        self.context, self.sock, self.monitor = context, sock, monitor
+        self.peer = peer  # "drafter", for messages
+        self.endpoint, self.keys = endpoint, keys
+        self.connected = False
+        self.poller = zmq.Poller()
+        self.poller.register(sock, zmq.POLLIN)
+        self.poller.register(monitor, zmq.POLLIN)
+        self.send_poller = zmq.Poller()
+        self.send_poller.register(sock, zmq.POLLOUT)
+        self.send_poller.register(monitor, zmq.POLLIN)
+
+    @classmethod
+    def connect(cls, endpoint: str, peer: str, keys: ClientKeys | None = None) -> Channel:
+        context = zmq.Context()
+        sock = _bounded(context.socket(zmq.DEALER))
+        if keys is not None:
+            sock.curve_serverkey = keys.server
+            sock.curve_publickey, sock.curve_secretkey = keys.own.public, keys.own.secret
+        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+                                          | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                          | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as e:
+            sock.disable_monitor()
+            context.destroy(0)
+            raise EndpointError(f"cannot connect to `endpoint` {endpoint}: {e}") from None
+        return cls(context, sock, monitor, peer, endpoint, keys)
+
+    def send(self, msg: Message) -> None:
+        """Queue one message. A DEALER holds it while no connection can take it (a secure handshake failing,
+        say): this waits for one, raising what the monitor reports (AccessDenied, PeerDied) or PeerDied after
+        SEND_TIMEOUT_MS."""
+        frames = encode(msg)
+        deadline = time.monotonic() + SEND_TIMEOUT_MS / 1000
+        while True:
+            try:
+                self.sock.send_multipart(frames, copy=True, flags=zmq.NOBLOCK)
                 return
-            if recv_monitor_message(self.monitor)["event"] == zmq.EVENT_DISCONNECTED:
-                return
+            except zmq.Again:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PeerDied(f"the {self.peer} at {self.endpoint} takes no messages: no connection to it has "
+                               f"lasted {SEND_TIMEOUT_MS // 1000} s")
+            if self.monitor in dict(self.send_poller.poll(int(left * 1000) + 1)):
+                self._event(f"a chance to send {type(msg).__name__}")
+
+    def pending(self) -> bool:
+        """Whether a message is waiting (none should be, when this side has not asked for one)."""
+        return bool(self.sock.poll(0, zmq.POLLIN))
 
     def recv_frames(self, timeout: float | None, setting: str, what: str) -> list[bytes]:
-        """Raw frames of the next message; PeerTimeout after `timeout` s, PeerDied if the peer left."""
+        """Raw frames of the next message; PeerTimeout after `timeout` s, PeerDied if the peer left,
+        AccessDenied if the secure handshake failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = dict(self.poller.poll(None if left is None else int(left * 1000) + 1))
             if self.sock in events:
                 return self.sock.recv_multipart(copy=True)
-            if self.monitor is not None and self.monitor in events:
-                event = recv_monitor_message(self.monitor)["event"]
-                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    self.connected = True
-                elif event == zmq.EVENT_DISCONNECTED and self.connected:
-                    raise PeerDied(f"the {self.peer} process closed its connection while this side waited "
-                                   f"for {what} (it exited or was killed; see its log above)")
+            if self.monitor in events:
+                self._event(what)
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 raise PeerTimeout(f"no {what} from the {self.peer} within {timeout:g} s "
                                   f"(raise `{setting}` if it is only slow)")
 
+    def _event(self, what: str) -> None:
+        event = recv_monitor_message(self.monitor)["event"]
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self.connected = True
+        elif event == zmq.EVENT_DISCONNECTED and self.connected:
+            raise PeerDied(f"the {self.peer} process closed its connection while this side waited for {what} "
+                           f"(it exited or was killed, or missed its heartbeats for {HEARTBEAT_TIMEOUT_MS // 1000} "
+                           f"s; see its log above)")
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH and self.keys is not None:
+            raise AccessDenied(f"the {self.peer} at {self.endpoint} refused this side's key: on its host, run "
+                               f"launch/pair.sh keys --allow '{self.keys.own.public.decode()}'")
+        elif event in _HANDSHAKE_FAILED:
+            if self.keys is not None:
+                raise AccessDenied(f"the secure handshake with {self.endpoint} failed: the process there does not "
+                                   f"hold the secret key of `drafter_key` {self.keys.server.decode()[:8]}..., or "
+                                   f"does not use CURVE (a drafter started without keys, or another program)")
+            raise AccessDenied(f"the handshake with {self.endpoint} failed: the process there expects CURVE keys "
+                               f"(name the {self.peer}'s public key with `drafter_key`), or is not a {self.peer}")
+
     def recv(self, timeout: float | None, setting: str, what: str,
              expect: tuple[type[Message], ...] | None = None) -> Message:
         return decode(self.recv_frames(timeout, setting, what), expect)
 
-    def close(self) -> None:
-        if self.monitor is not None:
-            self.sock.disable_monitor()
-            self.monitor.close(0)
-            self.monitor = None
-        self.sock.close(0)
+    def close(self, linger: float = 0.0) -> None:
+        """Close; with `linger` > 0, first let queued messages (a Shutdown) leave for up to that many s."""
+        self.sock.disable_monitor()
+        self.monitor.close(0)
+        self.sock.close(int(linger * 1000))
+        self.context.term()  # waits for the linger

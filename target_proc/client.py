@@ -7,15 +7,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.config import PoolConfig
+from pipeline.config import InputError, PoolConfig
 from pipeline.pool import InvalidPool, Pool, out_of_vocab
-from protocol.errors import (HandshakeMismatch, InvalidPoolMessage, PeerError, ProtocolError, StaleMessage,
-                             TokenOutOfRange, VersionMismatch)
+from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, PeerError, ProtocolError,
+                             StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
 from protocol.messages import (PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown,
                                Start)
 from protocol.transport import Channel
 
 log = logging.getLogger("target")
+
+REFUSALS = {"version": VersionMismatch, "mismatch": HandshakeMismatch, "busy": DrafterBusy}  # Error code -> type
+
+
+class UnsendableHello(InputError):
+    """This target's own settings are beyond what the protocol carries."""
 
 
 class RemoteDrafter:
@@ -32,31 +38,37 @@ class RemoteDrafter:
     def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float) -> Ready:
         """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models."""
         c = self.pool_config
-        self.channel.send(Hello(PROTOCOL_VERSION, self.vocab_size, fingerprint, model, c.topk, c.depth,
-                                c.expand, capacity))
+        hello = Hello(PROTOCOL_VERSION, self.vocab_size, fingerprint, model, c.topk, c.depth, c.expand, capacity)
+        try:
+            hello.check()
+        except ProtocolError as e:  # the target's own options: the user can change them
+            raise UnsendableHello(str(e)) from None
+        self.channel.send(hello)
         reply = self._recv(timeout, "ready_timeout", "handshake", (Ready, Error))
         if isinstance(reply, Error):
-            kind = {"version": VersionMismatch, "mismatch": HandshakeMismatch}.get(reply.code)
-            raise kind(reply.message) if kind else PeerError(reply.code, reply.message)
+            kind = REFUSALS.get(reply.code)
+            raise kind(printable(reply.message)) if kind else PeerError(reply.code, reply.message)
         try:
             if reply.version != PROTOCOL_VERSION:
                 raise VersionMismatch(f"drafter speaks protocol {reply.version}, target {PROTOCOL_VERSION}")
             if reply.vocab_size != self.vocab_size or reply.fingerprint != fingerprint:
                 raise HandshakeMismatch(
                     f"target {model!r} (vocabulary {self.vocab_size}, tokenizer {fingerprint}) and drafter "
-                    f"{reply.model!r} (vocabulary {reply.vocab_size}, tokenizer {reply.fingerprint}) do not "
-                    f"share a tokenizer")
+                    f"{printable(repr(reply.model), 200)} (vocabulary {reply.vocab_size}, tokenizer "
+                    f"{printable(reply.fingerprint, 100)}) do not share a tokenizer")
         except ProtocolError as e:
             self._refuse(e)
             raise
         return reply
 
     def start(self, prompt: Sequence[int]) -> None:
+        self._check_quiet("Start")
         self.request += 1
         self.round = 0
         self.channel.send(Start(self.request, np.asarray(prompt, np.int32)))
 
     def commit(self, tokens: Sequence[int]) -> None:
+        self._check_quiet("Commit")
         self.round += 1
         self.channel.send(Commit(self.request, self.round, np.asarray(tokens, np.int32)))
 
@@ -75,6 +87,8 @@ class RemoteDrafter:
                                        max_depth=self.pool_config.depth)
             except InvalidPool as e:
                 raise InvalidPoolMessage(f"pool for round {msg.round}: {e}") from None
+            if problem := shape_problem(pool, self.pool_config):
+                raise InvalidPoolMessage(f"pool for round {msg.round}: {problem}")
         except ProtocolError as e:
             self._refuse(e)
             raise
@@ -86,6 +100,18 @@ class RemoteDrafter:
     def shutdown(self) -> None:
         self.channel.send(Shutdown())
 
+    def _check_quiet(self, before: str) -> None:
+        """Every drafter message answers one of ours; one waiting before we ask is unsolicited."""
+        if not self.channel.pending():
+            return
+        msg = self._recv(0, "drafter_timeout", "message", None)
+        if isinstance(msg, Error):
+            raise PeerError(msg.code, msg.message)
+        error = UnexpectedMessage(f"the drafter sent a {type(msg).__name__} before this side's {before}, "
+                                  f"unasked")
+        self._refuse(error)
+        raise error
+
     def _recv(self, timeout, setting, what, expect):
         try:
             return self.channel.recv(timeout, setting, what, expect)
@@ -94,9 +120,29 @@ class RemoteDrafter:
             raise
 
     def _refuse(self, error: ProtocolError) -> None:
-        """Tell the drafter why its message was refused (it logs it); never let this mask the error."""
-        if not isinstance(error, PeerError):
+        """Tell the drafter why its message was refused (it logs it); never let this mask the error. A refused
+        connection (AccessDenied) has no drafter to tell, and a drafter's own Error gets no answer."""
+        if not isinstance(error, (PeerError, AccessDenied)):
             try:
                 self.channel.send(Error(error.code, str(error), self.request))
             except Exception as e:  # the peer may be gone; the original error is what matters
                 log.debug("could not send the error reply: %s", e)
+
+
+def shape_problem(pool: Pool, config: PoolConfig) -> str | None:
+    """Why a valid trie is not a full pool of the handshake's configuration: topk children at the root and
+    under each expanded candidate, expand candidates expanded at every level but the deepest, depth levels.
+    None when it is one."""
+    levels = np.bincount(pool.depth)[1:]  # candidates per depth
+    want = [config.topk] + [config.expand * config.topk] * (config.depth - 1)
+    if levels.tolist() != want:
+        return (f"{pool.token.shape[0]} candidates on levels of {levels.tolist()[:8]}; the handshake's pool (topk "
+                f"{config.topk}, depth {config.depth}, expand {config.expand}) has {config.size} on levels of "
+                f"{want[:8]}")
+    expanded = np.bincount(pool.depth[pool.expanded], minlength=config.depth + 1)[1:]
+    if expanded.tolist() != [config.expand] * (config.depth - 1) + [0]:
+        return f"expanded candidates per level {expanded.tolist()[:8]}, not {config.expand} above the deepest"
+    children = np.bincount(pool.parent[pool.parent >= 0], minlength=len(pool))[pool.expanded]
+    if np.any(children != config.topk):
+        return f"an expanded candidate has {int(children[children != config.topk][0])} children, not {config.topk}"
+    return None

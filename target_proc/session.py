@@ -11,15 +11,20 @@ import torch
 from models.load import load
 from models.options import ModelOptions
 from pipeline.budget import PassCosts
-from pipeline.config import AUTO, DecodeConfig, PoolConfig, stream_seed
+from pipeline.config import AUTO, DecodeConfig, InputError, PoolConfig, stream_seed
 from pipeline.rules import RULES
 from target_proc import costs
 from pipeline.decode import DecodeResult, DrafterClient, decode
-from protocol.transport import Channel
+from protocol.keys import key_dir, own_keys, public_key
+from protocol.transport import Channel, ClientKeys, is_loopback
 from target_proc.client import RemoteDrafter
 from target_proc.target import Target
 
-SHUTDOWN_WAIT_S = 2.0  # how long a clean exit waits for the drafter to take its Shutdown
+SHUTDOWN_WAIT_S = 2.0  # how long a clean exit waits for its Shutdown to leave
+
+
+class InsecureEndpoint(InputError):
+    """A drafter beyond this machine named without its key: prompts would cross the network in clear."""
 
 
 class Session:
@@ -62,15 +67,30 @@ class Session:
         return self._costs[decoder, cap]
 
 
+def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientKeys | None:
+    """The CURVE keys of the connection to the drafter: its public key (`drafter_key`) and this side's own
+    keypair (from the key directory `keys`). None, for a connection in clear, only on this machine."""
+    if not drafter_key:
+        if not is_loopback(endpoint):
+            raise InsecureEndpoint(f"`endpoint` {endpoint} is beyond this machine: name the drafter's public key "
+                                   f"with `drafter_key` (launch/pair.sh keys prints it on the drafter's host), so "
+                                   f"that prompts cross the network encrypted, to that drafter alone")
+        return None
+    return ClientKeys(own_keys(key_dir(keys)), public_key(drafter_key))
+
+
 @contextmanager
 def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_timeout: float,
-                 ready_timeout: float) -> Iterator[Session]:
+                 ready_timeout: float, drafter_key: str = "", keys: str = "") -> Iterator[Session]:
     """Load the target, connect to the drafter, handshake; on a clean exit ask the drafter to shut down."""
     log = logging.getLogger("target")
+    curve = client_keys(endpoint, drafter_key, keys)  # refuses an insecure endpoint before loading anything
     loaded = load(model, "target")
     target = Target(loaded.runner(model.max_context), model.cpu_threads)
-    log.info("loaded %s on %s; waiting for the drafter at %s", model.model, model.device, endpoint)
-    channel = Channel.connect(endpoint, peer="drafter")
+    log.info("loaded %s on %s; waiting for the drafter at %s%s", model.model, model.device, endpoint,
+             " (CURVE)" if drafter_key else "")
+    channel = Channel.connect(endpoint, peer="drafter", keys=curve)
+    linger = 0.0
     try:
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
         ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout)
@@ -80,6 +100,6 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
                               "device": ready.device}}
         yield Session(target, loaded.tokenizer, drafter, pool, models)
         drafter.shutdown()
-        channel.wait_gone(SHUTDOWN_WAIT_S)
+        linger = SHUTDOWN_WAIT_S
     finally:
-        channel.close()
+        channel.close(linger)

@@ -101,3 +101,16 @@ def build_session(capacity: int = 1024):
 @pytest.fixture(scope="session")
 def mock_session():
     return build_session
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_key_dir(tmp_path_factory):
+    """CURVE keys made during the tests (and by the processes they start) go to a directory of their own,
+    never to the user's ~/.config/specpair/keys."""
+    before = os.environ.get("SPECPAIR_KEYS")
+    os.environ["SPECPAIR_KEYS"] = str(tmp_path_factory.mktemp("keys") / "specpair")
+    yield
+    if before is None:
+        os.environ.pop("SPECPAIR_KEYS")
+    else:
+        os.environ["SPECPAIR_KEYS"] = before

@@ -2,11 +2,12 @@
 verification of a B-node tree.
 
     .venv/bin/python -m timing.bench_protocol [--iterations 2000] [--rounds 300] [--device cpu]
+    .venv/bin/python -m timing.bench_protocol --transports tcp tcp+curve --no-select   (what CURVE costs)
 
 Round trip: this process (the target's side) encodes and sends a full pool (PoolConfig() defaults, 710
-candidates) through the project's Channel over the default transport, ipc in a private directory with
-PAIR sockets; an echo process decodes it, encodes it again and sends it back; this side decodes the
-echo. One way is the echo's leg alone (stamp before its encode, read after this side's decode), timed on
+candidates) through the project's Channel over the default transport, ipc in a private directory (or
+over each of --transports: loopback tcp, and loopback tcp with CURVE); an echo process decodes it, encodes
+it again and sends it back; this side decodes the echo. One way is the echo's leg alone (stamp before its encode, read after this side's decode), timed on
 CLOCK_MONOTONIC, which both processes share. The parts are timed alone too: encode, decode, and the
 target's validation of a received pool (Pool.from_edges, which RemoteDrafter.pool adds to every round).
 
@@ -48,21 +49,33 @@ BUDGET_CHOICE_TARGET_MS = 0.1
 # needs only the protocol, is up in a fraction of a second.
 
 
-def echo(endpoint: str) -> None:
-    """The peer: bind like a drafter, send back every pool it decodes, stamped just before its encode."""
+def echo(endpoint: str, key_dir: str | None = None) -> None:
+    """The peer: bind like a drafter (with CURVE when given a key directory, trusting its own key), send
+    back every pool it decodes, stamped just before its encode."""
+    from protocol.codec import decode
     from protocol.messages import PoolMsg, Shutdown
-    from protocol.transport import Channel
+    from protocol.transport import Listener, Received
 
-    channel = Channel.bind(endpoint, peer="target")
+    keys = None
+    if key_dir:
+        from protocol.keys import key_dir as directory, own_keys, trusted_keys
+        from protocol.transport import ServerKeys
+
+        own = own_keys(directory(key_dir))
+        keys = ServerKeys(own, lambda key: key in trusted_keys(directory(key_dir)))
+    listener = Listener.bind(endpoint, keys)
     try:
         while True:
-            msg = channel.recv(None, "", "a pool", expect=(PoolMsg, Shutdown))
+            event = listener.recv()
+            if not isinstance(event, Received):
+                continue
+            msg = decode(event.frames, expect=(PoolMsg, Shutdown))
             if isinstance(msg, Shutdown):
                 return
-            channel.send(PoolMsg(msg.request, msg.round, time.perf_counter(), msg.token, msg.parent, msg.logp,
-                                 msg.expanded))
+            listener.send(event.peer, PoolMsg(msg.request, msg.round, time.perf_counter(), msg.token, msg.parent,
+                                              msg.logp, msg.expanded))
     finally:
-        channel.close()
+        listener.close()
 
 
 def full_pool(vocab_size: int, seed: int = 0):
@@ -89,46 +102,98 @@ def quantiles(samples_s: list[float]) -> dict[str, float]:
     return {"median_ms": med * 1e3, "q1_ms": q1 * 1e3, "q3_ms": q3 * 1e3, "n": len(samples_s)}
 
 
-def bench_wire(iterations: int, warmup: int) -> dict[str, dict[str, float]]:
+TRANSPORTS = ("ipc", "tcp", "tcp+curve")
+
+
+class Echo:
+    """An echo process over one transport, and this side's channel to it."""
+
+    def __init__(self, transport: str, key_dir: str) -> None:
+        from protocol.keys import key_dir as directory, own_keys
+        from protocol.transport import Channel, ClientKeys, loopback_tcp_endpoint, private_ipc_endpoint
+
+        self.endpoint = private_ipc_endpoint() if transport == "ipc" else loopback_tcp_endpoint()
+        curve = transport.endswith("+curve")
+        argv = [sys.executable, "-m", "timing.bench_protocol", "--echo", self.endpoint]
+        self.peer = subprocess.Popen(argv + (["--echo-keys", key_dir] if curve else []),
+                                     cwd=Path(__file__).resolve().parents[1])
+        own = own_keys(directory(key_dir)) if curve else None
+        self.channel = Channel.connect(self.endpoint, peer="echo", keys=ClientKeys(own, own.public) if curve else None)
+        self.round_trip: list[float] = []
+        self.one_way: list[float] = []
+
+    def run(self, pool, token, parent, n: int, record: bool) -> None:
+        from protocol.messages import PoolMsg
+
+        for i in range(n):
+            t0 = time.perf_counter()
+            self.channel.send(PoolMsg(1, i, t0, token, parent, pool.logp, pool.expanded))  # encode + send
+            back = self.channel.recv(60.0, "iterations", "echo", expect=(PoolMsg,))
+            t1 = time.perf_counter()  # recv + decode done
+            if record:
+                self.round_trip.append(t1 - t0)
+                self.one_way.append(t1 - back.seconds)
+
+    def close(self) -> None:
+        from protocol.messages import Shutdown
+
+        try:
+            self.channel.send(Shutdown())
+            self.peer.wait(10)
+        finally:
+            self.channel.close()
+            if self.peer.poll() is None:
+                self.peer.kill()
+                self.peer.wait()
+            if self.endpoint.startswith("ipc://"):
+                shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
+
+
+def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc",),
+               blocks: int = 10) -> dict[str, dict[str, float]]:
+    """Round trips over each transport, interleaved in `blocks` blocks so that a change of load on a shared
+    machine falls on every transport alike; then the parts alone."""
+    import tempfile
+
     import numpy as np
 
+    from pipeline.config import PoolConfig
     from pipeline.pool import Pool
     from protocol.codec import decode, encode
-    from protocol.messages import PoolMsg, Shutdown
-    from protocol.transport import Channel, private_ipc_endpoint
+    from protocol.messages import PoolMsg
+    from target_proc.client import shape_problem
 
     pool = full_pool(49152)
     token, parent = pool.token.astype(np.int32), pool.parent.astype(np.int32)
-    endpoint = private_ipc_endpoint()
-    peer = subprocess.Popen([sys.executable, "-m", "timing.bench_protocol", "--echo", endpoint],
-                            cwd=Path(__file__).resolve().parents[1])
-    channel = Channel.connect(endpoint, peer="echo")
-    round_trip, one_way = [], []
-    try:
-        for i in range(warmup + iterations):
-            t0 = time.perf_counter()
-            channel.send(PoolMsg(1, i, t0, token, parent, pool.logp, pool.expanded))  # encode + send
-            back = channel.recv(60.0 if i == 0 else 10.0, "iterations", "echo", expect=(PoolMsg,))
-            t1 = time.perf_counter()  # recv + decode done
-            if i >= warmup:
-                round_trip.append(t1 - t0)
-                one_way.append(t1 - back.seconds)
-        channel.send(Shutdown())
-        peer.wait(10)
-    finally:
-        channel.close()
-        if peer.poll() is None:
-            peer.kill()
-            peer.wait()
-        shutil.rmtree(os.path.dirname(endpoint[len("ipc://"):]), ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys:
+        echoes = {}
+        try:
+            for transport in transports:
+                echoes[transport] = Echo(transport, os.path.join(keys, "k"))
+            for echo_ in echoes.values():
+                echo_.run(pool, token, parent, warmup, record=False)
+            for b in range(blocks):
+                for echo_ in echoes.values():
+                    echo_.run(pool, token, parent, iterations // blocks + (b < iterations % blocks), record=True)
+        finally:
+            for echo_ in echoes.values():
+                echo_.close()
+    out = {}
+    for transport, echo_ in echoes.items():
+        suffix = "" if transport == transports[0] else f" {transport}"
+        out["round trip" + suffix] = quantiles(echo_.round_trip)
+        out["one way" + suffix] = quantiles(echo_.one_way)
 
     # The parts, without the transport: what each side spends on the codec, and the target's validation.
     msg = PoolMsg(1, 0, 0.0, token, parent, pool.logp, pool.expanded)
     frames = encode(msg)
-    parts = {"encode": lambda: encode(msg), "decode": lambda: decode(frames, (PoolMsg,)),
-             "validate": lambda: Pool.from_edges(msg.token, msg.parent, msg.logp, msg.expanded, vocab_size=49152,
-                                                 max_depth=8)}
-    out = {"round trip": quantiles(round_trip), "one way": quantiles(one_way)}
+    config = PoolConfig()
+
+    def validate():  # what RemoteDrafter.pool checks of every pool
+        shape_problem(Pool.from_edges(msg.token, msg.parent, msg.logp, msg.expanded, vocab_size=49152,
+                                      max_depth=config.depth), config)
+
+    parts = {"encode": lambda: encode(msg), "decode": lambda: decode(frames, (PoolMsg,)), "validate": validate}
     for name, fn in parts.items():
         for _ in range(warmup):
             fn()
@@ -281,10 +346,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="intra-op CPU threads, as the target process runs (default: 1)")
     parser.add_argument("--profile", action="store_true",
                         help="also print cProfile of the slowest selection + verification case")
+    parser.add_argument("--transports", nargs="+", default=["ipc"], choices=TRANSPORTS,
+                        help="round trips over each, interleaved; the first is the headline figure; tcp is "
+                             "loopback, tcp+curve the same with CURVE (default: ipc)")
+    parser.add_argument("--no-select", action="store_true", help="time the wire only")
     parser.add_argument("--echo", metavar="ENDPOINT", help=argparse.SUPPRESS)  # the peer process
+    parser.add_argument("--echo-keys", metavar="DIR", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.echo:
-        echo(ns.echo)
+        echo(ns.echo, ns.echo_keys)
         return 0
     for name in ("iterations", "rounds", "budget", "threads"):
         if getattr(ns, name) < 1:
@@ -296,24 +366,34 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(ns.threads)
-    wire = bench_wire(ns.iterations, ns.warmup)
-    select = bench_select_verify(ns.vocab, ns.temperature, ns.budget, ns.rounds, ns.warmup, ns.seconds,
-                                 ns.device)
-    choice = bench_budget_choice(ns.budget, max(ns.rounds, 200))
+    if len(set(ns.transports)) != len(ns.transports):
+        parser.error(f"--transports must be distinct, got {' '.join(ns.transports)}")
+    load = os.getloadavg()
+    wire = bench_wire(ns.iterations, ns.warmup, tuple(ns.transports))
+    select = {} if ns.no_select else bench_select_verify(ns.vocab, ns.temperature, ns.budget, ns.rounds, ns.warmup,
+                                                         ns.seconds, ns.device)
 
     shape = wire["pool"]
     print(f"pool: {shape['candidates']} candidates, {shape['bytes']} bytes in {shape['frames']} frames; medians "
-          f"over {ns.iterations} iterations, IQR in brackets")
+          f"over {ns.iterations} iterations, IQR in brackets; round trips over {ns.transports[0]} unless named; "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'wire':<28}{'median ms':>10}{'IQR ms':>20}")
-    for name in ("round trip", "one way", "encode", "decode", "validate"):
+    for name in [k for k in wire if k != "pool"]:
         r = wire[name]
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]")
+    round_trips = {t: wire["round trip" + ("" if t == ns.transports[0] else f" {t}")]["median_ms"]
+                   for t in ns.transports}
+    if not select:
+        print(json.dumps({"pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
+                          "load_average": load, "round_trip_median_ms": round_trips}))
+        return 0
     print(f"\nselection + verification per round, B={ns.budget}, device {ns.device}, {ns.threads} thread(s); "
           f"'rules ms' leaves out only the root's draw before selection")
     print(f"{'rule':<28}{'median ms':>10}{'IQR ms':>20}{'rules ms':>10}{'accepted':>10}{'rounds':>8}")
     for name, r in select.items():
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]"
               f"{r['host_rule_ms']:>10.4f}{r['accepted']:>10g}{r['n']:>8}")
+    choice = bench_budget_choice(ns.budget, max(ns.rounds, 200))
     print(f"\nbudget auto, per round (choose the size, fold the round into the estimates): median "
           f"{choice['median_ms']:.4f} ms [{choice['q1_ms']:.4f}, {choice['q3_ms']:.4f}] over {choice['n']} rounds")
     slowest = max(select, key=lambda k: select[k]["median_ms"])
@@ -334,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                  for k in ("round trip", "one way", "encode", "decode", "validate")},
               "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
               "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
+              "round_trip_median_ms_by_transport": round_trips, "load_average": load,
               "budget_choice_median_ms": choice["median_ms"],
               "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
                              "budget_choice": BUDGET_CHOICE_TARGET_MS},

@@ -1,7 +1,9 @@
 """The sweep's records: one JSON line per decode, durable once written, keyed independently of shards.
 
-A record is appended as one write of a whole line, then flushed and fsync'd, so a process killed at any
-moment leaves every earlier record intact and at most one torn last line, which reopening drops.
+A record is appended as one write of a whole line, then fsync'd, so a process killed at any moment leaves
+every earlier record intact and at most one torn last line, which reopening drops. A write the file system
+refuses (a full disk, a file size limit, a file system turned read-only) cuts the file back to its last
+whole record, where it can, and stops the sweep with RecordsUnwritable: rerunning resumes from there.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ class DamagedRecords(InputError):
 
 class OldSchema(DamagedRecords):
     """A record in a format this version no longer reads."""
+
+
+class RecordsUnwritable(InputError):
+    """The file system refused a record; the records before it are intact."""
 
 
 def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
@@ -108,7 +114,8 @@ class RecordStore:
         self.records = read_records(path, repair=True)
         self.records_by_key = {record_key(r): r for r in self.records}
         new = not path.exists()
-        self._file = open(path, "ab")
+        self._file = open(path, "ab", buffering=0)  # unbuffered: nothing is left to write at close
+        self._size = os.fstat(self._file.fileno()).st_size  # the end of the last whole record
         if new:
             _fsync_dir(path.parent)  # the file's name must survive a crash as well as its lines
 
@@ -120,11 +127,26 @@ class RecordStore:
         key = record_key(record)
         if key in self.records_by_key:
             raise ValueError(f"decode {key} is recorded already")
-        self._file.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        line = memoryview((json.dumps(record, separators=(",", ":")) + "\n").encode())
+        try:
+            while line:  # a write may take part of the line
+                line = line[self._file.write(line):]
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            self._cut_back()
+            raise RecordsUnwritable(f"cannot write {self.path}: {e.strerror or e}. The {len(self.records)} "
+                                    f"records before it are intact; free space (or name another `out`) and rerun "
+                                    f"the same command to resume") from None
+        self._size = os.fstat(self._file.fileno()).st_size
         self.records_by_key[key] = record
         self.records.append(record)
+
+    def _cut_back(self) -> None:
+        """Drop the part of a line a refused write left (reopening would drop it anyway, as a torn line)."""
+        try:
+            os.ftruncate(self._file.fileno(), self._size)
+        except OSError as e:
+            log.warning("%s: could not cut a partial line off (%s); the next run drops it", self.path, e.strerror)
 
     def close(self) -> None:
         self._file.close()

@@ -132,6 +132,13 @@ def test_table_shows_the_fields_metrics():
     assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]", row), row
 
 
+def decode_records(stdout: str) -> list[dict]:
+    """The decode records of a --json run (the lines between its provenance and its summary)."""
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    assert lines[0]["kind"] == "run" and lines[-1]["kind"] == "summary"
+    return [r for r in lines if r["kind"] == "decode"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("endpoint", ["tcp", "explicit"])
 def test_tcp_endpoints_work(endpoint):
@@ -139,7 +146,7 @@ def test_tcp_endpoints_work(endpoint):
     done = pair("--target", "mock", "--json", "--endpoint", address, "--decoders", "root", "--prompt", "hi",
                 "--max-new-tokens", "16")
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == 1 and json.loads(done.stdout)["decoder"] == "root"
+    assert [r["decoder"] for r in decode_records(done.stdout)] == ["root"]
     shown = re.search(r"\[drafter\] loaded mock on cpu; serving on (\S+)", done.stderr).group(1)
     if endpoint == "explicit":
         assert shown == address
@@ -199,4 +206,4 @@ def test_folders_named_like_packages_in_the_callers_folder_do_not_shadow_them(tm
     done = pair("--target", "mock", "--json", "--decoders", "ar,root", "--max-new-tokens", "8",
                 "--prompts", "p.txt", cwd=tmp_path)  # a path relative to the caller's folder
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == 2
+    assert [r["decoder"] for r in decode_records(done.stdout)] == ["ar", "root"]

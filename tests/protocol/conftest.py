@@ -5,43 +5,56 @@ from __future__ import annotations
 import threading
 
 import pytest
+import zmq
 
 from drafter_proc.server import DrafterServer
 from models.load import load
 from models.options import ModelOptions
-from protocol.messages import Shutdown
-from protocol.transport import Channel
+from protocol.messages import Ready, Shutdown
+from protocol.transport import Channel, Listener
 
-from tests.protocol.wire_peers import WAIT_S, RawPeer, raw_socket
+from tests.protocol.wire_peers import WAIT_S, FakeDrafter, RawPeer, hello, raw_socket
 
 
 @pytest.fixture
-def drafter_server(endpoint):
-    """A real DrafterServer with the mock drafter model, serving on a thread; yields a RawPeer target
-    (its `server_thread` is the serving thread)."""
-    channel = Channel.bind(endpoint, peer="target")
-    server = DrafterServer(channel, load(ModelOptions(model="mock"), "drafter"))
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
+def serving(endpoint):
+    """A real DrafterServer with the mock drafter model, serving `endpoint` on a thread; yields the server
+    (its `thread` is the serving thread). It is stopped at the end through a fresh handshake."""
+    listener = Listener.bind(endpoint)
+    server = DrafterServer(listener, load(ModelOptions(model="mock"), "drafter"))
+    server.thread = threading.Thread(target=server.serve, daemon=True)
+    server.thread.start()
+    yield server
+    if server.thread.is_alive():  # a test that crashed the server has already failed on its missing reply
+        server.peer = None  # whoever was served, the closing peer below may stop it
+        stopper = RawPeer(raw_socket())
+        stopper.sock.connect(endpoint)
+        stopper.send(hello())
+        assert isinstance(stopper.recv(), Ready)
+        stopper.send(Shutdown())
+        server.thread.join(WAIT_S)
+        stopper.close()
+    listener.close()
+    assert not server.thread.is_alive(), "the server did not stop on Shutdown"
+
+
+@pytest.fixture
+def drafter_server(serving, endpoint):
+    """A RawPeer target connected to a real DrafterServer (its `server_thread` is the serving thread)."""
     sock = raw_socket()
     sock.connect(endpoint)
     peer = RawPeer(sock)
-    peer.server_thread = thread
+    peer.server_thread = serving.thread
     yield peer
-    if thread.is_alive():  # a test that crashed the server has already failed on its missing reply
-        peer.send(Shutdown())
-        thread.join(WAIT_S)
     peer.close()
-    channel.close()
-    assert not thread.is_alive(), "the server did not stop on Shutdown"
 
 
 @pytest.fixture
 def fake_drafter(endpoint):
-    """A RawPeer bound where the target expects its drafter, and a Channel connected to it."""
-    sock = raw_socket()
+    """A FakeDrafter bound where the target expects its drafter, and a Channel connected to it."""
+    sock = raw_socket(zmq.ROUTER)
     sock.bind(endpoint)
-    peer = RawPeer(sock)
+    peer = FakeDrafter(sock)
     channel = Channel.connect(endpoint, peer="drafter")
     yield peer, channel
     channel.close()

@@ -13,19 +13,21 @@ import pytest
 from drafter_proc.server import DrafterServer
 from models.load import load
 from models.options import ModelOptions
+from pipeline.config import PoolConfig
 from pipeline.pool import Pool
 from protocol.codec import encode
 from protocol.errors import (BadArray, HandshakeMismatch, InvalidPoolMessage, MalformedMessage, PeerDied,
                              PeerError, PeerTimeout, StaleMessage, TokenOutOfRange, UnexpectedMessage,
                              UnknownMessage, VersionMismatch)
 from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown, Start
-from protocol.transport import Channel
+from protocol.transport import Channel, Listener
 from target_proc.client import RemoteDrafter
 
 from tests.protocol.wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S
 
 TARGET = "org/target-model"
 PROMPT = [5, 17, 3]
+SMALL = PoolConfig(topk=2, depth=2, expand=1)  # the handshake's pool of the crafted pools below
 
 
 def ready(**change) -> Ready:
@@ -43,15 +45,15 @@ def pool_msg(request: int = 1, round_: int = 0, **change) -> PoolMsg:
                    np.array(edges["logp"], np.float32), np.array(edges["expanded"], bool))
 
 
-def remote(channel, timeout: float = WAIT_S) -> RemoteDrafter:
-    return RemoteDrafter(channel, VOCAB, POOL, timeout)
+def remote(channel, timeout: float = WAIT_S, pool: PoolConfig = SMALL) -> RemoteDrafter:
+    return RemoteDrafter(channel, VOCAB, pool, timeout)
 
 
 def shake(peer, client: RemoteDrafter) -> Hello:
-    """Complete the handshake; the fake drafter's Ready is queued before the Hello is read."""
-    peer.send(ready())
+    """Complete the handshake: the fake drafter answers the Hello with a valid Ready."""
+    answer = peer.answer(ready())
     client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
-    sent = peer.recv()
+    sent = answer.result()
     assert isinstance(sent, Hello)
     return sent
 
@@ -61,7 +63,7 @@ def test_hello_carries_the_target_and_pool_settings(fake_drafter):
     sent = shake(peer, remote(channel))
     assert (sent.version, sent.vocab_size, sent.fingerprint, sent.model) == (PROTOCOL_VERSION, VOCAB,
                                                                             FINGERPRINT, TARGET)
-    assert (sent.topk, sent.depth, sent.expand, sent.capacity) == (POOL.topk, POOL.depth, POOL.expand, CAPACITY)
+    assert (sent.topk, sent.depth, sent.expand, sent.capacity) == (SMALL.topk, SMALL.depth, SMALL.expand, CAPACITY)
 
 
 def test_valid_pool_is_accepted_and_rounds_advance(fake_drafter):
@@ -96,7 +98,7 @@ BAD_POOLS = [
     (pool_msg(parent=[-1, -1, 1, 0]), InvalidPoolMessage, r"candidate 2 has parent 1, which is not expanded"),
     (pool_msg(token=[3, 3, 4, 5]), InvalidPoolMessage, r"candidate 1 repeats token 3 under parent -1"),
     (pool_msg(parent=[-1, 0, 1, 2], expanded=[True, True, True, False]), InvalidPoolMessage,
-     rf"the pool reaches depth 4, beyond the configured {POOL.depth}"),
+     rf"the pool reaches depth 4, beyond the configured {SMALL.depth}"),
     (pool_msg(logp=[-0.1, 0.5, -0.3, -0.5]), InvalidPoolMessage, r"candidate 1 has edge log-prob 0.5"),
     (pool_msg(logp=[-0.1, float("nan"), -0.3, -0.5]), InvalidPoolMessage, r"candidate 1 has edge log-prob nan"),
     (pool_msg(token=[], parent=[], logp=[], expanded=[]), InvalidPoolMessage, r"pool for round 0: the pool is empty"),
@@ -190,10 +192,10 @@ def test_drafter_error_reply_raises_peer_error_without_an_echo(fake_drafter):
 def test_bad_ready_raises_and_is_refused_back(fake_drafter, reply, error_type, match):
     peer, channel = fake_drafter
     client = remote(channel)
-    peer.send(reply)
+    answer = peer.answer(reply)
     with pytest.raises(error_type, match=match) as caught:
         client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
-    assert isinstance(peer.recv(), Hello)
+    assert isinstance(answer.result(), Hello)
     refusal = peer.recv()
     assert (refusal.code, refusal.message) == (error_type.code, str(caught.value))
 
@@ -206,9 +208,10 @@ def test_bad_ready_raises_and_is_refused_back(fake_drafter, reply, error_type, m
 def test_drafter_refusing_the_hello_raises_its_typed_error(fake_drafter, code, error_type, match):
     # The drafter's own words reach the user unchanged; its code picks the exception type.
     peer, channel = fake_drafter
-    peer.send(Error(code, "target speaks protocol 2, drafter 1"))
+    answer = peer.answer(Error(code, "target speaks protocol 2, drafter 1"))
     with pytest.raises(error_type, match=match):
         remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
+    answer.result()
 
 
 def test_silent_drafter_times_out_naming_the_option(fake_drafter):
@@ -251,13 +254,13 @@ def test_closed_drafter_is_peer_died_long_before_the_timeout(fake_drafter):
 
 def test_remote_drafter_against_the_real_server(endpoint):
     # The client and server of the project, with nothing crafted: a full request, then a clean shutdown.
-    server_channel = Channel.bind(endpoint, peer="target")
-    thread = threading.Thread(target=DrafterServer(server_channel, load(ModelOptions(model="mock"), "drafter")).serve,
+    listener = Listener.bind(endpoint)
+    thread = threading.Thread(target=DrafterServer(listener, load(ModelOptions(model="mock"), "drafter")).serve,
                               daemon=True)
     thread.start()
     channel = Channel.connect(endpoint, peer="drafter")
     try:
-        client = remote(channel)
+        client = remote(channel, pool=POOL)
         assert client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S).model == "mock"
         client.start(PROMPT)
         first, _ = client.pool()
@@ -272,9 +275,10 @@ def test_remote_drafter_against_the_real_server(endpoint):
         assert not thread.is_alive()
     finally:
         channel.close()
-        if thread.is_alive():  # only after a failure above: stop the server through a fresh socket
+        if thread.is_alive():  # only after a failure above: a fresh target may stop it once the first left
             channel = Channel.connect(endpoint, peer="drafter")
+            remote(channel, pool=POOL).handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
             channel.send(Shutdown())
             thread.join(WAIT_S)
             channel.close()
-        server_channel.close()
+        listener.close()

@@ -1,13 +1,19 @@
 """Endpoints named by the user are checked with a message naming `--endpoint`; a taken endpoint is an
-OSError naming it, not a hang."""
+OSError naming it, not a hang, and an ipc socket in use is never taken over; private socket directories
+left by a killed launcher are removed by the next one."""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from protocol.transport import Channel, check_endpoint, is_loopback, loopback_tcp_endpoint, private_ipc_endpoint
+from protocol.transport import (MAX_IPC_PATH, OWNER_FILE, Listener, check_endpoint, endpoint_in_use, is_loopback,
+                                loopback_tcp_endpoint, private_ipc_endpoint, remove_stale_private_dirs)
 
 
 @pytest.mark.parametrize("endpoint", ["ipc:///tmp/drafter.sock", "tcp://127.0.0.1:5555", "tcp://[::1]:5555",
@@ -26,6 +32,7 @@ def test_well_formed_endpoints_pass(endpoint):
     ("tcp://:5555", r"must look like tcp://HOST:PORT"),
     ("udp://127.0.0.1:5555", r"`endpoint` 'udp://127.0.0.1:5555' must be ipc://PATH, tcp://HOST:PORT or tcp"),
     ("drafter.sock", r"must be ipc://PATH, tcp://HOST:PORT or tcp \(loopback\)"),
+    ("ipc:///tmp/" + "d" * 100 + ".sock", rf"a socket path holds at most {MAX_IPC_PATH} bytes, this one 110"),
 ])
 def test_malformed_endpoint_names_the_option(endpoint, match):
     with pytest.raises(ValueError, match=match):
@@ -57,15 +64,91 @@ def test_private_ipc_endpoint_is_in_a_fresh_directory_only_this_user_enters():
 def test_loopback_tcp_endpoint_can_be_bound():
     endpoint = loopback_tcp_endpoint()
     assert check_endpoint(endpoint) == endpoint and is_loopback(endpoint)
-    Channel.bind(endpoint, peer="target").close()
+    Listener.bind(endpoint).close()
 
 
 def test_binding_a_taken_endpoint_is_an_os_error_naming_it():
     # The drafter process turns this into a logged error and exit status 2.
     endpoint = loopback_tcp_endpoint()
-    first = Channel.bind(endpoint, peer="target")
+    first = Listener.bind(endpoint)
     try:
+        assert endpoint_in_use(endpoint) == f"port {endpoint.rsplit(':', 1)[1]} on 127.0.0.1 is taken by another process"
         with pytest.raises(OSError, match=rf"cannot bind {endpoint}: Address already in use"):
-            Channel.bind(endpoint, peer="target")
+            Listener.bind(endpoint)
     finally:
         first.close()
+    assert endpoint_in_use(endpoint) is None
+
+
+def test_an_ipc_socket_in_use_is_never_taken_over(endpoint):
+    # ZeroMQ would unlink a live socket file and bind in its place, cutting the first drafter off.
+    first = Listener.bind(endpoint)
+    try:
+        path = endpoint[len("ipc://"):]
+        assert endpoint_in_use(endpoint) == f"another process listens on {path}"
+        with pytest.raises(OSError, match=rf"cannot bind {endpoint}: another process listens on {path}"):
+            Listener.bind(endpoint)
+    finally:
+        first.close()
+
+
+def test_a_socket_file_nobody_listens_on_is_free(endpoint):
+    path = endpoint[len("ipc://"):]
+    with socket.socket(socket.AF_UNIX) as s:  # a socket file left behind by a process that is gone
+        s.bind(path)
+    assert endpoint_in_use(endpoint) is None
+    Listener.bind(endpoint).close()
+
+
+def test_a_file_that_is_not_a_socket_is_not_replaced(endpoint):
+    path = endpoint[len("ipc://"):]
+    Path(path).write_text("data")
+    assert endpoint_in_use(endpoint) == f"{path} exists and is not a socket"
+    with pytest.raises(OSError, match=r"exists and is not a socket"):
+        Listener.bind(endpoint)
+    assert Path(path).read_text() == "data"
+
+
+def test_private_directories_of_dead_launchers_are_removed_and_others_kept():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    stale = Path(private_ipc_endpoint(owner=int(dead.stdout))[len("ipc://"):]).parent
+    live = Path(private_ipc_endpoint(owner=os.getpid())[len("ipc://"):]).parent
+    unowned = Path(private_ipc_endpoint()[len("ipc://"):]).parent  # a test's or a benchmark's: not ours to judge
+    try:
+        assert (stale / OWNER_FILE).exists()
+        assert str(stale) in remove_stale_private_dirs()
+        assert not stale.exists() and live.is_dir() and unowned.is_dir()
+    finally:
+        for d in (stale, live, unowned):
+            for f in d.glob("*"):
+                f.unlink()
+            if d.exists():
+                d.rmdir()
+
+
+def test_both_ends_bound_frames_queues_and_silence(endpoint):
+    import zmq
+
+    from protocol.limits import MAX_FRAME_BYTES
+    from protocol.transport import HEARTBEAT_TIMEOUT_MS, QUEUED_MESSAGES, Channel
+
+    listener = Listener.bind(endpoint)
+    channel = Channel.connect(endpoint, peer="drafter")
+    try:
+        for sock in (listener.sock, channel.sock):
+            assert sock.getsockopt(zmq.MAXMSGSIZE) == MAX_FRAME_BYTES  # a larger frame disconnects its sender
+            assert sock.getsockopt(zmq.RCVHWM) == QUEUED_MESSAGES
+            assert sock.getsockopt(zmq.HEARTBEAT_TIMEOUT) == HEARTBEAT_TIMEOUT_MS  # a vanished host is noticed
+            assert sock.getsockopt(zmq.LINGER) == 0
+        assert listener.sock.getsockopt(zmq.TYPE) == zmq.ROUTER and channel.sock.getsockopt(zmq.TYPE) == zmq.DEALER
+    finally:
+        channel.close()
+        listener.close()
+
+
+def test_an_endpoint_that_cannot_be_connected_to_is_a_usage_error():
+    from protocol.transport import Channel, EndpointError
+
+    with pytest.raises(EndpointError, match=r"cannot connect to `endpoint` tcp://no such host:5555: "):
+        Channel.connect("tcp://no such host:5555", peer="drafter")

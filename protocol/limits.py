@@ -1,0 +1,18 @@
+"""What the wire may carry: every size a peer controls is bounded here, and checked before anything is
+allocated for it.
+
+Both sockets refuse a frame over MAX_FRAME_BYTES at the transport (the peer is disconnected before the
+frame is read), the codec refuses headers over MAX_HEADER_BYTES or nested deeper than MAX_NESTING, and the
+messages refuse handshake values beyond the pool and context limits below.
+"""
+
+from __future__ import annotations
+
+MAX_HEADER_BYTES = 1 << 16  # the msgpack header of any message
+MAX_NESTING = 4  # header map > field map or array specs > one spec > its shape list
+MAX_ARRAY_LENGTH = 1 << 20  # entries of one array: a prompt, a commit or a pool
+MAX_FRAME_BYTES = MAX_ARRAY_LENGTH * 4  # the widest array dtype (int32, float32) takes 4 bytes an entry
+MAX_CONTEXT = MAX_ARRAY_LENGTH  # KV cache slots a target may have and a Hello may ask the drafter for
+MAX_POOL_DEPTH = 64  # levels of a pool: each costs the drafter one pass per round
+MAX_POOL_CANDIDATES = 1 << 16  # candidates of a full pool: topk + (depth - 1) * expand * topk
+MAX_TEXT = 1000  # characters of peer-provided text (an Error's message, a model name) that reach a log

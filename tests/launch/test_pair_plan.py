@@ -1,0 +1,153 @@
+"""The launcher's plan: an endpoint another process holds is refused before either process starts; every
+endpoint but the private ipc one carries CURVE with this user's keys; --drafter-at starts the target alone,
+with the drafter's key for a drafter beyond this machine; the drafter process encrypts what leaves it."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+
+import pytest
+
+from launch import keys as keys_program
+from launch.drafter import server_keys
+from launch.options import KeyOptions
+from launch.pair import plan
+from protocol.keys import key_dir, own_keys
+from protocol.transport import Listener, loopback_tcp_endpoint
+from target_proc.session import InsecureEndpoint, client_keys
+
+
+def usage_error(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        plan(["--target", "mock", *argv])
+    assert exited.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_an_ipc_endpoint_in_use_is_refused_before_any_process_starts(capsys, endpoint):
+    listener = Listener.bind(endpoint)
+    try:
+        path = endpoint[len("ipc://"):]
+        assert usage_error(capsys, "--endpoint", endpoint) == (
+            f"launch/pair.sh: error: --endpoint {endpoint}: another process listens on {path}; stop it or name "
+            f"another endpoint")
+    finally:
+        listener.close()
+
+
+def test_a_tcp_port_in_use_is_refused_before_any_process_starts(capsys):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        assert usage_error(capsys, "--endpoint", f"tcp://127.0.0.1:{port}") == (
+            f"launch/pair.sh: error: --endpoint tcp://127.0.0.1:{port}: port {port} on 127.0.0.1 is taken by another "
+            f"process; stop it or name another endpoint")
+
+
+def test_the_private_ipc_endpoint_goes_in_clear_and_records_its_owner():
+    p = plan(["--target", "mock"])
+    try:
+        assert "--curve" not in p.drafter and option(p.target, "--drafter-key") == ""
+        assert open(os.path.join(p.private_dir, "launcher.pid")).read().strip() == str(os.getpid())
+    finally:
+        for name in os.listdir(p.private_dir):
+            os.unlink(os.path.join(p.private_dir, name))
+        os.rmdir(p.private_dir)
+
+
+@pytest.mark.parametrize("endpoint", ["tcp", "loopback-port", "ipc-path"])
+def test_any_other_endpoint_carries_curve_with_this_users_keys(endpoint, tmp_path):
+    address = {"tcp": "tcp", "loopback-port": loopback_tcp_endpoint(),
+               "ipc-path": f"ipc://{tmp_path}/d.sock"}[endpoint]
+    p = plan(["--target", "mock", "--endpoint", address])
+    own = own_keys(key_dir())
+    assert "--curve" in p.drafter
+    assert option(p.target, "--drafter-key") == own.public.decode()  # the drafter holds this user's keypair
+    assert option(p.drafter, "--endpoint") == option(p.target, "--endpoint")
+
+
+def test_a_remote_drafter_runs_the_target_alone():
+    key = own_keys(key_dir()).public.decode()
+    p = plan(["--target", "mock", "--drafter-at", "tcp://10.1.2.3:5555", "--drafter-key", key])
+    assert p.drafter is None and p.private_dir is None
+    assert option(p.target, "--endpoint") == "tcp://10.1.2.3:5555" and option(p.target, "--drafter-key") == key
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--drafter-at", "tcp://10.1.2.3:5555"], r"--drafter-at tcp://10.1.2.3:5555 is beyond this machine: name the "
+                                              r"drafter's public key with --drafter-key"),
+    (["--drafter-at", "tcp://10.1.2.3"], r"--drafter-at 'tcp://10.1.2.3' must look like tcp://HOST:PORT"),
+    (["--drafter-at", "tcp://127.0.0.1:5555", "--endpoint", "tcp"], r"--endpoint is where a local drafter binds"),
+    (["--drafter-at", "tcp://127.0.0.1:5555", "--drafter", "mock"], r"--drafter names the model of a local drafter"),
+    (["--drafter-key", "x" * 40], r"--drafter-key names a drafter started elsewhere: it goes with --drafter-at"),
+    (["--endpoint", "ipc:///tmp/" + "d" * 100 + ".sock"], r"a socket path holds at most 107 bytes, this one 110"),
+    (["--max-context", str(2**40)], r"--max-context must be at most 1048576 \(KV slots, what a handshake may ask "
+                                    r"of a drafter\), got 1099511627776"),
+    (["--mock-vocab", str(10**9)], r"--mock-vocab must be at most 1048576 \(tokens\), got 1000000000"),
+    (["--mock-vocab", "1e9"], r"argument --mock-vocab: invalid int value: '1e9'"),
+    (["--threads", str(10**6)], r"--threads must be at most 1024 \(threads\), got 1000000"),
+], ids=["remote-without-key", "remote-malformed", "remote-and-endpoint", "remote-and-drafter-model",
+        "key-without-remote", "long-ipc-path", "max-context", "mock-vocab", "mock-vocab-float", "threads"])
+def test_bad_connection_options_are_usage_errors_naming_them(capsys, argv, message):
+    assert re.search(message, usage_error(capsys, *argv))
+
+
+def test_a_drafter_encrypts_every_tcp_endpoint_beyond_this_machine(tmp_path):
+    options = KeyOptions(key_dir=str(tmp_path / "keys"))
+    assert server_keys("ipc:///tmp/d.sock", options) is None
+    assert server_keys("tcp://127.0.0.1:5555", options) is None
+    for endpoint in ("tcp://0.0.0.0:5555", "tcp://10.1.2.3:5555", "tcp://*:5555"):
+        keys = server_keys(endpoint, options)
+        assert keys.own == own_keys(tmp_path / "keys") and keys.trusted(keys.own.public)
+        assert not keys.trusted(b"x" * 40)
+    assert server_keys("tcp://127.0.0.1:5555", KeyOptions(str(tmp_path / "keys"), curve=True)) is not None
+
+
+def test_a_target_refuses_a_drafter_beyond_this_machine_without_its_key():
+    with pytest.raises(InsecureEndpoint, match=r"`endpoint` tcp://10.1.2.3:5555 is beyond this machine: name the "
+                                               r"drafter's public key with `drafter_key`"):
+        client_keys("tcp://10.1.2.3:5555")
+    assert client_keys("tcp://127.0.0.1:5555") is None and client_keys("ipc:///tmp/x") is None
+
+
+def test_the_keys_program_prints_the_public_key_and_authorizes_targets(capsys, tmp_path):
+    target = own_keys(tmp_path / "target").public.decode()
+    assert keys_program.main(["--key-dir", str(tmp_path / "drafter"), "--allow", target]) == 0
+    out = capsys.readouterr().out
+    own = own_keys(tmp_path / "drafter").public.decode()
+    assert f"public key: {own}" in out and f"--drafter-key '{own}'" in out
+    assert "a drafter here accepts this key and 1 more" in out
+    assert re.search(r"authorized \S+/authorized/target-\w+\.key", out)
+
+
+def test_the_keys_program_names_a_bad_key(capsys, tmp_path):
+    assert keys_program.main(["--key-dir", str(tmp_path / "drafter"), "--allow", "nonsense"]) == 2
+    assert "--allow 'nonsense' is neither a 40-character Z85 public key nor a key file" in capsys.readouterr().err
+
+
+def test_the_target_process_refuses_a_socket_path_too_long_for_unix_sockets(capsys):
+    from launch import target as target_program
+    from launch.options import RunOptions
+
+    parser = target_program.build_parser("python -m launch.target", "", RunOptions)
+    with pytest.raises(SystemExit):
+        target_program.parse(parser, ["--endpoint", "ipc:///tmp/" + "d" * 100 + ".sock"], RunOptions)
+    assert "error: --endpoint 'ipc:///tmp/dddd" in capsys.readouterr().err
+
+
+def test_a_cuda_device_without_cuda_is_a_usage_error_of_the_process(caplog):
+    from launch.cli import EXIT_USAGE, Flags, run_program
+    from models.cuda_env import CudaUnavailable
+
+    def body():
+        raise CudaUnavailable("--device cuda:0 needs CUDA, but this torch is a CPU-only build")
+
+    assert run_program(body, Flags()) == EXIT_USAGE
+    assert [r.getMessage() for r in caplog.records] == ["--device cuda:0 needs CUDA, but this torch is a CPU-only build"]

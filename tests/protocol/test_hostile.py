@@ -1,0 +1,57 @@
+"""A hostile peer on either side: every targeted attack is refused with its typed error, in bounded time, and
+the drafters go on serving; a seeded campaign of tampered messages of every type never crashes or hangs
+either side, and every decode that completes despite it gives ar's greedy output (timing.hostile)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from timing.hostile import ATTACKS, HARD_S, OUTCOMES, TYPES, Arena, Campaign
+
+
+@pytest.fixture(scope="module")
+def arena():
+    place = Arena()
+    yield place
+    place.close()
+
+
+def bounded(run, arena) -> None:
+    """Run an attack on a thread; re-raise what it raised; fail if it outlives HARD_S."""
+    box = {}
+
+    def body() -> None:
+        try:
+            run(arena)
+        except BaseException as e:  # handed to the test thread
+            box["error"] = e
+
+    worker = threading.Thread(target=body, daemon=True)
+    worker.start()
+    worker.join(HARD_S)
+    assert not worker.is_alive(), f"the attack still runs after {HARD_S} s"
+    if "error" in box:
+        raise box["error"]
+
+
+@pytest.mark.parametrize("case", ATTACKS, ids=[case.name for case in ATTACKS])
+def test_each_attack_is_refused_with_its_typed_error_and_the_drafters_serve_on(arena, case):
+    with pytest.raises(case.error, match=case.match):
+        bounded(case.run, arena)
+    assert arena.serving()
+
+
+def test_a_campaign_of_tampered_messages_never_crashes_hangs_or_changes_the_output():
+    campaign = Campaign(seed=0)
+    try:
+        result = campaign.run(300)
+    finally:
+        campaign.close()
+    assert result["tried"] == 300
+    assert (result["crashed"], result["hung"], result["wrong"]) == (0, 0, 0), result["examples"]
+    assert result["refused"] > 100 and result["accepted"] > 10  # both ways out were exercised
+    assert set(result["tampered_types"]) == {*TYPES, "injected"}  # every message type, and extra messages
+    assert sum(result[o] for o in OUTCOMES) + result["untouched"] == 300
+    assert result["untouched"] < 15

@@ -1,0 +1,857 @@
+"""python -m timing.hostile: a hostile peer against the real drafter and target code, and the drafter's memory
+under attack.
+
+    .venv/bin/python -m timing.hostile [--mutations 300] [--seed 0] [--memory]
+
+Campaign: a real DrafterServer (mock drafter) serves on a thread; each trial runs one greedy decode of the
+mock target through the real RemoteDrafter and Channel, with one message of the exchange mutated on its way
+(either direction, every message type, a seeded choice among the mutations below) or one extra message
+injected. A trial ends in one of: refused (a typed error: a protocol error, PeerDied, PeerTimeout or a
+usage error), accepted (the decode completed, the mutation was harmless: its output must equal ar's),
+wrong (it completed with another output), crashed (any other exception, or the server thread died) and
+hung (past a hard bound). With --memory, the drafter process's resident memory before and after a 512 MiB
+frame and eight Hellos of growing capacities. The last line of the output is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import torch
+import zmq
+
+from drafter_proc.server import DrafterServer
+from models.load import load
+from models.mock import EOS, MockModel, MockRunner
+from models.options import ModelOptions
+from models.tokenizers import MockTokenizer
+from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.decode import decode
+from pipeline.rules import SPECULATIVE
+from protocol.codec import encode
+from protocol.errors import (AccessDenied, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied, PeerError,
+                             PeerTimeout, ProtocolError, UnexpectedMessage)
+from protocol.limits import MAX_FRAME_BYTES
+from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
+from protocol.transport import Channel, EndpointError, Listener, private_ipc_endpoint
+from target_proc.client import RemoteDrafter
+from target_proc.target import Target
+
+VOCAB = ModelOptions().mock_vocab
+POOL = PoolConfig(topk=4, depth=3, expand=2)
+CAPACITY = 1024
+MAX_NEW = 16
+WAIT_S = 0.3  # the target's timeouts in a trial: a mock reply takes milliseconds
+HARD_S = 20.0  # a trial still running after this is hung
+OUTCOMES = ("refused", "accepted", "wrong", "crashed", "hung")
+TYPES = ("Hello", "Start", "Commit", "End", "Shutdown", "Ready", "PoolMsg")  # what a trial may mutate
+TO_DRAFTER = {"Hello", "Start", "Commit", "End", "Shutdown", "Error"}
+EXTREMES = [0, -1, 1, 2**31 - 1, 2**31, -2**31, 2**62, 2**63 - 1, -2**63, 2**64 - 1, math.nan, math.inf, -math.inf,
+            -0.0, 1e308, "", "x" * 60_000, "\x1b[2J\n", None, True, [], {}, b"\x00" * 10, [[[[[[1]]]]]]]
+
+
+# -- mutations: frames -> frames, each a seeded function of a random.Random ---------------------------------
+
+def _pick(frames, rng) -> int:
+    return rng.randrange(len(frames))
+
+
+def flip(frames, rng):
+    frames = list(frames)
+    i = _pick(frames, rng)
+    data = bytearray(frames[i] or b"\x00")
+    for _ in range(rng.randint(1, 8)):
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    frames[i] = bytes(data)
+    return frames
+
+
+def truncate(frames, rng):
+    frames = list(frames)
+    i = _pick(frames, rng)
+    frames[i] = frames[i][:rng.randrange(len(frames[i]) + 1)]
+    return frames
+
+
+def extend(frames, rng):
+    frames = list(frames)
+    i = _pick(frames, rng)
+    frames[i] += rng.randbytes(rng.randint(1, 64))
+    return frames
+
+
+def drop_frame(frames, rng):
+    frames = list(frames)
+    del frames[_pick(frames, rng)]
+    return frames or [b""]
+
+
+def duplicate_frame(frames, rng):
+    frames = list(frames)
+    i = _pick(frames, rng)
+    frames.insert(i, frames[i])
+    return frames
+
+
+def garbage(frames, rng):
+    return [rng.randbytes(rng.randint(0, 256)) for _ in range(rng.randint(1, 6))]
+
+
+def _edit_header(frames, rng, edit):
+    try:
+        header = msgpack.unpackb(frames[0], raw=False)
+        edit(header, rng)
+        return [msgpack.packb(header, use_bin_type=True), *frames[1:]]
+    except Exception:  # a header that no longer unpacks (or packs): fall back to flipping bits
+        return flip(frames, rng)
+
+
+def extreme_field(frames, rng):
+    def edit(header, rng):
+        names = list(header["f"]) or ["x"]
+        header["f"][rng.choice(names)] = rng.choice(EXTREMES)
+    return _edit_header(frames, rng, edit)
+
+
+def extreme_shape(frames, rng):
+    def edit(header, rng):
+        if header["a"]:
+            spec = rng.choice(header["a"])
+            spec[1] = [rng.choice([0, -1, 2**20 + 1, 2**31, 2**63 - 1, 2**64 - 1])]
+        else:
+            header["a"] = [["<i4", [2**31]]]
+    return _edit_header(frames, rng, edit)
+
+
+def other_kind(frames, rng):
+    def edit(header, rng):
+        header["k"] = rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 255, 2**63 - 1, "1", None])
+    return _edit_header(frames, rng, edit)
+
+
+def nest(frames, rng):
+    depth = rng.choice([5, 100, 1000, 1023])
+    return [b"\x91" * depth + frames[0], *frames[1:]]
+
+
+def oversize(frames, rng):
+    return [frames[0], bytes(MAX_FRAME_BYTES + 1), *frames[2:]]
+
+
+MUTATIONS = {f.__name__.replace("_", "-"): f for f in (flip, truncate, extend, drop_frame, duplicate_frame, garbage,
+                                                       extreme_field, extreme_shape, other_kind, nest, oversize)}
+EXTRA = ("inject", "replay")  # send the message, then another: a captured one of any type, or itself again
+
+
+# -- a channel that tampers with one message ----------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """Which message to tamper with, and how."""
+
+    type: str
+    occurrence: int
+    how: str
+    seed: int
+    injected: list[bytes] = field(default_factory=list)  # frames for "inject"
+    done: bool = False
+
+
+class TamperingChannel(Channel):
+    """The target's Channel, tampering with one message of either direction as its plan says; it records
+    every message's frames (for the captures)."""
+
+    plan: Plan | None = None
+    seen: Counter
+    log: list[tuple[str, list[bytes]]]
+    queued: list[list[bytes]]
+
+    def start(self, plan: Plan | None) -> TamperingChannel:
+        self.plan, self.seen, self.log, self.queued = plan, Counter(), [], []
+        return self
+
+    def _tamper(self, name: str, frames: list[bytes]) -> list[list[bytes]]:
+        """The frame sets to deliver in place of one message."""
+        self.log.append((name, frames))
+        self.seen[name] += 1
+        plan = self.plan
+        if plan is None or plan.done or name != plan.type or self.seen[name] != plan.occurrence + 1:
+            return [frames]
+        plan.done = True
+        rng = random.Random(plan.seed)
+        if plan.how == "replay":
+            return [frames, frames]
+        if plan.how == "inject":
+            return [frames, plan.injected]
+        return [MUTATIONS[plan.how](frames, rng)]
+
+    def send(self, msg) -> None:
+        for frames in self._tamper(type(msg).__name__, encode(msg)):
+            self.sock.send_multipart(frames, copy=True)
+
+    def pending(self) -> bool:
+        return bool(self.queued) or super().pending()
+
+    def recv_frames(self, timeout, setting, what):
+        if self.queued:
+            return self.queued.pop(0)
+        frames = super().recv_frames(timeout, setting, what)
+        try:
+            name = type(_peek(frames)).__name__
+        except ProtocolError:
+            name = "?"
+        first, *more = self._tamper(name, frames)
+        self.queued.extend(more)
+        return first
+
+
+def _peek(frames):
+    from protocol.codec import decode as decode_frames
+
+    return decode_frames(frames)
+
+
+# -- the campaign -------------------------------------------------------------------------------------------
+
+class Campaign:
+    """A persisting DrafterServer on a thread, and trials of a target against it."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.endpoint = private_ipc_endpoint()
+        self.fingerprint = MockTokenizer(VOCAB).fingerprint
+        self.target = Target(MockRunner(MockModel(VOCAB, 0), CAPACITY))
+        self.prompts = [[5, 17, 3], [9], [40, 2, 2, 61, 7], [11, 12]]
+        # ar's stream as far as a speculative decode may run past the limit (by up to a pool's depth)
+        self.reference = {tuple(p): decode(self.target, None, p, DecodeConfig("ar", 0.0, 1, MAX_NEW + POOL.depth),
+                                           frozenset({EOS}), None).tokens for p in self.prompts}
+        self.server_crashes = 0
+        self._serve()
+        self.captured = self._capture()
+
+    def _serve(self) -> None:
+        self.listener = Listener.bind(self.endpoint)
+        self.server = DrafterServer(self.listener, load(ModelOptions(model="mock"), "drafter"), persist=True)
+        self.thread = threading.Thread(target=self._run_server, daemon=True)
+        self.thread.start()
+
+    def _run_server(self) -> None:
+        try:
+            self.server.serve()
+        except BaseException as e:  # the campaign counts it; the server must never die of a message
+            self.server_error = e
+
+    def _capture(self) -> dict[str, list[bytes]]:
+        """One clean trial's frames of every message type (an Error made up: a clean run has none)."""
+        trial = self.trial(None)
+        assert trial[0] == "accepted", trial
+        frames = {name: f for name, f in reversed(self.last_log)}
+        frames["Error"] = encode(Error("stale", "commit for request 1 round 9, but the drafter expects round 2", 1))
+        return frames
+
+    def plan(self) -> Plan:
+        rng = self.rng
+        kind = rng.choice(TYPES)
+        occurrence = rng.randrange(3) if kind in ("Commit", "PoolMsg") else 0
+        how = rng.choice(list(MUTATIONS) + list(EXTRA))
+        if how == "oversize" and kind not in TO_DRAFTER:
+            how = "flip"  # incoming frames are tampered with past the socket, whose limit they never meet
+        plan = Plan(kind, occurrence, how, rng.randrange(2**32))
+        if how == "inject":
+            name = rng.choice(sorted(self.captured))
+            extra = self.captured[name]
+            plan.injected = MUTATIONS[rng.choice(list(MUTATIONS))](extra, rng) if rng.random() < 0.5 else extra
+        return plan
+
+    def trial(self, plan: Plan | None) -> tuple[str, str]:
+        """One decode with `plan`'s tampering -> (outcome, detail), bounded by HARD_S."""
+        box: dict[str, tuple[str, str]] = {}
+        worker = threading.Thread(target=lambda: box.setdefault("r", self._decode(plan)), daemon=True)
+        worker.start()
+        worker.join(HARD_S)
+        if worker.is_alive():
+            return "hung", f"still running after {HARD_S} s"
+        if not self.thread.is_alive():
+            self.server_crashes += 1
+            detail = repr(getattr(self, "server_error", None))
+            self.listener.close()
+            self._serve()  # for the trials left
+            return "crashed", f"drafter: {detail}"
+        self._wait_released()
+        return box["r"]
+
+    def _decode(self, plan: Plan | None) -> tuple[str, str]:
+        prompt = self.rng.choice(self.prompts)
+        decoder = self.rng.choice(SPECULATIVE)
+        channel = TamperingChannel.connect(self.endpoint, peer="drafter").start(plan)
+        try:
+            client = RemoteDrafter(channel, VOCAB, POOL, WAIT_S)
+            client.handshake("mock", self.fingerprint, CAPACITY, WAIT_S * 10)
+            result = decode(self.target, client, prompt, DecodeConfig(decoder, 0.0, 4, MAX_NEW), frozenset({EOS}),
+                            torch.Generator().manual_seed(0))
+            client.shutdown()
+            same = result.tokens == self.reference[tuple(prompt)][:len(result.tokens)]
+            return ("accepted", decoder) if same else ("wrong", f"{decoder} {prompt}: {result.tokens}")
+        except (ProtocolError, PeerDied, PeerTimeout, InputError) as e:
+            return "refused", type(e).__name__
+        except Exception as e:  # a bug: counted, not raised, so that the campaign goes on
+            return "crashed", f"target: {type(e).__name__}: {e}"
+        finally:
+            self.last_log = channel.log
+            channel.close(0.1)
+
+    def _wait_released(self) -> None:
+        """Wait until the server has let the last trial's target go (it closed, or shut its session)."""
+        deadline = time.monotonic() + 5.0
+        while self.server.peer is not None and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def run(self, mutations: int) -> dict:
+        counts, kinds, examples, types = Counter(), Counter(), {}, Counter()
+        for _ in range(mutations):
+            plan = self.plan()
+            types[plan.type] += 1
+            if plan.how == "inject":
+                types["injected"] += 1
+            outcome, detail = self.trial(plan)
+            if not plan.done:
+                outcome = "untouched"  # the decode ended before the message the plan named
+            counts[outcome] += 1
+            if outcome == "refused":
+                kinds[detail] += 1
+            elif outcome != "accepted":
+                examples.setdefault(outcome, f"{plan.type}#{plan.occurrence} {plan.how}: {detail}")
+            if outcome == "hung":
+                break  # its thread still holds the drafter
+        return {"tried": sum(counts.values()), **{o: counts[o] for o in OUTCOMES}, "untouched": counts["untouched"],
+                "refused_by_type": dict(kinds.most_common()), "examples": examples, "tampered_types": dict(types)}
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            stop = Channel.connect(self.endpoint, peer="drafter")
+            client = RemoteDrafter(stop, VOCAB, POOL, 5.0)
+            client.handshake("mock", self.fingerprint, CAPACITY, 5.0)
+            self.server.persist = False
+            client.shutdown()
+            self.thread.join(5.0)
+            stop.close()
+        self.listener.close()
+        shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
+
+
+# -- targeted attacks: each raises the typed error that refuses it, or returns when it was accepted ----------
+
+class Arena:
+    """Where targeted attacks run: a persisting DrafterServer in clear, one with CURVE (trusting only its own
+    key), and fresh endpoints for fake drafters; every endpoint in a private directory."""
+
+    def __init__(self) -> None:
+        from protocol.keys import key_dir, own_keys, trusted_keys
+        from protocol.transport import ServerKeys
+
+        self.fingerprint = MockTokenizer(VOCAB).fingerprint
+        self.folder = Path(private_ipc_endpoint()[len("ipc://"):]).parent
+        self.keys = key_dir(str(self.folder / "keys"))
+        self.own = own_keys(self.keys)
+        self.contexts: list = []
+        self.plain = self._server(f"ipc://{self.folder}/plain.sock", None)
+        trust = ServerKeys(self.own, lambda key: key in trusted_keys(self.keys))
+        self.curve = self._server(f"ipc://{self.folder}/curve.sock", trust)
+        self.fakes = 0
+
+    def _server(self, endpoint: str, keys) -> DrafterServer:
+        server = DrafterServer(Listener.bind(endpoint, keys), load(ModelOptions(model="mock"), "drafter"),
+                               persist=True)
+        server.endpoint = endpoint
+        server.thread = threading.Thread(target=server.serve, daemon=True)
+        server.thread.start()
+        return server
+
+    def target(self, endpoint: str | None = None, keys=None) -> Channel:
+        return Channel.connect(endpoint or self.plain.endpoint, peer="drafter", keys=keys)
+
+    def client(self, channel: Channel, pool: PoolConfig = POOL) -> RemoteDrafter:
+        return RemoteDrafter(channel, VOCAB, pool, 5.0)
+
+    def shake(self, channel: Channel, pool: PoolConfig = POOL) -> RemoteDrafter:
+        client = self.client(channel, pool)
+        client.handshake("mock", self.fingerprint, CAPACITY, 5.0)
+        return client
+
+    def fake(self, keys=None) -> tuple[zmq.Socket, str]:
+        """A bare ROUTER bound at a fresh endpoint, in clear or with CURVE `keys` (a Keypair)."""
+        self.fakes += 1
+        endpoint = f"ipc://{self.folder}/fake{self.fakes}.sock"
+        context = zmq.Context()
+        self.contexts.append(context)
+        sock = context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            sock.curve_server = True
+            sock.curve_publickey, sock.curve_secretkey = keys.public, keys.secret
+        sock.bind(endpoint)
+        return sock, endpoint
+
+    def serving(self) -> bool:
+        """Both servers alive, and the plain one answers a fresh target once the last has gone."""
+        for server in (self.plain, self.curve):
+            deadline = time.monotonic() + 5.0
+            while server.peer is not None and time.monotonic() < deadline:
+                time.sleep(0.002)
+        channel = self.target()
+        try:
+            return self.plain.thread.is_alive() and self.curve.thread.is_alive() and \
+                isinstance(self.shake(channel).channel, Channel)
+        except (ProtocolError, PeerDied, PeerTimeout):
+            return False
+        finally:
+            channel.close()
+
+    def close(self) -> None:
+        for server in (self.plain, self.curve):
+            server.persist = False
+            if server.thread.is_alive():
+                keys = None
+                if server is self.curve:
+                    from protocol.transport import ClientKeys
+
+                    keys = ClientKeys(self.own, self.own.public)
+                channel = self.target(server.endpoint, keys)
+                server.peer = None
+                self.shake(channel).shutdown()
+                server.thread.join(5.0)
+                channel.close()
+            server.listener.close()
+        for context in self.contexts:
+            context.destroy(0)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _raw(channel: Channel, frames: list[bytes]):
+    """Send crafted frames; the reply, an Error reply raised as PeerError."""
+    channel.sock.send_multipart(frames)
+    reply = channel.recv(5.0, "drafter_timeout", "reply")
+    if isinstance(reply, Error):
+        raise PeerError(reply.code, reply.message)
+    return reply
+
+
+def _answer(sock: zmq.Socket, *replies: list[bytes]) -> threading.Thread:
+    """On a thread: receive one message on a fake drafter, then send it each of `replies` (frames)."""
+    def run() -> None:
+        try:
+            if sock.poll(5000):
+                peer, *_ = sock.recv_multipart()
+                for frames in replies:
+                    sock.send_multipart([peer, *frames])
+        except zmq.ZMQError:  # the arena closed its fakes first: the attack was over
+            pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _ready(arena: Arena) -> list[bytes]:
+    return encode(Ready(PROTOCOL_VERSION, VOCAB, arena.fingerprint, "fake"))
+
+
+def _pool(seconds: float = 0.001, config: PoolConfig = POOL):
+    """A full pool of `config`'s shape for request 1 round 0, grown from the mock drafter's rows."""
+    from drafter_proc.drafter import Drafter
+    from protocol.messages import PoolMsg
+
+    drafter = Drafter(MockRunner(MockModel(VOCAB, 0, 1.0), CAPACITY), config)
+    pool, _ = drafter.start([5, 17, 3])
+    return PoolMsg(1, 0, seconds, pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp,
+                   pool.expanded)
+
+
+def nested_header_to_the_drafter(arena: Arena) -> None:
+    channel = arena.target()
+    try:
+        _raw(channel, [b"\x91" * 1000 + b"\xc0"])
+    finally:
+        channel.close()
+
+
+def nested_header_to_the_target(arena: Arena) -> None:
+    sock, endpoint = arena.fake()
+    _answer(sock, [b"\x91" * 1000 + b"\xc0"])
+    channel = arena.target(endpoint)
+    try:
+        arena.shake(channel)
+    finally:
+        channel.close()
+
+
+def oversized_frame_to_the_drafter(arena: Arena) -> None:
+    channel = arena.target()
+    try:
+        arena.shake(channel)
+        _raw(channel, [encode(Error("x", "y"))[0], bytes(64 << 20)])
+    finally:
+        channel.close()
+
+
+def oversized_frame_to_the_target(arena: Arena) -> None:
+    sock, endpoint = arena.fake()
+    _answer(sock, [_ready(arena)[0], bytes(64 << 20)])
+    channel = arena.target(endpoint)
+    try:
+        arena.shake(channel)
+    finally:
+        channel.close()
+
+
+def _hello_with(**change):
+    def attack(arena: Arena) -> None:
+        fields = dict(version=PROTOCOL_VERSION, vocab_size=VOCAB, fingerprint=arena.fingerprint, model="attacker",
+                      topk=4, depth=3, expand=2, capacity=256)
+        fields.update(change)
+        channel = arena.target()
+        try:
+            _raw(channel, encode(Hello(**fields)))
+        finally:
+            channel.close()
+    attack.__name__ = "hello_with_" + "_".join(f"{k}_{v}" for k, v in change.items())
+    return attack
+
+
+def squatter_in_clear(arena: Arena) -> None:
+    from protocol.transport import ClientKeys
+
+    sock, endpoint = arena.fake()
+    _answer(sock, _ready(arena))
+    channel = arena.target(endpoint, ClientKeys(arena.own, arena.own.public))
+    try:
+        arena.shake(channel)
+    finally:
+        channel.close()
+
+
+def squatter_with_other_keys(arena: Arena) -> None:
+    from protocol.keys import Keypair
+    from protocol.transport import ClientKeys
+
+    sock, endpoint = arena.fake(Keypair(*zmq.curve_keypair()))
+    _answer(sock, _ready(arena))
+    channel = arena.target(endpoint, ClientKeys(arena.own, arena.own.public))
+    try:
+        arena.shake(channel)
+    finally:
+        channel.close()
+
+
+def squatter_seen_by_the_launcher(arena: Arena) -> None:
+    from protocol.transport import endpoint_in_use
+
+    sock, endpoint = arena.fake()
+    if reason := endpoint_in_use(endpoint):
+        raise EndpointError(f"--endpoint {endpoint}: {reason}")
+
+
+def second_target(arena: Arena) -> None:
+    first, second = arena.target(), arena.target()
+    try:
+        arena.shake(first)
+        arena.shake(second)
+    finally:
+        first.close()
+        second.close()
+
+
+def unknown_key(arena: Arena) -> None:
+    from protocol.keys import Keypair
+    from protocol.transport import ClientKeys
+
+    channel = arena.target(arena.curve.endpoint, ClientKeys(Keypair(*zmq.curve_keypair()), arena.own.public))
+    try:
+        arena.shake(channel)
+    finally:
+        channel.close()
+
+
+def no_key_for_a_curve_drafter(arena: Arena) -> None:
+    channel = arena.target(arena.curve.endpoint)
+    try:
+        arena.shake(channel)
+    finally:
+        channel.close()
+
+
+def unsolicited_pool_before_start(arena: Arena) -> None:
+    sock, endpoint = arena.fake()
+    _answer(sock, _ready(arena), encode(_pool()))
+    channel = arena.target(endpoint)
+    try:
+        client = arena.shake(channel)
+        time.sleep(0.2)  # the unasked pool arrives
+        client.start([5, 17, 3])
+    finally:
+        channel.close()
+
+
+def end_for_another_request(arena: Arena) -> None:
+    from protocol.messages import Commit, End, PoolMsg, Start
+
+    channel = arena.target()
+    try:
+        arena.shake(channel)
+        assert isinstance(_raw(channel, encode(Start(1, np.array([5, 17, 3], np.int32)))), PoolMsg)
+        channel.send(End(7))
+        refusal = channel.recv(5.0, "drafter_timeout", "reply")
+        reply = _raw(channel, encode(Commit(1, 1, np.array([4], np.int32))))
+        assert isinstance(reply, PoolMsg) and reply.round == 1, reply  # request 1 is still open
+        if isinstance(refusal, Error):
+            raise PeerError(refusal.code, refusal.message)
+    finally:
+        channel.close()
+
+
+def shutdown_before_the_handshake(arena: Arena) -> None:
+    from protocol.messages import Shutdown
+
+    channel = arena.target()
+    try:
+        _raw(channel, encode(Shutdown()))
+    finally:
+        channel.close()
+
+
+def _fake_pool(pool_msg):
+    def attack(arena: Arena) -> None:
+        sock, endpoint = arena.fake()
+        channel = arena.target(endpoint)
+        try:
+            _answer(sock, _ready(arena))
+            client = arena.shake(channel)
+            _answer(sock, encode(pool_msg()))
+            client.start([5, 17, 3])
+            client.pool()
+        finally:
+            channel.close()
+    return attack
+
+
+def terminal_escapes_in_an_error(arena: Arena) -> None:
+    sock, endpoint = arena.fake()
+    _answer(sock, encode(Error("x\x1b[2J", "\x1b[31mred\nline")))
+    channel = arena.target(endpoint)
+    try:
+        arena.shake(channel)
+    finally:
+        channel.close()
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    run: object  # Callable[[Arena], None]
+    error: type  # the typed error that refuses it
+    match: str  # a regular expression its message matches
+
+
+ATTACKS = [
+    Attack("nested header to the drafter", nested_header_to_the_drafter, PeerError,
+           r"peer reported malformed: header nests 1000 levels deep"),
+    Attack("nested header to the target", nested_header_to_the_target, MalformedMessage,
+           r"header nests 1000 levels deep"),
+    Attack("64 MiB frame to the drafter", oversized_frame_to_the_drafter, PeerDied,
+           r"the drafter process closed its connection"),
+    Attack("64 MiB frame to the target", oversized_frame_to_the_target, PeerDied,
+           r"the drafter process closed its connection"),
+    Attack("Hello with capacity 2^63 - 1", _hello_with(capacity=2**63 - 1), PeerError,
+           rf"peer reported limit: `capacity` {2**63 - 1} is beyond the protocol's"),
+    Attack("Hello with topk and expand 2^62", _hello_with(topk=2**62, expand=2**62), PeerError,
+           rf"peer reported limit: a pool of `topk` {2**62}, `depth` 3 and `expand` {2**62} holds"),
+    Attack("Hello with depth 100000", _hello_with(depth=100_000), PeerError,
+           r"peer reported limit: `depth` 100000 is beyond the protocol's 64 pool levels"),
+    Attack("Hello with topk beyond the vocabulary", _hello_with(topk=100, expand=1), PeerError,
+           rf"peer reported limit: `topk` 100 is beyond the drafter's vocabulary of {VOCAB}"),
+    Attack("squatter in clear, target with the drafter's key", squatter_in_clear, AccessDenied,
+           r"the secure handshake with ipc://\S+ failed: the process there does not hold the secret key"),
+    Attack("squatter with its own keys", squatter_with_other_keys, AccessDenied,
+           r"the secure handshake with ipc://\S+ failed"),
+    Attack("squatter seen by the launcher", squatter_seen_by_the_launcher, EndpointError,
+           r"--endpoint ipc://\S+: another process listens on"),
+    Attack("second target", second_target, DrafterBusy, r"the drafter serves another target"),
+    Attack("unknown CURVE key", unknown_key, AccessDenied, r"refused this side's key: on its host, run "
+           r"launch/pair.sh keys --allow"),
+    Attack("no CURVE key for a CURVE drafter", no_key_for_a_curve_drafter, AccessDenied,
+           r"the process there expects CURVE keys \(name the drafter's public key with `drafter_key`\)"),
+    Attack("unsolicited pool before Start", unsolicited_pool_before_start, UnexpectedMessage,
+           r"the drafter sent a PoolMsg before this side's Start, unasked"),
+    Attack("End for another request", end_for_another_request, PeerError,
+           r"peer reported stale: end of request 7, but request 1 is open"),
+    Attack("Shutdown before the handshake", shutdown_before_the_handshake, PeerError,
+           r"peer reported unexpected: Shutdown before the handshake \(Hello\)"),
+    Attack("pool of another shape than the handshake's", _fake_pool(lambda: _pool(config=PoolConfig(4, 2, 2))),
+           InvalidPoolMessage, r"pool for round 0: 12 candidates on levels of \[4, 8\]; the handshake's pool"),
+    Attack("NaN timing in a pool", _fake_pool(lambda: _pool(seconds=math.nan)), MalformedMessage,
+           r"`seconds` must be a finite number >= 0, got nan"),
+    Attack("terminal escapes in an Error", terminal_escapes_in_an_error, PeerError,
+           r"peer reported x\\x1b\[2J: \\x1b\[31mred\\nline$"),
+]
+
+
+def attack(arena: Arena, case: Attack) -> tuple[str, str]:
+    """Run one attack -> (outcome, detail): refused when it raised its typed error, and the drafters still
+    serve; accepted when it returned; crashed or hung otherwise."""
+    box: dict[str, BaseException | None] = {}
+
+    def run() -> None:
+        try:
+            case.run(arena)
+            box["error"] = None
+        except BaseException as e:  # judged below
+            box["error"] = e
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(HARD_S)
+    if worker.is_alive():
+        return "hung", f"still running after {HARD_S} s"
+    error = box["error"]
+    if not arena.serving():
+        return "crashed", f"a drafter stopped serving ({error!r})"
+    if error is None:
+        return "accepted", "no error"
+    typed = isinstance(error, (ProtocolError, PeerDied, PeerTimeout, InputError))
+    if typed and isinstance(error, case.error) and re.search(case.match, str(error)):
+        return "refused", type(error).__name__
+    return ("refused" if typed else "crashed"), f"{type(error).__name__}: {error}"
+
+
+# -- the drafter's memory under attack ----------------------------------------------------------------------
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
+    """A mock drafter process's RSS (MiB) at rest, after an oversized frame, after `hellos` Hellos of growing
+    capacity; and whether it still served a handshake after each attack."""
+    endpoint = private_ipc_endpoint()
+    folder = Path(endpoint[len("ipc://"):]).parent
+    log = open(folder / "drafter.err", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "launch.drafter", "--model", "mock", "--endpoint", endpoint,
+                             "--persist", "--log-level", "WARNING"], stderr=log,
+                            cwd=Path(__file__).resolve().parents[1])
+    context = zmq.Context()
+    try:
+        _wait_bound(endpoint, proc)
+        out = {"rest_mib": rss_mib(proc.pid)}
+        attacker = _dealer(context, endpoint)
+        header = encode(Hello(PROTOCOL_VERSION, VOCAB, "x", "attacker", 4, 3, 2, 256))[0]
+        attacker.send_multipart([header, bytes(frame_mib << 20)], copy=False)
+        time.sleep(1.0)
+        attacker.close(0)
+        out[f"after_{frame_mib}_mib_frame_mib"] = rss_mib(proc.pid)
+        out["served_after_frame"] = _handshake(context, endpoint, [256])
+        out[f"after_{hellos}_hellos_mib"] = (_handshake(context, endpoint, [2 ** (13 + i) for i in range(hellos)])
+                                             and rss_mib(proc.pid))
+        out["alive"] = proc.poll() is None
+        return out
+    finally:
+        context.destroy(0)
+        proc.kill()
+        proc.wait()
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _dealer(context, endpoint: str):
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    return sock
+
+
+def _wait_bound(endpoint: str, proc) -> None:
+    path = endpoint[len("ipc://"):]
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the drafter did not start")
+        time.sleep(0.05)
+
+
+def _handshake(context, endpoint: str, capacities: list[int]) -> bool:
+    """Hellos of these capacities from one fresh target -> whether each got a Ready."""
+    from protocol.codec import decode as decode_frames
+
+    sock = _dealer(context, endpoint)
+    try:
+        fingerprint = MockTokenizer(VOCAB).fingerprint
+        for capacity in capacities:
+            sock.send_multipart(encode(Hello(PROTOCOL_VERSION, VOCAB, fingerprint, "mock", 4, 3, 2, capacity)))
+            if not sock.poll(30_000) or not isinstance(decode_frames(sock.recv_multipart()), Ready):
+                return False
+        return True
+    finally:
+        sock.close(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m timing.hostile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mutations", type=int, default=300, help="trials of the campaign (default: 300)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the campaign's choices (default: 0)")
+    parser.add_argument("--memory", action="store_true",
+                        help="also measure a drafter process's memory under a 512 MiB frame and eight Hellos")
+    ns = parser.parse_args(argv)
+    if ns.mutations < 0:
+        parser.error(f"--mutations must be >= 0, got {ns.mutations}")
+    torch.set_num_threads(1)
+    logging.disable(logging.CRITICAL)  # every refusal is logged by the side that refused it
+    t0 = time.perf_counter()
+    arena = Arena()
+    try:
+        targeted = {case.name: attack(arena, case) for case in ATTACKS}
+    finally:
+        arena.close()
+    campaign = Campaign(ns.seed)
+    try:
+        result = campaign.run(ns.mutations)
+    finally:
+        campaign.close()
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    print(f"targeted attacks: {len(targeted)}")
+    for name, (outcome, detail) in targeted.items():
+        print(f"  {outcome:<10}{name}: {detail}")
+    result["targeted"] = {"tried": len(targeted), **Counter(o for o, _ in targeted.values()),
+                          "cases": {name: outcome for name, (outcome, _) in targeted.items()}}
+    print(f"campaign: {result['tried']} tampered decodes in {result['seconds']} s (seed {ns.seed})")
+    for outcome in OUTCOMES + ("untouched",):
+        print(f"  {outcome:<10}{result[outcome]:>6}")
+    print("  refused with: " + ", ".join(f"{k} {v}" for k, v in result["refused_by_type"].items()))
+    for outcome, example in result["examples"].items():
+        print(f"  first {outcome}: {example}")
+    if ns.memory:
+        result["memory"] = memory_under_attack()
+        print("drafter RSS (MiB): " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                               for k, v in result["memory"].items()))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
