@@ -27,5 +27,8 @@ class LocalDrafter:
         pending, self._pending = self._pending, None
         return pending
 
+    def has_pool(self) -> bool:
+        return self._pending is not None  # grown in the caller's process: there as soon as asked for
+
     def end(self) -> None:
         self._pending = None

@@ -7,14 +7,19 @@ expected tokens per second:
     tokens(0) = 1                             cost(0) = plain
 
 p[k] is the chance that the tree node of rank k (rank: the order the rules select in, cumulative draft
-log-prob first) lies on the accepted path, a running estimate kept per decode: each verified rank moves
-it a step `rate` toward what the round showed, and every rank not verified in a round moves a smaller step
-`relax` back toward an optimistic prior, so that a decode that switched speculation off tries it again now
-and then. `front` is what a speculative round spends before its tree pass (the root pass and the wait for
-the drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass);
-all come from passes timed at start-up, then follow what rounds take. b = 0 rounds do not ask the drafter
-for a pool at all, so speculation switched off costs a plain round. Any tree is verified exactly, so the
-choice never changes the output's law.
+log-prob first) lies on the accepted path, estimated per decode from the rounds it verified: a prior worth
+two rounds (optimistic, so that a decode starts speculating) plus what the rounds showed, older rounds
+weighing less by `DECAY` a round. A rank no round verifies lately drifts back to the prior, so a decode that
+switched speculation off tries it again now and then, the less often the surer it was. Across the decodes
+of one setting (decoder, temperature, cap) the prior learns what earlier ones showed (Experience), so that
+a session whose speculation does not pay stops starting each decode with it, and tries it again now and
+then.
+
+`front` is what a speculative round spends before its tree pass (the root pass and the wait for the
+drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
+from passes timed at start-up, then follow what rounds take (costs outlive a decode: they are the
+device's). b = 0 rounds do not ask the drafter for a pool at all, so speculation switched off costs a plain
+round. Any tree is verified exactly, so the choice never changes the output's law.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-RATE = 0.25  # weight of a round's observation of a rank
-RELAX = 1 / 64  # per round, how far an unobserved rank drifts back to the prior
+PRIOR_WEIGHT = 2.0  # the prior counts as this many rounds
+DECAY = 1 / 64  # per round, the weight every earlier round loses
 COST_RATE = 0.2  # weight of a round's timing in the cost estimates
+EXPERIENCE = 8.0  # at most, the rounds' worth of earlier decodes in a decode's prior
 
 
 def candidate_sizes(cap: int) -> tuple[int, ...]:
@@ -61,34 +67,45 @@ class AutoBudget:
 
     costs: PassCosts
     cap: int
-    accept: np.ndarray = field(init=False)  # (cap,) p[k]
+    experience: Experience | None = None  # earlier decodes of the same setting, which the prior learns from
     sizes: tuple[int, ...] = field(init=False)
+    prior: np.ndarray = field(init=False)  # (cap,)
+    hits: np.ndarray = field(init=False)  # (cap,) decayed count of rounds whose rank-k node was accepted
+    seen: np.ndarray = field(init=False)  # (cap,) decayed count of rounds that verified a rank-k node
 
     def __post_init__(self) -> None:
-        self.accept = prior(self.cap)
         self.sizes = candidate_sizes(self.cap)
+        self.prior = prior(self.cap) if self.experience is None else self.experience.prior()
+        self.hits = np.zeros(self.cap)
+        self.seen = np.zeros(self.cap)
         missing = [b for b in self.sizes if b and b not in self.costs.tree]
         assert not missing, f"no tree pass cost for sizes {missing}"
+
+    @property
+    def accept(self) -> np.ndarray:
+        """(cap,) p[k]: the prior and the rounds, weighted by their counts."""
+        return (PRIOR_WEIGHT * self.prior + self.hits) / (PRIOR_WEIGHT + self.seen)
 
     def expected_tokens(self, b: int) -> float:
         return 1.0 + float(self.accept[:b].sum())
 
     def choose(self) -> int:
         """The candidate b of most expected tokens per second (the smaller b on a tie)."""
-        rates = [self.expected_tokens(b) / self.costs.round(b) for b in self.sizes]
+        accept = np.concatenate([[1.0], self.accept])  # tokens(b) = cumulative sum up to b
+        tokens = np.cumsum(accept)[list(self.sizes)]
+        rates = tokens / np.array([self.costs.round(b) for b in self.sizes])
         return self.sizes[int(np.argmax(rates))]
 
     def observe(self, on_path: np.ndarray, b: int, *, front: float | None = None, tree: float | None = None,
                 plain: float | None = None) -> None:
         """One round that ran at budget b: on_path (n,) bool, whether its tree's node of rank k was accepted
-        (n <= b: a tree may hold fewer nodes than its budget), and its timings (None: not run).
-
-        Ranks the round verified move toward what it showed; the others drift back toward the prior.
-        """
+        (n <= b: a tree may hold fewer nodes than its budget), and its timings (None: not run)."""
         n = len(on_path)
         assert n <= max(b, 1) and n <= self.cap, (n, b)
-        self.accept[:n] += RATE * (on_path - self.accept[:n])
-        self.accept[n:] += RELAX * (prior(self.cap)[n:] - self.accept[n:])
+        self.hits *= 1 - DECAY
+        self.seen *= 1 - DECAY
+        self.hits[:n] += on_path
+        self.seen[:n] += 1
         c = self.costs
         if front is not None:
             c.front += COST_RATE * (front - c.front)
@@ -96,6 +113,38 @@ class AutoBudget:
             c.tree[b] += COST_RATE * (tree - c.tree[b])
         if plain is not None:
             c.plain += COST_RATE * (plain - c.plain)
+
+
+@dataclass(slots=True)
+class Experience:
+    """What earlier decodes of one setting (decoder, temperature, cap) showed, for the next one's prior.
+
+    The prior of a decode is the optimistic prior and the earlier decodes' acceptance by rank, these weighing
+    at most EXPERIENCE rounds, so that a decode's own rounds soon outweigh them; their weight halves with
+    every decode that verified nothing, so a setting where speculation stopped paying tries it again.
+    """
+
+    cap: int
+    hits: np.ndarray = field(init=False)
+    seen: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hits = np.zeros(self.cap)
+        self.seen = np.zeros(self.cap)
+
+    def prior(self) -> np.ndarray:
+        weight = np.minimum(self.seen, EXPERIENCE)
+        shown = np.divide(self.hits, self.seen, out=np.zeros(self.cap), where=self.seen > 0)
+        return (PRIOR_WEIGHT * prior(self.cap) + weight * shown) / (PRIOR_WEIGHT + weight)
+
+    def learn(self, decode: AutoBudget) -> None:
+        """Fold a finished decode's estimates in (older decodes weigh half as much as it)."""
+        if not decode.seen.any():
+            self.hits *= 0.5
+            self.seen *= 0.5
+            return
+        self.hits = 0.5 * self.hits + decode.hits
+        self.seen = 0.5 * self.seen + decode.seen
 
 
 def ranks_on_path(cum: np.ndarray, depth: np.ndarray, index: np.ndarray, accepted: list[int]) -> np.ndarray:

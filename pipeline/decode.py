@@ -12,7 +12,7 @@ the drafter works followed by a tree pass beneath the drawn first token.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from pipeline.budget import AutoBudget, PassCosts, ranks_on_path
+from pipeline.budget import AutoBudget, Experience, PassCosts, ranks_on_path
 from pipeline.config import AUTO, DecodeConfig
 from pipeline.pool import ROOT, Pool
 from pipeline.rules import RULES, RootDraw, Rule
@@ -31,11 +31,11 @@ from pipeline.verify import RowDraws, draw, traverse
 class TargetRunner(Protocol):
     device: torch.device
 
-    def prefill(self, tokens: Sequence[int], overlapped: bool = False) -> None:
+    def prefill(self, tokens: Sequence[int], overlapped: bool | Callable[[], bool] = False) -> None:
         """Write the KV of the committed context except its last token (the first root).
 
         overlapped (here and in root_pass): the drafter works during this pass, so a CPU runner leaves
-        it its share of the cores.
+        it its share of the cores; here also a check of whether the drafter still works.
         """
 
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
@@ -64,6 +64,9 @@ class DrafterClient(Protocol):
 
     def pool(self) -> tuple[Pool, float]:
         """Wait for the current round's pool -> (pool, drafter's seconds spent growing it)."""
+
+    def has_pool(self) -> bool:
+        """Whether the current round's pool has arrived (without waiting)."""
 
     def end(self) -> None:
         """End the request; the drafter drops its state."""
@@ -140,11 +143,12 @@ class _Step:
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
            eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False,
-           costs: PassCosts | None = None) -> DecodeResult:
+           costs: PassCosts | None = None, experience: Experience | None = None) -> DecodeResult:
     """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`.
 
     Each round's budget is config.budget, or with budget "auto" the choice of pipeline.budget from `costs`
-    (this device's pass costs, which rounds refresh). A round of budget 0 is plain decoding: it neither
+    (this device's pass costs, which rounds refresh) and `experience` (what earlier decodes of the setting
+    showed, which this one adds to). A round of budget 0 is plain decoding: it neither
     asks the drafter for a pool nor waits for one; the drafter learns its tokens with the next pool it grows.
 
     Phases that produce tokens end in a host read, so their host times include their device work. The
@@ -158,7 +162,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         raise ValueError(f"decoder {rule.name!r} needs a drafter")
     if config.budget == AUTO and rule.select is not None and costs is None:
         raise ValueError("budget auto needs the pass costs of this device")
-    auto = AutoBudget(costs, config.budget_max) if config.budget == AUTO and rule.select is not None else None
+    auto = AutoBudget(costs, config.budget_max, experience) if config.budget == AUTO and rule.select else None
     rounds = _Rounds(target, drafter, rule, config, generator)
     choose = (lambda: 0) if rule.select is None else auto.choose if auto else (lambda: config.budget)
     history = [int(t) for t in prompt]  # the committed context
@@ -169,9 +173,9 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     t_start = time.perf_counter()
     budget = choose()
     if budget:
-        drafter.start(history)  # the drafter's prefill overlaps the target's
+        drafter.start(history)  # the drafter's prefill overlaps the target's, until its first pool is there
         told = len(history)
-    target.prefill(history[:-1], overlapped=budget > 0)
+    target.prefill(history[:-1], overlapped=(lambda: not drafter.has_pool()) if budget else False)
     target.synchronize()
     prefill_seconds = time.perf_counter() - t_start
     while True:
@@ -201,6 +205,8 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     seconds = time.perf_counter() - t_start
     if told:
         drafter.end()
+    if auto is not None and experience is not None:
+        experience.learn(auto)
     # The last round is verified whole (the seed's protocol); the output stops at the limit, as generate's
     # max_new_tokens and every serving API do.
     limit = config.max_new_tokens
@@ -214,7 +220,9 @@ def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float]
         auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
     else:
         front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
-        auto.observe(step.on_path, budget, front=front, tree=times.get("tree"))
+        on_path = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
+        on_path[: len(step.on_path)] = step.on_path     # a budget buys them only when the pool has them
+        auto.observe(on_path, budget, front=front, tree=times.get("tree"))
 
 
 class _Rounds:

@@ -94,6 +94,9 @@ class RemoteDrafter:
             raise
         return pool, msg.seconds
 
+    def has_pool(self) -> bool:
+        return self.channel.pending()
+
     def end(self) -> None:
         self.channel.send(End(self.request))
 

@@ -10,7 +10,7 @@ import torch
 
 from models.load import load
 from models.options import ModelOptions
-from pipeline.budget import PassCosts
+from pipeline.budget import Experience, PassCosts
 from pipeline.config import AUTO, DecodeConfig, InputError, PoolConfig, stream_seed
 from pipeline.rules import RULES
 from target_proc import costs
@@ -37,6 +37,7 @@ class Session:
         self.models = models or {}  # "target" and "drafter": model, revision, dtype, device (provenance)
         self._measured: dict[int, dict] = {}  # budget cap -> this device's pass times (target_proc.costs)
         self._costs: dict[tuple[str, int], PassCosts] = {}  # (decoder, cap) -> costs that rounds refresh
+        self._experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap) -> earlier decodes
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
                sync_phases: bool = False) -> DecodeResult:
@@ -50,16 +51,18 @@ class Session:
         generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
         threads = torch.get_num_threads()
         try:
-            costs = self.pass_costs(config.decoder, config.budget_max) if config.budget == AUTO else None
+            costs = experience = None
+            if config.budget == AUTO and RULES[config.decoder].select is not None:
+                costs = self.pass_costs(config.decoder, config.budget_max)
+                key = (config.decoder, config.temperature, config.budget_max)
+                experience = self._experience.setdefault(key, Experience(config.budget_max))
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
-                          sync_phases=sync_phases, costs=costs)
+                          sync_phases=sync_phases, costs=costs, experience=experience)
         finally:
             torch.set_num_threads(threads)
 
-    def pass_costs(self, decoder: str, cap: int) -> PassCosts | None:
+    def pass_costs(self, decoder: str, cap: int) -> PassCosts:
         """The costs budget auto starts from: timed once per cap, then refreshed by each decode's rounds."""
-        if RULES[decoder].select is None:
-            return None
         if cap not in self._measured:
             self._measured[cap] = costs.measure(self.target, cap)
         if (decoder, cap) not in self._costs:

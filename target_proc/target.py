@@ -7,7 +7,7 @@ the slots right after the root, so the layout holds again with P grown by 1 + ac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -15,6 +15,10 @@ import torch
 from models.passes import prefill
 from pipeline.config import CapacityError
 from pipeline.tree import Tree, ancestor_matrix
+
+
+SHARED_CHUNK = 128  # prefill tokens per pass while the drafter may still be working: how soon the target
+#                    notices it is done and takes every core
 
 
 class Target:
@@ -30,12 +34,17 @@ class Target:
     def capacity(self) -> int:
         return self.runner.capacity
 
-    def prefill(self, tokens: Sequence[int], overlapped: bool = False) -> None:
-        self._use_threads(overlapped)
+    def prefill(self, tokens: Sequence[int], overlapped: bool | Callable[[], bool] = False) -> None:
+        """overlapped: whether the drafter works meanwhile, or a check of whether it still does; with a
+        check, the prefill goes in short chunks and takes every core once the drafter is done."""
         self._check(len(tokens) + 1)
         self.prefix = 0
         if len(tokens):
-            prefill(self.runner, tokens, 0)
+            if callable(overlapped):
+                prefill(self.runner, tokens, 0, SHARED_CHUNK, lambda: self._use_threads(overlapped()))
+            else:
+                self._use_threads(overlapped)
+                prefill(self.runner, tokens, 0)
         self.prefix = len(tokens)
 
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:

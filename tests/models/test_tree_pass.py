@@ -185,3 +185,20 @@ def test_target_takes_every_core_only_while_the_drafter_waits(monkeypatch):
     assert calls[-1] == 2
     target.root_pass(4, overlapped=True)
     assert calls[-1] == 1
+
+
+def test_an_overlapped_prefill_takes_every_core_once_the_drafter_is_done(tiny_model, monkeypatch):
+    """While the check says the drafter works, prefill chunks run on the target's overlapped threads; after
+    it says the drafter is done, on all of them; and the rows are those of a plain prefill."""
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: -1)  # every switch is recorded
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(1, VOCAB, 300).tolist()
+    busy = iter([True, True, False, False, False])
+    shared = Target(HFRunner(tiny_model, 512), threads=(1, 2))
+    shared.prefill(prompt[:-1], overlapped=lambda: next(busy))
+    assert calls == [1, 1, 2]  # 299 tokens: three chunks of at most 128
+    plain = Target(HFRunner(tiny_model, 512))
+    plain.prefill(prompt[:-1])
+    assert (shared.root_pass(prompt[-1]) - plain.root_pass(prompt[-1])).abs().max() < TOL

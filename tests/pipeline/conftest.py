@@ -110,7 +110,7 @@ class PrefixTarget:
         row[self.next_token.get(tuple(address), self.default)] = 0.0
         return row
 
-    def prefill(self, tokens: Sequence[int], overlapped: bool = False) -> None:
+    def prefill(self, tokens: Sequence[int], overlapped=False) -> None:
         self.context = [int(t) for t in tokens]
         self.root, self.tree = None, None
 
@@ -160,6 +160,9 @@ class FixedPoolDrafter:
 
     def pool(self) -> tuple[Pool, float]:
         return self._pool, 0.0
+
+    def has_pool(self) -> bool:
+        return True
 
     def end(self) -> None:
         self.ended += 1

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.budget import AutoBudget, PassCosts, candidate_sizes, prior, ranks_on_path
+from pipeline.budget import DECAY, EXPERIENCE, PRIOR_WEIGHT, AutoBudget, Experience, PassCosts, candidate_sizes, prior, ranks_on_path
 from pipeline.config import DecodeConfig, PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
@@ -41,7 +41,7 @@ def test_the_prior_makes_a_decode_start_speculating():
 ])
 def test_the_choice_maximises_expected_tokens_per_second(accept, want):
     auto = AutoBudget(costs(), 59)
-    auto.accept[:] = accept
+    auto.prior[:] = accept  # no round seen yet: the estimate is the prior
     rates = {b: auto.expected_tokens(b) / auto.costs.round(b) for b in auto.sizes}
     assert auto.choose() == want == max(rates, key=rates.get)
 
@@ -50,21 +50,26 @@ def test_a_slow_drafter_switches_speculation_off():
     # 100 ms before every tree pass: 8 nodes at 0.3 each give 3.4 tokens in 160 ms (21/s); plain rounds
     # give 25/s. With acceptance 0.9 the same round gives 8.2 tokens (51/s) and speculation stays on.
     auto = AutoBudget(costs(plain=40, front=100), 8)
-    auto.accept[:] = 0.3
+    auto.prior[:] = 0.3
     assert auto.choose() == 0
-    auto.accept[:] = 0.9
+    auto.prior[:] = 0.9
     assert auto.choose() == 8
 
 
 def test_observed_ranks_move_toward_the_round_and_unobserved_ones_back_to_the_prior():
     auto = AutoBudget(costs(), 8)
-    auto.accept[:] = 0.5
+    auto.prior[:] = 0.5
     auto.observe(np.array([True, False]), 2, front=0.05, tree=0.043)
-    assert auto.accept[0] == pytest.approx(0.5 + 0.25 * 0.5) and auto.accept[1] == pytest.approx(0.5 - 0.25 * 0.5)
-    assert auto.accept[2] == pytest.approx(0.5 + (prior(8)[2] - 0.5) / 64)
+    # The prior weighs as PRIOR_WEIGHT (two) rounds: after one round, each verified rank is a third of the
+    # way to what it showed.
+    assert PRIOR_WEIGHT == 2
+    assert auto.accept[:3].tolist() == pytest.approx([2 / 3, 1 / 3, 0.5])
+    for _ in range(40):  # forty rounds that verify nothing: the weight of that round fades
+        auto.observe(np.zeros(0, bool), 0, plain=0.04)
+    weight = (1 - DECAY) ** 40
+    assert auto.accept[0] == pytest.approx((1 + weight) / (2 + weight)) and 0.5 < auto.accept[0] < 2 / 3
     assert auto.costs.front == pytest.approx(0.045 + 0.2 * 0.005) and auto.costs.tree[2] == pytest.approx(0.043)
-    auto.observe(np.zeros(0, bool), 0, plain=0.05)
-    assert auto.costs.plain == pytest.approx(0.04 + 0.2 * 0.01)
+    assert auto.costs.plain == pytest.approx(0.04)
 
 
 def test_a_decode_that_stopped_speculating_tries_again():
@@ -80,6 +85,38 @@ def test_a_decode_that_stopped_speculating_tries_again():
         auto.observe(np.zeros(0, bool), 0, plain=0.04)
         rounds_off += 1
     assert 5 < rounds_off < 200
+
+
+def test_a_session_prior_learns_from_earlier_decodes_and_forgets_when_they_show_nothing():
+    experience = Experience(8)
+    assert experience.prior().tolist() == pytest.approx(prior(8).tolist())
+    first = AutoBudget(costs(), 8, experience)
+    for _ in range(100):  # a decode whose trees never get past the drawn token
+        first.observe(np.zeros(8, bool), 8, front=0.045, tree=0.06)
+    experience.learn(first)
+    # The earlier decode weighs EXPERIENCE rounds at most: the next decode's own rounds soon outweigh it.
+    want = PRIOR_WEIGHT * prior(8) / (PRIOR_WEIGHT + EXPERIENCE)
+    assert experience.prior().tolist() == pytest.approx(want.tolist())
+    second = AutoBudget(costs(), 8, experience)
+    assert second.choose() == 0  # a session whose speculation did not pay starts the next decode without it
+    # Decodes that verify nothing halve what the earlier ones showed: the prior goes back toward the
+    # optimistic one, and speculation is tried again.
+    tries = 0
+    while AutoBudget(costs(), 8, experience).choose() == 0:
+        experience.learn(AutoBudget(costs(), 8, experience))
+        tries += 1
+    assert 0 < tries < 20
+
+
+def test_decode_teaches_the_session_prior(mock_pair, greedy):
+    pair = mock_pair(64, 4, 1.0, PoolConfig(topk=4, depth=4, expand=2))
+    experience = Experience(8)
+    config = DecodeConfig("root-draw", 0.0, "auto", 30, 0, 8)
+    result = decode(pair.target, pair.drafter, [3, 4, 5], config, frozenset(), None, costs=costs(),
+                    experience=experience)
+    assert result.tokens == greedy(pair.target_model, [3, 4, 5], 30)
+    verified = sum(r.budget > 0 for r in result.rounds)
+    assert verified and experience.seen[0] == pytest.approx(sum((1 - DECAY) ** i for i in range(verified)))
 
 
 def test_ranks_follow_the_selection_order():
@@ -120,6 +157,9 @@ class CountingDrafter:
 
     def pool(self):
         return self.inner.pool()
+
+    def has_pool(self):
+        return self.inner.has_pool()
 
     def end(self):
         self.inner.end()
