@@ -47,7 +47,7 @@ class PromptOptions:
     limit_prompts: int = field(default=0, metadata={
         "help": "0 runs every prompt; N runs N prompts drawn evenly across categories under --seed"})
     turns: str = field(default="first", metadata={
-        "help": "first: each question's first turn (the seed's protocol); all: every turn of multi-turn "
+        "help": "first: each question's first turn (the paper's protocol); all: every turn of multi-turn "
                 "questions, each answered in context of the earlier turns and this decoder's own answers",
         "metavar": "first|all"})
 
@@ -133,7 +133,7 @@ class SweepOptions:
     warmup: int = field(default=2, metadata={
         "help": "prompts whose every combination is decoded first, untimed in reports"})
     speed_tokens: str = field(default="round", metadata={
-        "help": "tokens a speed counts. round: the seed's rule, up to the first end-of-sequence token with the "
+        "help": "tokens a speed counts. round: the paper's rule, up to the first end-of-sequence token with the "
                 "last round whole; output: only the output a user receives (at most --max-new-tokens)",
         "metavar": "round|output"})
 

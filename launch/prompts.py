@@ -163,7 +163,7 @@ def gather(options, seed: int) -> list[Prompt]:
     chosen = stratified_subset(prompts, options.limit_prompts, seed)
     skipped = sum(len(p.later) for p in chosen)
     if options.turns == "first" and skipped:
-        log.warning("%d later turns of %d multi-turn questions are skipped (the seed's protocol: first turns "
+        log.warning("%d later turns of %d multi-turn questions are skipped (the paper's protocol: first turns "
                     "only); `turns` all runs them", skipped, sum(bool(p.later) for p in chosen))
         chosen = [dataclasses.replace(p, later=()) for p in chosen]
     return chosen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -10,17 +10,13 @@ import torch
 PREFILL_CHUNK = 512  # committed tokens per pass; bounds a pass's (tokens, context) mask
 
 
-def prefill(runner, tokens: Sequence[int], start: int, chunk_size: int = PREFILL_CHUNK,
-            before_chunk: Callable[[], None] | None = None) -> torch.Tensor:
+def prefill(runner, tokens: Sequence[int], start: int) -> torch.Tensor:
     """Write the K/V of `tokens` at slots and positions start, start + 1, ... in causal chunks, each chunk
-    seeing the slots before it -> (V,) logits of the last token. `tokens` must not be empty; `before_chunk`
-    runs before each chunk (the target adjusts its threads there)."""
+    seeing the slots before it -> (V,) logits of the last token. `tokens` must not be empty."""
     tokens = np.asarray(tokens, np.int64)
     assert len(tokens) > 0, "nothing to prefill"
-    for offset in range(0, len(tokens), chunk_size):
-        if before_chunk is not None:
-            before_chunk()
-        chunk = tokens[offset: offset + chunk_size]
+    for offset in range(0, len(tokens), PREFILL_CHUNK):
+        chunk = tokens[offset: offset + PREFILL_CHUNK]
         slots = start + offset + np.arange(len(chunk))
         causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
         row = runner.forward(chunk, slots, slots, start + offset, slots, causal, last_only=True)

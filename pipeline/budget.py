@@ -9,11 +9,11 @@ expected tokens per second:
 p[k] is the chance that the tree node of rank k (rank: the order the rules select in, cumulative draft
 log-prob first) lies on the accepted path, estimated per decode from the rounds it verified: a prior worth
 two rounds (optimistic, so that a decode starts speculating) plus what the rounds showed, older rounds
-weighing less by `DECAY` a round. A rank no round verifies lately drifts back to the prior, so a decode that
-switched speculation off tries it again now and then, the less often the surer it was. Across the decodes
-of one setting (decoder, temperature, cap) the prior learns what earlier ones showed (Experience), so that
-a session whose speculation does not pay stops starting each decode with it, and tries it again now and
-then.
+weighing less by `DECAY` a round. Across the decodes of one setting (decoder, temperature, cap) the
+prior learns what earlier ones showed (Experience), so that a session whose speculation does not pay stops
+starting each decode with it. Every round, the rounds seen so far and a learnt prior both drift back
+toward the optimistic prior, so a decode that switched speculation off, or started without it, tries it
+again now and then, the less often the surer it was.
 
 `front` is what a speculative round spends before its tree pass (the root pass and the wait for the
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
@@ -24,7 +24,7 @@ round. Any tree is verified exactly, so the choice never changes the output's la
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 
@@ -67,15 +67,15 @@ class AutoBudget:
 
     costs: PassCosts
     cap: int
-    experience: Experience | None = None  # earlier decodes of the same setting, which the prior learns from
+    experience: InitVar[Experience | None] = None  # earlier decodes of the setting, for the prior
     sizes: tuple[int, ...] = field(init=False)
     prior: np.ndarray = field(init=False)  # (cap,)
     hits: np.ndarray = field(init=False)  # (cap,) decayed count of rounds whose rank-k node was accepted
     seen: np.ndarray = field(init=False)  # (cap,) decayed count of rounds that verified a rank-k node
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, experience: Experience | None) -> None:
         self.sizes = candidate_sizes(self.cap)
-        self.prior = prior(self.cap) if self.experience is None else self.experience.prior()
+        self.prior = prior(self.cap) if experience is None else experience.prior()
         self.hits = np.zeros(self.cap)
         self.seen = np.zeros(self.cap)
         missing = [b for b in self.sizes if b and b not in self.costs.tree]
@@ -91,9 +91,7 @@ class AutoBudget:
 
     def choose(self) -> int:
         """The candidate b of most expected tokens per second (the smaller b on a tie)."""
-        accept = np.concatenate([[1.0], self.accept])  # tokens(b) = cumulative sum up to b
-        tokens = np.cumsum(accept)[list(self.sizes)]
-        rates = tokens / np.array([self.costs.round(b) for b in self.sizes])
+        rates = [self.expected_tokens(b) / self.costs.round(b) for b in self.sizes]
         return self.sizes[int(np.argmax(rates))]
 
     def observe(self, on_path: np.ndarray, b: int, *, front: float | None = None, tree: float | None = None,
@@ -104,6 +102,7 @@ class AutoBudget:
         assert n <= max(b, 1) and n <= self.cap, (n, b)
         self.hits *= 1 - DECAY
         self.seen *= 1 - DECAY
+        self.prior += DECAY * (prior(self.cap) - self.prior)
         self.hits[:n] += on_path
         self.seen[:n] += 1
         c = self.costs
@@ -120,8 +119,8 @@ class Experience:
     """What earlier decodes of one setting (decoder, temperature, cap) showed, for the next one's prior.
 
     The prior of a decode is the optimistic prior and the earlier decodes' acceptance by rank, these weighing
-    at most EXPERIENCE rounds, so that a decode's own rounds soon outweigh them; their weight halves with
-    every decode that verified nothing, so a setting where speculation stopped paying tries it again.
+    at most EXPERIENCE rounds, so that a decode's own rounds soon outweigh them. Their counts halve with
+    every decode that verified nothing, so their weight falls once they count fewer than EXPERIENCE rounds.
     """
 
     cap: int

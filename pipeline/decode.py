@@ -106,7 +106,7 @@ class DecodeResult:
 
     @property
     def round_tokens(self) -> int:
-        """Tokens up to the first end-of-sequence token with the last round whole (the seed's count)."""
+        """Tokens up to the first end-of-sequence token with the last round whole (the paper's count)."""
         return len(self.tokens) + self.overshoot
 
     @property
@@ -207,7 +207,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         drafter.end()
     if auto is not None and experience is not None:
         experience.learn(auto)
-    # The last round is verified whole (the seed's protocol); the output stops at the limit, as generate's
+    # The last round is verified whole (the paper's protocol); the output stops at the limit, as generate's
     # max_new_tokens and every serving API do.
     limit = config.max_new_tokens
     return DecodeResult(out[:limit], log, passes, seconds, len(out) >= limit and (stop is None or len(out) > limit),

@@ -12,7 +12,7 @@ from pipeline.rules import RULES
 from pipeline.tree import Tree
 from target_proc.target import Target
 
-CONTEXT = 64  # scratch tokens before the timed passes
+CONTEXT = 64  # scratch tokens before the timed passes (fewer where the cache is smaller)
 
 
 def chain_tree(n: int) -> Tree:
@@ -35,7 +35,7 @@ def timed(fn, reps: int) -> float:
 def measure(target: Target, cap: int, reps: int = 3) -> dict:
     """Seconds of a plain pass, a root pass beside the drafter, and tree passes of every candidate size,
     without (root-pass rules) and with (draft) the root's row. Leaves the cache to the next prefill."""
-    tokens = list(range(1, CONTEXT + 1))
+    tokens = list(range(1, max(1, min(CONTEXT, target.capacity - 1 - cap)) + 1))  # room for the largest tree
     target.prefill(tokens)
     read = lambda logits: float(logits.reshape(-1)[0])  # noqa: E731  (a host read: the pass is done)
     sizes = [b for b in candidate_sizes(cap) if b]

@@ -5,7 +5,7 @@ every decoder's speed and every gain rests on the same prompts; a prompt's token
 over its turns and seeds, so the prompt stays the unit that the bootstrap resamples. A decode run's table,
 the Python API and the timing report all summarise records here.
 
-Tokens counted for speed: "output" counts what the user receives (at most the limit); "round" is the seed's
+Tokens counted for speed: "output" counts what the user receives (at most the limit); "round" is the paper's
 rule, tokens up to the first end-of-sequence token with the last round whole (the output plus `overshoot`).
 """
 

@@ -36,15 +36,18 @@ class Target:
 
     def prefill(self, tokens: Sequence[int], overlapped: bool | Callable[[], bool] = False) -> None:
         """overlapped: whether the drafter works meanwhile, or a check of whether it still does; with a
-        check, the prefill goes in short chunks and takes every core once the drafter is done."""
+        check (on the CPU), the prefill goes in short chunks while it does and takes every core after."""
         self._check(len(tokens) + 1)
-        self.prefix = 0
-        if len(tokens):
-            if callable(overlapped):
-                prefill(self.runner, tokens, 0, SHARED_CHUNK, lambda: self._use_threads(overlapped()))
-            else:
-                self._use_threads(overlapped)
-                prefill(self.runner, tokens, 0)
+        self.prefix = done = 0
+        if callable(overlapped) and self.threads is not None:  # threads matter on the CPU only
+            while done < len(tokens) and overlapped():
+                self._use_threads(True)
+                chunk = tokens[done: done + SHARED_CHUNK]
+                prefill(self.runner, chunk, done)
+                done += len(chunk)
+        if done < len(tokens):
+            self._use_threads(overlapped is True)
+            prefill(self.runner, tokens[done:], done)
         self.prefix = len(tokens)
 
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:

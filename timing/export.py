@@ -9,7 +9,7 @@ its `evaluation/speed.py` (`speed`, `get_single_speedup`) reads:
                   "accept_lengths": [tokens per round, bonus included, all turns in order]}]}
 
 A choice is one sampling seed (index 0 the first). `new_tokens` counts tokens as the sweep's
-`speed_tokens` rule does (by default the seed's: the last round whole, as Spec-Bench's own speculative
+`speed_tokens` rule does (by default the paper's: the last round whole, as Spec-Bench's own speculative
 methods count them); `wall_time` is the decode's time from the start of the prefill to the last commit.
 Question ids are the trailing integer of the prompt id (spec-bench/81 -> 81, humaneval/HumanEval/7 -> 7).
 """

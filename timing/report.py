@@ -88,7 +88,7 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings:
     models, pool, sweep = config["models"], config["pool"], config["sweep"]
     drafter = models["drafter"]["model"] if models.get("drafter") else "(not recorded)"
     warmups = sum(r["warmup"] for r in records)
-    counted = {"round": "tokens up to the first end-of-sequence token with the last round whole (the seed's "
+    counted = {"round": "tokens up to the first end-of-sequence token with the last round whole (the paper's "
                         "rule; outputs themselves stop at the limit)",
                "output": "output tokens (at most the limit)"}[sweep.get("speed_tokens", "round")]
     lines = [

@@ -229,7 +229,7 @@ SECTIONS = (("environment", environment), ("gpu tests", gpu_tests), ("parity", p
 # -- goals, running, main ---------------------------------------------------------------------------
 
 def goals(report: dict) -> list[dict]:
-    """The figures held against the issue's goals; a missed goal is reported, not a failure."""
+    """The figures held against the runtime's targets; a missed target is reported, not a failure."""
     out = []
     for name, table in report["sections"].get("latency", {}).items():
         root = table.get(1) if isinstance(table, dict) else None

@@ -51,7 +51,7 @@ def test_max_new_tokens_respected(decoder, mock_pair):
 
 def test_an_end_of_sequence_token_beyond_the_limit_is_cut_with_the_rest(prefix_target, fixed_pool_drafter):
     # The round accepts a, EOS (and b): with a limit of 1 the output is [a], cut by the limit, and the
-    # seed's count (the round whole, up to its end-of-sequence token) is 2.
+    # paper's count (the round whole, up to its end-of-sequence token) is 2.
     target = prefix_target({(C,): A, (C, A): EOS, (C, A, EOS): B, (C, A, EOS, B): B}, 4)
     result = decode(target, fixed_pool_drafter(chain_pool()), [C], DecodeConfig("draft", 0.0, 3, 1),
                     frozenset({EOS}), None)
