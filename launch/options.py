@@ -81,7 +81,7 @@ class RunOptions:
     """Decoding"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("temperature", "budget", "budget_max", "max_new_tokens", "seed"),
+        "embed": ("temperature", "budget", "budget_max", "budget_prior", "max_new_tokens", "seed"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompt", "prompts", "categories", "limit_prompts", "turns")})
@@ -111,7 +111,7 @@ class SweepOptions:
     """Sweep"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("max_new_tokens", "seed", "budget_max"),
+        "embed": ("max_new_tokens", "seed", "budget_max", "budget_prior"),
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompts", "categories", "limit_prompts", "turns")})

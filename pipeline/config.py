@@ -41,6 +41,7 @@ def check_int(name: str, value, low: int) -> int:
 
 
 AUTO = "auto"  # the budget chosen each round (pipeline.budget)
+BUDGET_PRIORS = ("session", "decode")  # where auto's prior comes from
 
 
 def check_budget(name: str, value) -> int | str:
@@ -111,6 +112,10 @@ class DecodeConfig:
     seed: int = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
     budget_max: int = field(default=59, metadata={"help": "the largest tree budget auto may choose",
                                                   "metavar": "B"})
+    budget_prior: str = field(default="session", metadata={
+        "help": "where auto's acceptance prior comes from. session: the optimistic prior and the earlier decodes "
+                "of the same decoder, T and cap in this process; decode: the optimistic prior alone, so a "
+                "decode's choices do not depend on the decodes before it", "metavar": "session|decode"})
 
     def __post_init__(self) -> None:
         from pipeline.rules import RULES  # the table imports the selection rules, which import this module
@@ -123,6 +128,8 @@ class DecodeConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_int("seed", self.seed, 0)
         check_int("budget_max", self.budget_max, 1)
+        if self.budget_prior not in BUDGET_PRIORS:
+            raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
 
     @property
     def largest_tree(self) -> int:

@@ -172,6 +172,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     passes = 0
     t_start = time.perf_counter()
     budget = choose()
+    steady = False  # whether the drafter's work for this round was one round's tokens (see _observe)
     if budget:
         drafter.start(history)  # the drafter's prefill overlaps the target's, until its first pool is there
         told = len(history)
@@ -190,14 +191,14 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         log.append(Round(len(step.accepted), len(step.tree) if step.tree is not None else 0, len(emitted),
                          rounds.phase.times, step.available, step.tried, budget))
         if auto is not None:
-            _observe(auto, step, budget, rounds.phase.times)
+            _observe(auto, step, budget, rounds.phase.times, steady)
         passes += step.passes
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
         out.extend(emitted if stop is None else emitted[: stop + 1])
         if stop is not None or len(out) >= config.max_new_tokens:
             break
         history += emitted
-        budget = choose()
+        steady, budget = budget > 0, choose()
         if budget:  # ask for the next round's pool, with every token the drafter has not seen
             drafter.commit(history[told:]) if told else drafter.start(history)
             told = len(history)
@@ -214,15 +215,18 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
                         prefill_seconds, out[limit:])
 
 
-def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float]) -> None:
-    """Feed one round to the budget's estimates: which ranks were accepted, and what the round cost."""
+def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float], steady: bool) -> None:
+    """Feed one round to the budget's estimates: which ranks were accepted, and what the round cost. The wait
+    for the drafter counts only in a steady round (the one before it speculated too): before the first
+    round, or after plain ones, the drafter ingests the prompt or the tokens it missed, which no later round
+    repeats."""
     if budget == 0:
         auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
     else:
         front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
         on_path = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
         on_path[: len(step.on_path)] = step.on_path     # a budget buys them only when the pool has them
-        auto.observe(on_path, budget, front=front, tree=times.get("tree"))
+        auto.observe(on_path, budget, front=front if steady else None, tree=times.get("tree"))
 
 
 class _Rounds:

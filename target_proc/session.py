@@ -54,8 +54,9 @@ class Session:
             costs = experience = None
             if config.budget == AUTO and RULES[config.decoder].select is not None:
                 costs = self.pass_costs(config.decoder, config.budget_max)
-                key = (config.decoder, config.temperature, config.budget_max)
-                experience = self._experience.setdefault(key, Experience(config.budget_max))
+                if config.budget_prior == "session":
+                    key = (config.decoder, config.temperature, config.budget_max)
+                    experience = self._experience.setdefault(key, Experience(config.budget_max))
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
                           sync_phases=sync_phases, costs=costs, experience=experience)
         finally:

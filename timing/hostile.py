@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -394,6 +396,19 @@ class Arena:
         client.handshake("mock", self.fingerprint, CAPACITY, 5.0)
         return client
 
+    @contextmanager
+    def connected(self, endpoint: str | None = None, keys=None) -> Iterator[tuple[Channel, RemoteDrafter]]:
+        """A target's channel to `endpoint` after its handshake, closed on leaving (what they raise passes)."""
+        channel = self.target(endpoint, keys)
+        try:
+            yield channel, self.shake(channel)
+        finally:
+            channel.close()
+
+    def handshake(self, endpoint: str | None = None, keys=None) -> None:
+        with self.connected(endpoint, keys):
+            pass
+
     def fake(self, keys=None) -> tuple[zmq.Socket, str]:
         """A bare ROUTER bound at a fresh endpoint, in clear or with CURVE `keys` (a Keypair)."""
         self.fakes += 1
@@ -493,30 +508,18 @@ def nested_header_to_the_drafter(arena: Arena) -> None:
 def nested_header_to_the_target(arena: Arena) -> None:
     sock, endpoint = arena.fake()
     _answer(sock, [b"\x91" * 1000 + b"\xc0"])
-    channel = arena.target(endpoint)
-    try:
-        arena.shake(channel)
-    finally:
-        channel.close()
+    arena.handshake(endpoint)
 
 
 def oversized_frame_to_the_drafter(arena: Arena) -> None:
-    channel = arena.target()
-    try:
-        arena.shake(channel)
+    with arena.connected() as (channel, _):
         _raw(channel, [encode(Error("x", "y"))[0], bytes(64 << 20)])
-    finally:
-        channel.close()
 
 
 def oversized_frame_to_the_target(arena: Arena) -> None:
     sock, endpoint = arena.fake()
     _answer(sock, [_ready(arena)[0], bytes(64 << 20)])
-    channel = arena.target(endpoint)
-    try:
-        arena.shake(channel)
-    finally:
-        channel.close()
+    arena.handshake(endpoint)
 
 
 def _hello_with(**change):
@@ -538,11 +541,7 @@ def squatter_in_clear(arena: Arena) -> None:
 
     sock, endpoint = arena.fake()
     _answer(sock, _ready(arena))
-    channel = arena.target(endpoint, ClientKeys(arena.own, arena.own.public))
-    try:
-        arena.shake(channel)
-    finally:
-        channel.close()
+    arena.handshake(endpoint, ClientKeys(arena.own, arena.own.public))
 
 
 def squatter_with_other_keys(arena: Arena) -> None:
@@ -551,11 +550,7 @@ def squatter_with_other_keys(arena: Arena) -> None:
 
     sock, endpoint = arena.fake(Keypair(*zmq.curve_keypair()))
     _answer(sock, _ready(arena))
-    channel = arena.target(endpoint, ClientKeys(arena.own, arena.own.public))
-    try:
-        arena.shake(channel)
-    finally:
-        channel.close()
+    arena.handshake(endpoint, ClientKeys(arena.own, arena.own.public))
 
 
 def squatter_seen_by_the_launcher(arena: Arena) -> None:
@@ -580,39 +575,25 @@ def unknown_key(arena: Arena) -> None:
     from protocol.keys import Keypair
     from protocol.transport import ClientKeys
 
-    channel = arena.target(arena.curve.endpoint, ClientKeys(Keypair(*zmq.curve_keypair()), arena.own.public))
-    try:
-        arena.shake(channel)
-    finally:
-        channel.close()
+    arena.handshake(arena.curve.endpoint, ClientKeys(Keypair(*zmq.curve_keypair()), arena.own.public))
 
 
 def no_key_for_a_curve_drafter(arena: Arena) -> None:
-    channel = arena.target(arena.curve.endpoint)
-    try:
-        arena.shake(channel)
-    finally:
-        channel.close()
+    arena.handshake(arena.curve.endpoint)
 
 
 def unsolicited_pool_before_start(arena: Arena) -> None:
     sock, endpoint = arena.fake()
     _answer(sock, _ready(arena), encode(_pool()))
-    channel = arena.target(endpoint)
-    try:
-        client = arena.shake(channel)
+    with arena.connected(endpoint) as (_, client):
         time.sleep(0.2)  # the unasked pool arrives
         client.start([5, 17, 3])
-    finally:
-        channel.close()
 
 
 def end_for_another_request(arena: Arena) -> None:
     from protocol.messages import Commit, End, PoolMsg, Start
 
-    channel = arena.target()
-    try:
-        arena.shake(channel)
+    with arena.connected() as (channel, _):
         assert isinstance(_raw(channel, encode(Start(1, np.array([5, 17, 3], np.int32)))), PoolMsg)
         channel.send(End(7))
         refusal = channel.recv(5.0, "drafter_timeout", "reply")
@@ -620,8 +601,6 @@ def end_for_another_request(arena: Arena) -> None:
         assert isinstance(reply, PoolMsg) and reply.round == 1, reply  # request 1 is still open
         if isinstance(refusal, Error):
             raise PeerError(refusal.code, refusal.message)
-    finally:
-        channel.close()
 
 
 def shutdown_before_the_handshake(arena: Arena) -> None:
@@ -652,11 +631,7 @@ def _fake_pool(pool_msg):
 def terminal_escapes_in_an_error(arena: Arena) -> None:
     sock, endpoint = arena.fake()
     _answer(sock, encode(Error("x\x1b[2J", "\x1b[31mred\nline")))
-    channel = arena.target(endpoint)
-    try:
-        arena.shake(channel)
-    finally:
-        channel.close()
+    arena.handshake(endpoint)
 
 
 @dataclass(frozen=True)

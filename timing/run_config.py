@@ -25,7 +25,7 @@ from launch.cli import option_values
 from launch.options import SweepOptions
 from launch.prompts import Prompt
 from models.options import ModelOptions
-from pipeline.config import InputError, PoolConfig
+from pipeline.config import DecodeConfig, InputError, PoolConfig
 from target_proc import provenance
 from timing.records import read_records, shard_files
 
@@ -34,6 +34,7 @@ log = logging.getLogger("timing")
 CONFIG = "config.json"
 # Sweep fields that change where or how patiently a run works, not what it times.
 _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "prompt")
+_SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior}  # sweep settings added since the first config.json
 
 
 class ConfigMismatch(InputError):
@@ -54,7 +55,8 @@ def describe(target: ModelOptions, drafter: ModelOptions | None, pool: PoolConfi
 def compared(config: dict) -> dict:
     """The part of a config that must match for records to be pooled: models, pool, grid, shard count and
     the prompts themselves (a source file edited in place changes them under the same name)."""
-    sweep = {k: v for k, v in config["sweep"].items() if k not in _NOT_COMPARED}
+    sweep = {k: v for k, v in {**_SWEEP_DEFAULTS, **config["sweep"]}.items()  # fields added later take
+             if k not in _NOT_COMPARED}                                       # their defaults
     sweep["n_shards"] = config["sweep"]["shard"].partition("/")[2].strip()  # shards of one N may share it
     models = {role: None if m is None else {**dataclasses.asdict(ModelOptions()), **m}  # fields added later
               for role, m in config["models"].items()}                                   # take their defaults

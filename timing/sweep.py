@@ -118,7 +118,7 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
             rerun = task.warmup and _done(task, store)
             done = {} if rerun else {k[1]: store.records_by_key[k] for k in _keys(task) if k in store}
             config = DecodeConfig(c.decoder, c.temperature, options.cap(c.decoder, c.budget), options.max_new_tokens,
-                                  c.seed, options.decode.budget_max)
+                                  c.seed, options.decode.budget_max, options.decode.budget_prior)
             for record in decode_conversation(session, task.prompt, config, done):
                 if not rerun:
                     store.append({**record, "grid_budget": c.budget, "position": task.position,

@@ -201,3 +201,19 @@ def test_auto_at_t1_draws_from_the_targets_law(decoder, mock_pair):
                         torch.Generator().manual_seed(i), costs=costs())
         counts[result.tokens[0]] += 1
     assert scipy.stats.chisquare(counts, 1500 * row).pvalue > 1e-4
+
+
+def test_the_drafters_catch_up_after_plain_rounds_is_not_taken_for_its_wait():
+    """The first speculative round after a start or after plain rounds waits while the drafter ingests the
+    tokens it missed: that wait is not what a steady round costs, so only steady rounds teach `front`."""
+    from types import SimpleNamespace
+
+    from pipeline.decode import _observe
+
+    auto = AutoBudget(costs(front=45), 8)
+    round_ = SimpleNamespace(on_path=np.array([True, False]))
+    times = {"root": 0.05, "wait": 0.4, "select": 0.0, "commit": 0.0, "tree": 0.06}
+    _observe(auto, round_, 8, times, steady=False)
+    assert auto.costs.front == pytest.approx(0.045) and auto.seen[:8].tolist() == [1] * 8
+    _observe(auto, round_, 8, times, steady=True)
+    assert auto.costs.front == pytest.approx(0.045 + 0.2 * (0.45 - 0.045))

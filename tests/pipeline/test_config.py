@@ -34,6 +34,7 @@ def test_pool_config_rejects_bad_values(kwargs, message):
     (dict(budget=0), r"`budget` must be a positive integer or auto, got 0"),
     (dict(budget="eight"), r"`budget` must be a positive integer or auto, got .eight."),
     (dict(budget="auto", budget_max=0), r"`budget_max` must be a positive integer, got 0"),
+    (dict(budget_prior="global"), r"`budget_prior` must be one of session, decode, got 'global'"),
     (dict(max_new_tokens=0), r"`max_new_tokens` must be a positive integer, got 0"),
     (dict(seed=-1), r"`seed` must be a non-negative integer, got -1"),
 ])

@@ -63,3 +63,16 @@ def test_the_record_keeps_the_output_at_the_limit_and_what_the_last_round_made_b
         assert record["new_tokens"] + record["overshoot"] == sum(record["accept_lengths"])
     assert record["tokens_per_second"] == pytest.approx(record["new_tokens"] / record["seconds"])
 
+
+
+@pytest.mark.parametrize("prior", ["session", "decode"])
+def test_budget_auto_learns_across_a_sessions_decodes_only_with_the_session_prior(mock_session, prior):
+    session = mock_session()
+    config = DecodeConfig("root-draw", 0.0, "auto", 16, budget_max=8, budget_prior=prior)
+    session.decode([3, 4, 5], config, "a")
+    session.decode([3, 4, 6], config, "b")
+    learnt = {key: float(e.seen.sum()) for key, e in session._experience.items()}
+    if prior == "session":
+        assert list(learnt) == [("root-draw", 0.0, 8)] and learnt[("root-draw", 0.0, 8)] > 0
+    else:
+        assert learnt == {}

@@ -121,6 +121,19 @@ def test_resuming_with_other_settings_is_refused_naming_them(tmp_path, mock_sess
     sweep(mock_session(), make_options(tmp_path, decoders="draft", temperatures="0", budgets="8"))  # resumes
 
 
+def test_a_config_written_before_budget_prior_existed_resumes_with_its_default(tmp_path, mock_session, make_options,
+                                                                               sweep):
+    settings = dict(decoders="draft", temperatures="0", budgets="auto", warmup=0, limit_prompts=1)
+    sweep(mock_session(), make_options(tmp_path, **settings))
+    path = tmp_path / run_config.CONFIG
+    config = json.loads(path.read_text())
+    del config["sweep"]["budget_prior"]
+    path.write_text(json.dumps(config))
+    sweep(mock_session(), make_options(tmp_path, **settings))  # the session prior then: the same settings
+    with pytest.raises(run_config.ConfigMismatch, match=r"sweep\.budget_prior: 'session' here, 'decode' now"):
+        sweep(mock_session(), make_options(tmp_path, budget_prior="decode", **settings))
+
+
 def test_a_sweep_refused_before_its_first_record_takes_corrected_settings(tmp_path, mock_session, make_options, sweep):
     with pytest.raises(CapacityError):
         sweep(mock_session(), make_options(tmp_path, max_new_tokens=2000))
