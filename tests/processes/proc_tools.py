@@ -24,6 +24,13 @@ def python_m(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
+def _terminal_signals() -> None:
+    """SIGINT and SIGQUIT as a terminal's foreground job has them: a shell starts background jobs (tests
+    run with `&`) with both ignored, and the children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class Running:
     """A process started with stdout and stderr in files under `directory`."""
 
@@ -32,7 +39,7 @@ class Running:
         self.err_path = directory / f"{name}.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                         **popen)
+                                         preexec_fn=_terminal_signals, **popen)
         self.pid = self.proc.pid
 
     @property
