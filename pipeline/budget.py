@@ -69,13 +69,15 @@ class AutoBudget:
     cap: int
     experience: InitVar[Experience | None] = None  # earlier decodes of the setting, for the prior
     sizes: tuple[int, ...] = field(init=False)
+    optimistic: np.ndarray = field(init=False)  # (cap,) prior(cap), where a learnt prior drifts back to
     prior: np.ndarray = field(init=False)  # (cap,)
     hits: np.ndarray = field(init=False)  # (cap,) decayed count of rounds whose rank-k node was accepted
     seen: np.ndarray = field(init=False)  # (cap,) decayed count of rounds that verified a rank-k node
 
     def __post_init__(self, experience: Experience | None) -> None:
         self.sizes = candidate_sizes(self.cap)
-        self.prior = prior(self.cap) if experience is None else experience.prior()
+        self.optimistic = prior(self.cap)
+        self.prior = self.optimistic.copy() if experience is None else experience.prior()
         self.hits = np.zeros(self.cap)
         self.seen = np.zeros(self.cap)
         missing = [b for b in self.sizes if b and b not in self.costs.tree]
@@ -91,7 +93,8 @@ class AutoBudget:
 
     def choose(self) -> int:
         """The candidate b of most expected tokens per second (the smaller b on a tie)."""
-        rates = [self.expected_tokens(b) / self.costs.round(b) for b in self.sizes]
+        tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
+        rates = tokens / np.array([self.costs.round(b) for b in self.sizes])
         return self.sizes[int(np.argmax(rates))]
 
     def observe(self, on_path: np.ndarray, b: int, *, front: float | None = None, tree: float | None = None,
@@ -102,7 +105,7 @@ class AutoBudget:
         assert n <= max(b, 1) and n <= self.cap, (n, b)
         self.hits *= 1 - DECAY
         self.seen *= 1 - DECAY
-        self.prior += DECAY * (prior(self.cap) - self.prior)
+        self.prior += DECAY * (self.optimistic - self.prior)
         self.hits[:n] += on_path
         self.seen[:n] += 1
         c = self.costs
