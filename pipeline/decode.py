@@ -164,21 +164,24 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         raise ValueError("budget auto needs the pass costs of this device")
     auto = AutoBudget(costs, config.budget_max, experience) if config.budget == AUTO and rule.select else None
     rounds = _Rounds(target, drafter, rule, config, generator)
-    choose = (lambda: 0) if rule.select is None else auto.choose if auto else (lambda: config.budget)
+    choose = (lambda switch, left: 0) if rule.select is None else auto.choose if auto else \
+        (lambda switch, left: config.budget)
     history = [int(t) for t in prompt]  # the committed context
     told = 0  # tokens of `history` the drafter holds; 0 before its first pool
     out: list[int] = []
     log: list[Round] = []
     passes = 0
     t_start = time.perf_counter()
-    budget = choose()
-    steady = False  # whether the drafter's work for this round was one round's tokens (see _observe)
+    budget = choose(auto.costs.start(len(history) - 1) if auto else 0.0, config.max_new_tokens)
     if budget:
         drafter.start(history)  # the drafter's prefill overlaps the target's, until its first pool is there
         told = len(history)
     target.prefill(history[:-1], overlapped=(lambda: not drafter.has_pool()) if budget else False)
     target.synchronize()
     prefill_seconds = time.perf_counter() - t_start
+    if auto is not None:
+        auto.observe_prefill(len(history) - 1, prefill_seconds, shared=budget > 0)
+    previous, missed = None, 0  # the budget of the round before (None: none), tokens the drafter missed
     while True:
         rounds.phase = _Phases()
         step = rounds.run(history[-1], budget)
@@ -191,14 +194,16 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         log.append(Round(len(step.accepted), len(step.tree) if step.tree is not None else 0, len(emitted),
                          rounds.phase.times, step.available, step.tried, budget))
         if auto is not None:
-            _observe(auto, step, budget, rounds.phase.times, steady)
+            _observe(auto, step, budget, rounds.phase.times, previous, missed)
         passes += step.passes
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
         out.extend(emitted if stop is None else emitted[: stop + 1])
         if stop is not None or len(out) >= config.max_new_tokens:
             break
         history += emitted
-        steady, budget = budget > 0, choose()
+        previous, missed = budget, len(history) - told
+        switch = auto.costs.switch(missed) if auto and previous == 0 else 0.0
+        budget = choose(switch, config.max_new_tokens - len(out))
         if budget:  # ask for the next round's pool, with every token the drafter has not seen
             drafter.commit(history[told:]) if told else drafter.start(history)
             told = len(history)
@@ -215,18 +220,20 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
                         prefill_seconds, out[limit:])
 
 
-def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float], steady: bool) -> None:
-    """Feed one round to the budget's estimates: which ranks were accepted, and what the round cost. The wait
-    for the drafter counts only in a steady round (the one before it speculated too): before the first
-    round, or after plain ones, the drafter ingests the prompt or the tokens it missed, which no later round
-    repeats."""
+def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float], previous: int | None,
+             missed: int) -> None:
+    """Feed one round to the budget's estimates: which ranks were accepted, and what the round cost. Its
+    wait for the drafter is a steady one only when the round before speculated too: before the first round
+    the drafter ingests the prompt (a cost of the prefill), after plain ones the `missed` tokens (a switch's
+    cost, learnt apart)."""
     if budget == 0:
         auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
     else:
         front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
         on_path = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
         on_path[: len(step.on_path)] = step.on_path     # a budget buys them only when the pool has them
-        auto.observe(on_path, budget, front=front if steady else None, tree=times.get("tree"))
+        auto.observe(on_path, budget, front=front if previous else None, tree=times.get("tree"),
+                     caught_up=(front, missed) if previous == 0 else None)
 
 
 class _Rounds:

@@ -1,5 +1,6 @@
-"""This device's pass costs for budget auto: a plain round, the root pass while the drafter works, and tree
-passes of each candidate size, timed once on a scratch context before the first decode that needs them."""
+"""This device's pass costs for budget auto: a plain round, the root pass while the drafter works, tree
+passes of each candidate size and the prefill, alone and beside the drafter, timed once on a scratch context
+before the first decode that needs them."""
 
 from __future__ import annotations
 
@@ -33,16 +34,23 @@ def timed(fn, reps: int) -> float:
 
 
 def measure(target: Target, cap: int, reps: int = 3) -> dict:
-    """Seconds of a plain pass, a root pass beside the drafter, and tree passes of every candidate size,
-    without (root-pass rules) and with (draft) the root's row. Leaves the cache to the next prefill."""
+    """Seconds of a plain pass, a root pass beside the drafter, tree passes of every candidate size,
+    without (root-pass rules) and with (draft) the root's row, and of the prefill per token, alone and beside
+    the drafter. Leaves the cache to the next prefill."""
     tokens = list(range(1, max(1, min(CONTEXT, target.capacity - 1 - cap)) + 1))  # room for the largest tree
-    target.prefill(tokens)
+
+    def prefill(shared: bool) -> None:
+        target.prefill(tokens, overlapped=shared)
+        target.synchronize()
+
+    shared, alone = (timed(lambda: prefill(s), reps) / len(tokens) for s in (True, False))  # cache filled
     read = lambda logits: float(logits.reshape(-1)[0])  # noqa: E731  (a host read: the pass is done)
     sizes = [b for b in candidate_sizes(cap) if b]
     out = {"plain": timed(lambda: read(target.root_pass(5)), reps),
            "overlapped": timed(lambda: read(target.root_pass(5, overlapped=True)), reps),
            "tree": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), None)), reps) for b in sizes},
-           "tree_with_root": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), 5)), reps) for b in sizes}}
+           "tree_with_root": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), 5)), reps) for b in sizes},
+           "prefill": alone, "prefill_shared": shared}
     target.prefix = 0
     return out
 
@@ -50,6 +58,7 @@ def measure(target: Target, cap: int, reps: int = 3) -> dict:
 def costs_for(decoder: str, measured: dict) -> PassCosts:
     """A rule's starting costs: a root-pass rule's front is its root pass (the drafter's wait is learnt
     from rounds); `draft` scores the root in its tree pass and waits for the drafter first."""
+    prefill = measured["prefill"], measured["prefill_shared"]
     if RULES[decoder].root_pass:
-        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]))
-    return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]))
+        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]), *prefill)
+    return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]), *prefill)

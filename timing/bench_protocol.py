@@ -304,10 +304,10 @@ def bench_budget_choice(budget: int, rounds: int) -> dict[str, float]:
     auto = AutoBudget(PassCosts(0.04, 0.045, {b: 0.04 + 0.002 * b for b in sizes}), budget)
     rng = np.random.default_rng(0)
     cum, depth, index = -np.sort(rng.random(budget)), np.sort(rng.integers(1, 9, budget)), np.arange(budget)
-    samples = []
+    samples, b = [], 0
     for i in range(rounds + 50):
         t0 = time.perf_counter()
-        b = auto.choose()
+        b = auto.choose(auto.costs.switch(20) if b == 0 else 0.0, 100)  # a switch's cost, as decodes ask
         on_path = ranks_on_path(cum, depth, index, [0, 1, 2][: i % 4])
         auto.observe(on_path[: max(b, 1)] if b else on_path[:0], b, front=0.045, tree=0.05 if b else None,
                      plain=None if b else 0.04)

@@ -3,12 +3,14 @@ what rounds show, and a decode at any chosen size keeps the target's output."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.budget import DECAY, EXPERIENCE, PRIOR_WEIGHT, AutoBudget, Experience, PassCosts, candidate_sizes, prior, ranks_on_path
+from pipeline.budget import DECAY, EXPERIENCE, RUN_RATE, PRIOR_WEIGHT, AutoBudget, Experience, PassCosts, candidate_sizes, prior, ranks_on_path
 from pipeline.config import DecodeConfig, PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
@@ -205,7 +207,8 @@ def test_auto_at_t1_draws_from_the_targets_law(decoder, mock_pair):
 
 def test_the_drafters_catch_up_after_plain_rounds_is_not_taken_for_its_wait():
     """The first speculative round after a start or after plain rounds waits while the drafter ingests the
-    tokens it missed: that wait is not what a steady round costs, so only steady rounds teach `front`."""
+    tokens it missed: that wait is not what a steady round costs, so only steady rounds teach `front`, and
+    rounds after plain ones teach the catch-up per missed token."""
     from types import SimpleNamespace
 
     from pipeline.decode import _observe
@@ -213,7 +216,73 @@ def test_the_drafters_catch_up_after_plain_rounds_is_not_taken_for_its_wait():
     auto = AutoBudget(costs(front=45), 8)
     round_ = SimpleNamespace(on_path=np.array([True, False]))
     times = {"root": 0.05, "wait": 0.4, "select": 0.0, "commit": 0.0, "tree": 0.06}
-    _observe(auto, round_, 8, times, steady=False)
-    assert auto.costs.front == pytest.approx(0.045) and auto.seen[:8].tolist() == [1] * 8
-    _observe(auto, round_, 8, times, steady=True)
+    _observe(auto, round_, 8, times, None, 0)  # a decode's first round: the prefill's business
+    assert auto.costs.front == pytest.approx(0.045) and auto.costs.catch_up == 0
+    assert auto.seen[:8].tolist() == [1] * 8
+    _observe(auto, round_, 8, times, 0, 20)  # after plain rounds, 20 tokens behind
+    assert auto.costs.front == pytest.approx(0.045)
+    assert auto.costs.catch_up == pytest.approx(0.2 * (0.45 - 0.045) / 20)
+    _observe(auto, round_, 8, times, 8, 3)  # steady
     assert auto.costs.front == pytest.approx(0.045 + 0.2 * (0.45 - 0.045))
+    assert auto.costs.catch_up == pytest.approx(0.2 * (0.45 - 0.045) / 20)
+
+
+def test_switching_speculation_on_is_spread_over_the_rounds_it_serves():
+    # Acceptance 0.6 at each of 8 ranks: 5.8 tokens for 105 ms (55/s) against plain rounds' 25/s. A switch
+    # that costs 150 ms (3 ms for each of 50 missed tokens) paid by one round gives 23/s: it stays plain.
+    auto = AutoBudget(costs(plain=40, front=45), 8)
+    auto.prior[:] = 0.6
+    auto.costs.catch_up = 0.003
+    assert auto.costs.switch(50) == pytest.approx(0.15)
+    assert auto.choose() == 8 and auto.choose(auto.costs.switch(50)) == 8  # no run ended yet: the rest
+    assert auto.choose(auto.costs.switch(50), left=5) == 0  # the decode's last round pays it alone
+    assert auto.choose(auto.costs.switch(50), left=12) == 8  # two rounds share it: 5.8 tokens in 180 ms
+    auto.run = 1.0  # this setting's speculative runs last a round: the switch is the next round's alone
+    assert auto.choose(auto.costs.switch(50)) == 0 and auto.choose(auto.costs.switch(10)) == 8
+    # Before the first round: what the drafter's prefill adds to the target's, by prompt token.
+    auto.costs.prefill, auto.costs.prefill_shared = 0.001, 0.004
+    assert auto.costs.start(10) == pytest.approx(0.03) and auto.choose(auto.costs.start(10)) == 8
+    assert auto.choose(auto.costs.start(60)) == 0
+    auto.costs.prefill_shared = 0.0005  # sharing that costs nothing (two devices) adds nothing
+    assert auto.costs.start(1000) == 0
+
+
+def test_runs_of_speculative_rounds_teach_their_mean_length_across_decodes():
+    experience = Experience(8)
+    auto = AutoBudget(costs(), 8, experience)
+    assert math.isinf(auto.run)
+    for b in (8, 8, 8, 0, 0, 4, 0):
+        auto.observe(np.zeros(b, bool), b, front=0.045 if b else None, tree=0.06 if b else None,
+                     plain=None if b else 0.04)
+    assert auto.run == pytest.approx(3 + RUN_RATE * (1 - 3)) and auto.streak == 0
+    auto.observe(np.zeros(8, bool), 8)  # a run the decode's end cuts short counts as it went
+    experience.learn(auto)
+    want = 2.6 + RUN_RATE * (1 - 2.6)
+    assert experience.run == pytest.approx(want) and AutoBudget(costs(), 8, experience).run == pytest.approx(want)
+    assert math.isinf(AutoBudget(costs(), 8).run)  # a decode of its own (--budget-prior decode) starts afresh
+
+
+def test_prefills_teach_their_cost_per_token():
+    auto = AutoBudget(costs(), 8)
+    auto.costs.prefill, auto.costs.prefill_shared = 0.001, 0.002
+    auto.observe_prefill(100, 0.3, shared=True)
+    assert auto.costs.prefill_shared == pytest.approx(0.002 + 0.2 * 0.001) and auto.costs.prefill == 0.001
+    auto.observe_prefill(50, 0.1, shared=False)
+    assert auto.costs.prefill == pytest.approx(0.001 + 0.2 * 0.001)
+    auto.observe_prefill(0, 0.1, shared=False)  # a one-token prompt prefills nothing
+    assert auto.costs.prefill == pytest.approx(0.0012)
+
+
+def test_a_decode_whose_start_would_not_pay_starts_plain(mock_pair, greedy):
+    """When the drafter's prefill would slow the target's by more than a first round gains, the decode
+    starts without speculation, and still gives the target's output."""
+    pair = mock_pair(64, 4, 1.0, PoolConfig(topk=4, depth=4, expand=2))
+    slow = costs()
+    slow.prefill_shared = 1.0  # a second a prompt token, beside the drafter
+    config = DecodeConfig("root-draw", 0.0, "auto", 12, 0, 8)
+    result = decode(pair.target, pair.drafter, [3, 4, 5], config, frozenset(), None, costs=slow)
+    assert result.rounds[0].budget == 0 and result.tokens == greedy(pair.target_model, [3, 4, 5], 12)
+    assert slow.prefill > 0  # the plain prefill taught its cost
+    fast = costs()
+    result = decode(pair.target, pair.drafter, [3, 4, 5], config, frozenset(), None, costs=fast)
+    assert result.rounds[0].budget > 0 and fast.prefill_shared > 0

@@ -1,0 +1,27 @@
+"""Budget auto's start-up timing: every cost the choice needs is measured, and the cache is left empty."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.mock import MockModel, MockRunner
+from pipeline.budget import candidate_sizes
+from target_proc import costs
+from target_proc.target import Target
+
+
+@pytest.mark.parametrize("capacity", [256, 24])  # 24: a cache too small for the usual scratch context
+def test_measure_times_every_pass_the_choice_needs(capacity):
+    target = Target(MockRunner(MockModel(32, 1), capacity))
+    measured = costs.measure(target, 8, reps=1)
+    sizes = [b for b in candidate_sizes(8) if b]
+    assert sorted(measured["tree"]) == sorted(measured["tree_with_root"]) == sizes
+    times = [measured[k] for k in ("plain", "overlapped", "prefill", "prefill_shared")]
+    times += [*measured["tree"].values(), *measured["tree_with_root"].values()]
+    assert all(t > 0 for t in times) and target.prefix == 0
+    root_pass = costs.costs_for("root-draw", measured)
+    assert root_pass.front == measured["overlapped"] and root_pass.tree == measured["tree"]
+    assert (root_pass.prefill, root_pass.prefill_shared, root_pass.catch_up) == (
+        measured["prefill"], measured["prefill_shared"], 0.0)
+    draft = costs.costs_for("draft", measured)
+    assert draft.front == 0.0 and draft.tree == measured["tree_with_root"]
