@@ -179,8 +179,6 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     target.prefill(history[:-1], overlapped=(lambda: not drafter.has_pool()) if budget else False)
     target.synchronize()
     prefill_seconds = time.perf_counter() - t_start
-    if auto is not None:
-        auto.observe_prefill(len(history) - 1, prefill_seconds, shared=budget > 0)
     previous, missed = None, 0  # the budget of the round before (None: none), tokens the drafter missed
     while True:
         rounds.phase = _Phases()
