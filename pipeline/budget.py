@@ -22,9 +22,8 @@ device's). b = 0 rounds do not ask the drafter for a pool at all, so speculation
 round. Switching speculation on costs more than a steady round: before a decode's first round the
 drafter's prefill shares the device with the target's (`start`), after plain rounds the drafter ingests
 the tokens it missed before it grows a pool (`catch_up`). `switch` is that extra, spread over the rounds
-the switch is expected to serve: as many as the setting's speculative runs of its kind have lasted (a
-running mean of the runs that opened decodes, `opening`, or of those after plain rounds, `run`), at most
-as many as the rest of the decode takes. Where speculation pays throughout (a run lasts
+the switch is expected to serve: as many as the setting's speculative runs have lasted (a running mean,
+`run`), at most as many as the rest of the decode takes. Where speculation pays throughout (a run lasts
 the decode) a switch is nearly free; where runs end after a round or two, a switch must pay for itself
 almost at once, so trying speculation again is rarer where it was tried in vain. Any tree is verified
 exactly, so the choice never changes the output's law.
@@ -97,17 +96,14 @@ class AutoBudget:
     prior: np.ndarray = field(init=False)  # (cap,)
     hits: np.ndarray = field(init=False)  # (cap,) decayed count of rounds whose rank-k node was accepted
     seen: np.ndarray = field(init=False)  # (cap,) decayed count of rounds that verified a rank-k node
-    run: float = field(init=False)  # mean rounds of the runs of speculative rounds after plain ones (inf: none yet)
-    opening: float = field(init=False)  # mean rounds of the runs that decodes opened with (inf: none yet)
+    run: float = field(init=False)  # mean rounds a run of speculative rounds lasted (inf: none ended yet)
     streak: int = field(init=False, default=0)  # speculative rounds since the last plain one
-    opened: bool = field(init=False, default=False)  # whether the current streak opened the decode
-    rounds: int = field(init=False, default=0)  # rounds observed
 
     def __post_init__(self, experience: Experience | None) -> None:
         self.sizes = candidate_sizes(self.cap)
         self.optimistic = prior(self.cap)
         self.prior = self.optimistic.copy() if experience is None else experience.prior()
-        self.run, self.opening = (math.inf, math.inf) if experience is None else (experience.run, experience.opening)
+        self.run = math.inf if experience is None else experience.run
         self.hits = np.zeros(self.cap)
         self.seen = np.zeros(self.cap)
         missing = [b for b in self.sizes if b and b not in self.costs.tree]
@@ -124,11 +120,9 @@ class AutoBudget:
     def choose(self, switch: float = 0.0, left: float = math.inf) -> int:
         """The candidate b of most expected tokens per second (the smaller b on a tie). switch: seconds
         switching speculation on would cost (PassCosts.start, PassCosts.switch; 0 while it is on), spread
-        over the rounds it would serve: the mean run of its kind (opening a decode, or after plain rounds),
-        at most the rounds that `left` tokens take."""
+        over the rounds it would serve: the mean run, at most the rounds that `left` tokens take."""
         tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
-        run = self.opening if self.rounds == 0 else self.run
-        served = np.maximum(1.0, np.minimum(run, left / tokens))
+        served = np.maximum(1.0, np.minimum(self.run, left / tokens))
         extra = np.where(np.array(self.sizes) > 0, switch / served, 0.0)
         rates = tokens / (np.array([self.costs.round(b) for b in self.sizes]) + extra)
         return self.sizes[int(np.argmax(rates))]
@@ -146,11 +140,9 @@ class AutoBudget:
         self.hits[:n] += on_path
         self.seen[:n] += 1
         if b:
-            self.opened = self.opened if self.streak else self.rounds == 0
             self.streak += 1
         else:
             self.end_run()
-        self.rounds += 1
         c = self.costs
         if front is not None:
             c.front += COST_RATE * (front - c.front)
@@ -165,11 +157,7 @@ class AutoBudget:
     def end_run(self) -> None:
         """A run of speculative rounds ended (a plain round, or the decode's end): fold its length in."""
         if self.streak:
-            mean = lambda m: self.streak if math.isinf(m) else m + RUN_RATE * (self.streak - m)  # noqa: E731
-            if self.opened:
-                self.opening = mean(self.opening)
-            else:
-                self.run = mean(self.run)
+            self.run = self.streak if math.isinf(self.run) else self.run + RUN_RATE * (self.streak - self.run)
             self.streak = 0
 
 
@@ -185,8 +173,7 @@ class Experience:
     cap: int
     hits: np.ndarray = field(init=False)
     seen: np.ndarray = field(init=False)
-    run: float = math.inf  # mean rounds of the runs after plain rounds (AutoBudget.run)
-    opening: float = math.inf  # mean rounds of the runs that decodes opened with (AutoBudget.opening)
+    run: float = math.inf  # mean rounds a run of speculative rounds lasted (AutoBudget.run)
 
     def __post_init__(self) -> None:
         self.hits = np.zeros(self.cap)
@@ -200,7 +187,7 @@ class Experience:
     def learn(self, decode: AutoBudget) -> None:
         """Fold a finished decode's estimates in (older decodes weigh half as much as it)."""
         decode.end_run()
-        self.run, self.opening = decode.run, decode.opening
+        self.run = decode.run
         if not decode.seen.any():
             self.hits *= 0.5
             self.seen *= 0.5

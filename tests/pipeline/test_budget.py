@@ -237,41 +237,29 @@ def test_switching_speculation_on_is_spread_over_the_rounds_it_serves():
     assert auto.choose() == 8 and auto.choose(auto.costs.switch(50)) == 8  # no run ended yet: the rest
     assert auto.choose(auto.costs.switch(50), left=5) == 0  # the decode's last round pays it alone
     assert auto.choose(auto.costs.switch(50), left=12) == 8  # two rounds share it: 5.8 tokens in 180 ms
-    auto.observe(np.zeros(0, bool), 0, plain=0.04)  # past the decode's first round ...
-    auto.run = 1.0  # ... where runs after plain rounds last a round: the switch is the next round's alone
+    auto.run = 1.0  # this setting's speculative runs last a round: the switch is the next round's alone
     assert auto.choose(auto.costs.switch(50)) == 0 and auto.choose(auto.costs.switch(10)) == 8
-    # Before the first round: what the drafter's prefill adds to the target's, by prompt token, spread
-    # over the rounds that decodes' opening runs last.
-    opening = AutoBudget(costs(plain=40, front=45), 8)
-    opening.prior[:] = 0.6
-    opening.costs.prefill, opening.costs.prefill_shared = 0.001, 0.004
-    assert opening.costs.start(10) == pytest.approx(0.03) and opening.choose(opening.costs.start(60)) == 8
-    opening.opening = 1.0
-    assert opening.choose(opening.costs.start(10)) == 8 and opening.choose(opening.costs.start(60)) == 0
-    opening.costs.prefill_shared = 0.0005  # sharing that costs nothing (two devices) adds nothing
-    assert opening.costs.start(1000) == 0
+    # Before the first round: what the drafter's prefill adds to the target's, by prompt token.
+    auto.costs.prefill, auto.costs.prefill_shared = 0.001, 0.004
+    assert auto.costs.start(10) == pytest.approx(0.03) and auto.choose(auto.costs.start(10)) == 8
+    assert auto.choose(auto.costs.start(60)) == 0
+    auto.costs.prefill_shared = 0.0005  # sharing that costs nothing (two devices) adds nothing
+    assert auto.costs.start(1000) == 0
 
 
-def test_runs_of_speculative_rounds_teach_their_mean_length_by_kind_across_decodes():
+def test_runs_of_speculative_rounds_teach_their_mean_length_across_decodes():
     experience = Experience(8)
     auto = AutoBudget(costs(), 8, experience)
-    assert math.isinf(auto.run) and math.isinf(auto.opening)
-    for b in (8, 8, 8, 0, 0, 4, 0, 8, 8, 0):  # an opening run of 3, then runs of 1 and 2 after plain rounds
+    assert math.isinf(auto.run)
+    for b in (8, 8, 8, 0, 0, 4, 0):
         auto.observe(np.zeros(b, bool), b, front=0.045 if b else None, tree=0.06 if b else None,
                      plain=None if b else 0.04)
-    assert auto.opening == 3 and auto.run == pytest.approx(1 + RUN_RATE * (2 - 1)) and auto.streak == 0
+    assert auto.run == pytest.approx(3 + RUN_RATE * (1 - 3)) and auto.streak == 0
     auto.observe(np.zeros(8, bool), 8)  # a run the decode's end cuts short counts as it went
     experience.learn(auto)
-    want = 1.2 + RUN_RATE * (1 - 1.2)
-    assert experience.run == pytest.approx(want) and experience.opening == 3
-    following = AutoBudget(costs(), 8, experience)
-    assert following.run == pytest.approx(want) and following.opening == 3
-    following.observe(np.zeros(0, bool), 0, plain=0.04)  # opens plain, then a run of 1 after it
-    following.observe(np.zeros(8, bool), 8, tree=0.06)
-    following.end_run()
-    assert following.opening == 3 and following.run == pytest.approx(want + RUN_RATE * (1 - want))
-    alone = AutoBudget(costs(), 8)  # a decode of its own (--budget-prior decode) starts afresh
-    assert math.isinf(alone.run) and math.isinf(alone.opening)
+    want = 2.6 + RUN_RATE * (1 - 2.6)
+    assert experience.run == pytest.approx(want) and AutoBudget(costs(), 8, experience).run == pytest.approx(want)
+    assert math.isinf(AutoBudget(costs(), 8).run)  # a decode of its own (--budget-prior decode) starts afresh
 
 
 def test_a_decode_whose_start_would_not_pay_starts_plain(mock_pair, greedy):
