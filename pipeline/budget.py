@@ -3,17 +3,19 @@
 Before each round the decode picks b from a small set (0, 1, 2, 4, 8, ... up to the cap) to maximise
 expected tokens per second:
 
-    tokens(b) = 1 + sum_{k < b} p[k]          cost(b) = front + tree(b) + switch     (b > 0)
+    tokens(b) = 1 + sum_{k < b} p[k]          cost(b) = front + tree(b) + switching on   (b > 0)
     tokens(0) = 1                             cost(0) = plain
 
 p[k] is the chance that the tree node of rank k (rank: the order the rules select in, cumulative draft
-log-prob first) lies on the accepted path, estimated per decode from the rounds it verified: a prior worth
-two rounds (optimistic, so that a decode starts speculating) plus what the rounds showed, older rounds
-weighing less by `DECAY` a round. Across the decodes of one setting (decoder, temperature, cap) the
-prior learns what earlier ones showed (Experience), so that a session whose speculation does not pay stops
-starting each decode with it. Every round, the rounds seen so far and a learnt prior both drift back
-toward the optimistic prior, so a decode that switched speculation off, or started without it, tries it
-again now and then, the less often the surer it was.
+log-prob first) lies on the accepted path, estimated per decode from the rounds it verified over a prior
+worth two rounds. The prior is optimistic (so that a decode starts speculating) and, across the decodes of
+one setting (decoder, temperature, cap), learns what earlier ones showed (Experience), so that a session
+whose speculation does not pay stops starting each decode with it. Older rounds weigh less: by `DECAY` a
+speculative round, and by `FORGET` a plain one, so that while speculation is off what the decode showed
+fades fast and the estimate returns to the setting's prior. Where the setting's decodes showed speculation
+paying (a dip in acceptance switched it off) the decode soon tries it again; where they showed it losing
+it stays off, and only the session prior, which forgets what earlier decodes showed a little with every
+decode (`RECALL`), brings it back, the later the more rounds had shown it losing.
 
 `front` is what a steady speculative round spends before its tree pass (the root pass and the wait for the
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
@@ -21,26 +23,31 @@ from passes timed at start-up, then follow what rounds take (costs outlive a dec
 device's). b = 0 rounds do not ask the drafter for a pool at all, so speculation switched off costs a plain
 round. Switching speculation on costs more than a steady round: before a decode's first round the
 drafter's prefill shares the device with the target's (`start`), after plain rounds the drafter ingests
-the tokens it missed before it grows a pool (`catch_up`). `switch` is that extra, spread over the rounds
-the switch is expected to serve: as many as the setting's speculative runs have lasted (a running mean,
-`run`), at most as many as the rest of the decode takes. Where speculation pays throughout (a run lasts
-the decode) a switch is nearly free; where runs end after a round or two, a switch must pay for itself
-almost at once, so trying speculation again is rarer where it was tried in vain. Any tree is verified
-exactly, so the choice never changes the output's law.
+the tokens it missed before it grows a pool (`catch_up`). The catch-up is spread over the rounds it is
+expected to serve: as many as the setting's speculative runs have lasted (a running mean, `run`), at most
+as many as the rest of the decode takes. Where speculation pays throughout (a run lasts the decode) a
+switch is nearly free; where runs end after a round or two, a switch must pay for itself almost at once.
+Starting the drafter (before the first round, or later in a decode that started plain) is paid once for
+the rest of the decode, so it is spread over all the rounds left. Any tree is verified exactly, so the
+choice never changes the output's law.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 
 PRIOR_WEIGHT = 2.0  # the prior counts as this many rounds
-DECAY = 1 / 64  # per round, the weight every earlier round loses
+DECAY = 1 / 64  # per speculative round, the weight every earlier round loses
+FORGET = 1 / 8  # per plain round, the same
 COST_RATE = 0.2  # weight of a round's timing in the cost estimates
+TYPICAL = 64  # the recent timings whose median is a speculative cost's typical value
 RUN_RATE = 0.2  # weight of a finished run of speculative rounds in the mean run length
 EXPERIENCE = 8.0  # at most, the rounds' worth of earlier decodes in a decode's prior
+RECALL = 0.8  # per decode, the weight that what the decodes before it showed keeps in the session prior
 
 
 def candidate_sizes(cap: int) -> tuple[int, ...]:
@@ -63,7 +70,11 @@ class PassCosts:
     passes by size (only the candidate sizes are needed); seconds per token of the target's prefill, alone
     and beside the drafter's (timed on one scratch prompt, so that their difference is the sharing's cost
     alone); and seconds per token the drafter missed, added to the wait of a speculative round that follows
-    plain ones (learnt from such rounds: 0 until one ran)."""
+    plain ones (learnt from such rounds: 0 until one ran).
+
+    The speculative costs follow what steady rounds take, and a plain round, which cannot time them, moves
+    them back toward their typical values (the median of recent timings): a load spike at the moment
+    speculation went off, or a drafter slowed by a long context, does not stay frozen in them."""
 
     plain: float
     front: float
@@ -71,17 +82,44 @@ class PassCosts:
     prefill: float = 0.0
     prefill_shared: float = 0.0
     catch_up: float = 0.0
+    recent: dict[str | int, deque] = field(default_factory=dict, repr=False)  # "front" or b -> timings
+    typical: dict[str | int, float] = field(default_factory=dict, repr=False)  # their medians, once asked
 
     def round(self, b: int) -> float:
         return self.plain if b == 0 else self.front + self.tree[b]
 
-    def start(self, prompt: int) -> float:
-        """What speculating from a decode's first round adds to the prefill of `prompt` tokens."""
-        return max(0.0, self.prefill_shared - self.prefill) * prompt
+    def start(self, tokens: int, late: bool = False) -> float:
+        """What starting the drafter on `tokens` of context costs: before the first round, what its prefill
+        adds to the target's; `late` (a decode that started plain), the wait for its prefill, taken to be
+        as long as the target's own beside it."""
+        return (self.prefill_shared if late else max(0.0, self.prefill_shared - self.prefill)) * tokens
 
     def switch(self, missed: int) -> float:
         """What a speculative round adds to a steady one's wait when the drafter missed `missed` tokens."""
         return self.catch_up * missed
+
+    def follow(self, front: float | None, b: int, tree: float | None) -> None:
+        """A speculative round's timings (None: not a steady one's, or not run)."""
+        if front is not None:
+            self.front += COST_RATE * (front - self.front)
+            self._remember("front", front)
+        if tree is not None and b in self.tree:
+            self.tree[b] += COST_RATE * (tree - self.tree[b])
+            self._remember(b, tree)
+
+    def relax(self, rate: float) -> None:
+        """A plain round: each speculative cost moves `rate` of the way back to its typical value."""
+        for key, times in self.recent.items():
+            if key not in self.typical:  # new timings since the last plain round
+                self.typical[key] = float(np.median(times))
+            if key == "front":
+                self.front += rate * (self.typical[key] - self.front)
+            else:
+                self.tree[key] += rate * (self.typical[key] - self.tree[key])
+
+    def _remember(self, key: str | int, seconds: float) -> None:
+        self.recent.setdefault(key, deque(maxlen=TYPICAL)).append(seconds)
+        self.typical.pop(key, None)
 
 
 @dataclass(slots=True)
@@ -92,20 +130,20 @@ class AutoBudget:
     cap: int
     experience: InitVar[Experience | None] = None  # earlier decodes of the setting, for the prior
     sizes: tuple[int, ...] = field(init=False)
-    optimistic: np.ndarray = field(init=False)  # (cap,) prior(cap), where a learnt prior drifts back to
     prior: np.ndarray = field(init=False)  # (cap,)
     hits: np.ndarray = field(init=False)  # (cap,) decayed count of rounds whose rank-k node was accepted
     seen: np.ndarray = field(init=False)  # (cap,) decayed count of rounds that verified a rank-k node
+    total_hits: np.ndarray = field(init=False)  # (cap,) the same counts undecayed, for the session prior
+    total_seen: np.ndarray = field(init=False)
     run: float = field(init=False)  # mean rounds a run of speculative rounds lasted (inf: none ended yet)
     streak: int = field(init=False, default=0)  # speculative rounds since the last plain one
 
     def __post_init__(self, experience: Experience | None) -> None:
         self.sizes = candidate_sizes(self.cap)
-        self.optimistic = prior(self.cap)
-        self.prior = self.optimistic.copy() if experience is None else experience.prior()
+        self.prior = prior(self.cap) if experience is None else experience.prior()
         self.run = math.inf if experience is None else experience.run
-        self.hits = np.zeros(self.cap)
-        self.seen = np.zeros(self.cap)
+        self.hits, self.seen = np.zeros(self.cap), np.zeros(self.cap)
+        self.total_hits, self.total_seen = np.zeros(self.cap), np.zeros(self.cap)
         missing = [b for b in self.sizes if b and b not in self.costs.tree]
         assert not missing, f"no tree pass cost for sizes {missing}"
 
@@ -117,13 +155,15 @@ class AutoBudget:
     def expected_tokens(self, b: int) -> float:
         return 1.0 + float(self.accept[:b].sum())
 
-    def choose(self, switch: float = 0.0, left: float = math.inf) -> int:
-        """The candidate b of most expected tokens per second (the smaller b on a tie). switch: seconds
-        switching speculation on would cost (PassCosts.start, PassCosts.switch; 0 while it is on), spread
-        over the rounds it would serve: the mean run, at most the rounds that `left` tokens take."""
+    def choose(self, switch: float = 0.0, left: float = math.inf, start: float = 0.0) -> int:
+        """The candidate b of most expected tokens per second (the smaller b on a tie). switch: seconds the
+        drafter's catch-up would cost (PassCosts.switch; 0 while speculation is on), spread over the rounds
+        it would serve: the mean run, at most the rounds that `left` tokens take; start: seconds starting
+        the drafter would cost (PassCosts.start), spread over the rounds that `left` tokens take."""
         tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
-        served = np.maximum(1.0, np.minimum(self.run, left / tokens))
-        extra = np.where(np.array(self.sizes) > 0, switch / served, 0.0)
+        rounds = np.maximum(1.0, left / tokens)
+        extra = switch / np.minimum(self.run, rounds) + start / rounds
+        extra[0] = 0.0  # sizes[0] is 0: a plain round switches nothing on
         rates = tokens / (np.array([self.costs.round(b) for b in self.sizes]) + extra)
         return self.sizes[int(np.argmax(rates))]
 
@@ -134,20 +174,21 @@ class AutoBudget:
         steady round, or `caught_up`, the front of a round after plain ones and the tokens the drafter missed."""
         n = len(on_path)
         assert n <= max(b, 1) and n <= self.cap, (n, b)
-        self.hits *= 1 - DECAY
-        self.seen *= 1 - DECAY
-        self.prior += DECAY * (self.optimistic - self.prior)
+        keep = 1 - (DECAY if b else FORGET)
+        self.hits *= keep
+        self.seen *= keep
         self.hits[:n] += on_path
         self.seen[:n] += 1
+        self.total_hits[:n] += on_path
+        self.total_seen[:n] += 1
         if b:
             self.streak += 1
         else:
             self.end_run()
         c = self.costs
-        if front is not None:
-            c.front += COST_RATE * (front - c.front)
-        if tree is not None and b in c.tree:
-            c.tree[b] += COST_RATE * (tree - c.tree[b])
+        c.follow(front, b, tree)
+        if not b:
+            c.relax(FORGET)
         if plain is not None:
             c.plain += COST_RATE * (plain - c.plain)
         if caught_up is not None and caught_up[1] > 0:
@@ -166,8 +207,10 @@ class Experience:
     """What earlier decodes of one setting (decoder, temperature, cap) showed, for the next one's prior.
 
     The prior of a decode is the optimistic prior and the earlier decodes' acceptance by rank, these weighing
-    at most EXPERIENCE rounds, so that a decode's own rounds soon outweigh them. Their counts halve with
-    every decode that verified nothing, so their weight falls once they count fewer than EXPERIENCE rounds.
+    at most EXPERIENCE rounds. Each decode adds all the rounds it verified (its speculation switching off
+    after a dip does not leave the dip to stand for it), and what the decodes before it showed keeps RECALL
+    of its weight, so with every decode that verified nothing their weight falls once they count fewer
+    than EXPERIENCE rounds.
     """
 
     cap: int
@@ -185,15 +228,11 @@ class Experience:
         return (PRIOR_WEIGHT * prior(self.cap) + weight * shown) / (PRIOR_WEIGHT + weight)
 
     def learn(self, decode: AutoBudget) -> None:
-        """Fold a finished decode's estimates in (older decodes weigh half as much as it)."""
+        """Fold a finished decode's rounds in (the decodes before it weigh RECALL as much as they did)."""
         decode.end_run()
         self.run = decode.run
-        if not decode.seen.any():
-            self.hits *= 0.5
-            self.seen *= 0.5
-            return
-        self.hits = 0.5 * self.hits + decode.hits
-        self.seen = 0.5 * self.seen + decode.seen
+        self.hits = RECALL * self.hits + decode.total_hits
+        self.seen = RECALL * self.seen + decode.total_seen
 
 
 def ranks_on_path(cum: np.ndarray, depth: np.ndarray, index: np.ndarray, accepted: list[int]) -> np.ndarray:

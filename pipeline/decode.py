@@ -164,15 +164,15 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         raise ValueError("budget auto needs the pass costs of this device")
     auto = AutoBudget(costs, config.budget_max, experience) if config.budget == AUTO and rule.select else None
     rounds = _Rounds(target, drafter, rule, config, generator)
-    choose = (lambda switch, left: 0) if rule.select is None else auto.choose if auto else \
-        (lambda switch, left: config.budget)
+    choose = (lambda switch, left, start: 0) if rule.select is None else auto.choose if auto else \
+        (lambda switch, left, start: config.budget)
     history = [int(t) for t in prompt]  # the committed context
     told = 0  # tokens of `history` the drafter holds; 0 before its first pool
     out: list[int] = []
     log: list[Round] = []
     passes = 0
     t_start = time.perf_counter()
-    budget = choose(auto.costs.start(len(history) - 1) if auto else 0.0, config.max_new_tokens)
+    budget = choose(0.0, config.max_new_tokens, auto.costs.start(len(history) - 1) if auto else 0.0)
     if budget:
         drafter.start(history)  # the drafter's prefill overlaps the target's, until its first pool is there
         told = len(history)
@@ -199,9 +199,12 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         if stop is not None or len(out) >= config.max_new_tokens:
             break
         history += emitted
-        previous, missed = budget, len(history) - told
-        switch = auto.costs.switch(missed) if auto and previous == 0 else 0.0
-        budget = choose(switch, config.max_new_tokens - len(out))
+        previous, missed = budget, len(history) - told if told else 0  # 0: the drafter has not started
+        left = config.max_new_tokens - len(out)
+        if auto and not told:  # a decode that started plain: the drafter's start serves the rest of it
+            budget = choose(0.0, left, auto.costs.start(len(history), late=True))
+        else:  # after plain rounds the drafter first ingests what it missed: that serves a run of rounds
+            budget = choose(auto.costs.switch(missed) if auto and previous == 0 else 0.0, left, 0.0)
         if budget:  # ask for the next round's pool, with every token the drafter has not seen
             drafter.commit(history[told:]) if told else drafter.start(history)
             told = len(history)
@@ -223,7 +226,7 @@ def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float]
     """Feed one round to the budget's estimates: which ranks were accepted, and what the round cost. Its
     wait for the drafter is a steady one only when the round before speculated too: before the first round
     the drafter ingests the prompt (a cost of the prefill), after plain ones the `missed` tokens (a switch's
-    cost, learnt apart)."""
+    cost, learnt apart; 0 when the drafter started only now, its prefill being a start's)."""
     if budget == 0:
         auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
     else:
