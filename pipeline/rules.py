@@ -1,6 +1,8 @@
-"""The decoders as one table: each rule's name, whether it takes a root pass, and how it selects its tree.
+"""The decoders as one table: each rule's name, whether it takes a root pass, how it selects its tree and
+what that tree is worth at shared contexts.
 
-A new selection rule is one function (in pipeline/select.py) and one row here. The round loop, the
+A new selection rule is one function (in pipeline/select.py), its value at every budget (in
+pipeline/value.py) and one row here. The round loop, the
 command line's decoder lists, the reports' comparisons, the benchmarks and the GPU check read this table.
 """
 
@@ -15,6 +17,7 @@ import torch
 from pipeline.pool import Pool
 from pipeline.select import select_draft, select_pearl, select_pearl_top1, select_root, select_root_draw
 from pipeline.tree import Tree
+from pipeline.value import Curve, Scored, value_draft, value_pearl, value_pearl_top1, value_root, value_root_draw
 from pipeline.verify import target_probs
 
 
@@ -37,6 +40,8 @@ class Rule:
     root_pass: bool  # a one-token target pass on the root runs while the drafter grows the pool
     baselines: tuple[str, ...]  # the rules a report compares this one with (besides `ar`)
     about: str  # one line for --help and the README
+    value: Callable[[Scored], Curve] | None = None  # the rule's expected accepted tokens at every budget of a
+    #                                                 recorded round (the drawn X1 counts as accepted)
 
 
 def _root(pool: Pool, budget: int, root: RootDraw) -> Tree:
@@ -52,17 +57,17 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("ar", None, False, (), "plain autoregressive decoding of the target through the same runtime"),
     Rule("draft", lambda pool, budget, _: select_draft(pool, budget), False, (),
          "wait for the pool, keep the B candidates of highest cumulative draft log-prob, verify root and tree "
-         "in one pass"),
+         "in one pass", value_draft),
     Rule("pearl", lambda pool, budget, x: select_pearl(pool, budget, x.token), True, ("draft",),
-         "root pass while drafting; draw X1; keep the part of draft's tree beneath X1 (or X1 alone)"),
+         "root pass while drafting; draw X1; keep the part of draft's tree beneath X1 (or X1 alone)", value_pearl),
     Rule("pearl-top1", lambda pool, budget, x: select_pearl_top1(pool, budget, x.token), True, ("draft",),
          "as pearl, but the drafter commits to its most probable first token; a different draw is verified "
-         "alone"),
+         "alone", value_pearl_top1),
     Rule("root-draw", lambda pool, budget, x: select_root_draw(pool, budget, x.token), True, ("draft", "pearl"),
-         "root pass while drafting; X1 plus its B-1 highest-ranked pool descendants"),
+         "root pass while drafting; X1 plus its B-1 highest-ranked pool descendants", value_root_draw),
     Rule("root", _root, True, ("draft",),
          "root pass while drafting; rank the pool with the root row's probabilities in place of the first "
-         "draft factor"),
+         "draft factor", value_root),
 )}
 DECODERS = tuple(RULES)
 SPECULATIVE = tuple(name for name, rule in RULES.items() if rule.select is not None)

@@ -4,6 +4,9 @@ Every rule ranks by a score that never increases along a path, with ties to the 
 then the lower pool index, so its best B candidates are ancestor-closed. Rules that take a first draw X1
 from the target's root row (`root-draw`, `pearl`, `pearl-top1`) return trees whose only first-level node
 is X1; `root` uses the root row's probabilities in place of the first draft factor.
+
+Each rule's tree at budget B is the first B of one order (for the draw rules, one order per draw): the
+`*_order` functions give those orders, which the selections cut and pipeline.value sums along.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ from pipeline.pool import ROOT, Pool, rank
 from pipeline.tree import Tree
 
 
-def select_draft(pool: Pool, budget: int) -> Tree:
-    """The B candidates with the highest cumulative draft log-prob (EAGLE-3's rule)."""
-    return Tree.from_pool(pool, rank(pool.cum, pool.depth)[:budget])
+def draft_order(pool: Pool) -> np.ndarray:
+    """(N,) every candidate, best first by cumulative draft log-prob."""
+    return rank(pool.cum, pool.depth)
 
 
-def select_root(pool: Pool, budget: int, first_probs: np.ndarray) -> Tree:
-    """The B best after replacing each path's first draft factor with the target's root-row probability.
+def root_order(pool: Pool, first_probs: np.ndarray) -> np.ndarray:
+    """(N,) every candidate, best first once each path's first draft factor is the root row's probability.
 
     first_probs: (N,) target probability of each candidate's first-level token at the root (only the
     entries of first-level candidates are read).
@@ -28,40 +31,14 @@ def select_root(pool: Pool, budget: int, first_probs: np.ndarray) -> Tree:
     with np.errstate(divide="ignore"):
         first = np.log(first_probs[pool.top].astype(np.float64))
     score = pool.cum.astype(np.float64) - pool.logp[pool.top] + first
-    return Tree.from_pool(pool, rank(score, pool.depth)[:budget])
+    return rank(score, pool.depth)
 
 
-def select_root_draw(pool: Pool, budget: int, x1: int) -> Tree:
-    """X1 with its B-1 highest-ranked pool descendants, or X1 alone when the pool's first level lacks it."""
-    u = pool.first_level(x1)
-    if u == ROOT:
-        return Tree.single(x1)
-    return Tree.from_pool(pool, np.concatenate([[u], _descendants_ranked(pool, u)[: budget - 1]]))
+def oracle_order(pool: Pool, edge_probs: np.ndarray) -> np.ndarray:
+    """(N,) every candidate, best first by its path's target probability (exact edge probabilities, (N,)).
 
-
-def select_pearl(pool: Pool, budget: int, x1: int) -> Tree:
-    """The part of draft selection's B-node tree beneath X1, or X1 alone when that tree lacks it."""
-    u = pool.first_level(x1)
-    kept = rank(pool.cum, pool.depth)[:budget]
-    if u == ROOT or u not in kept:
-        return Tree.single(x1, u)
-    return Tree.from_pool(pool, kept[pool.top[kept] == u])
-
-
-def select_pearl_top1(pool: Pool, budget: int, x1: int) -> Tree:
-    """The drafter's most probable first token with its B-1 best descendants; X1 alone if the draw differs."""
-    first = np.flatnonzero(pool.parent == ROOT)
-    u = int(rank(pool.cum, pool.depth, first)[0])
-    if int(pool.token[u]) != x1:
-        return Tree.single(x1, pool.first_level(x1))
-    return Tree.from_pool(pool, np.concatenate([[u], _descendants_ranked(pool, u)[: budget - 1]]))
-
-
-def select_oracle(pool: Pool, budget: int, edge_probs: np.ndarray) -> Tree:
-    """Offline: the ancestor-closed B candidates of largest value V, from exact target edge probabilities.
-
-    edge_probs: (N,) target probability of each candidate's edge. Path probabilities never increase along
-    a path, so the B largest are ancestor-closed and maximize V among all such sets.
+    Path probabilities never increase along a path, so every prefix is ancestor-closed, and the first B
+    maximize V among all ancestor-closed sets of B candidates.
     """
     score = np.zeros(len(pool), np.float64)
     with np.errstate(divide="ignore"):
@@ -69,10 +46,56 @@ def select_oracle(pool: Pool, budget: int, edge_probs: np.ndarray) -> Tree:
     for d in range(1, int(pool.depth.max()) + 1):
         level = np.flatnonzero(pool.depth == d)
         score[level] = log_edge[level] + (score[pool.parent[level]] if d > 1 else 0.0)
-    return Tree.from_pool(pool, rank(score, pool.depth)[:budget])
+    return rank(score, pool.depth)
 
 
-def _descendants_ranked(pool: Pool, u: int) -> np.ndarray:
+def top1(pool: Pool) -> int:
+    """Pool index of the drafter's most probable first-level candidate."""
+    return int(rank(pool.cum, pool.depth, np.flatnonzero(pool.parent == ROOT))[0])
+
+
+def select_draft(pool: Pool, budget: int) -> Tree:
+    """The B candidates with the highest cumulative draft log-prob (EAGLE-3's rule)."""
+    return Tree.from_pool(pool, draft_order(pool)[:budget])
+
+
+def select_root(pool: Pool, budget: int, first_probs: np.ndarray) -> Tree:
+    """The B best after replacing each path's first draft factor with the target's root-row probability
+    (first_probs: see root_order)."""
+    return Tree.from_pool(pool, root_order(pool, first_probs)[:budget])
+
+
+def select_root_draw(pool: Pool, budget: int, x1: int) -> Tree:
+    """X1 with its B-1 highest-ranked pool descendants, or X1 alone when the pool's first level lacks it."""
+    u = pool.first_level(x1)
+    if u == ROOT:
+        return Tree.single(x1)
+    return Tree.from_pool(pool, np.concatenate([[u], descendants_order(pool, u)[: budget - 1]]))
+
+
+def select_pearl(pool: Pool, budget: int, x1: int) -> Tree:
+    """The part of draft selection's B-node tree beneath X1, or X1 alone when that tree lacks it."""
+    u = pool.first_level(x1)
+    kept = draft_order(pool)[:budget]
+    if u == ROOT or u not in kept:
+        return Tree.single(x1, u)
+    return Tree.from_pool(pool, kept[pool.top[kept] == u])
+
+
+def select_pearl_top1(pool: Pool, budget: int, x1: int) -> Tree:
+    """The drafter's most probable first token with its B-1 best descendants; X1 alone if the draw differs."""
+    u = top1(pool)
+    if int(pool.token[u]) != x1:
+        return Tree.single(x1, pool.first_level(x1))
+    return Tree.from_pool(pool, np.concatenate([[u], descendants_order(pool, u)[: budget - 1]]))
+
+
+def select_oracle(pool: Pool, budget: int, edge_probs: np.ndarray) -> Tree:
+    """Offline: the ancestor-closed B candidates of largest value V (edge_probs: see oracle_order)."""
+    return Tree.from_pool(pool, oracle_order(pool, edge_probs)[:budget])
+
+
+def descendants_order(pool: Pool, u: int) -> np.ndarray:
     """Pool descendants of first-level candidate u, best first by cumulative draft log-prob."""
     below = np.flatnonzero((pool.top == u) & (pool.parent != ROOT))
     return rank(pool.cum, pool.depth, below)

@@ -1,9 +1,14 @@
-"""The value V(T) of a tree: the expected number of accepted tokens under exhaustive target sampling."""
+"""The value V(T) of a tree: the expected number of accepted tokens under exhaustive target sampling; and
+every rule's value at every budget of one recorded round, as prefix sums along the rule's order."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from pipeline.pool import ROOT, Pool
+from pipeline.select import descendants_order, draft_order, oracle_order, root_order, top1
 from pipeline.tree import Tree
 
 
@@ -32,3 +37,118 @@ def edge_probs_from_rows(tree: Tree, root_probs: np.ndarray, node_probs: np.ndar
     """(n,) target probability of each tree edge from the rows at the root (V,) and at each node (n, V)."""
     parent_rows = np.where(tree.parent[:, None] >= 0, node_probs[np.maximum(tree.parent, 0)], root_probs[None])
     return parent_rows[np.arange(len(tree)), tree.token]
+
+
+# -- every rule's value at every budget, from one recorded round (DESIGN.md section 8) -------------------
+
+
+class Scored:
+    """One recorded round: its pool and the target's probability of every pool edge at the run's
+    temperature (at T = 0 the greedy point mass: 1 where the candidate's token is the target's argmax
+    after its path, else 0). A first-level edge's probability is the root row's at that token.
+
+    edge: (N,) float64. mass: (N,) the path mass m(v), the product of edge probabilities down to v.
+    """
+
+    def __init__(self, pool: Pool, edge_probs: np.ndarray) -> None:
+        self.pool = pool
+        self.edge = np.asarray(edge_probs, np.float64)
+        self.mass = path_mass(pool, self.edge)
+        self._draft: np.ndarray | None = None
+
+    @property
+    def draft(self) -> np.ndarray:
+        """(N,) the draft order, computed once (most rules read it)."""
+        if self._draft is None:
+            self._draft = draft_order(self.pool)
+        return self._draft
+
+    @property
+    def off_pool(self) -> float:
+        """Probability that the root's draw X1 is not on the pool's first level."""
+        return max(0.0, 1.0 - float(self.edge[self.pool.parent == ROOT].sum()))
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """A rule's value at every budget of one round: V(B) = base + gains[:B].sum().
+
+    gains[i] is what the i-th node of the budget adds in expectation (for the draw rules, summed over the
+    draws X1, each draw's tree being a prefix of its own order); base is what every tree holds whatever
+    its size (1 for the draw rules: X1 counts as accepted).
+    """
+
+    base: float
+    gains: np.ndarray  # (N,) float64
+
+    def at(self, budgets) -> np.ndarray:
+        """(len(budgets),) V at each budget (>= 1); a budget beyond the pool keeps the whole pool."""
+        cum = np.cumsum(self.gains)
+        return self.base + cum[np.minimum(np.asarray(budgets, np.int64), len(cum)) - 1]
+
+
+def path_mass(pool: Pool, edge_probs: np.ndarray) -> np.ndarray:
+    """(N,) float64 target probability of each candidate's whole path, one vectorized step per depth."""
+    mass = np.asarray(edge_probs, np.float64).copy()
+    for d in range(2, int(pool.depth.max()) + 1):
+        level = np.flatnonzero(pool.depth == d)
+        mass[level] *= mass[pool.parent[level]]
+    return mass
+
+
+def value_draft(s: Scored) -> Curve:
+    """`draft`: the masses of its order."""
+    return Curve(0.0, s.mass[s.draft])
+
+
+def value_root(s: Scored) -> Curve:
+    """`root`: the masses of its order, ranked with the root row in place of the first draft factor."""
+    return Curve(0.0, s.mass[root_order(s.pool, s.edge)])
+
+
+def value_root_draw(s: Scored) -> Curve:
+    """`root-draw`: 1 for X1, plus, for each first-level u (drawn with probability m(u)), the conditional
+    masses m(v)/m(u) of its B-1 best descendants: summed over u, position by position, the masses of
+    each u's descendants in draft order, from budget position 1 on."""
+    return Curve(1.0, _beneath(s, s.draft[s.pool.depth[s.draft] > 1]))
+
+
+def value_pearl(s: Scored) -> Curve:
+    """`pearl`: 1 for X1, plus the masses of the strict descendants of X1 inside `draft`'s B-node tree;
+    summed over X1, every node of that tree below the first level, in draft order."""
+    return Curve(1.0, np.where(s.pool.depth[s.draft] > 1, s.mass[s.draft], 0.0))
+
+
+def value_pearl_top1(s: Scored) -> Curve:
+    """`pearl-top1`: 1 for X1, plus, when X1 is the drafter's top first token u, its B-1 best descendants."""
+    below = descendants_order(s.pool, top1(s.pool))
+    gains = np.zeros(len(s.pool))
+    gains[1: 1 + len(below)] = s.mass[below]
+    return Curve(1.0, gains)
+
+
+def value_oracle(s: Scored) -> Curve:
+    """`oracle`: the best ancestor-closed B-node tree by target path mass (the ceiling of fixed trees)."""
+    return Curve(0.0, s.mass[oracle_order(s.pool, s.edge)])
+
+
+def value_oracle_draw(s: Scored) -> Curve:
+    """`oracle-draw`: for each draw X1 = u, u with the B-1 descendants of largest mass (the ceiling of trees
+    chosen after the draw, X1 counted as accepted like the draw rules count it)."""
+    order = oracle_order(s.pool, s.edge)
+    return Curve(1.0, _beneath(s, order[s.pool.depth[order] > 1]))
+
+
+def _beneath(s: Scored, below: np.ndarray) -> np.ndarray:
+    """(N,) position-wise sums over first-level u of the masses of u's descendants, taken in the order of
+    `below` (candidates of depth >= 2), placed from position 1 (position 0 is u itself)."""
+    top = s.pool.top[below]
+    grouped = below[np.argsort(top, kind="stable")]  # each u's descendants together, order kept
+    tops = s.pool.top[grouped]
+    starts = np.flatnonzero(np.r_[True, tops[1:] != tops[:-1]]) if len(grouped) else np.zeros(0, np.int64)
+    runs = np.diff(np.r_[starts, len(grouped)])
+    position = np.arange(len(grouped)) - np.repeat(starts, runs)
+    return np.bincount(position + 1, weights=s.mass[grouped], minlength=len(s.pool))[: len(s.pool)]
+
+
+CEILINGS = {"oracle": value_oracle, "oracle-draw": value_oracle_draw}
