@@ -55,6 +55,11 @@ class TargetRunner(Protocol):
         """Wait for queued device work (a host-device sync)."""
 
 
+class Observer(Protocol):
+    def __call__(self, pool: Pool | None, root: int, round: Round, emitted: list[int]) -> None:
+        """See decode's `observe`."""
+
+
 class DrafterClient(Protocol):
     def start(self, prompt: Sequence[int]) -> None:
         """Begin a request; the drafter grows the pool of round 0 from the whole prompt."""
@@ -139,11 +144,13 @@ class _Step:
     available: int = 0
     tried: int = 0  # see Round.tried
     on_path: np.ndarray | None = None  # (len(tree),) by rank, whether the node was accepted (budget auto)
+    pool: Pool | None = None  # the round's pool; None for a plain round
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
            eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False,
-           costs: PassCosts | None = None, experience: Experience | None = None) -> DecodeResult:
+           costs: PassCosts | None = None, experience: Experience | None = None,
+           observe: Observer | None = None) -> DecodeResult:
     """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`.
 
     Each round's budget is config.budget, or with budget "auto" the choice of pipeline.budget from `costs`
@@ -154,6 +161,10 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     Phases that produce tokens end in a host read, so their host times include their device work. The
     commit's device work is queued asynchronously; `sync_phases` waits for it inside the commit phase
     (a host-device sync per round, for profiling runs only).
+
+    observe: called after each round's commit with the round's pool (None for a plain round), its root
+    token, the round and the tokens it emitted, before the drafter hears of them; its time is left out of
+    the decode's `seconds` (measurement, as the recording of rounds does).
     """
     rule = RULES[config.decoder]
     if len(prompt) < 1:
@@ -191,6 +202,10 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         rounds.phase.times["draft"] = step.draft_seconds
         log.append(Round(len(step.accepted), len(step.tree) if step.tree is not None else 0, len(emitted),
                          rounds.phase.times, step.available, step.tried, budget))
+        if observe is not None:
+            t_observe = time.perf_counter()
+            observe(step.pool, history[-1], log[-1], emitted)
+            t_start += time.perf_counter() - t_observe  # measurement: not the decode's time
         if auto is not None:
             _observe(auto, step, budget, rounds.phase.times, previous, missed)
         passes += step.passes
@@ -269,7 +284,7 @@ class _Rounds:
             accepted, continuation = verify(tree, self.target.tree_pass(tree, root), None, self.temperature,
                                             self.generator, self.lazy)
         return _Step(tree, accepted, continuation, 1, draft_seconds, tried=depths_tried(tree, accepted),
-                     on_path=self._on_path(pool, tree, accepted))
+                     on_path=self._on_path(pool, tree, accepted), pool=pool)
 
     def pipelined(self, root: int, budget: int) -> _Step:
         """Root pass while the drafter works, draw X1, select beneath it, verify the tree in a second pass."""
@@ -283,12 +298,12 @@ class _Rounds:
         available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
         if tree.child(ROOT, first.token) < 0:  # `root` only: the draw is off the tree, it is the continuation
             return _Step(None, [], first.token, 1, draft_seconds, available, tried=1,
-                         on_path=np.zeros(len(tree), bool) if self.track else None)
+                         on_path=np.zeros(len(tree), bool) if self.track else None, pool=pool)
         with self.phase("tree"):
             accepted, continuation = verify(tree, self.target.tree_pass(tree, None), first.token,
                                             self.temperature, self.generator, self.lazy)
         return _Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted),
-                     self._on_path(pool, tree, accepted))
+                     self._on_path(pool, tree, accepted), pool)
 
     def _on_path(self, pool: Pool, tree: Tree, accepted: list[int]) -> np.ndarray | None:
         if not self.track:

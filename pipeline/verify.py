@@ -101,3 +101,20 @@ def traverse(tree: Tree, first: int, draws) -> tuple[list[int], int]:
             return accepted, token
         accepted.append(nxt)
         at, token = nxt, int(draws[nxt])
+
+
+def edge_probs(logits: torch.Tensor, token: np.ndarray, parent: np.ndarray, temperature: float) -> np.ndarray:
+    """(N,) float64 target probability of each pool edge at `temperature`, from one pass over the pool.
+
+    logits: (1 + N, V), row 0 the root's and row 1 + i candidate i's; token, parent: (N,) the pool's (parent
+    ROOT for the first level). At T = 0 the greedy point mass: 1 where the token is the argmax of its
+    parent's row, else 0. Reads N values back to the host (a sync).
+    """
+    rows = torch.as_tensor(np.where(parent >= 0, parent + 1, 0), device=logits.device)
+    ids = torch.as_tensor(np.asarray(token, np.int64), device=logits.device)
+    if temperature == 0:
+        edge = (logits.argmax(-1)[rows] == ids).double()
+    else:
+        z = tempered(logits, temperature)
+        edge = (z[rows, ids] - torch.logsumexp(z, -1)[rows]).double().exp()
+    return edge.cpu().numpy()

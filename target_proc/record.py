@@ -11,11 +11,12 @@ give one record per turn, decoded in one conversation with the decoder's own ear
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from pipeline.config import DecodeConfig
 from pipeline.decode import PHASES, DecodeResult
+from target_proc.recorder import RoundRecorder
 
 SCHEMA = 2  # 1: records before the output limit was exact (no `schema` field)
 ROUND_COLUMNS = ("accept_lengths", "accepted", "tried", "tree_sizes", "available", "budgets")
@@ -49,12 +50,15 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
 
 
 def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
-                        done: Mapping[int, dict] | None = None) -> Iterator[dict]:
+                        done: Mapping[int, dict] | None = None,
+                        rounds: Callable[[dict, list], None] | None = None) -> Iterator[dict]:
     """Decode each turn of `prompt` in one conversation, yielding a record per turn as it ends.
 
     Turn k's context holds the earlier user turns and this decoder's own answers to them, through the
     target's chat template (as Spec-Bench's inference builds it). `done`: records of turns decoded before
-    (a resumed sweep), whose answers are reused instead of decoded again.
+    (a resumed sweep), whose answers are reused instead of decoded again. `rounds`: record every round's
+    pool with one measurement pass (target_proc.recorder) and hand (record, recorded rounds) to this
+    callable before the record is yielded.
     """
     history: list[str] = []
     for turn, user in enumerate(prompt.turns):
@@ -62,8 +66,11 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
         if record is None:
             ids = session.tokenizer.chat_ids([*history, user])
             key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
-            result = session.decode(ids, config, key)
+            recorder = RoundRecorder(session.target, config.temperature) if rounds else None
+            result = session.decode(ids, config, key, observe=recorder)
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
                                    prompt_tokens=len(ids), text=session.tokenizer.decode(result.tokens))
+            if rounds:
+                rounds(record, recorder.rounds)
             yield record
         history += [user, record["text"].strip()]

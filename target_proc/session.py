@@ -14,10 +14,11 @@ from pipeline.budget import Experience, PassCosts
 from pipeline.config import AUTO, DecodeConfig, InputError, PoolConfig, stream_seed
 from pipeline.rules import RULES
 from target_proc import costs
-from pipeline.decode import DecodeResult, DrafterClient, decode
+from pipeline.decode import DecodeResult, DrafterClient, Observer, decode
 from protocol.keys import key_dir, own_keys, public_key
 from protocol.transport import Channel, ClientKeys, is_loopback
 from target_proc.client import RemoteDrafter
+from target_proc.recorder import RoundRecorder
 from target_proc.target import Target
 
 SHUTDOWN_WAIT_S = 2.0  # how long a clean exit waits for its Shutdown to leave
@@ -40,13 +41,15 @@ class Session:
         self._experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap) -> earlier decodes
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
-               sync_phases: bool = False) -> DecodeResult:
+               sync_phases: bool = False, observe: Observer | None = None) -> DecodeResult:
         """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder).
 
         sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
         CPU the target switches torch's thread count between passes; the caller's count is restored.
+        observe: see pipeline.decode.decode (a RoundRecorder, which needs room for a pass over the pool).
         """
-        config.check_fits(len(prompt_ids), self.target.capacity)
+        config.check_fits(len(prompt_ids) + (RoundRecorder.slots(self.pool.size) if observe else 0),
+                          self.target.capacity)
         generator = torch.Generator(device=self.target.device)
         generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
         threads = torch.get_num_threads()
@@ -58,7 +61,7 @@ class Session:
                     key = (config.decoder, config.temperature, config.budget_max)
                     experience = self._experience.setdefault(key, Experience(config.budget_max))
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
-                          sync_phases=sync_phases, costs=costs, experience=experience)
+                          sync_phases=sync_phases, costs=costs, experience=experience, observe=observe)
         finally:
             torch.set_num_threads(threads)
 

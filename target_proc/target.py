@@ -70,6 +70,23 @@ class Target:
         slots = first + np.arange(len(tokens))
         return self.runner.forward(tokens, p + depth, slots, first, slots, ancestor_matrix(parent))
 
+    def score_pool(self, tree: Tree, root: int, context: int) -> torch.Tensor:
+        """Measurement only: the root's and every node's rows at the round's context -> (1 + n, V) logits.
+
+        context: the committed tokens before the round's root (P at that round). The pass writes a copy of
+        the root and the nodes past everything committed now, in slots the next round overwrites, and
+        attends to the first `context` slots and its own ancestors: the cache's committed part, the root's
+        own slot included, is left untouched, so the decode goes on exactly as without this pass.
+        """
+        self._use_threads(False)
+        start = self.prefix + 1  # the next round's root will be written at self.prefix
+        self._check(start + 1 + len(tree))
+        tokens = np.concatenate([[root], tree.token])
+        parent = np.concatenate([[-1], np.where(tree.parent < 0, 0, tree.parent + 1)])
+        depth = np.concatenate([[0], tree.depth])
+        slots = start + np.arange(len(tokens))
+        return self.runner.forward(tokens, context + depth, slots, context, slots, ancestor_matrix(parent))
+
     def commit(self, accepted: Sequence[int]) -> None:
         p = self.prefix
         src = p + 1 + np.asarray(accepted, np.int64)

@@ -1,0 +1,38 @@
+"""Recording rounds for the rules compared at shared contexts (DESIGN.md section 8): after each round of a
+decode, one measurement pass of the target over the round's whole pool gives the target's probability of
+every pool edge. The pass runs after the round's commit and outside its timed phases, and leaves the
+committed cache untouched, so the decode's output and timings are those of a decode without it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evaluation.rounds import RecordedRound
+from pipeline.decode import Round
+from pipeline.pool import Pool
+from pipeline.tree import Tree
+from pipeline.verify import edge_probs
+from target_proc.target import Target
+
+
+class RoundRecorder:
+    """An observer for pipeline.decode.decode that keeps every speculative round of one decode."""
+
+    def __init__(self, target: Target, temperature: float) -> None:
+        self.target, self.temperature = target, temperature
+        self.rounds: list[RecordedRound] = []
+
+    def __call__(self, pool: Pool | None, root: int, round: Round, emitted: list[int]) -> None:
+        if pool is None:  # a plain round: no pool to measure
+            return
+        context = self.target.prefix - 1 - round.accepted  # the committed tokens before this round's root
+        whole = Tree.from_pool(pool, np.arange(len(pool)))  # tree index i is pool index i
+        logits = self.target.score_pool(whole, root, context)
+        edge = edge_probs(logits, pool.token, pool.parent, self.temperature)  # host read: a sync
+        self.rounds.append(RecordedRound(round.budget, round.accepted, np.asarray(emitted, np.int64), pool.token,
+                                         pool.parent, pool.logp, pool.expanded, edge))
+
+    @staticmethod
+    def slots(pool_size: int) -> int:
+        """KV slots the measurement pass needs past a round's tree: a copy of the root and the whole pool."""
+        return 1 + pool_size
