@@ -225,6 +225,14 @@ def read_rounds(path: Path) -> tuple[dict, list[RecordedDecode]]:
     return head["provenance"], list(decodes.values())
 
 
+KEY_FIELDS = ("prompt_id", "category", "turn", "decoder", "temperature", "budget", "seed")
+
+
+def round_key(record: dict) -> dict:
+    """The key a decode's rounds are stored under, from its record (a sweep adds where it ran)."""
+    return {name: record[name] for name in KEY_FIELDS}
+
+
 def decode_key(key: dict) -> tuple:
     """What makes a decode the same decode in any shard (as the records' key)."""
     budget = key.get("grid_budget", key["budget"])

@@ -90,6 +90,10 @@ class RunOptions:
     num_seeds: int = field(default=1, metadata={"help": "repeat each decode with seeds S..S+N-1"})
     json: bool = field(default=False, metadata={
         "help": "one JSON record per decode on stdout (a live line per decode still goes to stderr)"})
+    record_rounds: str = field(default="", metadata={
+        "help": "after each round, score its whole pool with one target pass (outside the timed phases) and "
+                "keep the pool with the target's edge probabilities in DIR/rounds.shard-1-of-1.bin, for "
+                "`launch/pair.sh values DIR`", "metavar": "DIR"})
 
     def __post_init__(self) -> None:
         check_decoders("decoders", self.decoders)
@@ -136,6 +140,10 @@ class SweepOptions:
         "help": "tokens a speed counts. round: the paper's rule, up to the first end-of-sequence token with the "
                 "last round whole; output: only the output a user receives (at most --max-new-tokens)",
         "metavar": "round|output"})
+    record_rounds: bool = field(default=False, metadata={
+        "help": "after each round, score its whole pool with one target pass (outside the timed phases) and "
+                "keep the pool with the target's edge probabilities in rounds.shard-I-of-N.bin, for "
+                "`launch/pair.sh values`"})
 
     def __post_init__(self) -> None:
         check_decoders("decoders", self.decoders)

@@ -2,7 +2,7 @@
 
     launch/pair.sh [options]               decode prompts with every requested decoder
     launch/pair.sh sweep [options]         a timing sweep over decoders, temperatures and budgets
-    launch/pair.sh report|matched|export ARGS
+    launch/pair.sh report|matched|export|values ARGS
                                            the timing programs over finished sweeps (python -m timing ...)
     launch/pair.sh drafter [options]       a drafter alone, serving target after target (a second host)
     launch/pair.sh keys [options]          print this host's CURVE public key; authorize a target's key
@@ -47,7 +47,7 @@ EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)
 EMBEDDED_MAX_NEW_TOKENS = 96
 EMBEDDED_PROMPTS = 2  # the first built-in prompts
 GRACE_SECONDS = 5.0  # how long a process may take to exit after its peer ended
-TIMING_ROUTES = ("report", "matched", "export")  # run as `python -m timing ROUTE ...`
+TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m timing ROUTE ...`
 PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) must not shadow our packages
 
 
@@ -70,7 +70,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         prog="launch/pair.sh" + (" sweep" if mode == "sweep" else ""),
         description="Run the target and drafter processes as a pair. With no model options, the embedded "
                     f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
-                    "Other routes: launch/pair.sh sweep|report|matched|export|drafter|keys --help.",
+                    "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
                f"embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, {EMBEDDED_POOL.expand}"

@@ -14,9 +14,11 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TextIO
 from dataclasses import dataclass
 
+from evaluation.rounds import RoundStore, round_key, rounds_path
 from launch.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
                         option_values, run_program, setup_logging)
 from launch.options import ConnectOptions, KeyOptions, RunOptions
@@ -84,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         prompts = gather(run.sources, run.decode.seed)
         emit = (lambda record: print(json.dumps(record), flush=True)) if run.json else None
         with connect(args) as session:
+            header = run_header(session.models, args.pool, option_values(run), prompts)
             if emit:
-                emit(run_header(session.models, args.pool, option_values(run), prompts))
-            records = run_decodes(session, prompts, run, emit)
+                emit(header)
+            with _round_store(run, header) as rounds:
+                records = run_decodes(session, prompts, run, emit, rounds)
         setting = analyse(records, run.decode.temperature, run.decode.budget, speed_tokens="output")
         if emit:
             emit({"kind": "summary", **as_json(setting)})
@@ -124,6 +128,16 @@ def _turns(turns) -> tuple[str, tuple[str, ...]]:
     return turns[0], tuple(turns[1:])
 
 
+def _round_store(run: RunOptions, header: dict) -> AbstractContextManager:
+    """DIR/rounds.shard-1-of-1.bin with --record-rounds DIR (a decode run is one shard), else nothing."""
+    if not run.record_rounds:
+        return nullcontext()
+    path = rounds_path(run.record_rounds, 1, 1)
+    if path.exists():
+        raise InputError(f"`record_rounds`: {path} exists already; name an empty directory for this run's rounds")
+    return RoundStore(path, header)
+
+
 def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Prompt]) -> dict:
     """The provenance line of a run: both models, the pool, the settings, the prompts and the machine."""
     return {"kind": "run", "schema": SCHEMA, "models": models, "pool": dataclasses.asdict(pool),
@@ -131,12 +145,14 @@ def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Pro
 
 
 def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions,
-                emit: Callable[[dict], None] | None = None) -> list[dict]:
-    """Every decode of every prompt (one record per turn); each goes to `emit` as soon as it ends."""
+                emit: Callable[[dict], None] | None = None, rounds: RoundStore | None = None) -> list[dict]:
+    """Every decode of every prompt (one record per turn); each goes to `emit` as soon as it ends, and
+    with `rounds` its recorded rounds there just before."""
     records = []
+    keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded))
     for prompt in prompts:
         for config in run.configs():
-            for record in decode_conversation(session, prompt, config):
+            for record in decode_conversation(session, prompt, config, rounds=keep):
                 records.append(record)
                 log.info("%s%s seed %d %-10s %4d tokens %6.2f s %7.1f tok/s", prompt.id,
                          f" turn {record['turn'] + 1}" if prompt.later else "", config.seed, config.decoder,

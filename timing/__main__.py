@@ -1,4 +1,4 @@
-"""python -m timing {sweep,report,matched,export} ...: run a timing sweep, report it, plan the matched-size
+"""python -m timing {sweep,report,matched,export,values} ...: run a timing sweep, report it, plan the matched-size
 run, or export its records."""
 
 import sys
@@ -8,6 +8,7 @@ PROGRAMS = {
     "report": "speeds, paired gains and round times of sweep directories, as Markdown and PNG plots",
     "matched": "the root-draw cap whose mean tree size matches pearl's, and the command that times both",
     "export": "a sweep's records as another tool's files (Spec-Bench model answers)",
+    "values": "every selection rule's expected acceptance at the shared contexts of recorded rounds",
 }
 USAGE = ("usage: python -m timing {" + ",".join(PROGRAMS) + "} [options]\n\n"
          + "\n".join(f"  {name:<8} {about}" for name, about in PROGRAMS.items())

@@ -1,7 +1,8 @@
 """python -m timing sweep: the target-side process of a timing sweep (DESIGN.md section 6).
 
 Loads the target, connects to the drafter and runs the shard's decodes in the schedule's order, writing
-one record per decode to DIR/records.shard-I-of-N.jsonl as soon as it ends. Rerunning the same command
+one record per decode to DIR/records.shard-I-of-N.jsonl as soon as it ends (with --record-rounds, its
+rounds to DIR/rounds.shard-I-of-N.bin just before). Rerunning the same command
 resumes: recorded decodes are skipped. Logs and the progress bar go to stderr; the last line of stdout is
 one JSON document summarising the shard.
 """
@@ -13,12 +14,13 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from evaluation.rounds import RoundStore, round_key, rounds_path
 from launch import target as target_program
 from launch.cli import flags_of, run_program
 from launch.options import SweepOptions
@@ -26,6 +28,7 @@ from launch.prompts import Prompt, gather
 from models.options import ModelOptions
 from pipeline.config import DecodeConfig, InputError
 from target_proc.record import decode_conversation
+from target_proc.recorder import RoundRecorder
 from target_proc.summary import counted_tokens, setting_budget
 from timing import run_config
 from timing.records import RecordStore, record_key, records_path
@@ -73,10 +76,17 @@ def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, dr
         if all(_done(t, store) for t in tasks):
             log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
         else:
-            with connect() as session, logging_redirect_tqdm():
+            with connect() as session, logging_redirect_tqdm(), _round_store(options, config) as rounds:
                 run_config.note_identity(options.out, start["id"], session.models)
-                run_sweep(session, options, tasks, store, progress)
+                run_sweep(session, options, tasks, store, progress, rounds)
     return store
+
+
+def _round_store(options: SweepOptions, config: dict) -> AbstractContextManager:
+    """The shard's rounds file with --record-rounds (written under the records file's lock), else nothing."""
+    if not options.record_rounds:
+        return nullcontext()
+    return RoundStore(rounds_path(options.out, *options.shard_index), config)
 
 
 def gather_prompts(options: SweepOptions) -> list[Prompt]:
@@ -96,12 +106,13 @@ def sweep_tasks(options: SweepOptions, prompts: Sequence[Prompt]) -> list[Task]:
 
 
 def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: RecordStore,
-              progress: bool = True) -> int:
+              progress: bool = True, rounds: RoundStore | None = None) -> int:
     """Run every task not yet in `store`, appending a record per turn as it ends -> records appended.
 
     Warm-ups run at every start that has timed decodes left, because a restarted process is cold again;
     a warm-up already recorded is decoded again but not recorded twice. A multi-turn task cut short resumes
-    at its first missing turn, with the recorded answers of the turns before it in context.
+    at its first missing turn, with the recorded answers of the turns before it in context. With `rounds`,
+    each timed decode's recorded rounds are written there before its record.
     """
     _check_capacity(session, options, tasks)
     timed_left = any(not t.warmup and not _done(t, store) for t in tasks)
@@ -119,10 +130,12 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
             done = {} if rerun else {k[1]: store.records_by_key[k] for k in _keys(task) if k in store}
             config = DecodeConfig(c.decoder, c.temperature, options.cap(c.decoder, c.budget), options.max_new_tokens,
                                   c.seed, options.decode.budget_max, options.decode.budget_prior)
-            for record in decode_conversation(session, task.prompt, config, done):
+            where = {"grid_budget": c.budget, "position": task.position, "warmup": task.warmup, "shard": shard}
+            keep = None if rounds is None or task.warmup else \
+                (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded))
+            for record in decode_conversation(session, task.prompt, config, done, keep):
                 if not rerun:
-                    store.append({**record, "grid_budget": c.budget, "position": task.position,
-                                  "warmup": task.warmup, "shard": shard})
+                    store.append({**record, **where})
                     recorded += 1
             bar.update(0 if rerun else 1)
     return recorded
@@ -163,6 +176,8 @@ def _check_capacity(session, options: SweepOptions, tasks: Sequence[Task]) -> No
     turn's context holds the earlier answers, each at most max_new_tokens (plus a little for re-tokenizing)."""
     largest = max(DecodeConfig(budget=options.cap(t.combo.decoder, t.combo.budget),
                                budget_max=options.decode.budget_max).largest_tree for t in tasks)
+    if options.record_rounds:  # the measurement pass over the whole pool, past a round's commit
+        largest = max(largest, RoundRecorder.slots(session.pool.size))
     config = DecodeConfig(budget=largest, max_new_tokens=options.max_new_tokens)
     for prompt in {t.prompt.id: t.prompt for t in tasks}.values():
         turns = list(prompt.turns)

@@ -24,7 +24,7 @@ class Recording:
     def __init__(self, session) -> None:
         self.session, self.tokenizer, self.calls = session, session.tokenizer, []
 
-    def decode(self, ids, config, key):
+    def decode(self, ids, config, key, observe=None):
         self.calls.append((list(ids), key))
         return self.session.decode(ids, config, key)
 

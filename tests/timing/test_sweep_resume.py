@@ -29,11 +29,11 @@ class DiesAfter:
         self.tokenizer, self.target, self.pool, self.models = (session.tokenizer, session.target, session.pool,
                                                                session.models)
 
-    def decode(self, *args):
+    def decode(self, *args, **kwargs):
         if self.n == 0:
             raise Killed
         self.n -= 1
-        return self.session.decode(*args)
+        return self.session.decode(*args, **kwargs)
 
 
 

@@ -1,0 +1,227 @@
+"""Every rule compared at shared contexts (DESIGN.md section 8): values of recorded rounds, their averages
+per round and per prompt, paired prompt-bootstrap intervals, and the recording decoder's agreement.
+
+Each recorded round gives every rule of pipeline.rules (each row brings its value) and the two ceilings the
+same pool. A rule's value at budget B is the expected number of accepted tokens of the tree it would keep
+(the drawn X1 counted for the draw rules); at every budget at once it is a prefix sum along one order per
+round (pipeline.value.Curve). Averages come two ways, as the paper gives them: per round (all rounds
+pooled) and per prompt (each prompt's mean first, so every prompt weighs the same). Intervals resample
+prompts, all rules with the same resamples, so a prompt's shared difficulty cancels within each pair.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evaluation.rounds import RecordedDecode, decode_key
+from pipeline.config import InputError
+from pipeline.rules import RULES
+from pipeline.value import CEILINGS, Curve
+
+BUDGETS = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
+VALUED = {**{name: rule.value for name, rule in RULES.items() if rule.value is not None}, **CEILINGS}
+AGREEMENT_TOKENS = 0.02  # a realized mean this far from its value, beyond its interval, is a bug somewhere
+
+
+@dataclass
+class RoundValues:
+    """The values of every recorded round at one temperature, rules by name."""
+
+    temperature: float
+    budgets: np.ndarray  # (K,) the budgets reported (capped by the largest pool)
+    prompt: np.ndarray  # (R,) index into `prompts` of each round's prompt
+    prompts: list[str]
+    categories: list[str]  # (len(prompts),)
+    values: dict[str, np.ndarray]  # rule -> (R, K)
+    mean_curves: dict[str, np.ndarray]  # rule -> (N,) mean value per round at every budget 1..N
+    off_pool: np.ndarray  # (R,) probability that the draw X1 is not on the pool's first level
+    settings: dict[tuple[str, str], dict] = field(default_factory=dict)  # (decoder, budget) -> realized
+
+    @property
+    def rounds(self) -> int:
+        return len(self.prompt)
+
+
+def evaluate(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS) -> list[RoundValues]:
+    """Values of every rule at every recorded round, one RoundValues per temperature (warm-ups left out)."""
+    by_t: dict[float, list[RecordedDecode]] = {}
+    for d in sorted(decodes, key=lambda d: _order(decode_key(d.key))):  # the same order however the run was split
+        if not d.key.get("warmup", False) and d.rounds:
+            by_t.setdefault(float(d.key["temperature"]), []).append(d)
+    if not by_t:
+        raise InputError("the runs hold no recorded round (only warm-ups, or only plain rounds)")
+    return [_at_temperature(t, by_t[t], budgets) for t in sorted(by_t)]
+
+
+def _order(key: tuple) -> tuple:
+    return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
+
+
+def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: Sequence[int]) -> RoundValues:
+    largest = max(len(r.token) for d in decodes for r in d.rounds)
+    kept = np.array(sorted({min(int(b), largest) for b in budgets}), np.int64)
+    prompts: dict[str, int] = {}
+    categories: list[str] = []
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in VALUED}
+    sums = {name: np.zeros(largest) for name in VALUED}
+    prompt_of, off_pool = [], []
+    settings: dict[tuple[str, str], dict] = {}
+    all_budgets = np.arange(1, largest + 1)
+    for d in decodes:
+        pid = str(d.key["prompt_id"])
+        if pid not in prompts:
+            prompts[pid] = len(prompts)
+            categories.append(str(d.key.get("category", "")))
+        setting = settings.setdefault((d.key["decoder"], str(d.key.get("grid_budget", d.key["budget"]))),
+                                      {"realized": [], "expected": [], "prompt": []})
+        own = VALUED.get(d.key["decoder"])
+        for rnd in d.rounds:
+            scored = rnd.scored()
+            curves: dict[str, Curve] = {name: value(scored) for name, value in VALUED.items()}
+            for name, curve in curves.items():
+                full = curve.at(all_budgets)
+                rows[name].append(full[kept - 1])
+                sums[name] += full
+            prompt_of.append(prompts[pid])
+            off_pool.append(scored.off_pool)
+            if own is not None and rnd.budget > 0:
+                setting["realized"].append(rnd.accepted)
+                setting["expected"].append(float(curves[d.key["decoder"]].at([rnd.budget])[0]))
+                setting["prompt"].append(prompts[pid])
+    n = len(prompt_of)
+    return RoundValues(temperature, kept, np.array(prompt_of), list(prompts), categories,
+                       {name: np.array(r) for name, r in rows.items()}, {name: s / n for name, s in sums.items()},
+                       np.array(off_pool), {k: {name: np.array(v) for name, v in s.items()}
+                                            for k, s in settings.items() if s["realized"]})
+
+
+# -- averages and intervals ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    value: float
+    low: float
+    high: float
+
+
+def resample_counts(n_prompts: int, n_resamples: int, seed: int) -> np.ndarray:
+    """(n_resamples, n_prompts) how often each prompt is drawn in each resample."""
+    idx = np.random.default_rng(seed).integers(0, n_prompts, (n_resamples, n_prompts))
+    flat = idx + n_prompts * np.arange(n_resamples)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_resamples * n_prompts).reshape(n_resamples, n_prompts)
+
+
+class Averages:
+    """Per-prompt totals of one temperature's values (optionally one group of prompts), and the statistics
+    built from them with one set of prompt resamples."""
+
+    def __init__(self, rv: RoundValues, *, prompts: np.ndarray | None = None, n_resamples: int = 2000,
+                 confidence: float = 0.95, seed: int = 0) -> None:
+        chosen = np.arange(len(rv.prompts)) if prompts is None else np.asarray(prompts)
+        at = np.full(len(rv.prompts), -1)
+        at[chosen] = np.arange(len(chosen))
+        keep = at[rv.prompt] >= 0
+        where = at[rv.prompt[keep]]
+        self.n_prompts, self.budgets = len(chosen), rv.budgets
+        self.rounds = np.bincount(where, minlength=len(chosen)).astype(np.float64)  # (P,)
+        if np.any(self.rounds == 0):
+            raise InputError("a prompt without recorded rounds")
+        self.totals = {name: _by_prompt(v[keep], where, len(chosen)) for name, v in rv.values.items()}  # (P, K)
+        self.off_pool = _by_prompt(rv.off_pool[keep, None], where, len(chosen))[:, 0]
+        self.counts = resample_counts(len(chosen), n_resamples, seed)
+        self.tail = (1 - confidence) / 2
+
+    def per_round(self, rule: str) -> np.ndarray:
+        """(K,) mean value per round, rounds pooled."""
+        return self.totals[rule].sum(0) / self.rounds.sum()
+
+    def per_prompt(self, rule: str) -> np.ndarray:
+        """(K,) mean over prompts of each prompt's mean value per round."""
+        return (self.totals[rule] / self.rounds[:, None]).mean(0)
+
+    def gain(self, a: str, b: str, *, prompt_first: bool = False) -> list[Estimate]:
+        """Per budget, value_a / value_b - 1 with its percentile interval."""
+        return self._ratio(self._stat(a, prompt_first), self._stat(b, prompt_first), minus_one=True)
+
+    def share(self, rule: str, floor: str, ceiling: str) -> list[Estimate]:
+        """Per budget, the share of the ceiling's advantage over `floor` that `rule` recovers."""
+        f = self.totals[floor]
+        return self._ratio(self.totals[rule] - f, self.totals[ceiling] - f)
+
+    def off_pool_share(self) -> Estimate:
+        """The expected share of rounds whose draw X1 is not on the pool's first level."""
+        num, den = self.off_pool[:, None], self.rounds[:, None]
+        return self._ratio(num, den)[0]
+
+    def _stat(self, rule: str, prompt_first: bool) -> np.ndarray:
+        return self.totals[rule] / self.rounds[:, None] if prompt_first else self.totals[rule]
+
+    def _ratio(self, num: np.ndarray, den: np.ndarray, minus_one: bool = False) -> list[Estimate]:
+        """Per column, sum(num) / sum(den) over prompts, and its resampled interval."""
+        shift = 1.0 if minus_one else 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            point = num.sum(0) / den.sum(0) - shift
+            boot = (self.counts @ num) / (self.counts @ den) - shift  # (n_resamples, K)
+        boot[~np.isfinite(boot)] = np.nan  # a resample whose denominator is 0 (no advantage to share) says nothing
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a column of such resamples: no interval
+            low, high = np.nanquantile(boot, [self.tail, 1 - self.tail], axis=0)
+        return [Estimate(float(p), float(lo), float(hi)) for p, lo, hi in zip(point, np.atleast_1d(low),
+                                                                              np.atleast_1d(high))]
+
+
+def _by_prompt(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
+    """(n, K) sums of (R, K) round values by prompt."""
+    out = np.zeros((n, values.shape[1]))
+    np.add.at(out, where, values)
+    return out
+
+
+def reach(curves: dict[str, np.ndarray], rule: str, target: str, budget: int = 8) -> int | None:
+    """The smallest budget at which `rule`'s mean value per round reaches `target`'s at `budget` (searching
+    every budget up to the pool), or None when even the whole pool falls short (the paper's Table 13)."""
+    goal = curves[target][min(budget, len(curves[target])) - 1]
+    hit = np.flatnonzero(curves[rule] >= goal - 1e-12)
+    return int(hit[0]) + 1 if len(hit) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """The recording decoder's realized acceptance per round against its value on the same rounds."""
+
+    decoder: str
+    budget: str
+    rounds: int
+    realized: float
+    expected: float
+    difference: Estimate
+
+    @property
+    def disagrees(self) -> bool:
+        d = self.difference
+        return abs(d.value) > AGREEMENT_TOKENS and not (d.low <= 0.0 <= d.high)
+
+
+def agreement(rv: RoundValues, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> list[Agreement]:
+    out = []
+    for (decoder, budget), s in sorted(rv.settings.items()):
+        n = len(rv.prompts)
+        realized = np.bincount(s["prompt"], s["realized"], n)
+        expected = np.bincount(s["prompt"], s["expected"], n)
+        rounds = np.bincount(s["prompt"], minlength=n).astype(np.float64)
+        used = rounds > 0
+        counts = resample_counts(int(used.sum()), n_resamples, seed)
+        diff = realized[used] - expected[used]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            boot = (counts @ diff) / (counts @ rounds[used])
+        tail = (1 - confidence) / 2
+        low, high = np.quantile(boot, [tail, 1 - tail])
+        out.append(Agreement(decoder, budget, int(rounds.sum()), float(realized.sum() / rounds.sum()),
+                             float(expected.sum() / rounds.sum()),
+                             Estimate(float(diff.sum() / rounds.sum()), float(low), float(high))))
+    return out

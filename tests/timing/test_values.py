@@ -1,0 +1,157 @@
+"""Rules compared at shared contexts, end to end on a mock pair: a sweep with --record-rounds, its rounds
+file, and `values` over it (JSON lines, the report, agreement with the online decoder, shards)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from evaluation.rounds import (DamagedRounds, RecordedRound, RoundStore, load_rounds, read_rounds, round_files,
+                               rounds_path)
+from evaluation.values import VALUED, Averages, evaluate
+from timing.records import load_records
+from timing.values import main
+
+GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, mock_session, make_options, sweep):
+    out = tmp_path_factory.mktemp("recorded")
+    sweep(mock_session(), make_options(out, **GRID))
+    return out
+
+
+def json_lines(capsys, *argv) -> list[dict]:
+    assert main([*argv, "--json", "--resamples", "200"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_sweep_records_every_timed_round_beside_its_records(recorded):
+    records = [r for r in load_records([recorded]) if not r["warmup"]]
+    (_, provenance, decodes), = load_rounds([recorded])
+    assert provenance["sweep"]["record_rounds"] is True
+    by_key = {(d.key["prompt_id"], d.key["decoder"], d.key["temperature"]): d for d in decodes}
+    assert len(by_key) == len(records) == len(decodes)  # warm-ups are not recorded
+    for r in records:
+        d = by_key[r["prompt_id"], r["decoder"], r["temperature"]]
+        assert [x.accepted for x in d.rounds] == [a for a, b in zip(r["accepted"], r["budgets"]) if b > 0]
+        emitted = np.concatenate([x.emitted for x in d.rounds]).tolist()
+        assert emitted[: r["new_tokens"]] == r["token_ids"]
+
+
+def test_values_json_has_every_rule_budget_and_setting(recorded, capsys):
+    lines = json_lines(capsys, str(recorded), "--budgets", "1,2,4,1000")
+    values = [line for line in lines if line["kind"] == "value"]
+    pool = 4 + 4 * 2 * 2  # topk 4, depth 3, expand 2: 4 + 8 + 8 candidates
+    assert {(v["temperature"], v["rule"], v["budget"]) for v in values} == \
+           {(t, rule, b) for t in (0.0, 1.0) for rule in VALUED for b in (1, 2, 4, pool)}
+    for v in values:
+        assert {"rounds", "value_per_round", "value_per_prompt"} <= set(v)
+        assert 0.0 <= v["value_per_round"] <= v["budget"] + 1
+    agreements = [line for line in lines if line["kind"] == "agreement"]
+    assert {(a["temperature"], a["decoder"], a["budget"]) for a in agreements} == \
+           {(t, d, "4") for t in (0.0, 1.0) for d in ("draft", "root-draw")}
+    for a in agreements:
+        assert not a["disagrees"]
+        if a["temperature"] == 0.0:  # greedy verification is deterministic: exactly its value
+            assert a["realized_per_round"] == pytest.approx(a["value_per_round"], abs=1e-9)
+
+
+def test_values_of_two_shards_equal_the_whole_sweep(tmp_path, recorded, mock_session, make_options, sweep, capsys):
+    for shard in ("1/2", "2/2"):
+        sweep(mock_session(), make_options(tmp_path, shard=shard, **GRID))
+    assert [p.name for p in round_files(tmp_path)] == ["rounds.shard-1-of-2.bin", "rounds.shard-2-of-2.bin"]
+    whole = json_lines(capsys, str(recorded))
+    split = json_lines(capsys, str(tmp_path))
+    key = lambda line: json.dumps(line, sort_keys=True)
+    assert sorted(map(key, whole)) == sorted(map(key, split))
+
+
+def test_report_and_figure(recorded, tmp_path, capsys):
+    assert main([str(recorded), "--out", str(tmp_path), "--resamples", "200", "--by-category"]) == 0
+    text = (tmp_path / "values.md").read_text()
+    assert "## T = 0:" in text and "## T = 1:" in text
+    assert "Share of the oracle's advantage over draft that root recovers" in text
+    assert "draft reaches root's value at B = 8" in text and "by category" in text
+    assert (tmp_path / "values.png").stat().st_size > 10_000
+
+
+def test_values_refuses_a_run_without_rounds(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    assert "--record-rounds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("budgets", ["0,2", "two", ""])
+def test_values_refuses_bad_budgets(recorded, budgets, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([str(recorded), "--budgets", budgets])
+    assert stop.value.code == 2
+    assert "--budgets" in capsys.readouterr().err
+
+
+def a_round(n: int = 3, seed: int = 0) -> RecordedRound:
+    rng = np.random.default_rng(seed)
+    return RecordedRound(2, 1, np.array([5, 6]), np.arange(n) + 1, np.array([-1] * n), np.log(rng.uniform(0.1, 1, n)),
+                         np.zeros(n, bool), rng.uniform(0, 1 / n, n))
+
+
+KEY = dict(prompt_id="p", category="qa", turn=0, decoder="draft", temperature=1.0, budget=2, seed=0)
+
+
+def test_a_torn_last_chunk_is_dropped_and_the_file_appends_after_it(tmp_path):
+    path = rounds_path(tmp_path, 1, 1)
+    with RoundStore(path, {"run": 1}) as store:
+        store.append(KEY, [a_round()])
+        store.append({**KEY, "prompt_id": "q"}, [a_round(seed=1)])
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-7])  # killed inside the second decode's write
+    provenance, decodes = read_rounds(path)
+    assert provenance == {"run": 1} and [d.key["prompt_id"] for d in decodes] == ["p"]
+    with RoundStore(path, {"run": 1}) as store:  # resumed: the torn chunk is cut off, the decode written again
+        store.append({**KEY, "prompt_id": "q"}, [a_round(seed=1)])
+    assert path.read_bytes() == whole
+
+
+def test_a_decode_written_twice_reads_as_its_last_chunk(tmp_path):
+    path = rounds_path(tmp_path, 1, 1)
+    with RoundStore(path, {}) as store:
+        store.append(KEY, [a_round(seed=1)])
+        store.append(KEY, [a_round(seed=2), a_round(seed=3)])
+    (decode,) = read_rounds(path)[1]
+    assert len(decode.rounds) == 2
+    np.testing.assert_array_equal(decode.rounds[1].edge, a_round(seed=3).edge.astype(np.float32))
+
+
+def test_damage_before_the_last_chunk_is_an_error_naming_the_file(tmp_path):
+    path = rounds_path(tmp_path, 1, 1)
+    with RoundStore(path, {}) as store:
+        store.append(KEY, [a_round()])
+        store.append({**KEY, "prompt_id": "q"}, [a_round()])
+    data = bytearray(path.read_bytes())
+    data[60] ^= 0xFF  # inside the provenance or the first decode
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedRounds, match="rounds.shard-1-of-1.bin"):
+        read_rounds(path)
+    path.write_bytes(b"not a rounds file at all")
+    with pytest.raises(DamagedRounds, match="is it a rounds file"):
+        read_rounds(path)
+
+
+def test_per_prompt_averages_weigh_every_prompt_the_same():
+    """Two prompts, one with three rounds of value 1 and one with one round of value 0 under `draft`: per
+    round 3/4, per prompt 1/2."""
+    from evaluation.rounds import RecordedDecode
+
+    def rnd(edge: float) -> RecordedRound:
+        return RecordedRound(1, 0, np.array([1]), np.array([1]), np.array([-1]), np.array([-0.1]),
+                             np.zeros(1, bool), np.array([edge]))
+
+    decodes = [RecordedDecode({**KEY, "prompt_id": "a"}, [rnd(1.0)] * 3), RecordedDecode({**KEY, "prompt_id": "b"},
+                                                                                       [rnd(0.0)])]
+    (rv,) = evaluate(decodes, budgets=(1,))
+    avg = Averages(rv, n_resamples=50)
+    assert avg.per_round("draft")[0] == pytest.approx(0.75)
+    assert avg.per_prompt("draft")[0] == pytest.approx(0.5)

@@ -1,0 +1,236 @@
+"""python -m timing values RUN [RUN ...]: every selection rule compared at the shared contexts of recorded
+rounds (runs made with --record-rounds), exact and independent of the machine's speed.
+
+Per temperature: each rule's expected accepted tokens per round and per prompt at every budget, gains over
+`draft` and of `root-draw` over `pearl` with paired prompt-bootstrap intervals, the share of the oracle's
+advantage that `root` recovers, the budgets at which `draft` and `root` reach each other's value at B = 8,
+how often the draw X1 falls off the pool's first level, the recording decoder's realized acceptance
+against its value on the same rounds, and (--by-category) the same per prompt group. Writes values.md
+and values.png; with --json, stdout is one JSON line per (temperature, rule, budget) and per recorded
+decoder setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from evaluation.rounds import load_rounds
+from evaluation.values import (BUDGETS, VALUED, Agreement, Averages, Estimate, RoundValues, agreement, evaluate,
+                               reach)
+from launch.cli import add_log_level, add_options, flags_of, parse_program, run_program
+from pipeline.config import ConfigError, check_int
+from target_proc.summary import category_group, group_order
+
+# The paper's anchors (DESIGN.md section 8), printed beside this run's figures.
+PAPER = ("root over draft up to +8.0% at B = 59 and larger at B = 8 (Table 2); root recovers 35-57% of the "
+         "oracle's advantage at B = 59 (D.13); root-draw over pearl up to +14.2% at B = 8 (Table 12); draft needs "
+         "11-22 nodes to reach root's value at B = 8 (Table 13); realized acceptance within about 0.02 tokens of "
+         "its value")
+SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  # gains over draft, in this order
+
+
+@dataclass(frozen=True, slots=True)
+class ValuesOptions:
+    """Values"""
+
+    budgets: str = field(default=",".join(map(str, BUDGETS)), metadata={
+        "help": "budgets to report, capped by the pool", "metavar": "LIST"})
+    out: str = field(default="", metadata={
+        "help": "directory for values.md and values.png; empty: the first RUN", "metavar": "DIR"})
+    json: bool = field(default=False, metadata={"help": "print JSON lines instead of the Markdown report"})
+    resamples: int = field(default=2000, metadata={"help": "paired bootstrap resamples of prompts"})
+    confidence: float = field(default=0.95, metadata={"help": "interval coverage", "metavar": "P"})
+    bootstrap_seed: int = field(default=0, metadata={"help": "seed of the resampled prompt indices", "metavar": "S"})
+    by_category: bool = field(default=False, metadata={"help": "add the main figures per prompt group"})
+    plots: bool = field(default=True, metadata={"help": "do not draw values.png"})
+
+    def __post_init__(self) -> None:
+        self.budget_list  # checks the list
+        check_int("resamples", self.resamples, 1)
+        if not (isinstance(self.confidence, float) and 0 < self.confidence < 1):
+            raise ConfigError("confidence", f"must be in (0, 1), got {self.confidence!r}")
+        check_int("bootstrap_seed", self.bootstrap_seed, 0)
+
+    @property
+    def budget_list(self) -> tuple[int, ...]:
+        try:
+            budgets = tuple(int(b) for b in self.budgets.split(","))
+        except ValueError:
+            raise ConfigError("budgets", f"must be a comma-separated list of positive integers, got "
+                                         f"{self.budgets!r}") from None
+        if not budgets or min(budgets) < 1:
+            raise ConfigError("budgets", f"must be positive integers, got {self.budgets!r}")
+        return budgets
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="launch/pair.sh values",
+                                     description="Compare every selection rule at the shared contexts of recorded "
+                                                 "rounds (runs made with --record-rounds).")
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="a run's output directory (shards of one run may "
+                                                               "lie in several)")
+    add_options(parser, ValuesOptions)
+    add_log_level(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns, options = parse_program(parser, argv, ValuesOptions, "values")
+    return run_program(lambda: values(ns.runs, options), flags_of(parser))
+
+
+def values(runs: Sequence[str], options: ValuesOptions) -> int:
+    decodes, provenance = [], None
+    for path, prov, found in load_rounds(runs):
+        provenance = provenance or prov
+        decodes += found
+    tables = evaluate(decodes, options.budget_list)
+    kw = dict(n_resamples=options.resamples, confidence=options.confidence, seed=options.bootstrap_seed)
+    if options.json:
+        for rv in tables:
+            for line in json_lines(rv, Averages(rv, **kw), agreement(rv, **kw)):
+                print(json.dumps(line))
+        return 0
+    out = Path(options.out or runs[0])
+    out.mkdir(parents=True, exist_ok=True)
+    plots = []
+    if options.plots:
+        from timing.plots import plot_value_gains  # matplotlib: only when drawing
+
+        plot_value_gains([(rv.temperature, Averages(rv, **kw)) for rv in tables], out / "values.png")
+        plots.append("values.png")
+    text = render(runs, provenance or {}, tables, options, plots)
+    (out / "values.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+def json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) -> list[dict]:
+    lines = []
+    gains = {rule: avg.gain(rule, "draft") for rule in VALUED}
+    for rule in VALUED:
+        per_round, per_prompt = avg.per_round(rule), avg.per_prompt(rule)
+        for k, budget in enumerate(rv.budgets.tolist()):
+            g = gains[rule][k]
+            lines.append({"kind": "value", "temperature": rv.temperature, "rule": rule, "budget": budget,
+                          "rounds": rv.rounds, "prompts": avg.n_prompts, "value_per_round": float(per_round[k]),
+                          "value_per_prompt": float(per_prompt[k]), "gain_over_draft": g.value,
+                          "gain_low": g.low, "gain_high": g.high})
+    for a in agreements:
+        lines.append({"kind": "agreement", "temperature": rv.temperature, "decoder": a.decoder, "budget": a.budget,
+                      "rounds": a.rounds, "realized_per_round": a.realized, "value_per_round": a.expected,
+                      "difference": a.difference.value, "low": a.difference.low, "high": a.difference.high,
+                      "disagrees": a.disagrees})
+    return lines
+
+
+def render(runs: Sequence[str], provenance: dict, tables: Sequence[RoundValues], options: ValuesOptions,
+           plots: Sequence[str]) -> str:
+    models, pool = provenance.get("models", {}), provenance.get("pool", {})
+    target = models.get("target", {}).get("model", "(not recorded)")
+    drafter = (models.get("drafter") or {}).get("model", "(not recorded)")
+    level = f"{options.confidence:.0%}"
+    lines = ["# Rules compared at shared contexts", "",
+             f"- runs: {', '.join(runs)}",
+             f"- target {target}, drafter {drafter}; pool topk={pool.get('topk')} depth={pool.get('depth')} "
+             f"expand={pool.get('expand')}",
+             "- value: expected accepted tokens of the tree a rule keeps from the round's pool, from the target's "
+             "exact edge probabilities (the draw X1 counts as accepted for root-draw, pearl, pearl-top1 and "
+             "oracle-draw); oracle: the best fixed tree (the ceiling of draft and root); oracle-draw: the best "
+             "tree beneath each draw (the ceiling of the draw rules)",
+             f"- intervals: {level} paired prompt-bootstrap percentile intervals ({options.resamples} resamples, "
+             f"seed {options.bootstrap_seed}); per round pools rounds, per prompt averages each prompt's mean",
+             f"- the paper's anchors: {PAPER}", ""]
+    for rv in tables:
+        avg = Averages(rv, n_resamples=options.resamples, confidence=options.confidence, seed=options.bootstrap_seed)
+        lines += _temperature(rv, avg, agreement(rv, options.resamples, options.confidence, options.bootstrap_seed),
+                              level)
+        if options.by_category:
+            lines += _by_category(rv, options, level)
+    lines += [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement], level: str) -> list[str]:
+    budgets = rv.budgets.tolist()
+    head = "| rule | " + " | ".join(f"B = {b}" for b in budgets) + " |"
+    rule_line = "|" + "---|" * (len(budgets) + 1)
+    out = [f"## T = {rv.temperature:g}: {rv.rounds} rounds, {avg.n_prompts} prompts", "",
+           "Expected accepted tokens per round (per prompt below it).", "", head, rule_line]
+    for rule in VALUED:
+        out.append(f"| {rule} | " + " | ".join(f"{v:.3f}" for v in avg.per_round(rule)) + " |")
+        out.append(f"| ↳ per prompt | " + " | ".join(f"{v:.3f}" for v in avg.per_prompt(rule)) + " |")
+    out += ["", f"Gain over draft per round, {level} interval (per prompt in the second table).", "",
+            "| budget | " + " | ".join(SHOWN) + " | root-draw over pearl |", "|" + "---|" * (len(SHOWN) + 2)]
+    for prompt_first in (False, True):
+        gains = {rule: avg.gain(rule, "draft", prompt_first=prompt_first) for rule in SHOWN}
+        over_pearl = avg.gain("root-draw", "pearl", prompt_first=prompt_first)
+        for k, b in enumerate(budgets):
+            cells = [_est(gains[rule][k]) for rule in SHOWN] + [_est(over_pearl[k])]
+            out.append(f"| {b}{' (per prompt)' if prompt_first else ''} | " + " | ".join(cells) + " |")
+    share = avg.share("root", "draft", "oracle")
+    out += ["", f"Share of the oracle's advantage over draft that root recovers: "
+            + "; ".join(f"B = {b}: {_share(s)}" for b, s in zip(budgets, share)), ""]
+    draft_reach, root_reach = reach(rv.mean_curves, "draft", "root"), reach(rv.mean_curves, "root", "draft")
+    out += [f"Budgets (searching every budget up to the pool, {len(rv.mean_curves['draft'])}): draft reaches root's "
+            f"value at B = 8 at B = {draft_reach or 'never'}; root reaches draft's value at B = 8 at "
+            f"B = {root_reach or 'never'}.", ""]
+    off = avg.off_pool_share()
+    out += [f"The draw X1 is off the pool's first level in {_pct(off.value, 1)} of rounds "
+            f"[{_pct(off.low, 1)}, {_pct(off.high, 1)}] (expected, from the root row).", ""]
+    if agreements:
+        out += ["Agreement with the online decoder: its realized accepted tokens per round against its value at "
+                "each round's own budget, on the same rounds.", "",
+                "| decoder | budget | rounds | realized | value | difference | " + level + " interval | |",
+                "|---|---|---|---|---|---|---|---|"]
+        for a in agreements:
+            d = a.difference
+            flag = "**disagrees: a bug in the recording or in the decoder**" if a.disagrees else "agrees"
+            out.append(f"| {a.decoder} | {a.budget} | {a.rounds} | {a.realized:.3f} | {a.expected:.3f} | "
+                       f"{d.value:+.3f} | [{d.low:+.3f}, {d.high:+.3f}] | {flag} |")
+        out.append("")
+    return out
+
+
+def _by_category(rv: RoundValues, options: ValuesOptions, level: str) -> list[str]:
+    groups = {}
+    for i, c in enumerate(rv.categories):
+        groups.setdefault(category_group(c), []).append(i)
+    budgets = rv.budgets.tolist()
+    picks = [b for b in (8, 59) if b in budgets] or budgets[:1]
+    head = ["group", "prompts", "rounds"] + [f"root over draft B = {b}" for b in picks] + \
+           [f"root-draw over pearl B = {b}" for b in picks] + ["X1 off the pool"]
+    out = [f"### T = {rv.temperature:g} by category (per round, {level} intervals)", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for g in group_order(set(groups)):
+        avg = Averages(rv, prompts=np.array(groups[g]), n_resamples=options.resamples,
+                       confidence=options.confidence, seed=options.bootstrap_seed)
+        root, rd = avg.gain("root", "draft"), avg.gain("root-draw", "pearl")
+        ks = [budgets.index(b) for b in picks]
+        off = avg.off_pool_share()
+        out.append(f"| {g} | {avg.n_prompts} | {int(avg.rounds.sum())} | " + " | ".join(
+            [_est(root[k]) for k in ks] + [_est(rd[k]) for k in ks] + [_pct(off.value, 1)]) + " |")
+    return out + [""]
+
+
+def _est(e: Estimate) -> str:
+    return f"{_pct(e.value)} [{_pct(e.low)}, {_pct(e.high)}]"
+
+
+def _share(e: Estimate) -> str:
+    return "—" if not math.isfinite(e.value) else f"{_pct(e.value, 0, sign=False)} [{_pct(e.low, 0, sign=False)}, " \
+                                                   f"{_pct(e.high, 0, sign=False)}]"
+
+
+def _pct(x: float, digits: int = 1, sign: bool = True) -> str:
+    if not math.isfinite(x):
+        return "—"
+    return f"{100 * x:+.{digits}f}%" if sign else f"{100 * x:.{digits}f}%"
