@@ -184,8 +184,8 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
             f"value at B = 8 at B = {draft_reach or 'never'}; root reaches draft's value at B = 8 at "
             f"B = {root_reach or 'never'}.", ""]
     off = avg.off_pool_share()
-    out += [f"The draw X1 is off the pool's first level in {_pct(off.value, 1)} of rounds "
-            f"[{_pct(off.low, 1)}, {_pct(off.high, 1)}] (expected, from the root row).", ""]
+    out += [f"The draw X1 is off the pool's first level in {_pct(off.value, 1, sign=False)} of rounds "
+            f"[{_pct(off.low, 1, sign=False)}, {_pct(off.high, 1, sign=False)}] (expected, from the root row).", ""]
     if agreements:
         out += ["Agreement with the online decoder: its realized accepted tokens per round against its value at "
                 "each round's own budget, on the same rounds.", "",
