@@ -96,7 +96,7 @@ def values(runs: Sequence[str], options: ValuesOptions) -> int:
     kw = dict(n_resamples=options.resamples, confidence=options.confidence, seed=options.bootstrap_seed)
     if options.json:
         for rv in tables:
-            for line in json_lines(rv, Averages(rv, **kw), agreement(rv, **kw)):
+            for line in json_lines(rv, Averages(rv, **kw), agreement(rv, options.confidence)):
                 print(json.dumps(line))
         return 0
     out = Path(options.out or runs[0])
@@ -151,7 +151,7 @@ def render(runs: Sequence[str], provenance: dict, tables: Sequence[RoundValues],
              f"- the paper's anchors: {PAPER}", ""]
     for rv in tables:
         avg = Averages(rv, n_resamples=options.resamples, confidence=options.confidence, seed=options.bootstrap_seed)
-        lines += _temperature(rv, avg, agreement(rv, options.resamples, options.confidence, options.bootstrap_seed),
+        lines += _temperature(rv, avg, agreement(rv, options.confidence),
                               level)
         if options.by_category:
             lines += _by_category(rv, options, level)
@@ -188,7 +188,8 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
             f"[{_pct(off.low, 1, sign=False)}, {_pct(off.high, 1, sign=False)}] (expected, from the root row).", ""]
     if agreements:
         out += ["Agreement with the online decoder: its realized accepted tokens per round against its value at "
-                "each round's own budget, on the same rounds.", "",
+                "each round's own budget, on the same rounds (normal interval of the mean difference: given its "
+                "context, a round's difference has mean zero, so its standard error is sqrt(sum d²) / rounds).", "",
                 "| decoder | budget | rounds | realized | value | difference | " + level + " interval | |",
                 "|---|---|---|---|---|---|---|---|"]
         for a in agreements:

@@ -155,3 +155,18 @@ def test_per_prompt_averages_weigh_every_prompt_the_same():
     avg = Averages(rv, n_resamples=50)
     assert avg.per_round("draft")[0] == pytest.approx(0.75)
     assert avg.per_prompt("draft")[0] == pytest.approx(0.5)
+
+
+def test_agreement_flags_a_biased_decoder_and_passes_an_exact_one():
+    """Realized acceptance drawn with the expected probability agrees; one accepted node too many a round
+    (a verifier that counts one node too many) is flagged."""
+    from evaluation.values import RoundValues, agreement
+
+    rng = np.random.default_rng(0)
+    expected = rng.uniform(0.2, 0.9, 2000)
+    exact = (rng.random(2000) < expected).astype(float)
+    settings = {("draft", "8"): {"realized": exact, "expected": expected, "prompt": np.zeros(2000, int)},
+                ("root", "8"): {"realized": exact + 1, "expected": expected, "prompt": np.zeros(2000, int)}}
+    rv = RoundValues(1.0, np.array([8]), np.zeros(1, int), ["p"], ["qa"], {}, {}, np.zeros(1), settings)
+    verdict = {a.decoder: a.disagrees for a in agreement(rv)}
+    assert verdict == {"draft": False, "root": True}
