@@ -55,6 +55,7 @@ class Scored:
         self.edge = np.asarray(edge_probs, np.float64)
         self.mass = path_mass(pool, self.edge)
         self._draft: np.ndarray | None = None
+        self._oracle: np.ndarray | None = None
 
     @property
     def draft(self) -> np.ndarray:
@@ -62,6 +63,13 @@ class Scored:
         if self._draft is None:
             self._draft = draft_order(self.pool)
         return self._draft
+
+    @property
+    def oracle(self) -> np.ndarray:
+        """(N,) the order by target path mass, computed once (both ceilings read it)."""
+        if self._oracle is None:
+            self._oracle = oracle_order(self.pool, self.edge)
+        return self._oracle
 
     @property
     def off_pool(self) -> float:
@@ -129,14 +137,13 @@ def value_pearl_top1(s: Scored) -> Curve:
 
 def value_oracle(s: Scored) -> Curve:
     """`oracle`: the best ancestor-closed B-node tree by target path mass (the ceiling of fixed trees)."""
-    return Curve(0.0, s.mass[oracle_order(s.pool, s.edge)])
+    return Curve(0.0, s.mass[s.oracle])
 
 
 def value_oracle_draw(s: Scored) -> Curve:
     """`oracle-draw`: for each draw X1 = u, u with the B-1 descendants of largest mass (the ceiling of trees
     chosen after the draw, X1 counted as accepted like the draw rules count it)."""
-    order = oracle_order(s.pool, s.edge)
-    return Curve(1.0, _beneath(s, order[s.pool.depth[order] > 1]))
+    return Curve(1.0, _beneath(s, s.oracle[s.pool.depth[s.oracle] > 1]))
 
 
 def _beneath(s: Scored, below: np.ndarray) -> np.ndarray:
