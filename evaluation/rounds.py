@@ -64,6 +64,7 @@ class RecordedRound:
     logp: np.ndarray
     expanded: np.ndarray
     edge: np.ndarray  # (N,) the target's probability of each candidate's edge at the run's temperature
+    seconds: float = 0.0  # what the measurement pass and its read-back took (not part of the decode's time)
 
     def scored(self) -> Scored:
         return Scored(Pool.from_edges(self.token, self.parent, self.logp, self.expanded), self.edge)
@@ -83,6 +84,7 @@ def encode_decode(key: dict, rounds: list[RecordedRound]) -> bytes:
 
     body = {"kind": "decode", "schema": SCHEMA, "key": key,
             "budget": [r.budget for r in rounds], "accepted": [r.accepted for r in rounds],
+            "seconds": [r.seconds for r in rounds],
             "pool_size": [len(r.token) for r in rounds], "emit_size": [len(r.emitted) for r in rounds],
             "emitted": cat("emitted", "<i4"),
             "expanded": np.packbits(np.concatenate([r.expanded for r in rounds]).astype(bool)).tobytes()
@@ -113,8 +115,10 @@ def _decode(body: dict) -> RecordedDecode:
     sizes = np.asarray(body["pool_size"], np.int64)
     emits = np.asarray(body["emit_size"], np.int64)
     n = len(sizes)
-    if not (len(body["budget"]) == len(body["accepted"]) == len(emits) == n) or np.any(sizes < 1) or np.any(emits < 1):
+    if not all(len(body[k]) == n for k in ("budget", "accepted", "seconds", "emit_size")):
         raise ValueError("per-round lists of different lengths")
+    if np.any(sizes < 1) or np.any(emits < 1):
+        raise ValueError("a round without candidates or without an emitted token")
     arrays = {name: np.frombuffer(body[name], dtype) for name, dtype in POOL_ARRAYS.items()}
     for name, a in arrays.items():
         if len(a) != sizes.sum():
@@ -130,7 +134,7 @@ def _decode(body: dict) -> RecordedDecode:
         rounds.append(RecordedRound(int(body["budget"][i]), int(body["accepted"][i]),
                                     emitted[emit_ends[i] - emits[i]: emit_ends[i]].astype(np.int64),
                                     *(arrays[k][a:b] for k in ("token", "parent", "logp")), expanded[a:b],
-                                    arrays["edge"][a:b]))
+                                    arrays["edge"][a:b], float(body["seconds"][i])))
     return RecordedDecode(dict(body["key"]), rounds)
 
 

@@ -41,6 +41,7 @@ class RoundValues:
     mean_curves: dict[str, np.ndarray]  # rule -> (N,) mean value per round at every budget 1..N
     off_pool: np.ndarray  # (R,) probability that the draw X1 is not on the pool's first level
     settings: dict[tuple[str, str], dict] = field(default_factory=dict)  # (decoder, budget) -> realized
+    record_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (R,) each measurement pass
 
     @property
     def rounds(self) -> int:
@@ -69,7 +70,7 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
     categories: list[str] = []
     rows: dict[str, list[np.ndarray]] = {name: [] for name in VALUED}
     sums = {name: np.zeros(largest) for name in VALUED}
-    prompt_of, off_pool = [], []
+    prompt_of, off_pool, seconds = [], [], []
     settings: dict[tuple[str, str], dict] = {}
     all_budgets = np.arange(1, largest + 1)
     for d in decodes:
@@ -89,6 +90,7 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
                 sums[name] += full
             prompt_of.append(prompts[pid])
             off_pool.append(scored.off_pool)
+            seconds.append(rnd.seconds)
             if own is not None and rnd.budget > 0:
                 setting["realized"].append(rnd.accepted)
                 setting["expected"].append(float(curves[d.key["decoder"]].at([rnd.budget])[0]))
@@ -97,7 +99,7 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
     return RoundValues(temperature, kept, np.array(prompt_of), list(prompts), categories,
                        {name: np.array(r) for name, r in rows.items()}, {name: s / n for name, s in sums.items()},
                        np.array(off_pool), {k: {name: np.array(v) for name, v in s.items()}
-                                            for k, s in settings.items() if s["realized"]})
+                                            for k, s in settings.items() if s["realized"]}, np.array(seconds))
 
 
 # -- averages and intervals ---------------------------------------------------------------------------

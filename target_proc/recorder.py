@@ -5,6 +5,8 @@ committed cache untouched, so the decode's output and timings are those of a dec
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from evaluation.rounds import RecordedRound
@@ -25,12 +27,13 @@ class RoundRecorder:
     def __call__(self, pool: Pool | None, root: int, round: Round, emitted: list[int]) -> None:
         if pool is None:  # a plain round: no pool to measure
             return
+        t0 = time.perf_counter()
         context = self.target.prefix - 1 - round.accepted  # the committed tokens before this round's root
         whole = Tree.from_pool(pool, np.arange(len(pool)))  # tree index i is pool index i
         logits = self.target.score_pool(whole, root, context)
         edge = edge_probs(logits, pool.token, pool.parent, self.temperature)  # host read: a sync
         self.rounds.append(RecordedRound(round.budget, round.accepted, np.asarray(emitted, np.int64), pool.token,
-                                         pool.parent, pool.logp, pool.expanded, edge))
+                                         pool.parent, pool.logp, pool.expanded, edge, time.perf_counter() - t0))
 
     @staticmethod
     def slots(pool_size: int) -> int:

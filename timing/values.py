@@ -183,6 +183,10 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
     out += [f"Budgets (searching every budget up to the pool, {len(rv.mean_curves['draft'])}): draft reaches root's "
             f"value at B = 8 at B = {draft_reach or 'never'}; root reaches draft's value at B = 8 at "
             f"B = {root_reach or 'never'}.", ""]
+    if rv.record_seconds.any():
+        out += [f"Recording: the measurement pass over a round's pool of {len(rv.mean_curves['draft'])} took a median of "
+                f"{1000 * float(np.median(rv.record_seconds)):.1f} ms (mean "
+                f"{1000 * float(rv.record_seconds.mean()):.1f} ms), outside the decode's timed phases.", ""]
     off = avg.off_pool_share()
     out += [f"The draw X1 is off the pool's first level in {_pct(off.value, 1, sign=False)} of rounds "
             f"[{_pct(off.low, 1, sign=False)}, {_pct(off.high, 1, sign=False)}] (expected, from the root row).", ""]
