@@ -170,3 +170,35 @@ def test_agreement_flags_a_biased_decoder_and_passes_an_exact_one():
     rv = RoundValues(1.0, np.array([8]), np.zeros(1, int), ["p"], ["qa"], {}, {}, np.zeros(1), settings)
     verdict = {a.decoder: a.disagrees for a in agreement(rv)}
     assert verdict == {"draft": False, "root": True}
+
+
+class Killed(Exception):
+    """Stands for the process being killed in the middle of a decode."""
+
+
+class DiesAfter:
+    """A session killed during its (n + 1)-th decode (after the rounds of the decodes before it)."""
+
+    def __init__(self, session, n: int) -> None:
+        self.session, self.n = session, n
+        self.tokenizer, self.target, self.pool, self.models = (session.tokenizer, session.target, session.pool,
+                                                               session.models)
+
+    def decode(self, *args, **kwargs):
+        if self.n == 0:
+            raise Killed
+        self.n -= 1
+        return self.session.decode(*args, **kwargs)
+
+
+def test_values_of_a_killed_and_resumed_sweep_equal_the_whole_sweep(tmp_path, recorded, mock_session, make_options,
+                                                                   sweep, capsys):
+    options = make_options(tmp_path, **GRID)
+    for kill_after in (3, 9):  # during warm-ups, then during timed decodes
+        with pytest.raises(Killed):
+            sweep(DiesAfter(mock_session(), kill_after), options)
+        with open(rounds_path(tmp_path, 1, 1), "ab") as f:
+            f.write(b"SPR1\x10")  # the kill tore the chunk being written
+    sweep(mock_session(), options)
+    key = lambda line: json.dumps(line, sort_keys=True)
+    assert sorted(map(key, json_lines(capsys, str(tmp_path)))) == sorted(map(key, json_lines(capsys, str(recorded))))
