@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -32,18 +31,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from launch.cli import add_log_level, add_options, flags_of, from_options, to_argv
-from launch.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions, SweepOptions
-from launch.prompts import BUILTIN
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from programs.cli import add_log_level, add_options, flags_of, from_options, to_argv
+from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
+from timing.options import SweepOptions, sweep_target
+from evaluation.prompts import BUILTIN
+from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
 from pipeline.config import DecodeConfig, InputError, PoolConfig
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
                                 private_ipc_endpoint, remove_stale_private_dirs)
 
-# The embedded default pair on the CPU: a smaller pool and shorter outputs, so that the whole default
-# run takes about a minute on two cores. Any --pool-* or --max-new-tokens option replaces these.
-EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)
+# The embedded default pair on the CPU: a smaller pool (models.options.EMBEDDED_POOL) and shorter outputs,
+# so that the whole default run takes about a minute on two cores. --pool-* and --max-new-tokens replace them.
 EMBEDDED_MAX_NEW_TOKENS = 96
 EMBEDDED_PROMPTS = 2  # the first built-in prompts
 GRACE_SECONDS = 5.0  # how long a process may take to exit after its peer ended
@@ -149,14 +148,14 @@ def plan(argv: list[str]) -> Plan:
         keys = dataclasses.replace(keys, curve=keys.curve or private_dir is None)
         if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
             connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
-        drafter = PY + ["launch.drafter", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
+        drafter = PY + ["programs.drafter", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
                         "--log-level", ns.log_level]
-    target = PY + (["timing", "sweep"] if mode == "sweep" else ["launch.target"])
-    target += [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
-               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
-    if mode == "sweep" and drafter is not None:  # config.json records both models; the launcher knows the drafter's
-        launch = {"options": dataclasses.asdict(models["drafter"]), "env": env["drafter"]}
-        target += ["--drafter-launch", json.dumps(launch)]
+    target = [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
+              *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
+    if mode == "sweep":
+        target = sweep_target(PY, target, None if drafter is None else (models["drafter"], env["drafter"]))
+    else:
+        target = PY + ["programs.target", *target]
     return Plan(drafter, target, endpoint, env, private_dir, notes)
 
 
@@ -258,11 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
         os.execv(sys.executable, [*PY, "timing", *argv])
     if argv[:1] == ["drafter"]:  # a drafter alone, as on a second host
-        from launch import drafter
+        from programs import drafter
 
         return drafter.main(["--persist", *argv[1:]], prog="launch/pair.sh drafter")
     if argv[:1] == ["keys"]:
-        from launch import keys
+        from programs import keys
 
         return keys.main(argv[1:], prog="launch/pair.sh keys")
     p = plan(argv)

@@ -67,6 +67,18 @@ def check_temperature(name: str, value) -> float:
     return float(value)
 
 
+def check_seconds(name: str, value) -> float:
+    """A timeout: a finite number of seconds > 0."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+        raise ConfigError(name, f"must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def split_list(text: str) -> list[str]:
+    """The non-empty items of a comma-separated option value."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
     """Candidate pool

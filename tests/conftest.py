@@ -58,9 +58,9 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
                      tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
                      tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
                      grid_budget=None) -> dict:
-    """A decode record of target_proc.record's schema with made-up numbers, as summaries and reports read."""
+    """A decode record of evaluation.record's schema with made-up numbers, as summaries and reports read."""
     from pipeline.decode import PHASES
-    from target_proc.record import SCHEMA
+    from evaluation.record import SCHEMA
 
     n = len(tree_sizes)
     return {"kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,

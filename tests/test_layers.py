@@ -1,6 +1,6 @@
 """The packages import downward only: pure rules and the wire at the bottom, the programs above them.
 
-    pipeline  ->  protocol  ->  models  ->  target_proc, drafter_proc  ->  launch  ->  timing
+    pipeline -> protocol -> models -> evaluation -> target_proc, drafter_proc -> programs -> timing -> launch
 
 (a package may import those left of it, never those right of it; target_proc and drafter_proc never import
 each other). Every import statement counts, those inside functions too.
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = [("pipeline",), ("protocol",), ("models",), ("target_proc", "drafter_proc"), ("launch",), ("timing",)]
+LAYERS = [("pipeline",), ("protocol",), ("models",), ("evaluation",), ("target_proc", "drafter_proc"), ("programs",),
+          ("timing",), ("launch",)]
 LEVEL = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
 

@@ -24,16 +24,15 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from launch.pair import EMBEDDED_POOL
-from launch.prompts import load_prompts
+from evaluation.prompts import load_prompts
 from models.load import load
-from models.options import ModelOptions
+from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.config import PoolConfig
 from pipeline.decode import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
 from target_proc.costs import timed
-from target_proc.summary import analyse
+from evaluation.summary import analyse
 from target_proc.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]

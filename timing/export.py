@@ -23,10 +23,10 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch.cli import add_log_level, add_options, flags_of, parse_program, run_program
-from launch.options import ExportOptions
+from programs.cli import add_log_level, add_options, flags_of, parse_program, run_program
+from timing.options import ExportOptions
 from pipeline.config import InputError
-from target_proc.summary import counted_tokens, setting_budget
+from evaluation.summary import counted_tokens, setting_budget
 from timing import run_config
 from timing.records import load_records
 

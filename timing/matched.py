@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from launch.cli import EXIT_USAGE, add_log_level, add_options, flags_of, parse_program, run_program, to_argv
-from launch.options import MatchedOptions
+from programs.cli import EXIT_USAGE, add_log_level, add_options, flags_of, parse_program, run_program, to_argv
+from timing.options import MatchedOptions
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
-from target_proc.summary import setting_budget
+from evaluation.summary import setting_budget
 from timing.records import load_records
 from timing.report import merged_config
 

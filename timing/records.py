@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.config import InputError
-from target_proc.record import SCHEMA
+from evaluation.record import SCHEMA
 
 log = logging.getLogger("timing")
 

@@ -19,14 +19,14 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from launch import target as target_program
-from launch.cli import flags_of, run_program
-from launch.options import SweepOptions
-from launch.prompts import Prompt, gather
+from programs import target as target_program
+from programs.cli import flags_of, run_program
+from timing.options import SweepOptions
+from evaluation.prompts import Prompt, gather
 from models.options import ModelOptions
 from pipeline.config import DecodeConfig, InputError
-from target_proc.record import decode_conversation
-from target_proc.summary import counted_tokens, setting_budget
+from target_proc.conversation import decode_conversation
+from evaluation.summary import counted_tokens, setting_budget
 from timing import run_config
 from timing.records import RecordStore, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order

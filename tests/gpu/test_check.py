@@ -127,7 +127,7 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
 
 
 def record_line(decoder: str, prompt: int, tokens: list[int], phases: dict[str, list[float]]) -> str:
-    """A --json line of one decode (target_proc.record's fields that the check reads)."""
+    """A --json line of one decode (evaluation.record's fields that the check reads)."""
     return json.dumps({"kind": "decode", "decoder": decoder, "prompt_id": f"p/{prompt}", "token_ids": tokens,
                        "new_tokens": len(tokens), "seconds": 0.5, "phases": phases, "text": "", "budget": 8})
 

@@ -10,8 +10,8 @@ from contextlib import nullcontext
 
 import pytest
 
-from launch.cli import build
-from launch.options import SweepOptions
+from programs.cli import build
+from timing.options import SweepOptions
 from models.options import ModelOptions
 from target_proc.session import Session
 from timing import run_config

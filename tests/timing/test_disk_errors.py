@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from launch.cli import EXIT_USAGE, Flags, run_program
+from programs.cli import EXIT_USAGE, Flags, run_program
 from pipeline.config import InputError
 from timing import records as records_module
 from timing.records import RecordStore, RecordsUnwritable, read_records, records_path

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from target_proc.stats import GainResult, paired_gain, paired_gains, run_speed
+from evaluation.stats import GainResult, paired_gain, paired_gains, run_speed
 
 
 def synthetic_pair(rng: np.random.Generator, n_prompts: int, ratio: float, speed_b: float = 40.0):

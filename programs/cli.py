@@ -56,11 +56,6 @@ def flag(name: str, prefix: str = "") -> str:
     return "--" + (prefix + name).replace("_", "-")
 
 
-def split_list(text: str) -> list[str]:
-    """The non-empty items of a comma-separated option value."""
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def _fields(cls: type, skip: tuple[str, ...]):
     """(field, embedded class or None) for each option field of `cls`, embedded fields expanded."""
     for f in dataclasses.fields(cls):

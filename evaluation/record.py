@@ -1,32 +1,21 @@
-"""The one record of a decode, built here for every program: the decode run's --json lines, sweep records
+"""The one record of a decode, as every program writes it: the decode run's --json lines, sweep records
 (which add where in the schedule the decode ran), the benchmarks, the GPU check and the Python API.
 
 A record holds one turn of one prompt: the output (ids and text, at most `max_new_tokens` tokens), how
 many tokens the last round produced beyond the limit, its time, and per-round columns (accept lengths
 with the bonus token, accepted tree nodes, depths tried, tree sizes, the budget each round ran with (0: a
-plain round), phase times). Multi-turn prompts
-give one record per turn, decoded in one conversation with the decoder's own earlier answers.
+plain round), phase times). Multi-turn prompts give one record per turn (target_proc.conversation decodes
+them in one conversation with the decoder's own earlier answers).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol
 
 from pipeline.config import DecodeConfig
 from pipeline.decode import PHASES, DecodeResult
 
 SCHEMA = 2  # 1: records before the output limit was exact (no `schema` field)
-ROUND_COLUMNS = ("accept_lengths", "accepted", "tried", "tree_sizes", "available", "budgets")
-
-
-class Conversation(Protocol):
-    """A prompt as the decode loop needs it: a unique id, a category and its user turns."""
-
-    id: str
-    category: str
-    turns: Sequence[str]
 
 
 def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str, category: str, turn: int,
@@ -46,24 +35,3 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         "phases": {name: [r.phases.get(name, 0.0) for r in rounds] for name in PHASES},
         "finished": time.time(),
     }
-
-
-def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
-                        done: Mapping[int, dict] | None = None) -> Iterator[dict]:
-    """Decode each turn of `prompt` in one conversation, yielding a record per turn as it ends.
-
-    Turn k's context holds the earlier user turns and this decoder's own answers to them, through the
-    target's chat template (as Spec-Bench's inference builds it). `done`: records of turns decoded before
-    (a resumed sweep), whose answers are reused instead of decoded again.
-    """
-    history: list[str] = []
-    for turn, user in enumerate(prompt.turns):
-        record = (done or {}).get(turn)
-        if record is None:
-            ids = session.tokenizer.chat_ids([*history, user])
-            key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
-            result = session.decode(ids, config, key)
-            record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
-                                   prompt_tokens=len(ids), text=session.tokenizer.decode(result.tokens))
-            yield record
-        history += [user, record["text"].strip()]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from pipeline.config import DecodeConfig
-from target_proc.record import decode_conversation
+from target_proc.conversation import decode_conversation
 
 
 @dataclass(frozen=True)
