@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.decode import PHASES
+from pipeline.result import PHASES
 from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
 from pipeline.rules import DECODERS, comparisons
 from evaluation.stats import GainResult, paired_gains

@@ -31,7 +31,8 @@ from pathlib import Path
 from programs.cli import to_argv
 from evaluation.prompts import Prompt
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
 
 PROJECT = Path(__file__).resolve().parent.parent
 

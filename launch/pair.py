@@ -36,7 +36,8 @@ from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptio
 from timing.options import SweepOptions, sweep_target
 from evaluation.prompts import BUILTIN
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
                                 private_ipc_endpoint, remove_stale_private_dirs)

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from pipeline.pool import Pool
 from pipeline.select import select_draft, select_pearl, select_pearl_top1, select_root, select_root_draw
 from pipeline.tree import Tree
-from pipeline.verify import target_probs
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,10 @@ class Rule:
 
 def _root(pool: Pool, budget: int, root: RootDraw) -> Tree:
     """`root`: the target's law at the pool's first-level tokens replaces their draft factor."""
+    import torch  # here, not at the top: the table (names, flows, baselines) imports without torch
+
+    from pipeline.verify import target_probs
+
     first = np.flatnonzero(pool.parent < 0)
     probs = np.zeros(len(pool), np.float32)
     ids = torch.from_numpy(pool.token[first]).to(root.row.device)

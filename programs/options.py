@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from pipeline.config import ConfigError, DecodeConfig, check_int, check_seconds, split_list
+from pipeline.config import ConfigError, check_int, check_seconds, split_list
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from protocol.transport import check_endpoint
 

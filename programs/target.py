@@ -22,7 +22,8 @@ from programs.cli import (add_endpoint, add_log_level, add_options, endpoint_opt
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from evaluation.prompts import Prompt, gather
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
 from evaluation.provenance import environment
 from evaluation.record import SCHEMA
 from target_proc.conversation import decode_conversation

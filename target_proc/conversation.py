@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from evaluation.record import decode_record
-from pipeline.config import DecodeConfig
+from pipeline.settings import DecodeConfig
 
 
 class Conversation(Protocol):

@@ -11,10 +11,12 @@ import torch
 from models.load import load
 from models.options import ModelOptions
 from pipeline.budget import Experience, PassCosts
-from pipeline.config import AUTO, DecodeConfig, InputError, PoolConfig, stream_seed
+from pipeline.config import AUTO, InputError, PoolConfig
+from pipeline.settings import DecodeConfig, stream_seed
 from pipeline.rules import RULES
 from target_proc import costs
-from pipeline.decode import DecodeResult, DrafterClient, decode
+from pipeline.decode import DrafterClient, decode
+from pipeline.result import DecodeResult
 from protocol.keys import key_dir, own_keys, public_key
 from protocol.transport import Channel, ClientKeys, is_loopback
 from target_proc.client import RemoteDrafter

@@ -59,7 +59,7 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
                      tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
                      grid_budget=None) -> dict:
     """A decode record of evaluation.record's schema with made-up numbers, as summaries and reports read."""
-    from pipeline.decode import PHASES
+    from pipeline.result import PHASES
     from evaluation.record import SCHEMA
 
     n = len(tree_sizes)

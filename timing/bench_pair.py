@@ -28,7 +28,7 @@ from evaluation.prompts import load_prompts
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.config import PoolConfig
-from pipeline.decode import PHASES
+from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
 from target_proc.costs import timed

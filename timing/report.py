@@ -18,7 +18,7 @@ import numpy as np
 from programs.cli import add_log_level, add_options, flags_of, parse_program, run_program
 from timing.options import ReportOptions
 from pipeline.config import InputError
-from pipeline.decode import PHASES
+from pipeline.result import PHASES
 from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from timing import run_config
 from timing.records import load_records

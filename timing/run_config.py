@@ -25,7 +25,8 @@ from programs.cli import option_values
 from timing.options import SweepOptions
 from evaluation.prompts import Prompt
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
 from evaluation import provenance
 from timing.records import read_records, shard_files
 

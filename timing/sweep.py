@@ -24,7 +24,8 @@ from programs.cli import flags_of, run_program
 from timing.options import SweepOptions
 from evaluation.prompts import Prompt, gather
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, InputError
+from pipeline.config import InputError
+from pipeline.settings import DecodeConfig
 from target_proc.conversation import decode_conversation
 from evaluation.summary import counted_tokens, setting_budget
 from timing import run_config

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.rules import comparisons
-from pipeline.decode import PHASES
+from pipeline.result import PHASES
 from evaluation.summary import MT_BENCH, analyse, category_group, group_order, median_rounds, settings_of
 from evaluation.stats import paired_gains
 

@@ -11,7 +11,8 @@ from drafter_proc.drafter import Drafter
 from drafter_proc.local import LocalDrafter
 from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, aligned_slots, sdpa_backend
 from models.shapes import random_model
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from target_proc.target import Target
 from tests.gpu.pipelined import decoder_names

@@ -14,7 +14,8 @@ from drafter_proc.drafter import Drafter
 from drafter_proc.local import LocalDrafter
 from models.load import load
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from target_proc.target import Target

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pipeline.decode
-from pipeline.config import DecodeConfig
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool

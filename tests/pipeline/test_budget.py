@@ -12,7 +12,8 @@ import torch
 from models.mock import EOS
 from pipeline.budget import (DECAY, EXPERIENCE, FORGET, PRIOR_WEIGHT, RECALL, RUN_RATE, AutoBudget, Experience,
                              PassCosts, candidate_sizes, prior, ranks_on_path)
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import CapacityError, ConfigError, DecodeConfig, PoolConfig
+from pipeline.config import CapacityError, ConfigError, PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
 

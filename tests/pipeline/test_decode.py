@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS, RULES
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool

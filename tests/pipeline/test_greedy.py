@@ -9,7 +9,8 @@ import pytest
 
 from models.mock import EOS
 from pipeline.budget import PassCosts
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
 

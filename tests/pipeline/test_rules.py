@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
 from pipeline.rules import DECODERS, RULES, SPECULATIVE, RootDraw, comparisons

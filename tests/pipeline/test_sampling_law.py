@@ -12,7 +12,8 @@ import torch
 import pipeline.decode
 from models.mock import EOS
 from pipeline.budget import PassCosts
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.verify import draw, traverse

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.rules import DECODERS
 from pipeline.verify import draw, target_probs

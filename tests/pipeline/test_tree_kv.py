@@ -10,7 +10,8 @@ import torch
 
 import target_proc.target
 from models.mock import MaskError, MockModel, MockRunner
-from pipeline.config import CapacityError, DecodeConfig, PoolConfig
+from pipeline.config import CapacityError, PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.pool import ROOT

@@ -43,7 +43,8 @@ from models.load import load
 from models.mock import EOS, MockModel, MockRunner
 from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.rules import SPECULATIVE
 from protocol.codec import encode

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pipeline.config import DecodeConfig
+from pipeline.settings import DecodeConfig
 from target_proc.conversation import decode_conversation
 
 

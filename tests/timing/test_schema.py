@@ -9,7 +9,7 @@ def test_one_schema_for_a_decode_run_a_sweep_and_a_benchmark(tmp_path, mock_sess
     from programs.options import RunOptions
     from evaluation.prompts import Prompt
     from programs.target import run_decodes
-    from pipeline.config import DecodeConfig
+    from pipeline.settings import DecodeConfig
 
     run = RunOptions(decode=DecodeConfig(max_new_tokens=24), decoders="root-draw")
     (decoded,) = run_decodes(mock_session(), [Prompt("builtin/0", "builtin", "Write a short poem about the sea "
