@@ -45,6 +45,11 @@ class DecodeConfig:
             raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
 
     @property
+    def auto(self) -> bool:
+        """Budget auto is on: budget "auto" with a rule that has a drafter (`ar` has no tree to size)."""
+        return self.budget == AUTO and RULES[self.decoder].select is not None
+
+    @property
     def largest_tree(self) -> int:
         return self.budget_max if self.budget == AUTO else self.budget
 

@@ -238,9 +238,8 @@ class Round:
         """One round's rule work, through the round loop's own selection and verification -> (accepted
         nodes, seconds of selection, traversal and the draws it reaches; the root's draw before selection
         is left out)."""
-        from pipeline.decode import verify
         from pipeline.rules import RULES, RootDraw
-        from pipeline.verify import draw
+        from pipeline.verify import draw, verify_tree
 
         rule, pool, budget, t, logits = RULES[self.rule], self.pool, self.budget, self.temperature, self.logits
         lazy = self.device.type == "cpu"
@@ -248,14 +247,14 @@ class Round:
         if not rule.root_pass:  # row 0 is the root's
             t0 = clock()
             tree = rule.select(pool, budget, None)
-            accepted, _ = verify(tree, logits[: len(tree) + 1], None, t, self.generator, lazy)
+            accepted, _ = verify_tree(tree, logits[: len(tree) + 1], None, t, self.generator, lazy)
             return len(accepted), clock() - t0
         first = RootDraw(int(draw(logits[:1], t, self.generator)[0]), logits[0], t)  # host-device sync
         t0 = clock()
         tree = rule.select(pool, budget, first)
         if tree.child(-1, first.token) < 0:  # `root`: the draw is off the tree, no tree pass this round
             return 0, clock() - t0
-        accepted, _ = verify(tree, logits[1: len(tree) + 1], first.token, t, self.generator, lazy)
+        accepted, _ = verify_tree(tree, logits[1: len(tree) + 1], first.token, t, self.generator, lazy)
         return len(accepted), clock() - t0
 
 

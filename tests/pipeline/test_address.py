@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import pipeline.decode
+import pipeline.verify
 from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
 from pipeline.decode import decode
@@ -81,7 +81,7 @@ def test_sibling_sequence_verifier_emits_abb(monkeypatch, fixed_pool_drafter, pr
     # target is told not to check commits, since the wrong verifier's accepted nodes are no root path.
     lenient = prefix_target(NEXT, VOCAB, strict=False)
     assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient).tokens == [A, B, A, EOS]
-    monkeypatch.setattr(pipeline.decode, "traverse", siblings_as_sequence)
+    monkeypatch.setattr(pipeline.verify, "traverse", siblings_as_sequence)
     lenient = prefix_target(NEXT, VOCAB, strict=False)
     assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient).tokens == [A, B, B, EOS]
 

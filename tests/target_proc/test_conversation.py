@@ -71,7 +71,7 @@ def test_budget_auto_learns_across_a_sessions_decodes_only_with_the_session_prio
     config = DecodeConfig("root-draw", 0.0, "auto", 16, budget_max=8, budget_prior=prior)
     session.decode([3, 4, 5], config, "a")
     session.decode([3, 4, 6], config, "b")
-    learnt = {key: float(e.seen.sum()) for key, e in session._experience.items()}
+    learnt = {key: float(e.seen.sum()) for key, e in session.budgets.experience.items()}
     if prior == "session":
         assert list(learnt) == [("root-draw", 0.0, 8)] and learnt[("root-draw", 0.0, 8)] > 0
     else:
