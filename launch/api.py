@@ -68,12 +68,12 @@ class Pair:
             raise
 
     def _start(self, target_process: bool) -> None:
-        drafter = [sys.executable, "-P", "-m", "programs.drafter", *to_argv(self.drafter_options),
+        drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options),
                    "--endpoint", self.endpoint, "--log-level", self.log_level]
         self._procs.append(subprocess.Popen(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL))
         self._wait_for_drafter()
         if target_process:
-            argv = [sys.executable, "-P", "-m", "programs.target", *to_argv(self.target_options), "--endpoint",
+            argv = [sys.executable, "-P", "-m", "programs.target_program", *to_argv(self.target_options), "--endpoint",
                     self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
                     "--log-level", self.log_level]
             self._target = subprocess.Popen(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -149,14 +149,14 @@ def plan(argv: list[str]) -> Plan:
         keys = dataclasses.replace(keys, curve=keys.curve or private_dir is None)
         if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
             connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
-        drafter = PY + ["programs.drafter", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
+        drafter = PY + ["programs.drafter_program", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
                         "--log-level", ns.log_level]
     target = [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
     if mode == "sweep":
         target = sweep_target(PY, target, None if drafter is None else (models["drafter"], env["drafter"]))
     else:
-        target = PY + ["programs.target", *target]
+        target = PY + ["programs.target_program", *target]
     return Plan(drafter, target, endpoint, env, private_dir, notes)
 
 
@@ -258,13 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
         os.execv(sys.executable, [*PY, "timing", *argv])
     if argv[:1] == ["drafter"]:  # a drafter alone, as on a second host
-        from programs import drafter
+        from programs import drafter_program
 
-        return drafter.main(["--persist", *argv[1:]], prog="launch/pair.sh drafter")
+        return drafter_program.main(["--persist", *argv[1:]], prog="launch/pair.sh drafter")
     if argv[:1] == ["keys"]:
-        from programs import keys
+        from programs import keys_program
 
-        return keys.main(argv[1:], prog="launch/pair.sh keys")
+        return keys_program.main(argv[1:], prog="launch/pair.sh keys")
     p = plan(argv)
     for note in p.notes:
         print(f"[launch] {note}", file=sys.stderr)

@@ -1,2 +1,2 @@
 """The process programs' command lines: options built from dataclasses, and the entry points of the target
-(`python -m programs.target`), the drafter (`python -m programs.drafter`) and the key tool."""
+(`python -m programs.target_program`), the drafter (`python -m programs.drafter_program`) and the key tool."""

@@ -1,6 +1,6 @@
-"""This device's pass times for budget auto (pipeline.budget turns them into each rule's costs): a plain round, the root pass while the drafter works, tree
-passes of each candidate size and the prefill, alone and beside the drafter, timed once on a scratch context
-before the first decode that needs them."""
+"""This device's pass times for budget auto (pipeline.budget turns them into each rule's costs): a plain
+round, the root pass while the drafter works, tree passes of each candidate size and the prefill, alone and
+beside the drafter, timed once on a scratch context before the first decode that needs them."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from timing.options import ExportOptions
 from pipeline.config import InputError
 from evaluation.summary import counted_tokens, setting_budget
 from timing import run_config
-from timing.records import load_records
+from timing.record_store import load_records
 
 
 

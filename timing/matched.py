@@ -23,7 +23,7 @@ from timing.options import MatchedOptions
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from evaluation.summary import setting_budget
-from timing.records import load_records
+from timing.record_store import load_records
 from timing.report import merged_config
 
 log = logging.getLogger("timing")

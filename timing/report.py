@@ -21,7 +21,7 @@ from pipeline.config import InputError
 from pipeline.result import PHASES
 from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from timing import run_config
-from timing.records import load_records
+from timing.record_store import load_records
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from evaluation import provenance
-from timing.records import read_records, shard_files
+from timing.record_store import read_records, shard_files
 
 log = logging.getLogger("timing")
 

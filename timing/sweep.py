@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from programs import target as target_program
+from programs import target_program
 from programs.cli import flags_of, run_program
 from timing.options import SweepOptions
 from evaluation.prompts import Prompt, gather
@@ -29,7 +29,7 @@ from pipeline.settings import DecodeConfig
 from target_proc.conversation import decode_conversation
 from evaluation.summary import counted_tokens, setting_budget
 from timing import run_config
-from timing.records import RecordStore, record_key, records_path
+from timing.record_store import RecordStore, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order
 
 log = logging.getLogger("timing")
@@ -146,7 +146,7 @@ def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[dict
 
 
 def _keys(task: Task) -> list[tuple]:
-    """The record keys of a task's turns (see timing.records.record_key)."""
+    """The record keys of a task's turns (see timing.record_store.record_key)."""
     c = task.combo
     return [(task.prompt.id, turn, c.decoder, float(c.temperature), c.budget, int(c.seed), task.warmup)
             for turn in range(len(task.prompt.turns))]

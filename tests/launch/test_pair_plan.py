@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from programs import keys as keys_program
-from programs.drafter import server_keys
+from programs import keys_program
+from programs.drafter_program import server_keys
 from programs.options import KeyOptions
 from launch.pair import plan
 from protocol.keys import key_dir, own_keys
@@ -133,10 +133,10 @@ def test_the_keys_program_names_a_bad_key(capsys, tmp_path):
 
 
 def test_the_target_process_refuses_a_socket_path_too_long_for_unix_sockets(capsys):
-    from programs import target as target_program
+    from programs import target_program
     from programs.options import RunOptions
 
-    parser = target_program.build_parser("python -m programs.target", "", RunOptions)
+    parser = target_program.build_parser("python -m programs.target_program", "", RunOptions)
     with pytest.raises(SystemExit):
         target_program.parse(parser, ["--endpoint", "ipc:///tmp/" + "d" * 100 + ".sock"], RunOptions)
     assert "error: --endpoint 'ipc:///tmp/dddd" in capsys.readouterr().err

@@ -729,8 +729,8 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
     endpoint = private_ipc_endpoint()
     folder = Path(endpoint[len("ipc://"):]).parent
     log = open(folder / "drafter.err", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "programs.drafter", "--model", "mock", "--endpoint", endpoint,
-                             "--persist", "--log-level", "WARNING"], stderr=log,
+    proc = subprocess.Popen([sys.executable, "-m", "programs.drafter_program", "--model", "mock", "--endpoint",
+                             endpoint, "--persist", "--log-level", "WARNING"], stderr=log,
                             cwd=Path(__file__).resolve().parents[1])
     context = zmq.Context()
     try:

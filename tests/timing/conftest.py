@@ -15,7 +15,7 @@ from timing.options import SweepOptions
 from models.options import ModelOptions
 from target_proc.session import Session
 from timing import run_config
-from timing.records import RecordStore
+from timing.record_store import RecordStore
 from timing.sweep import gather_prompts, run_shard
 
 

@@ -11,7 +11,7 @@ import pytest
 from pipeline.config import InputError
 from timing import export as export_module
 from timing.export import export, question_id
-from timing.records import load_records
+from timing.record_store import load_records
 
 
 def test_question_ids_are_the_prompt_ids_trailing_numbers():

@@ -1,4 +1,4 @@
-"""python -m programs.target: the target process of a decode run (launch/pair.sh starts it with its drafter).
+"""python -m programs.target_program: the target process of a decode run (launch/pair.sh starts it with its drafter).
 
 Loads the target, connects to the drafter at --endpoint and runs every requested decode. A live line per
 decode goes to stderr. With --json, stdout carries JSON lines: first the run's provenance ("kind": "run"),
@@ -73,7 +73,7 @@ def connect(args: TargetArgs):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser("python -m programs.target", "The target process: drives the rounds of every decode.",
+    parser = build_parser("python -m programs.target_program", "The target process: drives the rounds of every decode.",
                           RunOptions)
     args = parse(parser, argv, RunOptions)
 
