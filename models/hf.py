@@ -129,8 +129,7 @@ class HFRunner:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         cfg = model.config.get_text_config()
-        heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        heads, kv_heads, head_dim = attention_shape(cfg)
         self.group = heads // kv_heads
         self.capacity = capacity
         self.vocab_size = cfg.vocab_size
@@ -253,6 +252,12 @@ class HFRunner:
                 out = self._step(b, span)
             self.graphs[b] = (graph, out)
         torch.cuda.synchronize(self.device)
+
+
+def attention_shape(cfg) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim) of a transformers text config (head_dim given or hidden / heads)."""
+    heads = cfg.num_attention_heads
+    return heads, cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
 
 
 def aligned_slots(capacity: int, align: int = SLOT_ALIGN) -> int:

@@ -79,6 +79,11 @@ def split_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+def pool_size(topk: int, depth: int, expand: int) -> int:
+    """Candidates in a full pool: topk at depth 1, expand * topk at each deeper level (exact for any ints)."""
+    return topk + (depth - 1) * expand * topk
+
+
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
     """Candidate pool
@@ -98,8 +103,8 @@ class PoolConfig:
 
     @property
     def size(self) -> int:
-        """Candidates in a full pool: topk at depth 1, expand * topk at each deeper level."""
-        return self.topk + (self.depth - 1) * self.expand * self.topk
+        """Candidates in a full pool (pool_size)."""
+        return pool_size(self.topk, self.depth, self.expand)
 
     @property
     def n_expanded(self) -> int:
