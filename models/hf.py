@@ -293,24 +293,3 @@ def _rope_types(value) -> set[str]:
     if "rope_type" in value or "type" in value:
         return {str(value.get("rope_type") or value.get("type"))}
     return set().union(*(_rope_types(v) for v in value.values())) if value else set()
-
-
-def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, rows: int,
-                 slots: int) -> str:
-    """The SDPA backend torch picks for a padded pass of `rows` rows over `slots` cache slots, by name.
-
-    Asks torch's dispatcher, under the backends HFRunner allows on that device, with tensors of the
-    pass's shapes (a private torch function: "unknown" where it is missing).
-    """
-    choose = getattr(torch, "_fused_sdp_choice", None)
-    if choose is None:
-        return "unknown"
-    folded = heads // kv_heads * rows  # query rows per K/V head, as _static_tree_attention folds them
-    q = torch.zeros(1, kv_heads, folded, head_dim, dtype=dtype, device=device)
-    k = torch.zeros(1, kv_heads, slots, head_dim, dtype=dtype, device=device)
-    mask = torch.zeros(1, 1, folded, slots, dtype=dtype, device=device)
-    allowed = CUDA_SDPA_BACKENDS if torch.device(device).type == "cuda" else None
-    with sdpa_kernel(list(allowed)) if allowed else contextlib.nullcontext():
-        choice = int(choose(q, k, k, mask))
-    names = {int(member.value): name for name, member in SDPBackend.__members__.items()}
-    return names.get(choice, str(choice)).lower()

@@ -38,10 +38,5 @@ class DecodeResult:
         return len(self.beyond)
 
     @property
-    def round_tokens(self) -> int:
-        """Tokens up to the first end-of-sequence token with the last round whole (the paper's count)."""
-        return len(self.tokens) + self.overshoot
-
-    @property
     def tokens_per_second(self) -> float:
         return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0

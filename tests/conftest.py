@@ -87,7 +87,7 @@ MOCK_VOCAB = 64
 def build_session(capacity: int = 1024):
     """A Session over a mock target and an in-process mock drafter (no sockets, no second process)."""
     from drafter_proc.drafter import Drafter
-    from drafter_proc.local import LocalDrafter
+    from tests.local_drafter import LocalDrafter
     from models.mock import MockRunner
     from models.tokenizers import MockTokenizer
     from target_proc.session import Session

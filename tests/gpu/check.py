@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from models.cuda_env import cuda_driver, cuda_report, describe
-from models.hf import aligned_slots, sdpa_backend
+from models.hf import aligned_slots
 from models.shapes import SHAPES, random_model
 from tests.gpu import passes, pipelined
 from tests.gpu.passes import Budget, OutOfTime
@@ -102,7 +102,7 @@ def environment(plan: Plan, budget: Budget) -> dict:
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "cudnn": f"{cudnn // 10000}.{cudnn // 100 % 100}.{cudnn % 100}" if cudnn else None,
            "transformers": transformers.__version__, "python": platform.python_version(),
-           "sdpa": {f"{rows} rows": sdpa_backend(device, dtype, heads, kv_heads, head_dim, rows, slots)
+           "sdpa": {f"{rows} rows": passes.sdpa_backend(device, dtype, heads, kv_heads, head_dim, rows, slots)
                     for rows in (1, 72)}}
     sdpa = ", ".join(f"{v} at {k}" for k, v in env["sdpa"].items())
     print(f"{env['device']} ({env['devices']} GPU) | driver CUDA {env['driver_cuda']} | torch {env['torch']} | "

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
-from drafter_proc.local import LocalDrafter
+from tests.local_drafter import LocalDrafter
 from models.load import load
 from models.options import ModelOptions
 from pipeline.config import PoolConfig

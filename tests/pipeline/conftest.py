@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
-from drafter_proc.local import LocalDrafter
+from tests.local_drafter import LocalDrafter
 from models.mock import EOS, MockModel, MockRunner
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, Pool, grow_pool
