@@ -130,12 +130,7 @@ def plan(argv: list[str]) -> Plan:
             require_cuda(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
         except CudaUnavailable as e:
             parser.error(str(e))
-    shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions) if f.name not in ("model", "device")}
-    models = {}
-    for role in ("target", "drafter"):
-        models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role), device=devices[role]),
-                                    ModelOptions, names={"model": f"--{role}", "device": f"--{role}-device"})
-        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
+    models = _models(parser, ns, devices, env)
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
     connect = from_options(parser, ns, ConnectOptions)
     keys = from_options(parser, ns, KeyOptions)
@@ -158,6 +153,18 @@ def plan(argv: list[str]) -> Plan:
     else:
         target = PY + ["programs.target_program", *target]
     return Plan(drafter, target, endpoint, env, private_dir, notes)
+
+
+def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: dict[str, str],
+            env: dict[str, dict[str, str]]) -> dict[str, ModelOptions]:
+    """Each side's model options (--target/--drafter and the shared ones); each side's CPU threads in its env."""
+    shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions) if f.name not in ("model", "device")}
+    models = {}
+    for role in ("target", "drafter"):
+        models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role), device=devices[role]),
+                                    ModelOptions, names={"model": f"--{role}", "device": f"--{role}-device"})
+        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
+    return models
 
 
 def _pool(parser: argparse.ArgumentParser, ns: argparse.Namespace, embedded: bool, notes: list[str]) -> PoolConfig:

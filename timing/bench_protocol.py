@@ -330,7 +330,7 @@ def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds
     return text.getvalue()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m timing.bench_protocol", description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=2000, help="timed round trips (default: 2000)")
     parser.add_argument("--rounds", type=int, default=300, help="timed rounds per rule and V (default: 300)")
@@ -351,10 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-select", action="store_true", help="time the wire only")
     parser.add_argument("--echo", metavar="ENDPOINT", help=argparse.SUPPRESS)  # the peer process
     parser.add_argument("--echo-keys", metavar="DIR", help=argparse.SUPPRESS)
-    ns = parser.parse_args(argv)
-    if ns.echo:
-        echo(ns.echo, ns.echo_keys)
-        return 0
+    return parser
+
+
+def _check(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     for name in ("iterations", "rounds", "budget", "threads"):
         if getattr(ns, name) < 1:
             parser.error(f"--{name} must be a positive integer, got {getattr(ns, name)}")
@@ -362,11 +362,37 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seconds must be positive, got {ns.seconds}")
     if ns.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {ns.warmup}")
+    if len(set(ns.transports)) != len(ns.transports):
+        parser.error(f"--transports must be distinct, got {' '.join(ns.transports)}")
+
+
+def _summary(ns: argparse.Namespace, wire: dict, select: dict, round_trips: dict, load, choice: dict,
+             met: dict) -> dict:
+    """The benchmark's last line: one JSON document."""
+    shape = wire["pool"]
+    return {"device": ns.device, "threads": ns.threads, "budget": ns.budget,
+              "pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
+              **{f"{k.replace(' ', '_')}_median_ms": wire[k]["median_ms"]
+                 for k in ("round trip", "one way", "encode", "decode", "validate")},
+              "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
+              "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
+              "round_trip_median_ms_by_transport": round_trips, "load_average": load,
+              "budget_choice_median_ms": choice["median_ms"],
+              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
+                             "budget_choice": BUDGET_CHOICE_TARGET_MS},
+              "met": met}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.echo:
+        echo(ns.echo, ns.echo_keys)
+        return 0
+    _check(parser, ns)
     import torch
 
     torch.set_num_threads(ns.threads)
-    if len(set(ns.transports)) != len(ns.transports):
-        parser.error(f"--transports must be distinct, got {' '.join(ns.transports)}")
     load = os.getloadavg()
     wire = bench_wire(ns.iterations, ns.warmup, tuple(ns.transports))
     select = {} if ns.no_select else bench_select_verify(ns.vocab, ns.temperature, ns.budget, ns.rounds, ns.warmup,
@@ -407,18 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         rule, v, t = slowest.split(" ")
         print(f"\ncProfile of {slowest}:")
         print(profile_round(rule, int(v[2:]), float(t[2:]), ns.budget, select[slowest]["n"], ns.device))
-    result = {"device": ns.device, "threads": ns.threads, "budget": ns.budget,
-              "pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
-              **{f"{k.replace(' ', '_')}_median_ms": wire[k]["median_ms"]
-                 for k in ("round trip", "one way", "encode", "decode", "validate")},
-              "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
-              "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
-              "round_trip_median_ms_by_transport": round_trips, "load_average": load,
-              "budget_choice_median_ms": choice["median_ms"],
-              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
-                             "budget_choice": BUDGET_CHOICE_TARGET_MS},
-              "met": met}
-    print(json.dumps(result))
+    print(json.dumps(_summary(ns, wire, select, round_trips, load, choice, met)))
     return 0
 
 
