@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from pipeline.settings import DecodeConfig
 from pipeline.result import PHASES, DecodeResult
+from pipeline.settings import DecodeConfig
 
 SCHEMA = 2  # 1: records before the output limit was exact (no `schema` field)
 

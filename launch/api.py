@@ -28,11 +28,11 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from programs.cli import to_argv
 from evaluation.prompts import Prompt
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
+from programs.cli import to_argv
 
 PROJECT = Path(__file__).resolve().parent.parent
 

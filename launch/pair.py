@@ -31,16 +31,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from programs.cli import add_log_level, add_options, flags_of, from_options, to_argv
-from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
-from timing.options import SweepOptions, sweep_target
 from evaluation.prompts import BUILTIN
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
+from programs.cli import add_log_level, add_options, flags_of, from_options, to_argv
+from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
                                 private_ipc_endpoint, remove_stale_private_dirs)
+from timing.options import SweepOptions, sweep_target
 
 # The embedded default pair on the CPU: a smaller pool (models.options.EMBEDDED_POOL) and shorter outputs,
 # so that the whole default run takes about a minute on two cores. --pool-* and --max-new-tokens replace them.

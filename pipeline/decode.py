@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from pipeline.budget import DrafterFeed, Experience, PassCosts, budget_policy, ranks_on_path
-from pipeline.settings import DecodeConfig
 from pipeline.pool import ROOT, Pool
 from pipeline.result import DecodeResult, Round
 from pipeline.rules import RULES, RootDraw, Rule
+from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree
 from pipeline.verify import draw, verify_tree
 

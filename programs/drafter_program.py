@@ -13,11 +13,11 @@ import signal
 import sys
 from pathlib import Path
 
+from models.options import ModelOptions
+from pipeline.config import InputError
 from programs.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
                         from_options, run_program, setup_logging)
 from programs.options import KeyOptions, ServeOptions
-from models.options import ModelOptions
-from pipeline.config import InputError
 
 log = logging.getLogger("drafter")
 

@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from pipeline.config import ConfigError, check_int, check_seconds, split_list
-from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from protocol.transport import check_endpoint
 
 

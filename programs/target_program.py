@@ -17,18 +17,18 @@ from collections.abc import Callable
 from typing import TextIO
 from dataclasses import dataclass
 
-from programs.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
-                        option_values, run_program, setup_logging)
-from programs.options import ConnectOptions, KeyOptions, RunOptions
 from evaluation.prompts import Prompt, gather
+from evaluation.provenance import environment
+from evaluation.record import SCHEMA
+from evaluation.summary import analyse, as_json
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
-from evaluation.provenance import environment
-from evaluation.record import SCHEMA
+from programs.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
+                        option_values, run_program, setup_logging)
+from programs.options import ConnectOptions, KeyOptions, RunOptions
 from target_proc.conversation import decode_conversation
 from target_proc.session import Session, open_session
-from evaluation.summary import analyse, as_json
 
 log = logging.getLogger("target")
 

@@ -25,6 +25,7 @@ import torch
 
 from drafter_proc.drafter import Drafter
 from evaluation.prompts import load_prompts
+from evaluation.summary import analyse
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.config import PoolConfig
@@ -32,7 +33,6 @@ from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
 from target_proc.costs import timed
-from evaluation.summary import analyse
 from target_proc.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,11 +23,11 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from programs.cli import files_program, run_files_program
-from timing.options import ExportOptions
-from pipeline.config import InputError
 from evaluation.summary import counted_tokens, setting_budget
+from pipeline.config import InputError
+from programs.cli import files_program, run_files_program
 from timing import run_config
+from timing.options import ExportOptions
 from timing.record_store import load_records
 
 

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from programs.cli import EXIT_USAGE, files_program, run_files_program, to_argv
-from timing.options import MatchedOptions
+from evaluation.summary import setting_budget
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
-from evaluation.summary import setting_budget
+from programs.cli import EXIT_USAGE, files_program, run_files_program, to_argv
+from timing.options import MatchedOptions
 from timing.record_store import load_records
 from timing.report import merged_config
 

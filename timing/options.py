@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from evaluation.summary import SPEED_TOKENS
 from models.options import ModelOptions
 from pipeline.config import AUTO, ConfigError, check_int, check_temperature, is_int, parse_budget, split_list
-from pipeline.settings import DecodeConfig
 from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from programs.options import PromptOptions, check_decoders
 
 

@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipeline.config import InputError
 from evaluation.record import SCHEMA
+from pipeline.config import InputError
 
 log = logging.getLogger("timing")
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from programs.cli import files_program, run_files_program
-from timing.options import ReportOptions
+from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from pipeline.config import InputError
 from pipeline.result import PHASES
-from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
+from programs.cli import files_program, run_files_program
 from timing import run_config
+from timing.options import ReportOptions
 from timing.record_store import load_records
 
 

@@ -21,13 +21,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from programs.cli import option_values
-from timing.options import SweepOptions
+from evaluation import provenance
 from evaluation.prompts import Prompt
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
-from evaluation import provenance
+from programs.cli import option_values
+from timing.options import SweepOptions
 from timing.record_store import read_records, shard_files
 
 log = logging.getLogger("timing")

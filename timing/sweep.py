@@ -19,16 +19,16 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from programs import target_program
-from programs.cli import flags_of, run_program
-from timing.options import SweepOptions
 from evaluation.prompts import Prompt, gather
+from evaluation.summary import counted_tokens, setting_budget
 from models.options import ModelOptions
 from pipeline.config import InputError
 from pipeline.settings import DecodeConfig
+from programs import target_program
+from programs.cli import flags_of, run_program
 from target_proc.conversation import decode_conversation
-from evaluation.summary import counted_tokens, setting_budget
 from timing import run_config
+from timing.options import SweepOptions
 from timing.record_store import RecordStore, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order
 

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from programs.options import PromptOptions
 from evaluation.prompts import Prompt, PromptError, gather, load_prompts, stratified_subset
+from programs.options import PromptOptions
 
 
 def prompts(n: int, categories: int = 1) -> list[Prompt]:

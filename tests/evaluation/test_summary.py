@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.rules import comparisons
-from pipeline.result import PHASES
-from evaluation.summary import MT_BENCH, analyse, category_group, group_order, median_rounds, settings_of
 from evaluation.stats import paired_gains
+from evaluation.summary import MT_BENCH, analyse, category_group, group_order, median_rounds, settings_of
+from pipeline.result import PHASES
+from pipeline.rules import comparisons
 
 DECODERS = ("draft", "pearl", "root-draw", "root")
 

@@ -10,10 +10,10 @@ import socket
 
 import pytest
 
+from launch.pair import plan
 from programs import keys_program
 from programs.drafter_program import server_keys
 from programs.options import KeyOptions
-from launch.pair import plan
 from protocol.keys import key_dir, own_keys
 from protocol.transport import Listener, loopback_tcp_endpoint
 from target_proc.session import InsecureEndpoint, client_keys
@@ -143,8 +143,8 @@ def test_the_target_process_refuses_a_socket_path_too_long_for_unix_sockets(caps
 
 
 def test_a_cuda_device_without_cuda_is_a_usage_error_of_the_process(caplog):
-    from programs.cli import EXIT_USAGE, Flags, run_program
     from models.cuda_env import CudaUnavailable
+    from programs.cli import EXIT_USAGE, Flags, run_program
 
     def body():
         raise CudaUnavailable("--device cuda:0 needs CUDA, but this torch is a CPU-only build")

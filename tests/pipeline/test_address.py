@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-import pipeline.verify
-from pipeline.settings import DecodeConfig
-from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
+from pipeline.rules import DECODERS
 from pipeline.select import select_draft
+from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree
+import pipeline.verify
 from pipeline.verify import traverse
 
 EOS, A, B, C = 0, 1, 2, 3

@@ -13,9 +13,9 @@ from models.mock import EOS
 from pipeline.budget import (DECAY, EXPERIENCE, FORGET, PRIOR_WEIGHT, RECALL, RUN_RATE, AutoBudget, Experience,
                              PassCosts, candidate_sizes, prior, ranks_on_path)
 from pipeline.config import PoolConfig
-from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
+from pipeline.settings import DecodeConfig
 
 MS = 1e-3
 

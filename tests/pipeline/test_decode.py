@@ -9,10 +9,10 @@ import torch
 
 from models.mock import EOS
 from pipeline.config import PoolConfig
-from pipeline.settings import DecodeConfig
-from pipeline.rules import DECODERS, RULES
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
+from pipeline.rules import DECODERS, RULES
+from pipeline.settings import DecodeConfig
 
 SPECULATIVE = [d for d in DECODERS if d != "ar"]
 A, B, C = 1, 2, 3

@@ -10,9 +10,9 @@ import pytest
 from models.mock import EOS
 from pipeline.budget import PassCosts
 from pipeline.config import PoolConfig
-from pipeline.settings import DecodeConfig
-from pipeline.rules import DECODERS
 from pipeline.decode import decode
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 
 VOCAB = 64
 MAX_NEW = 13  # not a multiple of a round's length: the limit falls inside rounds

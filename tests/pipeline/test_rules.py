@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from pipeline.config import ConfigError, PoolConfig
-from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
 from pipeline.rules import DECODERS, RULES, SPECULATIVE, RootDraw, Rule, comparisons
+from pipeline.settings import DecodeConfig
 
 
 def test_decoders_are_the_designed_set_in_table_order():

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-import target_proc.target
 from models.mock import MaskError, MockModel, MockRunner
 from pipeline.config import CapacityError, PoolConfig
-from pipeline.settings import DecodeConfig
-from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.pool import ROOT
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree, ancestor_matrix
+import target_proc.target
 from target_proc.target import Target
 
 VOCAB = 32

@@ -44,9 +44,9 @@ from models.mock import EOS, MockModel, MockRunner
 from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
 from pipeline.config import InputError, PoolConfig
-from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.rules import SPECULATIVE
+from pipeline.settings import DecodeConfig
 from protocol.codec import encode
 from protocol.errors import (AccessDenied, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied, PeerError,
                              PeerTimeout, ProtocolError, UnexpectedMessage)

@@ -10,11 +10,11 @@ from contextlib import nullcontext
 
 import pytest
 
-from programs.cli import build
-from timing.options import SweepOptions
 from models.options import ModelOptions
+from programs.cli import build
 from target_proc.session import Session
 from timing import run_config
+from timing.options import SweepOptions
 from timing.record_store import RecordStore
 from timing.sweep import gather_prompts, run_shard
 

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from programs.cli import EXIT_USAGE, Flags, run_program
 from pipeline.config import InputError
+from programs.cli import EXIT_USAGE, Flags, run_program
 from timing import record_store as records_module
 from timing.record_store import RecordStore, RecordsUnwritable, read_records, records_path
 
