@@ -52,7 +52,7 @@ PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) mu
 
 
 @dataclass(slots=True)
-class Plan:
+class LaunchPlan:
     """What the launcher starts: both command lines (no drafter with --drafter-at), their environments, and
     what it cleans up."""
 
@@ -95,7 +95,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
     return parser
 
 
-def plan(argv: list[str]) -> Plan:
+def plan(argv: list[str]) -> LaunchPlan:
     """Parse and check the launcher's options into the two command lines; usage errors exit here."""
     mode = "sweep" if argv[:1] == ["sweep"] else "decode"
     argv = argv[1:] if mode == "sweep" else argv
@@ -152,7 +152,7 @@ def plan(argv: list[str]) -> Plan:
         target = sweep_target(PY, target, None if drafter is None else (models["drafter"], env["drafter"]))
     else:
         target = PY + ["programs.target_program", *target]
-    return Plan(drafter, target, endpoint, env, private_dir, notes)
+    return LaunchPlan(drafter, target, endpoint, env, private_dir, notes)
 
 
 def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: dict[str, str],

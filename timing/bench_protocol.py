@@ -207,7 +207,7 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
     return out
 
 
-class Round:
+class SelectVerifyCase:
     """One rule's selection and verification on a fixed pool and fixed (B + 1, V) logits."""
 
     def __init__(self, rule: str, vocab_size: int, budget: int, temperature: float, device: str) -> None:
@@ -269,7 +269,7 @@ def bench_select_verify(vocabs: list[int], temperatures: list[float], budget: in
     for vocab in vocabs:
         for temperature in temperatures:
             for rule in SPECULATIVE:
-                step = Round(rule, vocab, budget, temperature, device)
+                step = SelectVerifyCase(rule, vocab, budget, temperature, device)
                 t_end = time.perf_counter() + seconds / 4
                 for i in range(warmup):
                     if i >= 2 and time.perf_counter() > t_end:
@@ -317,7 +317,7 @@ def bench_budget_choice(budget: int, rounds: int) -> dict[str, float]:
 
 def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds: int, device: str) -> str:
     """cProfile of `rounds` rounds of one rule: where a round's time goes, by function."""
-    step = Round(rule, vocab, budget, temperature, device)
+    step = SelectVerifyCase(rule, vocab, budget, temperature, device)
     for _ in range(20):
         step()
     profiler = cProfile.Profile()
