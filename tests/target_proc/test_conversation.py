@@ -1,5 +1,5 @@
-"""One record of a decode: a decode run, a sweep and the API build it here; multi-turn prompts decode in one
-conversation with the decoder's own earlier answers in context."""
+"""A conversation's decodes (target_proc.conversation): a record per turn, as a decode run, a sweep and the API
+build them; multi-turn prompts decode in one conversation with the decoder's own earlier answers in context."""
 
 from __future__ import annotations
 
