@@ -50,5 +50,5 @@ def measure(target: Target, cap: int, reps: int = 3) -> dict:
            "tree": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), None)), reps) for b in sizes},
            "tree_with_root": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), 5)), reps) for b in sizes},
            "prefill": alone, "prefill_shared": shared}
-    target.prefix = 0
+    target.before_root = 0
     return out

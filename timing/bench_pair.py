@@ -72,7 +72,7 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
         drafter = Drafter(drafter_model.runner(1024 + pool.n_expanded), pool)
         drafter.start(prompt_ids)
         runner = drafter.runner
-        L = drafter.length
+        L = drafter.through_root
         slots = L + np.arange(pool.expand)
         step = lambda: runner.forward(np.arange(pool.expand) + 5, np.full(pool.expand, L), slots, L, slots,
                                       np.eye(pool.expand, dtype=bool))

@@ -18,7 +18,7 @@ def test_measure_times_every_pass_the_choice_needs(capacity):
     assert sorted(measured["tree"]) == sorted(measured["tree_with_root"]) == sizes
     times = [measured[k] for k in ("plain", "overlapped", "prefill", "prefill_shared")]
     times += [*measured["tree"].values(), *measured["tree_with_root"].values()]
-    assert all(t > 0 for t in times) and target.prefix == 0
+    assert all(t > 0 for t in times) and target.before_root == 0
     root_pass = costs_for(True, measured)  # root-draw's
     assert root_pass.front == measured["overlapped"] and root_pass.tree == measured["tree"]
     assert (root_pass.prefill, root_pass.prefill_shared, root_pass.catch_up) == (
