@@ -78,7 +78,7 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
                                       np.eye(pool.expand, dtype=bool))
         out[f"drafter step ({pool.expand} tokens)"] = median_ms(step)
         out[f"drafter round, {name} {pool.topk}/{pool.depth}/{pool.expand}"] = median_ms(
-            lambda: drafter.commit([5, 6, 7]) and setattr(drafter, "length", L), reps=5)
+            lambda: drafter.commit([5, 6, 7]) and setattr(drafter, "through_root", L), reps=5)
     return out
 
 
