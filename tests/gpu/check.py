@@ -65,7 +65,7 @@ class Plan:
 
 # The rehearsal's budgets are for an idle 2-core machine; scaled_budgets stretches them under load.
 REHEARSAL = Plan(device="cpu", parity_shapes=("tiny",), latency_shapes=("tiny", "tiny"), target="tiny",
-                 drafter="tiny", capacity=256, context=64, reps=3, max_new_tokens=12, prompts=Plan.prompts[:1],
+                 drafter="tiny", capacity=256, context=64, reps=3, max_new_tokens=12, prompts=Plan().prompts[:1],
                  budgets={"environment": 30, "gpu tests": 60, "parity": 30, "latency": 30, "pipelined": 90})
 ISOLATED = ("environment", "parity", "latency")  # sections that use the device: each in a child process
 CHILD_GRACE = 20.0  # seconds a section's child gets past its budget to stop by itself and report
@@ -286,16 +286,25 @@ def run_section(name: str, fn, plan: Plan, deadline: float) -> dict:
     return {"status": "passed", **result}
 
 
-def run_isolated(name: str, plan: Plan, deadline: float, rehearse: bool, result_path: Path) -> dict:
-    """run_section in a child process (this module with --section), its output streamed as it comes.
+def section_command(name: str, plan: Plan, seconds: float, rehearse: bool, result_path: Path) -> list[str]:
+    """The child process that runs one section: this module with --section."""
+    return ([sys.executable, "-P", "-m", "tests.gpu.check", "--section", name, "--result", str(result_path),
+             "--timeout", f"{max(seconds, 1):.0f}"] + (["--rehearse"] if rehearse else ["--gpus", plan.gpus or "0"]))
 
-    A child that dies (a segfault, an abort after a CUDA error) or hangs past its budget and a grace is
-    reported as such; its process group is stopped in any case.
-    """
+
+def run_isolated(name: str, plan: Plan, deadline: float, rehearse: bool, result_path: Path) -> dict:
+    """run_section in a child process of its own."""
     seconds = Budget(plan.budgets[name], deadline).left()
+    return run_reporting_child(section_command(name, plan, seconds, rehearse, result_path), seconds, result_path)
+
+
+def run_reporting_child(cmd: list[str], seconds: float, result_path: Path, grace: float = CHILD_GRACE) -> dict:
+    """The result a child process writes to result_path (JSON), its output streamed as it comes.
+
+    A child that dies first (a segfault, an abort after a CUDA error) or runs past `seconds` and a grace
+    (a hang) is reported as such; its process group is stopped in any case.
+    """
     result_path.unlink(missing_ok=True)
-    cmd = [sys.executable, "-P", "-m", "tests.gpu.check", "--section", name, "--result", str(result_path),
-           "--timeout", f"{max(seconds, 1):.0f}"] + (["--rehearse"] if rehearse else ["--gpus", plan.gpus or "0"])
     proc = subprocess.Popen(cmd, cwd=ROOT, env=pipelined.child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, stdin=subprocess.DEVNULL)
     hung = threading.Event()
@@ -304,7 +313,7 @@ def run_isolated(name: str, plan: Plan, deadline: float, rehearse: bool, result_
         hung.set()
         pipelined.stop_group(proc)
 
-    timer = threading.Timer(max(seconds, 1) + CHILD_GRACE, stop)
+    timer = threading.Timer(max(seconds, 1) + grace, stop)
     timer.start()
     try:
         for line in proc.stdout:
@@ -316,7 +325,7 @@ def run_isolated(name: str, plan: Plan, deadline: float, rehearse: bool, result_
     if result_path.exists():
         return json.loads(result_path.read_text(encoding="utf-8"))
     if hung.is_set():
-        return {"status": "out of time", "error": f"its process ran {seconds + CHILD_GRACE:.0f} s and was stopped"}
+        return {"status": "out of time", "error": f"its process ran past {max(seconds, 1) + grace:.0f} s and was stopped"}
     return {"status": "crashed", "error": f"its process {died(code)} before reporting"}
 
 
