@@ -323,7 +323,9 @@ def run_reporting_child(cmd: list[str], seconds: float, result_path: Path, grace
         timer.cancel()
         pipelined.stop_group(proc)
     if result_path.exists():
-        return json.loads(result_path.read_text(encoding="utf-8"))
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+        result_path.unlink()  # the report holds it: DIR keeps check.json and check.log alone
+        return result
     if hung.is_set():
         return {"status": "out of time", "error": f"its process ran past {max(seconds, 1) + grace:.0f} s and was stopped"}
     return {"status": "crashed", "error": f"its process {died(code)} before reporting"}

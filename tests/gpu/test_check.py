@@ -282,3 +282,19 @@ def test_every_section_runs_and_the_report_is_written_when_one_crashes(tmp_path,
     assert "illegal memory access" in out[-4]
     log = (tmp_path / "check.log").read_text()
     assert "a passing section" in log and "RuntimeError: CUDA error" in log and out[-1] in log
+
+
+@pytest.mark.slow
+def test_the_device_command_in_a_simulated_gpu_image(tmp_path):
+    """simulate_image.sh over an image built beforehand (building it takes the package index and GBs):
+    offline, in a copy of the checkout without ../shared, the check stops for want of CUDA and the
+    rehearsal passes."""
+    if not (ROOT / "build" / "sim-image" / ".built").exists():
+        pytest.skip("no simulated image: tests/gpu/simulate_image.sh --build-only builds it")
+    done = subprocess.run([ROOT / "tests" / "gpu" / "simulate_image.sh", "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=1500, env=offline_env())
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "check without CUDA: stopped with status 2" in done.stderr and "rehearsal: passed" in done.stderr
+    report = json.loads((tmp_path / "rehearsal" / "check.json").read_text())
+    assert set(report["status"].values()) == {"passed"}
+    assert report["sections"]["environment"]["torch"].startswith("2.11.0")
