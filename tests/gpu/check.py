@@ -327,7 +327,8 @@ def run_reporting_child(cmd: list[str], seconds: float, result_path: Path, grace
         result_path.unlink()  # the report holds it: DIR keeps check.json and check.log alone
         return result
     if hung.is_set():
-        return {"status": "out of time", "error": f"its process ran past {max(seconds, 1) + grace:.0f} s and was stopped"}
+        return {"status": "out of time",
+                "error": f"its process ran past {max(seconds, 1) + grace:.0f} s and was stopped"}
     return {"status": "crashed", "error": f"its process {died(code)} before reporting"}
 
 
@@ -495,8 +496,8 @@ def check(args: argparse.Namespace, out: Path, deadline: float) -> int:
                 report.section(name, {"status": "skipped", "error": "the check's time was up"})
                 statuses[name] = "skipped"
                 continue
-            print(f"\n== {index}/{len(SECTIONS)} {name} (at most {Budget(plan.budgets[name], deadline).left():.0f} s) ==",
-                  flush=True)
+            seconds = Budget(plan.budgets[name], deadline).left()
+            print(f"\n== {index}/{len(SECTIONS)} {name} (at most {seconds:.0f} s) ==", flush=True)
             t0 = time.monotonic()
             if name in ISOLATED:
                 result = run_isolated(name, plan, deadline, args.rehearse, out / f".{name}.json")
@@ -508,10 +509,11 @@ def check(args: argparse.Namespace, out: Path, deadline: float) -> int:
             print(f"-- {name}: {result['status']} in {result['seconds']} s", flush=True)
     except KeyboardInterrupt:
         interrupted = True
-        name = next(n for n, _ in SECTIONS if n not in statuses)
-        report.section(name, {"status": "interrupted"})
-        statuses[name] = "interrupted"
-        print(f"-- {name}: interrupted", file=sys.stderr)
+        name = next((n for n, _ in SECTIONS if n not in statuses), None)
+        if name is not None:
+            report.section(name, {"status": "interrupted"})
+            statuses[name] = "interrupted"
+            print(f"-- {name}: interrupted", file=sys.stderr)
     report.data["goals"] = goals(report.data)
     report.data["status"] = statuses
     report.save()

@@ -230,7 +230,8 @@ def test_compute_modes_are_read_and_an_exclusive_gpu_is_warned_about():
     modes = parse_compute_modes("0, NVIDIA H200, Default\n1, NVIDIA H200, Exclusive_Process\n")
     assert modes == [("0", "NVIDIA H200", "Default"), ("1", "NVIDIA H200", "Exclusive_Process")]
     lines = compute_mode_lines(modes)
-    assert lines[:2] == ["compute mode: GPU 0 NVIDIA H200: Default", "compute mode: GPU 1 NVIDIA H200: Exclusive_Process"]
+    assert lines[:2] == ["compute mode: GPU 0 NVIDIA H200: Default",
+                         "compute mode: GPU 1 NVIDIA H200: Exclusive_Process"]
     assert len(lines) == 3 and lines[2].startswith("WARNING: GPU 1 is in Exclusive_Process mode")
     assert compute_mode_lines(None) == ["compute mode: unknown (nvidia-smi is missing or failed)"]
 

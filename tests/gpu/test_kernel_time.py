@@ -24,7 +24,8 @@ def launched(ids, name: str, start: int, op_us: int, kernel: str, kernel_us: int
 @pytest.fixture
 def events():
     ids = iter(range(100))
-    trace = [*launched(ids, "aten::mm", 0, 30, "gemm_kernel", 400), *launched(ids, "aten::mm", 50, 30, "gemm_kernel", 400),
+    trace = [*launched(ids, "aten::mm", 0, 30, "gemm_kernel", 400),
+             *launched(ids, "aten::mm", 50, 30, "gemm_kernel", 400),
              *launched(ids, "aten::softmax", 100, 20, "softmax_kernel", 100)]
     listed = EventList(trace, use_device="cuda")
     listed._build_tree()  # as the profiler does once its trace is parsed
