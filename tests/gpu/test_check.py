@@ -63,7 +63,9 @@ def test_preparation_installs_pyzmq_and_pytest_offline_from_the_wheels(tmp_path,
     prepared_venv = tmp_path / "build" / "prepared"  # its folder does not exist yet
     env = offline_env(PYTHON=str(python), SPECPAIR_CHECK_VENV=str(prepared_venv))
     for attempt in ("fresh", "reused"):
-        done = subprocess.run([CHECK_SH, "--prepare"], env=env, capture_output=True, text=True, timeout=300)
+        # from elsewhere: pip names wheels below its working folder by relative paths
+        done = subprocess.run([CHECK_SH, "--prepare"], env=env, capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert ("installing pyzmq pytest from" in done.stderr) == (attempt == "fresh"), done.stderr
     prepared = done.stdout.strip()
