@@ -124,10 +124,10 @@ def plan(argv: list[str]) -> LaunchPlan:
     env = {"target": {}, "drafter": {}}
     devices = _devices(parser, ns, env)
     if any(d.startswith("cuda") for d in devices.values()):
-        from models.cuda_env import CudaUnavailable, require_cuda
+        from models.cuda_env import CudaUnavailable, require_cuda_in_child
 
-        try:
-            require_cuda(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
+        try:  # in a child: CUDA's threads in this process would make the preexec_fn forks below unsafe
+            require_cuda_in_child(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
         except CudaUnavailable as e:
             parser.error(str(e))
     models = _models(parser, ns, devices, env)

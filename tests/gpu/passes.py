@@ -119,9 +119,41 @@ def timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
     return statistics.median(times)
 
 
+def start_profiler(device: torch.device) -> bool:
+    """Profile one small op, so that the profiler (CUPTI on a GPU) is initialised before any graph is
+    captured in this process: its first start after a capture has crashed or hung in past releases.
+    False when the profiler cannot trace this device."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.ones(64, 64, device=device)
+    synchronize(device)
+    try:
+        with profile(activities=[ProfilerActivity.CUDA if device.type == "cuda" else ProfilerActivity.CPU]):
+            (x @ x).sum()
+            synchronize(device)
+    except RuntimeError as e:
+        print(f"  the profiler failed to start, no kernel times: {e}")
+        return False
+    return True
+
+
+def device_ms(events, on_cuda: bool) -> float:
+    """Summed self time of `events` (profiler key averages), each microsecond counted once, in ms.
+
+    On a GPU only the kernels' own entries (device type CUDA) count: the aten op that launched a kernel
+    carries the same time again as its self device time. On the CPU, the operators' self CPU time.
+    """
+    from torch.autograd import DeviceType
+
+    if on_cuda:
+        return sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e3
+    return sum(e.self_cpu_time_total for e in events) / 1e3
+
+
 def kernel_ms(fn: Callable[[], object], device: torch.device) -> float | None:
-    """Summed self time of the kernels (on the CPU: of the operators) of one call, by torch.profiler;
-    None when the profiler cannot trace this device (no CUPTI) or saw nothing."""
+    """Summed time of the kernels (on the CPU: of the operators) of one call, by torch.profiler; None
+    when the profiler cannot trace this device (no CUPTI) or saw nothing. Start the profiler once
+    (start_profiler) before graphs are captured in this process."""
     from torch.profiler import ProfilerActivity, profile
 
     on_cuda = device.type == "cuda"
@@ -134,9 +166,7 @@ def kernel_ms(fn: Callable[[], object], device: torch.device) -> float | None:
     except RuntimeError as e:  # the other columns stand without this one
         print(f"  the profiler failed, no kernel times: {e}")
         return None
-    events = prof.key_averages()
-    total = sum(e.self_device_time_total if on_cuda else e.self_cpu_time_total for e in events) / 1e3
-    return total or None
+    return device_ms(prof.key_averages(), on_cuda) or None
 
 
 def latencies(pair: dict[str, Target], rows: tuple[int, ...], reps: int, budget: Budget) -> dict[int, dict]:
