@@ -23,29 +23,29 @@ class Drafter:
     def __init__(self, runner, config: PoolConfig) -> None:
         self.runner = runner
         self.config = config
-        self.length = 0  # L: committed tokens in the cache, the root last
+        self.through_root = 0  # L: committed tokens in the cache, the root last (Target.before_root: without it)
 
     def start(self, prompt: Sequence[int]) -> tuple[Pool, float]:
         """New request: the pool of round 0 from the whole prompt -> (pool, seconds)."""
-        self.length = 0
+        self.through_root = 0
         return self.commit(prompt)
 
     def commit(self, tokens: Sequence[int]) -> tuple[Pool, float]:
         """Append newly committed tokens and grow the next pool -> (pool, seconds)."""
         t0 = time.perf_counter()
-        base = self.length
+        base = self.through_root
         if base + len(tokens) + self.config.n_expanded > self.runner.capacity:
             raise CapacityError(f"the drafter's KV cache of {self.runner.capacity} slots cannot hold "
                                 f"{base + len(tokens)} committed tokens and a pool's "
                                 f"{self.config.n_expanded} scratch slots (raise `max_context`)")
         root_row = prefill(self.runner, tokens, base)
-        self.length = base + len(tokens)
+        self.through_root = base + len(tokens)
         pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(), self.config)
         return pool, time.perf_counter() - t0  # grow_pool read the last ids back, so the device is idle
 
     def _expander(self):
         """The expand callback of grow_pool for this round, with its scratch-slot bookkeeping."""
-        length = self.length
+        length = self.through_root
         slot_of: dict[int, int] = {}
         fed_parent: list[int] = []  # per fed candidate: the fed index of its parent, -1 for the root
 

@@ -16,11 +16,10 @@ def kv_bytes(loaded: Loaded, capacity: int) -> int:
     """Bytes of a KV cache of `capacity` slots for this model (K and V of every layer, rounded-up rows)."""
     if isinstance(loaded.model, MockModel):
         return capacity * MOCK_SLOT_BYTES
-    from models.hf import aligned_slots
+    from models.hf import aligned_slots, attention_shape
 
     cfg = loaded.model.config.get_text_config()
-    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    _, kv_heads, head_dim = attention_shape(cfg)
     itemsize = next(loaded.model.parameters()).element_size()
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize * aligned_slots(capacity)
 

@@ -9,7 +9,7 @@
 
 The drafter always runs in a process of its own; the target runs in the caller's process (the default) or
 in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
-Records are target_proc.record's, as `launch/pair.sh --json` prints them. Settings are DecodeConfig's
+Records are evaluation.record's, as `launch/pair.sh --json` prints them. Settings are DecodeConfig's
 fields by name (temperature, budget, max_new_tokens, seed); a bad value raises ConfigError naming it.
 Importing this module starts nothing and changes nothing process-wide.
 """
@@ -28,10 +28,11 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from launch.cli import to_argv
-from launch.prompts import Prompt
+from evaluation.prompts import Prompt
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
+from programs.cli import to_argv
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +47,7 @@ class Pair:
         """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the
         target's int8 copy for the embedded model, and to the target's spec otherwise); *_options: other
         ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
-        from launch.options import ConnectOptions
+        from programs.options import ConnectOptions
         from protocol.transport import private_ipc_endpoint
 
         drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
@@ -67,12 +68,12 @@ class Pair:
             raise
 
     def _start(self, target_process: bool) -> None:
-        drafter = [sys.executable, "-P", "-m", "launch.drafter", *to_argv(self.drafter_options),
+        drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options),
                    "--endpoint", self.endpoint, "--log-level", self.log_level]
         self._procs.append(subprocess.Popen(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL))
         self._wait_for_drafter()
         if target_process:
-            argv = [sys.executable, "-P", "-m", "launch.target", *to_argv(self.target_options), "--endpoint",
+            argv = [sys.executable, "-P", "-m", "programs.target_program", *to_argv(self.target_options), "--endpoint",
                     self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
                     "--log-level", self.log_level]
             self._target = subprocess.Popen(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -118,7 +119,7 @@ class Pair:
         prompt = Prompt(prompt_id or f"text/{digest}", category, turns[0], tuple(turns[1:]))
         if self._target is not None:
             return self._remote(prompt, config)
-        from target_proc.record import decode_conversation
+        from target_proc.conversation import decode_conversation
 
         return list(decode_conversation(self.session, prompt, config))
 
@@ -131,7 +132,7 @@ class Pair:
     def summarize(records: Sequence[dict]) -> dict:
         """The command line's summary of one setting's records: speeds, τ, acceptance by depth, tree sizes and
         every decoder's speedup over `ar` with its paired interval over prompts."""
-        from target_proc.summary import analyse, as_json
+        from evaluation.summary import analyse, as_json
 
         first = records[0]
         return as_json(analyse(records, first["temperature"], first["budget"], speed_tokens="output"))

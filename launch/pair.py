@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -32,18 +31,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from launch.cli import add_log_level, add_options, flags_of, from_options, to_argv
-from launch.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions, SweepOptions
-from launch.prompts import BUILTIN
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from evaluation.prompts import BUILTIN
+from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
+from programs.cli import add_log_level, add_options, flags_of, from_options, to_argv
+from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
                                 private_ipc_endpoint, remove_stale_private_dirs)
+from timing.options import SweepOptions, sweep_target
 
-# The embedded default pair on the CPU: a smaller pool and shorter outputs, so that the whole default
-# run takes about a minute on two cores. Any --pool-* or --max-new-tokens option replaces these.
-EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)
+# The embedded default pair on the CPU: a smaller pool (models.options.EMBEDDED_POOL) and shorter outputs,
+# so that the whole default run takes about a minute on two cores. --pool-* and --max-new-tokens replace them.
 EMBEDDED_MAX_NEW_TOKENS = 96
 EMBEDDED_PROMPTS = 2  # the first built-in prompts
 GRACE_SECONDS = 5.0  # how long a process may take to exit after its peer ended
@@ -52,7 +52,7 @@ PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) mu
 
 
 @dataclass(slots=True)
-class Plan:
+class LaunchPlan:
     """What the launcher starts: both command lines (no drafter with --drafter-at), their environments, and
     what it cleans up."""
 
@@ -95,7 +95,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
     return parser
 
 
-def plan(argv: list[str]) -> Plan:
+def plan(argv: list[str]) -> LaunchPlan:
     """Parse and check the launcher's options into the two command lines; usage errors exit here."""
     mode = "sweep" if argv[:1] == ["sweep"] else "decode"
     argv = argv[1:] if mode == "sweep" else argv
@@ -124,18 +124,13 @@ def plan(argv: list[str]) -> Plan:
     env = {"target": {}, "drafter": {}}
     devices = _devices(parser, ns, env)
     if any(d.startswith("cuda") for d in devices.values()):
-        from models.cuda_env import CudaUnavailable, require_cuda
+        from models.cuda_env import CudaUnavailable, require_cuda_in_child
 
-        try:
-            require_cuda(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
+        try:  # in a child: CUDA's threads in this process would make the preexec_fn forks below unsafe
+            require_cuda_in_child(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
         except CudaUnavailable as e:
             parser.error(str(e))
-    shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions) if f.name not in ("model", "device")}
-    models = {}
-    for role in ("target", "drafter"):
-        models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role), device=devices[role]),
-                                    ModelOptions, names={"model": f"--{role}", "device": f"--{role}-device"})
-        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
+    models = _models(parser, ns, devices, env)
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
     connect = from_options(parser, ns, ConnectOptions)
     keys = from_options(parser, ns, KeyOptions)
@@ -149,15 +144,27 @@ def plan(argv: list[str]) -> Plan:
         keys = dataclasses.replace(keys, curve=keys.curve or private_dir is None)
         if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
             connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
-        drafter = PY + ["launch.drafter", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
+        drafter = PY + ["programs.drafter_program", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
                         "--log-level", ns.log_level]
-    target = PY + (["timing", "sweep"] if mode == "sweep" else ["launch.target"])
-    target += [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
-               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
-    if mode == "sweep" and drafter is not None:  # config.json records both models; the launcher knows the drafter's
-        launch = {"options": dataclasses.asdict(models["drafter"]), "env": env["drafter"]}
-        target += ["--drafter-launch", json.dumps(launch)]
-    return Plan(drafter, target, endpoint, env, private_dir, notes)
+    target = [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
+              *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
+    if mode == "sweep":
+        target = sweep_target(PY, target, None if drafter is None else (models["drafter"], env["drafter"]))
+    else:
+        target = PY + ["programs.target_program", *target]
+    return LaunchPlan(drafter, target, endpoint, env, private_dir, notes)
+
+
+def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: dict[str, str],
+            env: dict[str, dict[str, str]]) -> dict[str, ModelOptions]:
+    """Each side's model options (--target/--drafter and the shared ones); each side's CPU threads in its env."""
+    shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions) if f.name not in ("model", "device")}
+    models = {}
+    for role in ("target", "drafter"):
+        models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role), device=devices[role]),
+                                    ModelOptions, names={"model": f"--{role}", "device": f"--{role}-device"})
+        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
+    return models
 
 
 def _pool(parser: argparse.ArgumentParser, ns: argparse.Namespace, embedded: bool, notes: list[str]) -> PoolConfig:
@@ -258,13 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
         os.execv(sys.executable, [*PY, "timing", *argv])
     if argv[:1] == ["drafter"]:  # a drafter alone, as on a second host
-        from launch import drafter
+        from programs import drafter_program
 
-        return drafter.main(["--persist", *argv[1:]], prog="launch/pair.sh drafter")
+        return drafter_program.main(["--persist", *argv[1:]], prog="launch/pair.sh drafter")
     if argv[:1] == ["keys"]:
-        from launch import keys
+        from programs import keys_program
 
-        return keys.main(argv[1:], prog="launch/pair.sh keys")
+        return keys_program.main(argv[1:], prog="launch/pair.sh keys")
     p = plan(argv)
     for note in p.notes:
         print(f"[launch] {note}", file=sys.stderr)

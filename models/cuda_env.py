@@ -4,14 +4,19 @@ torch only says `torch.cuda.is_available()`; a user who asked for a GPU needs th
 CPU-only torch build, no driver or no device, or a driver older than the CUDA runtime torch was built
 for. The driver's version comes from libcuda itself, so it is known even when torch cannot use it.
 
-`python -m models.cuda_env` prints one line describing the stack and exits 1 when CUDA is unusable.
+`python -m models.cuda_env` prints one line describing the stack and exits 1 when CUDA is unusable;
+with --json, the report as one JSON document (what require_cuda_in_child reads).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.config import InputError
 
@@ -115,6 +120,27 @@ def require_cuda(what: str) -> CudaReport:
     return report
 
 
+def require_cuda_in_child(what: str) -> CudaReport:
+    """require_cuda, answered by a child process, so that this process never initialises CUDA.
+
+    For a launcher that forks its children with a preexec_fn: once CUDA is initialised, the driver's
+    threads run, and a fork of a multi-threaded process may deadlock before it reaches exec.
+    """
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-P", "-m", "models.cuda_env", "--json"], capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=300)
+    try:
+        report = CudaReport(**json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError, TypeError):
+        said = " ".join(done.stderr.split()[-60:]) or "nothing"
+        raise CudaUnavailable(f"{what} needs CUDA, but the process that checks CUDA failed (exit status "
+                              f"{done.returncode}), saying: {said}") from None
+    if not report.usable:
+        raise CudaUnavailable(report.message(what))
+    return report
+
+
 def describe(report: CudaReport) -> str:
     """One line: torch, its CUDA, the driver, the devices."""
     return (f"torch {report.torch}, CUDA runtime {report.torch_cuda or 'none (CPU-only build)'}, driver CUDA "
@@ -125,8 +151,11 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     report = cuda_report()
+    if (sys.argv[1:] if argv is None else argv) == ["--json"]:
+        print(json.dumps(dataclasses.asdict(report)))
+        return 0 if report.usable else 1
     print(describe(report))
     if not report.usable:
         print(report.message(), file=sys.stderr)

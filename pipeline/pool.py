@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from pipeline.config import PoolConfig
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = -1  # parent index of first-level candidates
 
@@ -129,7 +132,7 @@ def rank(score: np.ndarray, depth: np.ndarray, candidates: np.ndarray | None = N
     return candidates[order]
 
 
-ExpandFn = Callable[[np.ndarray, np.ndarray, np.ndarray, int], torch.Tensor]
+ExpandFn = Callable[[np.ndarray, np.ndarray, np.ndarray, int], "torch.Tensor"]
 
 
 def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig) -> Pool:
@@ -170,6 +173,8 @@ def _top_children(rows: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     One host read for both: token ids are exact in float64, and the next pass's inputs depend on them
     (a host-device sync per level).
     """
+    import torch  # here, not at the top: the pool's ranking and the rule table import without torch
+
     logp, token = torch.topk(rows.float(), k, dim=-1)
     both = torch.stack([logp.double(), token.double()]).cpu().numpy()  # (2, E, k)
     return _finite(both[0].reshape(-1)), both[1].reshape(-1).astype(np.int64)

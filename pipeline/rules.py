@@ -2,23 +2,25 @@
 what that tree is worth at shared contexts.
 
 A new selection rule is one function (in pipeline/select.py), its value at every budget (in
-pipeline/value.py) and one row here. The round loop, the
-command line's decoder lists, the reports' comparisons, the benchmarks and the GPU check read this table.
+pipeline/value.py) and one row here. The round loop, the command line's decoder lists, the reports'
+comparisons, the values program, the benchmarks and the GPU check read this table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from pipeline.pool import Pool
 from pipeline.select import select_draft, select_pearl, select_pearl_top1, select_root, select_root_draw
 from pipeline.tree import Tree
 from pipeline.value import Curve, Scored, value_draft, value_pearl, value_pearl_top1, value_root, value_root_draw
-from pipeline.verify import target_probs
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,10 @@ class Rule:
 
 def _root(pool: Pool, budget: int, root: RootDraw) -> Tree:
     """`root`: the target's law at the pool's first-level tokens replaces their draft factor."""
+    import torch  # here, not at the top: the table (names, flows, baselines) imports without torch
+
+    from pipeline.verify import target_probs
+
     first = np.flatnonzero(pool.parent < 0)
     probs = np.zeros(len(pool), np.float32)
     ids = torch.from_numpy(pool.token[first]).to(root.row.device)

@@ -103,6 +103,19 @@ def traverse(tree: Tree, first: int, draws) -> tuple[list[int], int]:
         at, token = nxt, int(draws[nxt])
 
 
+def verify_tree(tree: Tree, logits: torch.Tensor, first: int | None, temperature: float,
+                generator: torch.Generator | None, lazy: bool) -> tuple[list[int], int]:
+    """Exhaustive target sampling over one tree pass -> (accepted tree indices, continuation).
+
+    logits: (len(tree), V) rows of the tree's nodes when `first` (the root's draw) is given, else
+    (1 + len(tree), V) with the root's row first. Reading a draw is a host read (a sync).
+    """
+    draws = RowDraws(logits, temperature, generator, lazy)
+    if first is None:
+        return traverse(tree, draws[0], draws.shifted(1))
+    return traverse(tree, first, draws)
+
+
 def edge_probs(logits: torch.Tensor, token: np.ndarray, parent: np.ndarray, temperature: float) -> np.ndarray:
     """(N,) float64 target probability of each pool edge at `temperature`, from one pass over the pool.
 

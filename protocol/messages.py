@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from pipeline.config import pool_size
 from protocol.errors import BadArray, LimitExceeded, MalformedMessage
 from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
@@ -58,7 +59,7 @@ class Hello(Message):
         if self.depth > MAX_POOL_DEPTH:
             raise LimitExceeded(f"`depth` {self.depth} is beyond the protocol's {MAX_POOL_DEPTH} pool levels")
         if self.topk > 0 and self.depth > 0 and self.expand > 0:  # exact in Python ints: no overflow
-            size = self.topk + (self.depth - 1) * self.expand * self.topk
+            size = pool_size(self.topk, self.depth, self.expand)
             if size > MAX_POOL_CANDIDATES:
                 raise LimitExceeded(f"a pool of `topk` {self.topk}, `depth` {self.depth} and `expand` {self.expand} "
                                     f"holds {size} candidates; the protocol carries at most {MAX_POOL_CANDIDATES}")

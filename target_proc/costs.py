@@ -1,6 +1,6 @@
-"""This device's pass costs for budget auto: a plain round, the root pass while the drafter works, tree
-passes of each candidate size and the prefill, alone and beside the drafter, timed once on a scratch context
-before the first decode that needs them."""
+"""This device's pass times for budget auto (pipeline.budget turns them into each rule's costs): a plain
+round, the root pass while the drafter works, tree passes of each candidate size and the prefill, alone and
+beside the drafter, timed once on a scratch context before the first decode that needs them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import time
 
 import numpy as np
 
-from pipeline.budget import PassCosts, candidate_sizes
-from pipeline.rules import RULES
+from pipeline.budget import candidate_sizes
 from pipeline.tree import Tree
 from target_proc.target import Target
 
@@ -51,14 +50,5 @@ def measure(target: Target, cap: int, reps: int = 3) -> dict:
            "tree": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), None)), reps) for b in sizes},
            "tree_with_root": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), 5)), reps) for b in sizes},
            "prefill": alone, "prefill_shared": shared}
-    target.prefix = 0
+    target.before_root = 0
     return out
-
-
-def costs_for(decoder: str, measured: dict) -> PassCosts:
-    """A rule's starting costs: a root-pass rule's front is its root pass (the drafter's wait is learnt
-    from rounds); `draft` scores the root in its tree pass and waits for the drafter first."""
-    prefill = measured["prefill"], measured["prefill_shared"]
-    if RULES[decoder].root_pass:
-        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]), *prefill)
-    return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]), *prefill)

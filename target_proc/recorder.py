@@ -10,8 +10,7 @@ import time
 import numpy as np
 
 from evaluation.rounds import RecordedRound
-from pipeline.decode import Round
-from pipeline.pool import Pool
+from pipeline.decode import Step
 from pipeline.tree import Tree
 from pipeline.verify import edge_probs
 from target_proc.target import Target
@@ -24,15 +23,16 @@ class RoundRecorder:
         self.target, self.temperature = target, temperature
         self.rounds: list[RecordedRound] = []
 
-    def __call__(self, pool: Pool | None, root: int, round: Round, emitted: list[int]) -> None:
+    def __call__(self, step: Step, root: int, budget: int) -> None:
+        pool = step.pool
         if pool is None:  # a plain round: no pool to measure
             return
         t0 = time.perf_counter()
-        context = self.target.prefix - 1 - round.accepted  # the committed tokens before this round's root
+        context = self.target.before_root - 1 - len(step.accepted)  # the committed tokens before this round's root
         whole = Tree.from_pool(pool, np.arange(len(pool)))  # tree index i is pool index i
         logits = self.target.score_pool(whole, root, context)
         edge = edge_probs(logits, pool.token, pool.parent, self.temperature)  # host read: a sync
-        self.rounds.append(RecordedRound(round.budget, round.accepted, np.asarray(emitted, np.int64), pool.token,
+        self.rounds.append(RecordedRound(budget, len(step.accepted), np.asarray(step.emitted, np.int64), pool.token,
                                          pool.parent, pool.logp, pool.expanded, edge, time.perf_counter() - t0))
 
     @staticmethod

@@ -10,13 +10,15 @@ import torch
 
 from models.load import load
 from models.options import ModelOptions
-from pipeline.budget import Experience, PassCosts
-from pipeline.config import AUTO, DecodeConfig, InputError, PoolConfig, stream_seed
+from pipeline.budget import SessionBudgets
+from pipeline.config import InputError, PoolConfig
+from pipeline.decode import DrafterClient, Observer, decode
+from pipeline.result import DecodeResult
 from pipeline.rules import RULES
-from target_proc import costs
-from pipeline.decode import DecodeResult, DrafterClient, Observer, decode
+from pipeline.settings import DecodeConfig, stream_seed
 from protocol.keys import key_dir, own_keys, public_key
 from protocol.transport import Channel, ClientKeys, is_loopback
+from target_proc import costs
 from target_proc.client import RemoteDrafter
 from target_proc.recorder import RoundRecorder
 from target_proc.target import Target
@@ -36,9 +38,7 @@ class Session:
         self.drafter = drafter
         self.pool = pool
         self.models = models or {}  # "target" and "drafter": model, revision, dtype, device (provenance)
-        self._measured: dict[int, dict] = {}  # budget cap -> this device's pass times (target_proc.costs)
-        self._costs: dict[tuple[str, int], PassCosts] = {}  # (decoder, cap) -> costs that rounds refresh
-        self._experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap) -> earlier decodes
+        self.budgets = SessionBudgets(lambda cap: costs.measure(self.target, cap))  # budget auto's memory
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
                sync_phases: bool = False, observe: Observer | None = None) -> DecodeResult:
@@ -48,30 +48,21 @@ class Session:
         CPU the target switches torch's thread count between passes; the caller's count is restored.
         observe: see pipeline.decode.decode (a RoundRecorder, which needs room for a pass over the pool).
         """
-        config.check_fits(len(prompt_ids) + (RoundRecorder.slots(self.pool.size) if observe else 0),
-                          self.target.capacity)
+        extra = max(0, RoundRecorder.slots(self.pool.size) - config.largest_tree) if observe else 0  # see sweep
+        config.check_fits(len(prompt_ids) + extra, self.target.capacity)
         generator = torch.Generator(device=self.target.device)
         generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
         threads = torch.get_num_threads()
         try:
-            costs = experience = None
-            if config.budget == AUTO and RULES[config.decoder].select is not None:
-                costs = self.pass_costs(config.decoder, config.budget_max)
-                if config.budget_prior == "session":
-                    key = (config.decoder, config.temperature, config.budget_max)
-                    experience = self._experience.setdefault(key, Experience(config.budget_max))
+            pass_costs = experience = None
+            if config.auto:
+                pass_costs, experience = self.budgets.for_decode(
+                    config.decoder, RULES[config.decoder].root_pass, config.temperature, config.budget_max,
+                    config.budget_prior == "session")
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
-                          sync_phases=sync_phases, costs=costs, experience=experience, observe=observe)
+                          sync_phases=sync_phases, costs=pass_costs, experience=experience, observe=observe)
         finally:
             torch.set_num_threads(threads)
-
-    def pass_costs(self, decoder: str, cap: int) -> PassCosts:
-        """The costs budget auto starts from: timed once per cap, then refreshed by each decode's rounds."""
-        if cap not in self._measured:
-            self._measured[cap] = costs.measure(self.target, cap)
-        if (decoder, cap) not in self._costs:
-            self._costs[decoder, cap] = costs.costs_for(decoder, self._measured[cap])
-        return self._costs[decoder, cap]
 
 
 def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientKeys | None:

@@ -28,7 +28,7 @@ class Target:
         self.runner = runner
         self.device = runner.device
         self.threads = threads if runner.device.type == "cpu" else None
-        self.prefix = 0  # P: committed tokens in the cache before the root
+        self.before_root = 0  # P: committed tokens in the cache before the root (Drafter.through_root counts it)
 
     @property
     def capacity(self) -> int:
@@ -38,7 +38,7 @@ class Target:
         """overlapped: whether the drafter works meanwhile, or a check of whether it still does; with a
         check (on the CPU), the prefill goes in short chunks while it does and takes every core after."""
         self._check(len(tokens) + 1)
-        self.prefix = done = 0
+        self.before_root = done = 0
         if callable(overlapped) and self.threads is not None:  # threads matter on the CPU only
             while done < len(tokens) and overlapped():
                 self._use_threads(True)
@@ -48,18 +48,18 @@ class Target:
         if done < len(tokens):
             self._use_threads(overlapped is True)
             prefill(self.runner, tokens[done:], done)
-        self.prefix = len(tokens)
+        self.before_root = len(tokens)
 
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
         self._use_threads(overlapped)
-        p = self.prefix
+        p = self.before_root
         self._check(p + 1)
         one = np.array([p])
         return self.runner.forward(np.array([root]), one, one, p, one, np.ones((1, 1), bool))[0]
 
     def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
         self._use_threads(False)  # the drafter waits while the target verifies
-        p = self.prefix
+        p = self.before_root
         self._check(p + 1 + len(tree))
         if root is None:  # the root's K/V is in slot p already
             tokens, parent, first, depth = tree.token, tree.parent, p + 1, tree.depth
@@ -79,7 +79,7 @@ class Target:
         own slot included, is left untouched, so the decode goes on exactly as without this pass.
         """
         self._use_threads(False)
-        start = self.prefix + 1  # the next round's root will be written at self.prefix
+        start = self.before_root + 1  # the next round's root will be written at slot before_root
         self._check(start + 1 + len(tree))
         tokens = np.concatenate([[root], tree.token])
         parent = np.concatenate([[-1], np.where(tree.parent < 0, 0, tree.parent + 1)])
@@ -88,13 +88,13 @@ class Target:
         return self.runner.forward(tokens, context + depth, slots, context, slots, ancestor_matrix(parent))
 
     def commit(self, accepted: Sequence[int]) -> None:
-        p = self.prefix
+        p = self.before_root
         src = p + 1 + np.asarray(accepted, np.int64)
         dst = p + 1 + np.arange(len(accepted))
         moved = src != dst
         if moved.any():
             self.runner.move(src[moved], dst[moved])
-        self.prefix = p + 1 + len(accepted)
+        self.before_root = p + 1 + len(accepted)
 
     def synchronize(self) -> None:
         self.runner.synchronize()

@@ -58,9 +58,9 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
                      tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
                      tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
                      grid_budget=None) -> dict:
-    """A decode record of target_proc.record's schema with made-up numbers, as summaries and reports read."""
-    from pipeline.decode import PHASES
-    from target_proc.record import SCHEMA
+    """A decode record of evaluation.record's schema with made-up numbers, as summaries and reports read."""
+    from evaluation.record import SCHEMA
+    from pipeline.result import PHASES
 
     n = len(tree_sizes)
     return {"kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,
@@ -87,11 +87,11 @@ MOCK_VOCAB = 64
 def build_session(capacity: int = 1024):
     """A Session over a mock target and an in-process mock drafter (no sockets, no second process)."""
     from drafter_proc.drafter import Drafter
-    from drafter_proc.local import LocalDrafter
     from models.mock import MockRunner
     from models.tokenizers import MockTokenizer
     from target_proc.session import Session
     from target_proc.target import Target
+    from tests.local_drafter import LocalDrafter
 
     target = Target(MockRunner(MockModel(MOCK_VOCAB, 0), capacity))
     drafter = LocalDrafter(Drafter(MockRunner(MockModel(MOCK_VOCAB, 0, 1.0), capacity), MOCK_POOL))

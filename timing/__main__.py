@@ -13,7 +13,7 @@ PROGRAMS = {
 USAGE = ("usage: python -m timing {" + ",".join(PROGRAMS) + "} [options]\n\n"
          + "\n".join(f"  {name:<8} {about}" for name, about in PROGRAMS.items())
          + "\n\npython -m timing COMMAND --help shows a command's options. The benchmarks run as modules of\n"
-         + "their own: python -m timing.bench_pair, timing.bench_protocol, timing.hostile.")
+         + "their own: python -m timing.bench_pair, timing.bench_protocol.")
 
 
 def main(argv: list[str]) -> int:

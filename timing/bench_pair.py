@@ -24,16 +24,15 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from launch.pair import EMBEDDED_POOL
-from launch.prompts import load_prompts
+from evaluation.prompts import load_prompts
+from evaluation.summary import analyse
 from models.load import load
-from models.options import ModelOptions
+from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.config import PoolConfig
-from pipeline.decode import PHASES
+from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
 from target_proc.costs import timed
-from target_proc.summary import analyse
 from target_proc.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,13 +72,13 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
         drafter = Drafter(drafter_model.runner(1024 + pool.n_expanded), pool)
         drafter.start(prompt_ids)
         runner = drafter.runner
-        L = drafter.length
+        L = drafter.through_root
         slots = L + np.arange(pool.expand)
         step = lambda: runner.forward(np.arange(pool.expand) + 5, np.full(pool.expand, L), slots, L, slots,
                                       np.eye(pool.expand, dtype=bool))
         out[f"drafter step ({pool.expand} tokens)"] = median_ms(step)
         out[f"drafter round, {name} {pool.topk}/{pool.depth}/{pool.expand}"] = median_ms(
-            lambda: drafter.commit([5, 6, 7]) and setattr(drafter, "length", L), reps=5)
+            lambda: drafter.commit([5, 6, 7]) and setattr(drafter, "through_root", L), reps=5)
     return out
 
 

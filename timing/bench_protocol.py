@@ -207,7 +207,7 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
     return out
 
 
-class Round:
+class SelectVerifyCase:
     """One rule's selection and verification on a fixed pool and fixed (B + 1, V) logits."""
 
     def __init__(self, rule: str, vocab_size: int, budget: int, temperature: float, device: str) -> None:
@@ -238,9 +238,8 @@ class Round:
         """One round's rule work, through the round loop's own selection and verification -> (accepted
         nodes, seconds of selection, traversal and the draws it reaches; the root's draw before selection
         is left out)."""
-        from pipeline.decode import verify
         from pipeline.rules import RULES, RootDraw
-        from pipeline.verify import draw
+        from pipeline.verify import draw, verify_tree
 
         rule, pool, budget, t, logits = RULES[self.rule], self.pool, self.budget, self.temperature, self.logits
         lazy = self.device.type == "cpu"
@@ -248,14 +247,14 @@ class Round:
         if not rule.root_pass:  # row 0 is the root's
             t0 = clock()
             tree = rule.select(pool, budget, None)
-            accepted, _ = verify(tree, logits[: len(tree) + 1], None, t, self.generator, lazy)
+            accepted, _ = verify_tree(tree, logits[: len(tree) + 1], None, t, self.generator, lazy)
             return len(accepted), clock() - t0
         first = RootDraw(int(draw(logits[:1], t, self.generator)[0]), logits[0], t)  # host-device sync
         t0 = clock()
         tree = rule.select(pool, budget, first)
         if tree.child(-1, first.token) < 0:  # `root`: the draw is off the tree, no tree pass this round
             return 0, clock() - t0
-        accepted, _ = verify(tree, logits[1: len(tree) + 1], first.token, t, self.generator, lazy)
+        accepted, _ = verify_tree(tree, logits[1: len(tree) + 1], first.token, t, self.generator, lazy)
         return len(accepted), clock() - t0
 
 
@@ -270,7 +269,7 @@ def bench_select_verify(vocabs: list[int], temperatures: list[float], budget: in
     for vocab in vocabs:
         for temperature in temperatures:
             for rule in SPECULATIVE:
-                step = Round(rule, vocab, budget, temperature, device)
+                step = SelectVerifyCase(rule, vocab, budget, temperature, device)
                 t_end = time.perf_counter() + seconds / 4
                 for i in range(warmup):
                     if i >= 2 and time.perf_counter() > t_end:
@@ -318,7 +317,7 @@ def bench_budget_choice(budget: int, rounds: int) -> dict[str, float]:
 
 def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds: int, device: str) -> str:
     """cProfile of `rounds` rounds of one rule: where a round's time goes, by function."""
-    step = Round(rule, vocab, budget, temperature, device)
+    step = SelectVerifyCase(rule, vocab, budget, temperature, device)
     for _ in range(20):
         step()
     profiler = cProfile.Profile()
@@ -331,7 +330,7 @@ def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds
     return text.getvalue()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m timing.bench_protocol", description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=2000, help="timed round trips (default: 2000)")
     parser.add_argument("--rounds", type=int, default=300, help="timed rounds per rule and V (default: 300)")
@@ -352,10 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-select", action="store_true", help="time the wire only")
     parser.add_argument("--echo", metavar="ENDPOINT", help=argparse.SUPPRESS)  # the peer process
     parser.add_argument("--echo-keys", metavar="DIR", help=argparse.SUPPRESS)
-    ns = parser.parse_args(argv)
-    if ns.echo:
-        echo(ns.echo, ns.echo_keys)
-        return 0
+    return parser
+
+
+def _check(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     for name in ("iterations", "rounds", "budget", "threads"):
         if getattr(ns, name) < 1:
             parser.error(f"--{name} must be a positive integer, got {getattr(ns, name)}")
@@ -363,11 +362,37 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seconds must be positive, got {ns.seconds}")
     if ns.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {ns.warmup}")
+    if len(set(ns.transports)) != len(ns.transports):
+        parser.error(f"--transports must be distinct, got {' '.join(ns.transports)}")
+
+
+def _summary(ns: argparse.Namespace, wire: dict, select: dict, round_trips: dict, load, choice: dict,
+             met: dict) -> dict:
+    """The benchmark's last line: one JSON document."""
+    shape = wire["pool"]
+    return {"device": ns.device, "threads": ns.threads, "budget": ns.budget,
+              "pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
+              **{f"{k.replace(' ', '_')}_median_ms": wire[k]["median_ms"]
+                 for k in ("round trip", "one way", "encode", "decode", "validate")},
+              "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
+              "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
+              "round_trip_median_ms_by_transport": round_trips, "load_average": load,
+              "budget_choice_median_ms": choice["median_ms"],
+              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
+                             "budget_choice": BUDGET_CHOICE_TARGET_MS},
+              "met": met}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.echo:
+        echo(ns.echo, ns.echo_keys)
+        return 0
+    _check(parser, ns)
     import torch
 
     torch.set_num_threads(ns.threads)
-    if len(set(ns.transports)) != len(ns.transports):
-        parser.error(f"--transports must be distinct, got {' '.join(ns.transports)}")
     load = os.getloadavg()
     wire = bench_wire(ns.iterations, ns.warmup, tuple(ns.transports))
     select = {} if ns.no_select else bench_select_verify(ns.vocab, ns.temperature, ns.budget, ns.rounds, ns.warmup,
@@ -408,18 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         rule, v, t = slowest.split(" ")
         print(f"\ncProfile of {slowest}:")
         print(profile_round(rule, int(v[2:]), float(t[2:]), ns.budget, select[slowest]["n"], ns.device))
-    result = {"device": ns.device, "threads": ns.threads, "budget": ns.budget,
-              "pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
-              **{f"{k.replace(' ', '_')}_median_ms": wire[k]["median_ms"]
-                 for k in ("round trip", "one way", "encode", "decode", "validate")},
-              "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
-              "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
-              "round_trip_median_ms_by_transport": round_trips, "load_average": load,
-              "budget_choice_median_ms": choice["median_ms"],
-              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
-                             "budget_choice": BUDGET_CHOICE_TARGET_MS},
-              "met": met}
-    print(json.dumps(result))
+    print(json.dumps(_summary(ns, wire, select, round_trips, load, choice, met)))
     return 0
 
 

@@ -23,35 +23,28 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch.cli import add_log_level, add_options, flags_of, parse_program, run_program
-from launch.options import ExportOptions
+from evaluation.summary import counted_tokens, setting_budget
 from pipeline.config import InputError
-from target_proc.summary import counted_tokens, setting_budget
+from programs.cli import files_program, run_files_program
 from timing import run_config
-from timing.records import load_records
+from timing.options import ExportOptions
+from timing.record_store import load_records
 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing export",
-                                     description="Write a sweep's records in another tool's format.")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's --out directory")
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="where the answer files go")
-    add_options(parser, ExportOptions)
-    add_log_level(parser)
-    return parser
+    return files_program("python -m timing export", "Write a sweep's records in another tool's format.", ExportOptions,
+                         ("run_dir", dict(metavar="RUN_DIR", help="a sweep's --out directory")),
+                         ("out_dir", dict(metavar="OUT_DIR", help="where the answer files go")))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns, options = parse_program(parser, argv, ExportOptions, "export")
-
-    def body() -> int:
+    def body(ns, options: ExportOptions) -> int:
         for path in export(ns.run_dir, ns.out_dir, options.model_id or None):
             print(path)
         return 0
 
-    return run_program(body, flags_of(parser))
+    return run_files_program(build_parser(), argv, ExportOptions, body)
 
 
 def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path]:

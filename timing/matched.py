@@ -18,31 +18,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from launch.cli import EXIT_USAGE, add_log_level, add_options, flags_of, parse_program, run_program, to_argv
-from launch.options import MatchedOptions
+from evaluation.summary import setting_budget
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
-from target_proc.summary import setting_budget
-from timing.records import load_records
+from programs.cli import EXIT_USAGE, files_program, run_files_program, to_argv
+from timing.options import MatchedOptions
+from timing.record_store import load_records
 from timing.report import merged_config
 
 log = logging.getLogger("timing")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing matched",
-                                     description="Find root-draw's cap whose mean tree size matches pearl's and "
-                                                 "print the sweep command that times both at it.")
-    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a finished sweep's --out directory")
-    add_options(parser, MatchedOptions)
-    add_log_level(parser)
-    return parser
+    return files_program("python -m timing matched", "Find root-draw's cap whose mean tree size matches pearl's and "
+                         "print the sweep command that times both at it.", MatchedOptions,
+                         ("dirs", dict(nargs="+", metavar="DIR", help="a finished sweep's --out directory")))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns, options = parse_program(parser, argv, MatchedOptions, "matched")
-    return run_program(lambda: matched(ns.dirs, options), flags_of(parser))
+    return run_files_program(build_parser(), argv, MatchedOptions, lambda ns, options: matched(ns.dirs, options))
 
 
 def matched(dirs: Sequence[str], options: MatchedOptions) -> int:

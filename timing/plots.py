@@ -10,8 +10,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pipeline.decode import PHASES  # noqa: E402
-from target_proc.summary import Setting, median_rounds  # noqa: E402
+from evaluation.summary import Setting, median_rounds  # noqa: E402
+from pipeline.result import PHASES  # noqa: E402
 
 COLORS = {"draft": "#8c8c8c", "root": "#1f77b4", "wait": "#d9d9d9", "select": "#ff7f0e", "tree": "#2ca02c",
           "commit": "#9467bd"}

@@ -15,29 +15,23 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.cli import add_log_level, add_options, flags_of, parse_program, run_program
-from launch.options import ReportOptions
+from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from pipeline.config import InputError
-from pipeline.decode import PHASES
-from target_proc.summary import Setting, analyse, as_json, category_group, group_order, settings_of
+from pipeline.result import PHASES
+from programs.cli import files_program, run_files_program
 from timing import run_config
-from timing.records import load_records
+from timing.options import ReportOptions
+from timing.record_store import load_records
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing report",
-                                     description="Report the speeds and gains of one or more sweep directories "
-                                                 "(shards of one sweep may lie in several).")
-    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a sweep's --out directory")
-    add_options(parser, ReportOptions)
-    add_log_level(parser)
-    return parser
+    return files_program("python -m timing report", "Report the speeds and gains of one or more sweep directories "
+                         "(shards of one sweep may lie in several).", ReportOptions,
+                         ("dirs", dict(nargs="+", metavar="DIR", help="a sweep's --out directory")))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns, options = parse_program(parser, argv, ReportOptions, "report")
-    return run_program(lambda: report(ns.dirs, options), flags_of(parser))
+    return run_files_program(build_parser(), argv, ReportOptions, lambda ns, options: report(ns.dirs, options))
 
 
 def report(dirs: Sequence[str], options: ReportOptions) -> int:

@@ -2,7 +2,7 @@
 
 {"models": {"target": ModelOptions, "drafter": ModelOptions | null}, "pool": PoolConfig,
  "sweep": SweepOptions (flat), "prompt_set": {"count", "digest"}, "identity": both models' weights,
- "starts": [one environment per start of any shard (target_proc.provenance)]}
+ "starts": [one environment per start of any shard (evaluation.provenance)]}
 
 Resuming, or adding a shard, into a directory whose models, pool or sweep grid differ is refused with the
 differences named: records made under different settings must never be pooled.
@@ -21,13 +21,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from launch.cli import option_values
-from launch.options import SweepOptions
-from launch.prompts import Prompt
+from evaluation import provenance
+from evaluation.prompts import Prompt
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
-from target_proc import provenance
-from timing.records import read_records, shard_files
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
+from programs.cli import option_values
+from timing.options import SweepOptions
+from timing.record_store import read_records, shard_files
 
 log = logging.getLogger("timing")
 
@@ -72,7 +73,7 @@ def differences(old: dict, new: dict, path: str = "") -> list[str]:
 
 
 def environment(shard: str, drafter_env: dict | None) -> dict:
-    """Where and with what this start runs (target_proc.provenance), its shard and its GPUs' pinning."""
+    """Where and with what this start runs (evaluation.provenance), its shard and its GPUs' pinning."""
     return {"id": uuid.uuid4().hex, "shard": shard, **provenance.environment(),
             "cuda_visible_devices": {"target": os.environ.get("CUDA_VISIBLE_DEVICES"),
                                      "drafter": (drafter_env or {}).get("CUDA_VISIBLE_DEVICES")}}

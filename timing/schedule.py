@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from launch.prompts import Prompt
+from evaluation.prompts import Prompt
 
-_ORDER_STREAM = 2  # a stream of the seed of its own (launch.prompts' subset takes stream 1)
+_ORDER_STREAM = 2  # a stream of the seed of its own (evaluation.prompts' subset takes stream 1)
 
 
 @dataclass(frozen=True, slots=True)

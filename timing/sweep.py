@@ -21,17 +21,18 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from evaluation.rounds import RoundStore, round_key, rounds_path
-from launch import target as target_program
-from launch.cli import flags_of, run_program
-from launch.options import SweepOptions
-from launch.prompts import Prompt, gather
+from evaluation.prompts import Prompt, gather
+from evaluation.summary import counted_tokens, setting_budget
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, InputError
-from target_proc.record import decode_conversation
+from pipeline.config import InputError
+from pipeline.settings import DecodeConfig
+from programs import target_program
+from programs.cli import flags_of, run_program
+from target_proc.conversation import decode_conversation
 from target_proc.recorder import RoundRecorder
-from target_proc.summary import counted_tokens, setting_budget
 from timing import run_config
-from timing.records import RecordStore, record_key, records_path
+from timing.options import SweepOptions
+from timing.record_store import RecordStore, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order
 
 log = logging.getLogger("timing")
@@ -158,7 +159,7 @@ def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[dict
 
 
 def _keys(task: Task) -> list[tuple]:
-    """The record keys of a task's turns (see timing.records.record_key)."""
+    """The record keys of a task's turns (see timing.record_store.record_key)."""
     c = task.combo
     return [(task.prompt.id, turn, c.decoder, float(c.temperature), c.budget, int(c.seed), task.warmup)
             for turn in range(len(task.prompt.turns))]

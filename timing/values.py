@@ -16,17 +16,16 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from evaluation.rounds import load_rounds
-from evaluation.values import (BUDGETS, VALUED, Agreement, Averages, Estimate, RoundValues, agreement, evaluate,
+from evaluation.values import (VALUED, Agreement, Averages, Estimate, RoundValues, agreement, evaluate,
                                reach)
-from launch.cli import add_log_level, add_options, flags_of, parse_program, run_program
-from pipeline.config import ConfigError, check_int
-from target_proc.summary import category_group, group_order
+from evaluation.summary import category_group, group_order
+from programs.cli import files_program, run_files_program
+from timing.options import ValuesOptions
 
 # The paper's anchors (DESIGN.md section 8), printed beside this run's figures.
 PAPER = ("root over draft up to +8.0% at B = 59 and larger at B = 8 (Table 2); root recovers 35-57% of the "
@@ -36,55 +35,15 @@ PAPER = ("root over draft up to +8.0% at B = 59 and larger at B = 8 (Table 2); r
 SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  # gains over draft, in this order
 
 
-@dataclass(frozen=True, slots=True)
-class ValuesOptions:
-    """Values"""
-
-    budgets: str = field(default=",".join(map(str, BUDGETS)), metadata={
-        "help": "budgets to report, capped by the pool", "metavar": "LIST"})
-    out: str = field(default="", metadata={
-        "help": "directory for values.md and values.png; empty: the first RUN", "metavar": "DIR"})
-    json: bool = field(default=False, metadata={"help": "print JSON lines instead of the Markdown report"})
-    resamples: int = field(default=2000, metadata={"help": "paired bootstrap resamples of prompts"})
-    confidence: float = field(default=0.95, metadata={"help": "interval coverage", "metavar": "P"})
-    bootstrap_seed: int = field(default=0, metadata={"help": "seed of the resampled prompt indices", "metavar": "S"})
-    by_category: bool = field(default=False, metadata={"help": "add the main figures per prompt group"})
-    plots: bool = field(default=True, metadata={"help": "do not draw values.png"})
-
-    def __post_init__(self) -> None:
-        self.budget_list  # checks the list
-        check_int("resamples", self.resamples, 1)
-        if not (isinstance(self.confidence, float) and 0 < self.confidence < 1):
-            raise ConfigError("confidence", f"must be in (0, 1), got {self.confidence!r}")
-        check_int("bootstrap_seed", self.bootstrap_seed, 0)
-
-    @property
-    def budget_list(self) -> tuple[int, ...]:
-        try:
-            budgets = tuple(int(b) for b in self.budgets.split(","))
-        except ValueError:
-            raise ConfigError("budgets", f"must be a comma-separated list of positive integers, got "
-                                         f"{self.budgets!r}") from None
-        if not budgets or min(budgets) < 1:
-            raise ConfigError("budgets", f"must be positive integers, got {self.budgets!r}")
-        return budgets
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="launch/pair.sh values",
-                                     description="Compare every selection rule at the shared contexts of recorded "
-                                                 "rounds (runs made with --record-rounds).")
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="a run's output directory (shards of one run may "
-                                                               "lie in several)")
-    add_options(parser, ValuesOptions)
-    add_log_level(parser)
-    return parser
+    return files_program("launch/pair.sh values", "Compare every selection rule at the shared contexts of recorded "
+                         "rounds (runs made with --record-rounds).", ValuesOptions,
+                         ("runs", dict(nargs="+", metavar="RUN", help="a run's output directory (shards of one run "
+                                                                      "may lie in several)")))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns, options = parse_program(parser, argv, ValuesOptions, "values")
-    return run_program(lambda: values(ns.runs, options), flags_of(parser))
+    return run_files_program(build_parser(), argv, ValuesOptions, lambda ns, options: values(ns.runs, options))
 
 
 def values(runs: Sequence[str], options: ValuesOptions) -> int:

@@ -2,9 +2,11 @@
 
 Run it through tests/gpu/check.sh, which picks and prepares the interpreter and keeps the overall time:
   python -P -m tests.gpu.check [--rehearse] [--out DIR] [--timeout S] [--gpus 0|0,1]
-Every section writes DIR/check.json when it ends, so a check cut short keeps what it measured; a failed
-section does not stop the later ones, and the exit status reports it (1; 124 when out of time; 2 when
-CUDA is unusable and not rehearsing). The last line of the output is the whole report as one JSON document.
+The sections that use the device (environment, parity, latency) each run in a child process of their
+own, so that a crash, a sticky CUDA error or a hang ends that section only; the others start their own
+processes (pytest, the launcher). DIR/check.json is written after every section and DIR/check.log holds
+the whole output. A failed section does not stop the later ones, and the exit status reports it (1; 124
+when out of time; 2 when CUDA is unusable and not rehearsing). The output ends with one line per section.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 import torch
 
 from models.cuda_env import cuda_driver, cuda_report, describe
-from models.hf import aligned_slots, sdpa_backend
+from models.hf import aligned_slots
 from models.shapes import SHAPES, random_model
 from tests.gpu import passes, pipelined
 from tests.gpu.passes import Budget, OutOfTime
@@ -61,9 +63,18 @@ class Plan:
                                                    "latency": 120, "pipelined": 210})
 
 
+# The rehearsal's budgets are for an idle 2-core machine; scaled_budgets stretches them under load.
 REHEARSAL = Plan(device="cpu", parity_shapes=("tiny",), latency_shapes=("tiny", "tiny"), target="tiny",
-                 drafter="tiny", capacity=256, context=64, reps=3, max_new_tokens=12,
-                 budgets={"environment": 20, "gpu tests": 60, "parity": 30, "latency": 30, "pipelined": 90})
+                 drafter="tiny", capacity=256, context=64, reps=3, max_new_tokens=12, prompts=Plan().prompts[:1],
+                 budgets={"environment": 30, "gpu tests": 60, "parity": 30, "latency": 30, "pipelined": 90})
+ISOLATED = ("environment", "parity", "latency")  # sections that use the device: each in a child process
+CHILD_GRACE = 20.0  # seconds a section's child gets past its budget to stop by itself and report
+
+
+def scaled_budgets(budgets: dict, load: float, cores: int) -> tuple[dict, float]:
+    """The budgets stretched by the CPU's load per core, when above 1 (a shared machine); and the factor."""
+    factor = max(1.0, load / max(cores, 1))
+    return {name: round(seconds * factor) for name, seconds in budgets.items()}, factor
 
 
 class Report:
@@ -71,7 +82,7 @@ class Report:
 
     def __init__(self, path: Path, plan: Plan) -> None:
         self.path = path
-        self.data = {"plan": {k: getattr(plan, k) for k in plan.__dataclass_fields__ if k != "budgets"},
+        self.data = {"plan": {k: getattr(plan, k) for k in plan.__dataclass_fields__},
                      "sections": {}, "goals": []}
 
     def section(self, name: str, result: dict) -> None:
@@ -102,12 +113,13 @@ def environment(plan: Plan, budget: Budget) -> dict:
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "cudnn": f"{cudnn // 10000}.{cudnn // 100 % 100}.{cudnn % 100}" if cudnn else None,
            "transformers": transformers.__version__, "python": platform.python_version(),
-           "sdpa": {f"{rows} rows": sdpa_backend(device, dtype, heads, kv_heads, head_dim, rows, slots)
+           "sdpa": {f"{rows} rows": passes.sdpa_backend(device, dtype, heads, kv_heads, head_dim, rows, slots)
                     for rows in (1, 72)}}
     sdpa = ", ".join(f"{v} at {k}" for k, v in env["sdpa"].items())
     print(f"{env['device']} ({env['devices']} GPU) | driver CUDA {env['driver_cuda']} | torch {env['torch']} | "
           f"CUDA {env['cuda']} | cuDNN {env['cudnn']} | transformers {env['transformers']} | SDPA {sdpa} "
           f"({plan.target} shape, {slots} slots) | Python {env['python']}")
+    env["figure"] = f"{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, SDPA {env['sdpa']['1 rows']}"
     return env
 
 
@@ -115,7 +127,9 @@ def gpu_tests(plan: Plan, budget: Budget) -> dict:
     """pytest on the tests marked gpu (they skip without CUDA), its output streamed as it comes."""
     cmd = [sys.executable, "-P", "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider",
            "-rs"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=pipelined.child_env(), stdout=subprocess.PIPE,
+    # the image's pytest plugins (benchmark, cov, xdist, timeout, ...) stay out: the tests need none
+    env = {**pipelined.child_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, stdin=subprocess.DEVNULL)
     last = ""
     timer = threading.Timer(max(budget.left(), 1), pipelined.stop_group, (proc,))  # ends a hung pytest
@@ -130,7 +144,8 @@ def gpu_tests(plan: Plan, budget: Budget) -> dict:
         pipelined.stop_group(proc)
     if budget.left() <= 0:
         raise OutOfTime("pytest ran past its share of the time")
-    return {"status": "passed" if status == 0 else "failed", "returncode": status, "summary": last}
+    return {"status": "passed" if status == 0 else "failed", "returncode": status, "summary": last,
+            "figure": last}
 
 
 def parity(plan: Plan, budget: Budget) -> dict:
@@ -153,18 +168,23 @@ def parity(plan: Plan, budget: Budget) -> dict:
             failed += [] if ok else [f"{shape} {dtype_name}"]
             del model, pair
             free_memory()
-    return {"status": "failed" if failed else "passed", "different": failed, **results}
+    worst = max(results, key=lambda k: results[k]["worst_gap"], default=None)
+    figure = (f"largest gap {results[worst]['worst_gap']:.1e} ({worst}, {results[worst]['worst_pass']})"
+              if worst else "nothing compared")
+    return {"status": "failed" if failed else "passed", "different": failed, **results,
+            "figure": figure + (f"; DIFFERENT: {', '.join(failed)}" if failed else "")}
 
 
 def latency(plan: Plan, budget: Budget) -> dict:
     """Median ms per pass, eager and graph replay, and the eager pass's kernel time, for each shape."""
     results = {}
     dtype = torch.bfloat16
+    passes.start_profiler(torch.device(plan.device))  # before any graph is captured in this process
     for role, shape in zip(("drafter", "target"), plan.latency_shapes):
         budget.check(f"the {role}'s latencies")
         model = random_model(shape, plan.device, dtype)
         pair = passes.runner_pair(model, plan.capacity, plan.context)
-        table = passes.latencies(pair, plan.latency_rows, plan.reps, budget)
+        table = {str(rows): t for rows, t in passes.latencies(pair, plan.latency_rows, plan.reps, budget).items()}
         results[f"{role} {shape}"] = table
         print(f"\n  {role} {shape}, bf16: median ms per pass after {plan.context} tokens, "
               f"{aligned_slots(plan.capacity)} cache slots, {plan.reps} reps")
@@ -175,6 +195,10 @@ def latency(plan: Plan, budget: Budget) -> dict:
             print(f"  {rows:>6}{t['eager_ms']:10.3f}{t['graph_ms']:10.3f}{kernels}{ratio}")
         del model, pair
         free_memory()
+    name, table = list(results.items())[-1]
+    root = table.get("1")
+    results["figure"] = (f"{name} root pass: graph {root['graph_ms']:.3f} ms, eager {root['eager_ms']:.3f} ms"
+                         + (f", kernels {root['kernel_ms']:.3f} ms" if root["kernel_ms"] else "")) if root else None
     return results
 
 
@@ -203,8 +227,12 @@ def pipelined_decodes(plan: Plan, budget: Budget) -> dict:
     if differ is not None:
         verdict = "yes" if not differ else "NO: " + ", ".join(differ)
         print(f"  greedy outputs with graphs equal those without: {verdict}")
+    fastest = max(summary, key=lambda d: summary[d]["tok_per_s"], default=None)
+    figure = (f"fastest {fastest} {summary[fastest]['tok_per_s']:.1f} tok/s" if fastest else "no decode")
+    if differ is not None:
+        figure += f"; {len(differ)} outputs differ" if differ else "; outputs with and without graphs equal"
     return {"status": status, "gpus": plan.gpus, "shared_gpu": shared, "note": SHARED_NOTE if shared else None,
-            "decoders": summary, "outputs_differ": differ}
+            "decoders": summary, "outputs_differ": differ, "figure": figure}
 
 
 def print_decode_table(plan: Plan, summary: dict, shared: bool) -> None:
@@ -232,7 +260,7 @@ def goals(report: dict) -> list[dict]:
     """The figures held against the runtime's targets; a missed target is reported, not a failure."""
     out = []
     for name, table in report["sections"].get("latency", {}).items():
-        root = table.get(1) if isinstance(table, dict) else None
+        root = table.get("1") if isinstance(table, dict) else None
         if root and root["kernel_ms"]:
             ratio = root["graph_ms"] / root["kernel_ms"]
             out.append({"goal": f"{name}: graph replay of the root pass within 10% of its kernel time",
@@ -244,22 +272,85 @@ def goals(report: dict) -> list[dict]:
     return out
 
 
-def run_section(name: str, fn, plan: Plan, report: Report, deadline: float, index: int) -> str:
+def run_section(name: str, fn, plan: Plan, deadline: float) -> dict:
+    """The section's results, its failure recorded rather than raised; "status" set, "passed" by default."""
     budget = Budget(plan.budgets[name], deadline)
-    print(f"\n== {index}/{len(SECTIONS)} {name} (at most {budget.left():.0f} s) ==", flush=True)
-    t0 = time.monotonic()
     try:
         result = fn(plan, budget)
+        free_memory()
     except OutOfTime as e:
         result = {"status": "out of time", "error": str(e)}
     except Exception as e:  # noqa: BLE001  recorded and printed in full; the later sections still run
         traceback.print_exc()
         result = {"status": "error", "error": f"{type(e).__name__}: {e}"}
-    free_memory()
-    result = {"status": "passed", **result, "seconds": round(time.monotonic() - t0, 1)}
-    report.section(name, result)
-    print(f"-- {name}: {result['status']} in {result['seconds']} s", flush=True)
-    return result["status"]
+    return {"status": "passed", **result}
+
+
+def section_command(name: str, plan: Plan, seconds: float, rehearse: bool, result_path: Path) -> list[str]:
+    """The child process that runs one section: this module with --section."""
+    return ([sys.executable, "-P", "-m", "tests.gpu.check", "--section", name, "--result", str(result_path),
+             "--timeout", f"{max(seconds, 1):.0f}"] + (["--rehearse"] if rehearse else ["--gpus", plan.gpus or "0"]))
+
+
+def run_isolated(name: str, plan: Plan, deadline: float, rehearse: bool, result_path: Path) -> dict:
+    """run_section in a child process of its own."""
+    seconds = Budget(plan.budgets[name], deadline).left()
+    return run_reporting_child(section_command(name, plan, seconds, rehearse, result_path), seconds, result_path)
+
+
+def run_reporting_child(cmd: list[str], seconds: float, result_path: Path, grace: float = CHILD_GRACE) -> dict:
+    """The result a child process writes to result_path (JSON), its output streamed as it comes.
+
+    A child that dies first (a segfault, an abort after a CUDA error) or runs past `seconds` and a grace
+    (a hang) is reported as such; its process group is stopped in any case.
+    """
+    result_path.unlink(missing_ok=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=pipelined.child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, stdin=subprocess.DEVNULL)
+    hung = threading.Event()
+
+    def stop() -> None:
+        hung.set()
+        pipelined.stop_group(proc)
+
+    timer = threading.Timer(max(seconds, 1) + grace, stop)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            print(line.rstrip("\n"))
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        pipelined.stop_group(proc)
+    if result_path.exists():
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+        result_path.unlink()  # the report holds it: DIR keeps check.json and check.log alone
+        return result
+    if hung.is_set():
+        return {"status": "out of time",
+                "error": f"its process ran past {max(seconds, 1) + grace:.0f} s and was stopped"}
+    return {"status": "crashed", "error": f"its process {died(code)} before reporting"}
+
+
+def died(code: int) -> str:
+    """How a child process ended, from its return code: 'was killed by SIGSEGV', 'exited with status 1'."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def run_child(args: argparse.Namespace) -> int:
+    """One section in this process (the child side of run_isolated): its result to --result, atomically."""
+    plan = choose_plan(args)
+    plan = replace(plan, budgets={**plan.budgets, args.section: args.timeout})
+    result = run_section(args.section, dict(SECTIONS)[args.section], plan, time.monotonic() + args.timeout)
+    tmp = args.result.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, default=str), encoding="utf-8")
+    os.replace(tmp, args.result)
+    return 0
 
 
 def free_memory() -> None:
@@ -267,6 +358,66 @@ def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def compute_modes() -> list[tuple[str, str, str]] | None:
+    """(index, name, compute mode) of each GPU, from nvidia-smi (which creates no CUDA context); None
+    without nvidia-smi or when it fails."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_mode", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_compute_modes(done.stdout)
+
+
+def parse_compute_modes(text: str) -> list[tuple[str, str, str]]:
+    return [tuple(part.strip() for part in line.split(",", 2)) for line in text.splitlines() if line.count(",") >= 2]
+
+
+def compute_mode_lines(modes: list[tuple[str, str, str]] | None) -> list[str]:
+    """What to print about the GPUs' compute modes: one line each, and a warning for a mode that admits
+    fewer than the check's concurrent CUDA contexts (its pytest child, then target and drafter on GPU 0)."""
+    if modes is None:
+        return ["compute mode: unknown (nvidia-smi is missing or failed)"]
+    lines = [f"compute mode: GPU {index} {name}: {mode}" for index, name, mode in modes]
+    for index, _, mode in modes:
+        if mode.replace("_", " ").lower() != "default":
+            lines.append(f"WARNING: GPU {index} is in {mode} mode, which admits at most one CUDA context: the "
+                         f"pipelined decodes with both processes on one GPU will fail to create theirs "
+                         f"(as root: nvidia-smi -i {index} -c DEFAULT)")
+    return lines
+
+
+class Tee:
+    """A text stream that writes to the console's stream and to the log."""
+
+    def __init__(self, stream, log) -> None:
+        self.stream, self.log = stream, log
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.log.flush()
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def summary_lines(report: dict) -> list[str]:
+    """One line per section: status, time, its figure or its error."""
+    lines = []
+    for name, r in report["sections"].items():
+        said = r.get("figure") or r.get("error") or r.get("summary") or ""
+        seconds = f"{r['seconds']:6.1f} s" if "seconds" in r else f"{'-':>8}"
+        lines.append(f"  {name:<12}{r['status']:<13}{seconds}  {said}"[:200])
+    return lines
 
 
 def exit_status(statuses: list[str]) -> int:
@@ -278,30 +429,37 @@ def exit_status(statuses: list[str]) -> int:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tests/gpu/check.sh", description=__doc__.splitlines()[0])
     parser.add_argument("--rehearse", action="store_true", help="every section on the CPU with tiny shapes")
-    parser.add_argument("--out", type=Path, help="folder for check.json (default: runs/gpu-check-TIME)")
+    parser.add_argument("--out", type=Path, help="folder for check.json and check.log (default: runs/gpu-check-TIME)")
     parser.add_argument("--timeout", type=float, default=480.0, help="seconds for the whole check (default: 480)")
     parser.add_argument("--gpus", help="placement of the pipelined decodes (default: 0,1 with two GPUs, else 0)")
+    parser.add_argument("--section", choices=ISOLATED, help=argparse.SUPPRESS)  # a child of run_isolated
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error(f"--timeout must be positive, got {args.timeout}")
+    if (args.section is None) != (args.result is None):
+        parser.error("--section and --result go together")
     return args
 
 
 def choose_plan(args: argparse.Namespace) -> Plan:
     if args.rehearse:
-        return REHEARSAL
+        budgets, _ = scaled_budgets(REHEARSAL.budgets, os.getloadavg()[0], os.cpu_count() or 1)
+        return replace(REHEARSAL, budgets=budgets)
     return replace(Plan(), gpus=args.gpus or ("0,1" if torch.cuda.device_count() > 1 else "0"))
 
 
 def stop_on_sigterm(signum, frame) -> None:
-    """The outer timeout's SIGTERM unwinds like Ctrl-C, so the launcher and pytest are stopped too
-    (they run in sessions of their own, out of reach of a signal to this process group)."""
+    """The outer timeout's SIGTERM unwinds like Ctrl-C, so the launcher, pytest and a section's child are
+    stopped too (they run in sessions of their own, out of reach of a signal to this process group)."""
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     signal.signal(signal.SIGTERM, stop_on_sigterm)
+    if args.section:
+        return run_child(args)
     deadline = time.monotonic() + args.timeout
     if not args.rehearse:
         cuda = cuda_report()
@@ -309,31 +467,62 @@ def main(argv: list[str] | None = None) -> int:
             print(describe(cuda))
             print(cuda.message("the GPU check (--rehearse runs it on the CPU)"), file=sys.stderr)
             return EXIT_NO_CUDA
-    plan = choose_plan(args)
     out = args.out or ROOT / "runs" / time.strftime(f"gpu-{'rehearsal' if args.rehearse else 'check'}-%Y%m%d-%H%M%S")
-    report = Report(out / "check.json", plan)
-    print(f"results: {report.path}")
-    statuses = []
-    for index, (name, fn) in enumerate(SECTIONS, 1):
-        if time.monotonic() >= deadline:
-            report.section(name, {"status": "skipped", "error": "the check's time was up"})
-            statuses.append("skipped")
-            continue
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "check.log", "w", encoding="utf-8") as log:
+        sys.stdout, sys.stderr = Tee(sys.stdout, log), Tee(sys.stderr, log)
         try:
-            statuses.append(run_section(name, fn, plan, report, deadline, index))
-        except KeyboardInterrupt:
+            return check(args, out, deadline)
+        finally:
+            sys.stdout, sys.stderr = sys.stdout.stream, sys.stderr.stream
+
+
+def check(args: argparse.Namespace, out: Path, deadline: float) -> int:
+    """Every section in turn; the report is completed and saved however the sections end."""
+    modes = None if args.rehearse else compute_modes()
+    for line in ["compute mode: none (rehearsal on the CPU)"] if args.rehearse else compute_mode_lines(modes):
+        print(line, flush=True)
+    plan = choose_plan(args)
+    report = Report(out / "check.json", plan)
+    report.data["compute_modes"] = modes
+    print(f"results: {report.path}, log: {out / 'check.log'}")
+    if args.rehearse and plan.budgets != REHEARSAL.budgets:
+        factor = plan.budgets["pipelined"] / REHEARSAL.budgets["pipelined"]
+        print(f"section budgets x{factor:.1f} for this CPU's load ({os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    statuses, interrupted = {}, False
+    try:
+        for index, (name, fn) in enumerate(SECTIONS, 1):
+            if time.monotonic() >= deadline:
+                report.section(name, {"status": "skipped", "error": "the check's time was up"})
+                statuses[name] = "skipped"
+                continue
+            seconds = Budget(plan.budgets[name], deadline).left()
+            print(f"\n== {index}/{len(SECTIONS)} {name} (at most {seconds:.0f} s) ==", flush=True)
+            t0 = time.monotonic()
+            if name in ISOLATED:
+                result = run_isolated(name, plan, deadline, args.rehearse, out / f".{name}.json")
+            else:
+                result = run_section(name, fn, plan, deadline)
+            result = {**result, "seconds": round(time.monotonic() - t0, 1)}
+            report.section(name, result)
+            statuses[name] = result["status"]
+            print(f"-- {name}: {result['status']} in {result['seconds']} s", flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        name = next((n for n, _ in SECTIONS if n not in statuses), None)
+        if name is not None:
             report.section(name, {"status": "interrupted"})
-            print(f"-- {name}: interrupted; results so far are in {report.path}", file=sys.stderr)
-            return EXIT_OUT_OF_TIME
+            statuses[name] = "interrupted"
+            print(f"-- {name}: interrupted", file=sys.stderr)
     report.data["goals"] = goals(report.data)
-    report.data["status"] = dict(zip([n for n, _ in SECTIONS], statuses))
+    report.data["status"] = statuses
     report.save()
     print("\n== goals ==")
     for g in report.data["goals"]:
         print(f"  {'met ' if g['met'] else 'MISS'}  {g['goal']}: {g['value']}")
-    print(f"\nsections: " + ", ".join(f"{n} {s}" for n, s in report.data["status"].items()))
-    print(json.dumps(report.data, default=str))
-    return exit_status(statuses)
+    print(f"\n== summary: {out / 'check.json'}, {out / 'check.log'} ==")
+    print("\n".join(summary_lines(report.data)), flush=True)
+    return EXIT_OUT_OF_TIME if interrupted else exit_status(list(statuses.values()))
 
 
 if __name__ == "__main__":

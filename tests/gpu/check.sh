@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # The GPU check in one go, offline: environment, the GPU tests, graph/eager parity, per-pass latencies of
 # random Llama-3.2-1B and Llama-3.1-8B shapes, and a pipelined decode of every decoder. About six
-# minutes on one H200; results go to DIR/check.json after every section.
+# minutes on one H200; DIR/check.json is written after every section, DIR/check.log holds the whole output,
+# and the output ends with one line per section.
 #
 #   tests/gpu/check.sh [--rehearse] [--out DIR] [--timeout S] [--gpus 0|0,1]
+#   tests/gpu/check.sh --pack         beside ../shared: copy the wheels a GPU image may lack into .whl/
 #   tests/gpu/check.sh --prepare      only choose and prepare the interpreter, print it
 #
 # --rehearse runs every section on the CPU with tiny shapes (same code, other device and shapes).
 # The interpreter is $PYTHON, else .venv/bin/python when its torch is a CUDA build (any torch when
 # rehearsing), else python3; its packages are used as they are. Where it cannot import zmq or pytest,
-# they are installed offline from a wheels folder ($SPECPAIR_WHEELS, ../shared/wheels, shared/wheels)
-# into a venv that sees the interpreter's own packages ($SPECPAIR_CHECK_VENV, default build/check-venv),
-# with the interpreter's pip or, where it has none, by unpacking the wheels.
+# those missing are installed offline from the first wheels folder that has them ($SPECPAIR_WHEELS, .whl,
+# ../shared/wheels, shared/wheels) into a venv that sees the interpreter's own packages
+# ($SPECPAIR_CHECK_VENV, default build/check-venv), with the interpreter's pip or, where it has none, by
+# unpacking the wheels. A checkout that travels without ../shared brings .whl (git-ignored), made by --pack.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-rehearse=0 prepare_only=0 budget=480 args=()
+rehearse=0 prepare_only=0 pack=0 budget= args=()
 while (($#)); do
     case $1 in
         --rehearse) rehearse=1; args+=("$1") ;;
         --prepare) prepare_only=1 ;;
+        --pack) pack=1 ;;
         --timeout) budget=${2:?--timeout needs seconds}; shift ;;
         --timeout=*) budget=${1#*=} ;;
         *) args+=("$1") ;;
@@ -30,7 +34,10 @@ while (($#)); do
 done
 
 say() { echo "check: $*" >&2; }
+# a CPU rehearsal spends no borrowed device time: it may take longer on a loaded machine
+budget=${budget:-$((rehearse ? 900 : 480))}
 [[ $budget =~ ^[1-9][0-9]*$ ]] || { say "--timeout takes whole seconds, got '$budget'"; exit 2; }
+PACKED=(pyzmq pytest iniconfig packaging pluggy pygments)  # pyzmq, and pytest with its requirements
 
 pick_python() {
     if [[ -n ${PYTHON:-} ]]; then echo "$PYTHON"; return; fi
@@ -43,14 +50,38 @@ pick_python() {
     echo python3
 }
 
-find_wheels() {
-    local dir
-    for dir in ${SPECPAIR_WHEELS:+"$SPECPAIR_WHEELS"} "$root/../shared/wheels" "$root/shared/wheels"; do
-        if compgen -G "$dir/pyzmq-*.whl" >/dev/null && compgen -G "$dir/pytest-*.whl" >/dev/null; then
-            (cd "$dir" && pwd); return 0
-        fi
+# Where wheels are looked for, and where --pack copies them from
+SEARCH=(${SPECPAIR_WHEELS:+"$SPECPAIR_WHEELS"} "$root/.whl" "$root/../shared/wheels" "$root/shared/wheels")
+SOURCES=(${SPECPAIR_WHEELS:+"$SPECPAIR_WHEELS"} "$root/../shared/wheels" "$root/shared/wheels")
+
+# The first folder of the array named $1 that holds a wheel of every distribution named after it
+first_with() {
+    local -n folders=$1
+    local dir dist
+    shift
+    for dir in "${folders[@]}"; do
+        for dist in "$@"; do
+            compgen -G "$dir/$dist-*.whl" >/dev/null || continue 2
+        done
+        (cd "$dir" && pwd); return 0
     done
     return 1
+}
+
+# .whl/: the wheels of PACKED from a wheels folder, for a checkout that travels without ../shared
+pack() {
+    local from dest=$root/.whl dist n=0
+    from=$(first_with SOURCES "${PACKED[@]}") || {
+        say "--pack: no wheels folder holds ${PACKED[*]} (looked in ${SOURCES[*]})"
+        return 2
+    }
+    mkdir -p "$dest" || return 2
+    for dist in "${PACKED[@]}"; do
+        cp -f "$from/$dist"-*.whl "$dest/" || return 2
+        n=$((n + $(compgen -G "$from/$dist-*.whl" | wc -l)))
+    done
+    say "packed $n wheels ($(du -sh "$dest" | cut -f1)) from $from into $dest (git-ignored): bring it with the" \
+        "checkout"
 }
 
 # The site-packages folders the interpreter $1 sees, as a .pth file: a venv made from a venv'd Python
@@ -83,9 +114,10 @@ prepare() {
         "$venv/bin/python" -c 'import zmq, pytest' 2>/dev/null; then
         echo "$venv/bin/python"; return 0
     fi
-    wheels=$(find_wheels) || {
-        say "$base cannot import ${missing[*]}, and no wheels folder holds pyzmq and pytest (looked in" \
-            "\$SPECPAIR_WHEELS=${SPECPAIR_WHEELS:-unset}, $root/../shared/wheels, $root/shared/wheels)"
+    wheels=$(first_with SEARCH "${missing[@]}") || {
+        say "$base cannot import ${missing[*]}, and no wheels folder holds ${missing[*]} (looked in" \
+            "\$SPECPAIR_WHEELS=${SPECPAIR_WHEELS:-unset}, ${SEARCH[*]: -3}; tests/gpu/check.sh --pack, run beside" \
+            "../shared, fills .whl)"
         return 1
     }
     say "installing ${missing[*]} from $wheels into $venv (offline)"
@@ -111,6 +143,9 @@ prepare() {
     echo "$venv/bin/python"
 }
 
+if ((pack)); then
+    pack; exit
+fi
 py=$(pick_python)
 if ! "$py" -c 'import torch, transformers' 2>/dev/null; then
     say "$py ($(command -v "$py" || echo not found)) cannot import torch and transformers; set PYTHON to the" \

@@ -6,14 +6,16 @@ replay; on the CPU (the rehearsal) neither captures, and the same code runs eage
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from models.hf import CUDA_BUCKETS, HFRunner
+from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner
 from pipeline.tree import Tree
 from target_proc.target import Target
 from tests.models.test_tree_pass import random_tree
@@ -117,9 +119,41 @@ def timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
     return statistics.median(times)
 
 
+def start_profiler(device: torch.device) -> bool:
+    """Profile one small op, so that the profiler (CUPTI on a GPU) is initialised before any graph is
+    captured in this process: its first start after a capture has crashed or hung in past releases.
+    False when the profiler cannot trace this device."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.ones(64, 64, device=device)
+    synchronize(device)
+    try:
+        with profile(activities=[ProfilerActivity.CUDA if device.type == "cuda" else ProfilerActivity.CPU]):
+            (x @ x).sum()
+            synchronize(device)
+    except RuntimeError as e:
+        print(f"  the profiler failed to start, no kernel times: {e}")
+        return False
+    return True
+
+
+def device_ms(events, on_cuda: bool) -> float:
+    """Summed self time of `events` (profiler key averages), each microsecond counted once, in ms.
+
+    On a GPU only the kernels' own entries (device type CUDA) count: the aten op that launched a kernel
+    carries the same time again as its self device time. On the CPU, the operators' self CPU time.
+    """
+    from torch.autograd import DeviceType
+
+    if on_cuda:
+        return sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e3
+    return sum(e.self_cpu_time_total for e in events) / 1e3
+
+
 def kernel_ms(fn: Callable[[], object], device: torch.device) -> float | None:
-    """Summed self time of the kernels (on the CPU: of the operators) of one call, by torch.profiler;
-    None when the profiler cannot trace this device (no CUPTI) or saw nothing."""
+    """Summed time of the kernels (on the CPU: of the operators) of one call, by torch.profiler; None
+    when the profiler cannot trace this device (no CUPTI) or saw nothing. Start the profiler once
+    (start_profiler) before graphs are captured in this process."""
     from torch.profiler import ProfilerActivity, profile
 
     on_cuda = device.type == "cuda"
@@ -132,9 +166,7 @@ def kernel_ms(fn: Callable[[], object], device: torch.device) -> float | None:
     except RuntimeError as e:  # the other columns stand without this one
         print(f"  the profiler failed, no kernel times: {e}")
         return None
-    events = prof.key_averages()
-    total = sum(e.self_device_time_total if on_cuda else e.self_cpu_time_total for e in events) / 1e3
-    return total or None
+    return device_ms(prof.key_averages(), on_cuda) or None
 
 
 def latencies(pair: dict[str, Target], rows: tuple[int, ...], reps: int, budget: Budget) -> dict[int, dict]:
@@ -148,3 +180,24 @@ def latencies(pair: dict[str, Target], rows: tuple[int, ...], reps: int, budget:
                     "graph_ms": timed(lambda: call(pair["graph"]), device, reps),
                     "kernel_ms": kernel_ms(lambda: call(pair["eager"]), device)}
     return table
+
+
+def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, rows: int,
+                 slots: int) -> str:
+    """The SDPA backend torch picks for a padded pass of `rows` rows over `slots` cache slots, by name.
+
+    Asks torch's dispatcher, under the backends HFRunner allows on that device, with tensors of the
+    pass's shapes (a private torch function: "unknown" where it is missing).
+    """
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return "unknown"
+    folded = heads // kv_heads * rows  # query rows per K/V head, as _static_tree_attention folds them
+    q = torch.zeros(1, kv_heads, folded, head_dim, dtype=dtype, device=device)
+    k = torch.zeros(1, kv_heads, slots, head_dim, dtype=dtype, device=device)
+    mask = torch.zeros(1, 1, folded, slots, dtype=dtype, device=device)
+    allowed = CUDA_SDPA_BACKENDS if torch.device(device).type == "cuda" else None
+    with sdpa_kernel(list(allowed)) if allowed else contextlib.nullcontext():
+        choice = int(choose(q, k, k, mask))
+    names = {int(member.value): name for name, member in SDPBackend.__members__.items()}
+    return names.get(choice, str(choice)).lower()

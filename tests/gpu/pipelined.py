@@ -39,7 +39,7 @@ class Record:
 
 
 def read_record(line: str) -> Record | None:
-    """The launcher's JSON line for one decode (target_proc.record); None for any other line. The one place
+    """The launcher's JSON line for one decode (evaluation.record); None for any other line. The one place
     that knows the record's field names."""
     if not line.startswith("{"):
         return None

@@ -8,13 +8,15 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
-from drafter_proc.local import LocalDrafter
-from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, aligned_slots, sdpa_backend
+from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, aligned_slots
 from models.shapes import random_model
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
 from pipeline.decode import decode
+from pipeline.settings import DecodeConfig
 from target_proc.target import Target
+from tests.gpu.passes import sdpa_backend
 from tests.gpu.pipelined import decoder_names
+from tests.local_drafter import LocalDrafter
 from tests.models.test_graph_gate import ROPES, llama
 from tests.models.test_tree_pass import random_tree
 

@@ -12,7 +12,7 @@ from models import cuda_env
 
 @pytest.fixture
 def cuda_usable(monkeypatch):
-    monkeypatch.setattr(cuda_env, "require_cuda", lambda what: None)
+    monkeypatch.setattr(cuda_env, "require_cuda_in_child", lambda what: None)
 
 
 def planned(argv):
@@ -42,10 +42,14 @@ def test_a_gpu_outside_the_allocation_is_a_usage_error(cuda_usable, monkeypatch,
     assert "--gpus 0,1: CUDA_VISIBLE_DEVICES=3 makes 1 GPU(s) visible" in capsys.readouterr().err
 
 
-def test_gpus_without_usable_cuda_stop_before_any_process(capsys):
+def test_gpus_without_usable_cuda_stop_before_any_process(capsys, monkeypatch):
+    def in_this_process():
+        raise AssertionError("the launcher initialised CUDA itself, before forking its children")
+
+    monkeypatch.setattr(cuda_env, "cuda_report", in_this_process)  # the check runs in a child process
     with pytest.raises(SystemExit):
         planned(["--target", "mock", "--gpus", "0"])
-    assert "needs CUDA" in capsys.readouterr().err
+    assert "--gpus 0 needs CUDA, but" in capsys.readouterr().err
 
 
 def test_budget_auto_and_its_cap_reach_the_target(cuda_usable):

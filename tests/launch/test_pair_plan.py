@@ -10,10 +10,10 @@ import socket
 
 import pytest
 
-from launch import keys as keys_program
-from launch.drafter import server_keys
-from launch.options import KeyOptions
 from launch.pair import plan
+from programs import keys_program
+from programs.drafter_program import server_keys
+from programs.options import KeyOptions
 from protocol.keys import key_dir, own_keys
 from protocol.transport import Listener, loopback_tcp_endpoint
 from target_proc.session import InsecureEndpoint, client_keys
@@ -133,18 +133,18 @@ def test_the_keys_program_names_a_bad_key(capsys, tmp_path):
 
 
 def test_the_target_process_refuses_a_socket_path_too_long_for_unix_sockets(capsys):
-    from launch import target as target_program
-    from launch.options import RunOptions
+    from programs import target_program
+    from programs.options import RunOptions
 
-    parser = target_program.build_parser("python -m launch.target", "", RunOptions)
+    parser = target_program.build_parser("python -m programs.target_program", "", RunOptions)
     with pytest.raises(SystemExit):
         target_program.parse(parser, ["--endpoint", "ipc:///tmp/" + "d" * 100 + ".sock"], RunOptions)
     assert "error: --endpoint 'ipc:///tmp/dddd" in capsys.readouterr().err
 
 
 def test_a_cuda_device_without_cuda_is_a_usage_error_of_the_process(caplog):
-    from launch.cli import EXIT_USAGE, Flags, run_program
     from models.cuda_env import CudaUnavailable
+    from programs.cli import EXIT_USAGE, Flags, run_program
 
     def body():
         raise CudaUnavailable("--device cuda:0 needs CUDA, but this torch is a CPU-only build")

@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
-from drafter_proc.local import LocalDrafter
 from models.load import load
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, PoolConfig
-from pipeline.rules import DECODERS
+from pipeline.config import PoolConfig
 from pipeline.decode import decode
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from target_proc.target import Target
+from tests.local_drafter import LocalDrafter
 from tests.models.test_tree_pass import TOL, path_context, random_tree, reference_rows
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ def run_script(target: Target, rng: np.random.Generator) -> list[torch.Tensor]:
     prompt = rng.integers(1, VOCAB, 120).tolist()
     target.prefill(prompt[:-1])
     root = prompt[-1]
-    while target.prefix + 1 + 24 <= target.capacity:
+    while target.before_root + 1 + 24 <= target.capacity:
         rows.append(target.root_pass(root).clone())
         tree = random_tree(rng, int(rng.integers(3, 24)))
         rows.append(target.tree_pass(tree, None).clone())

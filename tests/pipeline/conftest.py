@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
-from drafter_proc.local import LocalDrafter
 from models.mock import EOS, MockModel, MockRunner
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, Pool, grow_pool
 from pipeline.tree import Tree
 from target_proc.target import Target
+from tests.local_drafter import LocalDrafter
 
 CAPACITY = 4096  # KV slots of a mock runner: prompt, output and a 711-row tree pass fit
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-import pipeline.decode
-from pipeline.config import DecodeConfig
-from pipeline.rules import DECODERS
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
+from pipeline.rules import DECODERS
 from pipeline.select import select_draft
+from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree
+import pipeline.verify
 from pipeline.verify import traverse
 
 EOS, A, B, C = 0, 1, 2, 3
@@ -81,7 +81,7 @@ def test_sibling_sequence_verifier_emits_abb(monkeypatch, fixed_pool_drafter, pr
     # target is told not to check commits, since the wrong verifier's accepted nodes are no root path.
     lenient = prefix_target(NEXT, VOCAB, strict=False)
     assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient).tokens == [A, B, A, EOS]
-    monkeypatch.setattr(pipeline.decode, "traverse", siblings_as_sequence)
+    monkeypatch.setattr(pipeline.verify, "traverse", siblings_as_sequence)
     lenient = prefix_target(NEXT, VOCAB, strict=False)
     assert run("draft", 0.0, 2, fixed_pool_drafter(address_pool()), lenient).tokens == [A, B, B, EOS]
 

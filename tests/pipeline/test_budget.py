@@ -12,9 +12,10 @@ import torch
 from models.mock import EOS
 from pipeline.budget import (DECAY, EXPERIENCE, FORGET, PRIOR_WEIGHT, RECALL, RUN_RATE, AutoBudget, Experience,
                              PassCosts, candidate_sizes, prior, ranks_on_path)
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
+from pipeline.settings import DecodeConfig
 
 MS = 1e-3
 
@@ -45,7 +46,7 @@ def test_the_prior_makes_a_decode_start_speculating():
 def test_the_choice_maximises_expected_tokens_per_second(accept, want):
     auto = AutoBudget(costs(), 59)
     auto.prior[:] = accept  # no round seen yet: the estimate is the prior
-    rates = {b: auto.expected_tokens(b) / auto.costs.round(b) for b in auto.sizes}
+    rates = {b: (1.0 + auto.accept[:b].sum()) / auto.costs.round(b) for b in auto.sizes}  # tokens(b) / cost(b)
     assert auto.choose() == want == max(rates, key=rates.get)
 
 
@@ -266,23 +267,26 @@ def test_the_drafters_catch_up_after_plain_rounds_is_not_taken_for_its_wait():
     """The first speculative round after a start or after plain rounds waits while the drafter ingests the
     tokens it missed: that wait is not what a steady round costs, so only steady rounds teach `front`, and
     rounds after plain ones teach the catch-up per missed token."""
-    from types import SimpleNamespace
+    from pipeline.budget import AutoPolicy, DrafterFeed
 
-    from pipeline.decode import _observe
+    policy = AutoPolicy(costs(front=45), 8, None)
+    auto, on_path, feed = policy.auto, np.array([True, False]), DrafterFeed(None)
 
-    auto = AutoBudget(costs(front=45), 8)
-    round_ = SimpleNamespace(on_path=np.array([True, False]))
+    def _observe(auto, on_path, budget, times, previous, missed):
+        feed.previous, feed.missed = previous, missed
+        policy.observe(on_path, budget, times, feed)
+
     times = {"root": 0.05, "wait": 0.4, "select": 0.0, "commit": 0.0, "tree": 0.06}
-    _observe(auto, round_, 8, times, None, 0)  # a decode's first round: the prefill's business
+    _observe(auto, on_path, 8, times, None, 0)  # a decode's first round: the prefill's business
     assert auto.costs.front == pytest.approx(0.045) and auto.costs.catch_up == 0
     assert auto.seen[:8].tolist() == [1] * 8
-    _observe(auto, round_, 8, times, 0, 20)  # after plain rounds, 20 tokens behind
+    _observe(auto, on_path, 8, times, 0, 20)  # after plain rounds, 20 tokens behind
     assert auto.costs.front == pytest.approx(0.045)
     assert auto.costs.catch_up == pytest.approx(0.2 * (0.45 - 0.045) / 20)
-    _observe(auto, round_, 8, times, 0, 0)  # a late start: the drafter's prefill teaches no catch-up
+    _observe(auto, on_path, 8, times, 0, 0)  # a late start: the drafter's prefill teaches no catch-up
     assert auto.costs.front == pytest.approx(0.045)
     assert auto.costs.catch_up == pytest.approx(0.2 * (0.45 - 0.045) / 20)
-    _observe(auto, round_, 8, times, 8, 3)  # steady
+    _observe(auto, on_path, 8, times, 8, 3)  # steady
     assert auto.costs.front == pytest.approx(0.045 + 0.2 * (0.45 - 0.045))
     assert auto.costs.catch_up == pytest.approx(0.2 * (0.45 - 0.045) / 20)
 

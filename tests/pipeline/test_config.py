@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import CapacityError, ConfigError, DecodeConfig, PoolConfig
-from pipeline.rules import DECODERS
+from pipeline.config import CapacityError, ConfigError, PoolConfig
 from pipeline.decode import decode
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 
 
 def test_pool_config_defaults_match_the_design():

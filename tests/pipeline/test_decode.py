@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.config import DecodeConfig, PoolConfig
-from pipeline.rules import DECODERS, RULES
+from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
+from pipeline.rules import DECODERS, RULES
+from pipeline.settings import DecodeConfig
 
 SPECULATIVE = [d for d in DECODERS if d != "ar"]
 A, B, C = 1, 2, 3
@@ -46,7 +47,7 @@ def test_max_new_tokens_respected(decoder, mock_pair):
         emitted = sum(r.emitted for r in result.rounds)
         assert len(result.tokens) == max_new and result.hit_limit
         assert result.overshoot == emitted - max_new < result.rounds[-1].emitted
-        assert result.round_tokens == emitted
+        assert len(result.tokens) + result.overshoot == emitted  # the paper's count: the last round whole
 
 
 def test_an_end_of_sequence_token_beyond_the_limit_is_cut_with_the_rest(prefix_target, fixed_pool_drafter):
@@ -55,7 +56,7 @@ def test_an_end_of_sequence_token_beyond_the_limit_is_cut_with_the_rest(prefix_t
     target = prefix_target({(C,): A, (C, A): EOS, (C, A, EOS): B, (C, A, EOS, B): B}, 4)
     result = decode(target, fixed_pool_drafter(chain_pool()), [C], DecodeConfig("draft", 0.0, 3, 1),
                     frozenset({EOS}), None)
-    assert result.tokens == [A] and result.hit_limit and result.overshoot == 1 and result.round_tokens == 2
+    assert result.tokens == [A] and result.hit_limit and result.overshoot == 1
     result = decode(target, fixed_pool_drafter(chain_pool()), [C], DecodeConfig("draft", 0.0, 3, 2),
                     frozenset({EOS}), None)
     assert result.tokens == [A, EOS] and not result.hit_limit and result.overshoot == 0

@@ -9,9 +9,10 @@ import pytest
 
 from models.mock import EOS
 from pipeline.budget import PassCosts
-from pipeline.config import DecodeConfig, PoolConfig
-from pipeline.rules import DECODERS
+from pipeline.config import PoolConfig
 from pipeline.decode import decode
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 
 VOCAB = 64
 MAX_NEW = 13  # not a multiple of a round's length: the limit falls inside rounds

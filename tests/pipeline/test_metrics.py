@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.metrics import acceptance_by_depth, round_stats, tokens_per_pass
 from pipeline.rules import SPECULATIVE
+from pipeline.settings import DecodeConfig
 
 
 def test_metrics_of_hand_made_rounds():

@@ -61,5 +61,7 @@ def test_rounding_above_zero_is_clipped():
     assert pool.logp[2] == 0.0 and pool.cum[2] == pool.cum[0]
 
 
-def test_invalid_pool_is_a_value_error():
-    assert issubclass(InvalidPool, ValueError)
+def test_an_invalid_pool_is_caught_where_value_errors_are():
+    with pytest.raises(ValueError, match="candidate 2 has parent 3") as refused:
+        Pool.from_edges(**edges(parent=[ROOT, ROOT, 3, 0, 2]))
+    assert type(refused.value) is InvalidPool

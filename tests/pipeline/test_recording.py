@@ -11,7 +11,8 @@ import torch
 
 from models.mock import EOS, MockModel
 from pipeline.budget import PassCosts
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
 from pipeline.pool import ROOT
 from pipeline.rules import RULES, SPECULATIVE

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import ConfigError, PoolConfig
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
-from pipeline.rules import DECODERS, RULES, SPECULATIVE, RootDraw, comparisons
+from pipeline.rules import DECODERS, RULES, SPECULATIVE, RootDraw, Rule, comparisons
+from pipeline.settings import DecodeConfig
 
 
 def test_decoders_are_the_designed_set_in_table_order():
@@ -48,7 +49,6 @@ def test_every_rule_selects_an_ancestor_closed_tree_within_budget(mock_pool):
 def test_a_new_rule_is_one_row(monkeypatch, mock_pair):
     """A rule added to the table decodes through the loop with no other change: here `draft` at half the
     budget, under another name, equals `draft` at that budget token for token."""
-    from pipeline.rules import Rule
     from pipeline.select import select_draft
 
     half = Rule("half-draft", lambda pool, budget, _: select_draft(pool, max(1, budget // 2)), False, ("draft",),
@@ -61,6 +61,8 @@ def test_a_new_rule_is_one_row(monkeypatch, mock_pair):
     assert [r.tree_size for r in got.rounds] == [r.tree_size for r in want.rounds]
 
 
-@pytest.mark.parametrize("name", DECODERS)
-def test_decode_config_takes_every_rule_of_the_table(name):
-    assert DecodeConfig(name).decoder == name
+def test_decode_config_takes_the_names_of_the_table_and_no_other(monkeypatch):
+    with pytest.raises(ConfigError, match="`decoder` must be one of"):
+        DecodeConfig("half-draft")
+    monkeypatch.setitem(RULES, "half-draft", Rule("half-draft", RULES["draft"].select, False, (), "a test row"))
+    assert DecodeConfig("half-draft").decoder == "half-draft"  # a row added to the table is a decoder at once

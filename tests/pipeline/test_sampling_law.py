@@ -9,12 +9,13 @@ import pytest
 import scipy.stats
 import torch
 
-import pipeline.decode
 from models.mock import EOS
 from pipeline.budget import PassCosts
-from pipeline.config import DecodeConfig, PoolConfig
-from pipeline.rules import DECODERS
+from pipeline.config import PoolConfig
+import pipeline.decode
 from pipeline.decode import decode
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from pipeline.verify import draw, traverse
 
 _draw = draw  # the true sampler, kept before any patching

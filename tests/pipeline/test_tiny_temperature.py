@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.config import DecodeConfig, PoolConfig
+from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from pipeline.verify import draw, target_probs
 
 TINY = [1e-39, 1e-300, sys.float_info.min, 5e-324]  # below float32's range; the smallest normal and

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-import target_proc.target
 from models.mock import MaskError, MockModel, MockRunner
-from pipeline.config import CapacityError, DecodeConfig, PoolConfig
-from pipeline.rules import DECODERS
+from pipeline.config import CapacityError, PoolConfig
 from pipeline.decode import decode
 from pipeline.pool import ROOT
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree, ancestor_matrix
+import target_proc.target
 from target_proc.target import Target
 
 VOCAB = 32
@@ -81,7 +82,7 @@ def test_commit_gives_fresh_prefill_rows(with_root):
             np.testing.assert_array_equal(rows[i].numpy(), want)
         target.commit(accepted)
         context = context + tree.token[accepted].tolist()
-        assert target.prefix == len(context)
+        assert target.before_root == len(context)
         root = next_root
         context = context + [root]
         # The check's root pass writes the root's slot, which the next round's pass writes again.
@@ -100,7 +101,7 @@ def test_cache_holds_the_committed_context_after_a_decode(decoder, mock_pair):
     # The last continuation is the next root, not yet in the cache; the cache holds the last round whole
     context = prompt + (result.tokens + result.beyond)[:-1]
     runner = pair.target.runner
-    assert pair.target.prefix == len(context)
+    assert pair.target.before_root == len(context)
     for slot in range(len(context)):
         assert runner.digests[slot] == pair.target_model.digest(context[: slot + 1]), slot
     np.testing.assert_array_equal(runner.positions[: len(context)], np.arange(len(context)))

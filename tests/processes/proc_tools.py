@@ -93,8 +93,8 @@ def role_pids(launcher_pid: int, timeout: float = START_S) -> tuple[int, int]:
     deadline = time.monotonic() + timeout
     while True:
         kids = children(launcher_pid)
-        drafter = [p for p, cmd in kids.items() if "-m launch.drafter" in cmd]
-        target = [p for p, cmd in kids.items() if "-m launch.target" in cmd]
+        drafter = [p for p, cmd in kids.items() if "-m programs.drafter_program" in cmd]
+        target = [p for p, cmd in kids.items() if "-m programs.target_program" in cmd]
         if drafter and target:
             return drafter[0], target[0]
         assert time.monotonic() < deadline, f"the launcher's children are {kids}"

@@ -101,7 +101,7 @@ def test_json_run_prints_provenance_then_one_greedy_record_per_decode_then_a_sum
     assert header["models"]["drafter"] == {"model": "mock", "revision": "mock vocab=64 seed=0 noise=1",
                                            "dtype": "float32", "device": "cpu"}
     assert header["environment"]["git"]["commit"] and header["settings"]["max_new_tokens"] == limit
-    # One schema: a decode run's record has exactly the fields of every decode record (target_proc.record).
+    # One schema: a decode run's record has exactly the fields of every decode record (evaluation.record).
     assert all(r.keys() == make_record("p", "ar").keys() - {"warmup"} for r in records)
     assert sorted((r["prompt_id"], r["seed"], r["decoder"]) for r in records) == sorted(
         itertools.product(["prompt/0", "prompt/1"], range(2), decoders))

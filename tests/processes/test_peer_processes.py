@@ -1,5 +1,5 @@
-"""`python -m launch.drafter` and `python -m launch.target` started by hand, as a user would meet a mismatch, a
-dead drafter or a stuck one: the target exits non-zero in bounded time with a message that says why."""
+"""`python -m programs.drafter_program` and `python -m programs.target_program` started by hand, as a user
+would meet a mismatch, a dead drafter or a stuck one: the target exits non-zero in bounded time with a message that says why."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ def started(tmp_path):
 
 
 def drafter(started, endpoint: str, *extra: str) -> Running:
-    return started("drafter", python_m("launch.drafter", "--model", "mock", "--endpoint", endpoint, *extra))
+    return started("drafter", python_m("programs.drafter_program", "--model", "mock", "--endpoint", endpoint, *extra))
 
 
 def target(started, endpoint: str, *extra: str) -> Running:
-    return started("target", python_m("launch.target", "--model", "mock", "--endpoint", endpoint, "--json",
+    return started("target", python_m("programs.target_program", "--model", "mock", "--endpoint", endpoint, "--json",
                                       "--ready-timeout", str(START_S), *extra))
 
 

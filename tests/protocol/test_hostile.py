@@ -1,6 +1,6 @@
 """A hostile peer on either side: every targeted attack is refused with its typed error, in bounded time, and
 the drafters go on serving; a seeded campaign of tampered messages of every type never crashes or hangs
-either side, and every decode that completes despite it gives ar's greedy output (timing.hostile)."""
+either side, and every decode that completes despite it gives ar's greedy output (tests.protocol.hostile)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from timing.hostile import ATTACKS, HARD_S, OUTCOMES, TYPES, Arena, Campaign
+from tests.protocol.hostile import ATTACKS, HARD_S, OUTCOMES, TYPES, Arena, Campaign
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ nested, can make the error path recurse; peer text reaches a log escaped."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import msgpack
@@ -72,7 +73,8 @@ def test_hello_values_beyond_the_protocol_are_refused(change, match):
 
 
 def test_the_largest_hello_within_the_limits_passes():
-    decode(encode(hello(capacity=MAX_CONTEXT, topk=MAX_POOL_CANDIDATES // 64 // 8, depth=9, expand=7)))
+    largest = hello(capacity=MAX_CONTEXT, topk=MAX_POOL_CANDIDATES // 64 // 8, depth=9, expand=7)
+    assert dataclasses.asdict(decode(encode(largest))) == dataclasses.asdict(largest)
 
 
 @pytest.mark.parametrize("seconds", [math.nan, math.inf, -math.inf, -0.5], ids=["nan", "inf", "-inf", "negative"])

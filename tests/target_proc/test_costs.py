@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.mock import MockModel, MockRunner
-from pipeline.budget import candidate_sizes
+from pipeline.budget import candidate_sizes, costs_for
 from target_proc import costs
 from target_proc.target import Target
 
@@ -18,10 +18,10 @@ def test_measure_times_every_pass_the_choice_needs(capacity):
     assert sorted(measured["tree"]) == sorted(measured["tree_with_root"]) == sizes
     times = [measured[k] for k in ("plain", "overlapped", "prefill", "prefill_shared")]
     times += [*measured["tree"].values(), *measured["tree_with_root"].values()]
-    assert all(t > 0 for t in times) and target.prefix == 0
-    root_pass = costs.costs_for("root-draw", measured)
+    assert all(t > 0 for t in times) and target.before_root == 0
+    root_pass = costs_for(True, measured)  # root-draw's
     assert root_pass.front == measured["overlapped"] and root_pass.tree == measured["tree"]
     assert (root_pass.prefill, root_pass.prefill_shared, root_pass.catch_up) == (
         measured["prefill"], measured["prefill_shared"], 0.0)
-    draft = costs.costs_for("draft", measured)
+    draft = costs_for(False, measured)
     assert draft.front == 0.0 and draft.tree == measured["tree_with_root"]

@@ -10,12 +10,12 @@ from contextlib import nullcontext
 
 import pytest
 
-from launch.cli import build
-from launch.options import SweepOptions
 from models.options import ModelOptions
+from programs.cli import build
 from target_proc.session import Session
 from timing import run_config
-from timing.records import RecordStore
+from timing.options import SweepOptions
+from timing.record_store import RecordStore
 from timing.sweep import gather_prompts, run_shard
 
 

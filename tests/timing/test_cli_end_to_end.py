@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from timing.records import read_records, record_key, records_path
+from timing.record_store import read_records, record_key, records_path
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["--target", "mock", "--mock-vocab", "64", "--pool-topk", "4", "--pool-depth", "3", "--pool-expand", "2"]

@@ -10,10 +10,10 @@ import os
 
 import pytest
 
-from launch.cli import EXIT_USAGE, Flags, run_program
 from pipeline.config import InputError
-from timing import records as records_module
-from timing.records import RecordStore, RecordsUnwritable, read_records, records_path
+from programs.cli import EXIT_USAGE, Flags, run_program
+from timing import record_store as records_module
+from timing.record_store import RecordStore, RecordsUnwritable, read_records, records_path
 
 
 class FailingWrites:

@@ -11,7 +11,7 @@ import pytest
 from pipeline.config import InputError
 from timing import export as export_module
 from timing.export import export, question_id
-from timing.records import load_records
+from timing.record_store import load_records
 
 
 def test_question_ids_are_the_prompt_ids_trailing_numbers():
@@ -55,7 +55,7 @@ def spec_bench_speed(path) -> tuple[float, float]:
 
 
 def test_the_exported_tau_is_the_reports_tau(tmp_path, mock_session, make_options, sweep):
-    from target_proc.summary import analyse
+    from evaluation.summary import analyse
 
     sweep(mock_session(), make_options(tmp_path / "run", decoders="ar,draft", temperatures="0", budgets="8",
                                        warmup=0))

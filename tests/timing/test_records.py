@@ -1,4 +1,4 @@
-"""Properties of timing.records: a record is durable once appended, a torn last line is dropped and cut
+"""Properties of timing.record_store: a record is durable once appended, a torn last line is dropped and cut
 off, damage elsewhere is loud, and no decode is ever recorded twice, within a file or across shards."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from timing.records import (DamagedRecords, RecordStore, load_records, read_records, record_key,
+from timing.record_store import (DamagedRecords, RecordStore, load_records, read_records, record_key,
                             records_path, shard_files)
 
 

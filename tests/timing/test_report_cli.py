@@ -12,7 +12,7 @@ import pytest
 from launch.pair import plan
 from models.options import ModelOptions
 from timing import matched, report, run_config
-from timing.records import RecordStore, records_path
+from timing.record_store import RecordStore, records_path
 from timing.sweep import build_parser, gather_prompts, run_sweep, sweep_tasks
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from launch.prompts import Prompt
+from evaluation.prompts import Prompt
 from timing.schedule import Combo, combinations, plan, prompt_order, rotated, shard_positions
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 
 def test_one_schema_for_a_decode_run_a_sweep_and_a_benchmark(tmp_path, mock_session, make_options, sweep):
-    """The same decode as a decode run's --json line (launch.target.run_decodes, which the benchmarks read)
+    """The same decode as a decode run's --json line (programs.target_program.run_decodes, which the benchmarks read)
     and as a sweep record: the same fields with the same values, the sweep adding where it ran."""
-    from launch.options import RunOptions
-    from launch.prompts import Prompt
-    from launch.target import run_decodes
-    from pipeline.config import DecodeConfig
+    from evaluation.prompts import Prompt
+    from pipeline.settings import DecodeConfig
+    from programs.options import RunOptions
+    from programs.target_program import run_decodes
 
     run = RunOptions(decode=DecodeConfig(max_new_tokens=24), decoders="root-draw")
     (decoded,) = run_decodes(mock_session(), [Prompt("builtin/0", "builtin", "Write a short poem about the sea "

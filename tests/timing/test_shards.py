@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from timing.records import load_records, record_key
+from timing.record_store import load_records, record_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["--target", "mock", "--pool-topk", "4", "--pool-depth", "3", "--pool-expand", "2", "--decoders",

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from launch.cli import build, from_options, to_argv
-from launch.options import ReportOptions, SweepOptions
 from launch.pair import plan
+from programs.cli import build, from_options, to_argv
+from timing.options import ReportOptions, SweepOptions
 from timing.sweep import build_parser
 
 

@@ -13,7 +13,7 @@ import pytest
 from models.options import ModelOptions
 from pipeline.config import CapacityError, PoolConfig
 from timing import run_config
-from timing.records import RecordStore, load_records, read_records, record_key, records_path
+from timing.record_store import RecordStore, load_records, read_records, record_key, records_path
 from timing.sweep import gather_prompts, main, run_shard, run_sweep, summary, sweep_tasks
 
 

@@ -11,7 +11,7 @@ import pytest
 from evaluation.rounds import (DamagedRounds, RecordedRound, RoundStore, load_rounds, read_rounds, round_files,
                                rounds_path)
 from evaluation.values import VALUED, Averages, evaluate
-from timing.records import load_records
+from timing.record_store import load_records
 from timing.values import main
 
 GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)

@@ -1,5 +1,5 @@
-"""One record of a decode: a decode run, a sweep and the API build it here; multi-turn prompts decode in one
-conversation with the decoder's own earlier answers in context."""
+"""A conversation's decodes (target_proc.conversation): a record per turn, as a decode run, a sweep and the API
+build them; multi-turn prompts decode in one conversation with the decoder's own earlier answers in context."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from pipeline.config import DecodeConfig
-from target_proc.record import decode_conversation
+from pipeline.settings import DecodeConfig
+from target_proc.conversation import decode_conversation
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def test_budget_auto_learns_across_a_sessions_decodes_only_with_the_session_prio
     config = DecodeConfig("root-draw", 0.0, "auto", 16, budget_max=8, budget_prior=prior)
     session.decode([3, 4, 5], config, "a")
     session.decode([3, 4, 6], config, "b")
-    learnt = {key: float(e.seen.sum()) for key, e in session._experience.items()}
+    learnt = {key: float(e.seen.sum()) for key, e in session.budgets.experience.items()}
     if prior == "session":
         assert list(learnt) == [("root-draw", 0.0, 8)] and learnt[("root-draw", 0.0, 8)] > 0
     else:

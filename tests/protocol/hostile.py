@@ -1,7 +1,7 @@
-"""python -m timing.hostile: a hostile peer against the real drafter and target code, and the drafter's memory
+"""python -m tests.protocol.hostile: a hostile peer against the real drafter and target code, and the drafter's memory
 under attack.
 
-    .venv/bin/python -m timing.hostile [--mutations 300] [--seed 0] [--memory]
+    .venv/bin/python -m tests.protocol.hostile [--mutations 300] [--seed 0] [--memory]
 
 Campaign: a real DrafterServer (mock drafter) serves on a thread; each trial runs one greedy decode of the
 mock target through the real RemoteDrafter and Channel, with one message of the exchange mutated on its way
@@ -43,9 +43,10 @@ from models.load import load
 from models.mock import EOS, MockModel, MockRunner
 from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import SPECULATIVE
+from pipeline.settings import DecodeConfig
 from protocol.codec import encode
 from protocol.errors import (AccessDenied, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied, PeerError,
                              PeerTimeout, ProtocolError, UnexpectedMessage)
@@ -728,8 +729,8 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
     endpoint = private_ipc_endpoint()
     folder = Path(endpoint[len("ipc://"):]).parent
     log = open(folder / "drafter.err", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "launch.drafter", "--model", "mock", "--endpoint", endpoint,
-                             "--persist", "--log-level", "WARNING"], stderr=log,
+    proc = subprocess.Popen([sys.executable, "-m", "programs.drafter_program", "--model", "mock", "--endpoint",
+                             endpoint, "--persist", "--log-level", "WARNING"], stderr=log,
                             cwd=Path(__file__).resolve().parents[1])
     context = zmq.Context()
     try:
@@ -787,7 +788,7 @@ def _handshake(context, endpoint: str, capacities: list[int]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m timing.hostile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.protocol.hostile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--mutations", type=int, default=300, help="trials of the campaign (default: 300)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the campaign's choices (default: 0)")
     parser.add_argument("--memory", action="store_true",

@@ -1,8 +1,8 @@
-"""python -m launch.target: the target process of a decode run (launch/pair.sh starts it with its drafter).
+"""python -m programs.target_program: the target process of a decode run (launch/pair.sh starts it with its drafter).
 
 Loads the target, connects to the drafter at --endpoint and runs every requested decode. A live line per
 decode goes to stderr. With --json, stdout carries JSON lines: first the run's provenance ("kind": "run"),
-then one record per decode as soon as it ends ("decode", target_proc.record), last the summary ("summary").
+then one record per decode as soon as it ends ("decode", evaluation.record), last the summary ("summary").
 `build_parser` and `parse` are shared with the sweep's target process (timing.sweep).
 """
 
@@ -19,16 +19,18 @@ from typing import TextIO
 from dataclasses import dataclass
 
 from evaluation.rounds import RoundStore, round_key, rounds_path
-from launch.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
-                        option_values, run_program, setup_logging)
-from launch.options import ConnectOptions, KeyOptions, RunOptions
-from launch.prompts import Prompt, gather
+from evaluation.prompts import Prompt, gather
+from evaluation.provenance import environment
+from evaluation.record import SCHEMA
+from evaluation.summary import analyse, as_json
 from models.options import ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
-from target_proc.provenance import environment
-from target_proc.record import SCHEMA, decode_conversation
+from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DecodeConfig
+from programs.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
+                        option_values, run_program, setup_logging)
+from programs.options import ConnectOptions, KeyOptions, RunOptions
+from target_proc.conversation import decode_conversation
 from target_proc.session import Session, open_session
-from target_proc.summary import analyse, as_json
 
 log = logging.getLogger("target")
 
@@ -73,7 +75,7 @@ def connect(args: TargetArgs):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser("python -m launch.target", "The target process: drives the rounds of every decode.",
+    parser = build_parser("python -m programs.target_program", "The target process: drives the rounds of every decode.",
                           RunOptions)
     args = parse(parser, argv, RunOptions)
 

@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from evaluation.record import SCHEMA
 from pipeline.config import InputError
-from target_proc.record import SCHEMA
 
 log = logging.getLogger("timing")
 

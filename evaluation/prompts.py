@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launch.cli import split_list
-from pipeline.config import InputError
-from target_proc.summary import category_group
+from evaluation.summary import category_group
+from pipeline.config import InputError, split_list
 
 BUILTIN = (
     "Write a short poem about the sea at night.",
@@ -145,7 +144,7 @@ def _read_text(path: Path) -> str:
 
 
 def gather(options, seed: int) -> list[Prompt]:
-    """The prompts of launch.options.PromptOptions: its own, then every source's (ids unique across them;
+    """The prompts of programs.options.PromptOptions: its own, then every source's (ids unique across them;
     the built-in ones when it names none), cut to its limit spread over categories under `seed`."""
     prompts = [Prompt(f"prompt/{i}", "cli", text) for i, text in enumerate(options.prompt)]
     seen = {p.id: "--prompt" for p in prompts}

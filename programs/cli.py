@@ -56,11 +56,6 @@ def flag(name: str, prefix: str = "") -> str:
     return "--" + (prefix + name).replace("_", "-")
 
 
-def split_list(text: str) -> list[str]:
-    """The non-empty items of a comma-separated option value."""
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def _fields(cls: type, skip: tuple[str, ...]):
     """(field, embedded class or None) for each option field of `cls`, embedded fields expanded."""
     for f in dataclasses.fields(cls):
@@ -253,3 +248,22 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 def add_log_level(parser: argparse.ArgumentParser, default: str = "INFO") -> None:
     parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
                         help=f"what reaches stderr (default: {default})")
+
+
+def files_program(prog: str, description: str, cls: type, *positionals: tuple[str, dict]) -> argparse.ArgumentParser:
+    """The parser of a program over files (a report, an export): its positional arguments (name, argparse
+    keywords), the options of `cls` and --log-level."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    for name, kw in positionals:
+        parser.add_argument(name, **kw)
+    add_options(parser, cls)
+    add_log_level(parser)
+    return parser
+
+
+def run_files_program(parser: argparse.ArgumentParser, argv: list[str] | None, cls: type,
+                      body: Callable[[argparse.Namespace, Any], int]) -> int:
+    """Parse, set up logging under the program's last word, and run body(namespace, options) through
+    run_program (its errors as one line and an exit status)."""
+    ns, options = parse_program(parser, argv, cls, parser.prog.split()[-1])
+    return run_program(lambda: body(ns, options), flags_of(parser))

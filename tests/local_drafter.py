@@ -1,6 +1,6 @@
-"""A drafter client that runs the drafter in the caller's process, one call after another.
+"""A drafter client for tests: the drafter in the test's process, one call after another.
 
-Same rules and pools as the two-process deployment without the overlap; used by tests and offline tools.
+Same rules and pools as the two-process deployment without the overlap (pipeline.decode.DrafterClient).
 """
 
 from __future__ import annotations

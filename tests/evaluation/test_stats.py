@@ -1,13 +1,17 @@
-"""Properties of timing.stats: reproducible, calibrated, equal to the direct loop, strict at the edge."""
+"""Properties of evaluation.stats: reproducible, calibrated, equal to the direct loop, strict at the edge."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from target_proc.stats import GainResult, paired_gain, paired_gains, run_speed
+from evaluation.stats import GainResult, paired_gain, paired_gains, run_speed
 
 
 def synthetic_pair(rng: np.random.Generator, n_prompts: int, ratio: float, speed_b: float = 40.0):
@@ -31,8 +35,16 @@ def data():
 
 # ---- reproducibility ----
 
-def test_same_int_seed_gives_identical_result(data):
-    assert paired_gain(*data, rng=123) == paired_gain(*data, rng=123)
+def test_same_int_seed_gives_identical_result_in_another_process(data):
+    """The seed alone fixes the resamples: no global random state, no per-process hashing."""
+    code = ("import json, sys, numpy as np; from evaluation.stats import paired_gain; "
+            "d = [np.array(x) for x in json.load(sys.stdin)]; r = paired_gain(*d, n_resamples=300, rng=123); "
+            "print(json.dumps([r.gain, r.low, r.high, r.standard_error]))")
+    done = subprocess.run([sys.executable, "-c", code], input=json.dumps([x.tolist() for x in data]), text=True,
+                          capture_output=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    here = paired_gain(*data, n_resamples=300, rng=123)
+    assert json.loads(done.stdout) == [here.gain, here.low, here.high, here.standard_error]
 
 
 def test_same_generator_seed_gives_identical_result(data):

@@ -1,4 +1,4 @@
-"""python -m launch.keys (launch/pair.sh keys): this host's CURVE keys, and the targets its drafter accepts.
+"""python -m programs.keys_program (launch/pair.sh keys): this host's CURVE keys, and the targets its drafter accepts.
 
 Prints the public key (made, with its secret half, on first use) for the peers that need it: a target
 names a drafter's key with --drafter-key; a drafter accepts the keys in its key directory's authorized/
@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from launch.cli import add_options, flags_of, from_options, run_program, setup_logging
-from launch.options import AuthorizeOptions, KeyOptions
+from programs.cli import add_options, flags_of, from_options, run_program, setup_logging
+from programs.options import AuthorizeOptions, KeyOptions
 from protocol.keys import AUTHORIZED, PUBLIC, SECRET, authorize, key_dir, own_keys
 
 
@@ -23,7 +23,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m launch.keys") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m programs.keys_program") -> int:
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
     options = from_options(parser, ns, KeyOptions, skip=("curve",))

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.decode import PHASES
+from evaluation.stats import GainResult, paired_gains
 from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
+from pipeline.result import PHASES
 from pipeline.rules import DECODERS, comparisons
-from target_proc.stats import GainResult, paired_gains
 
 SPEED_TOKENS = ("output", "round")
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")

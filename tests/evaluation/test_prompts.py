@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from launch.options import PromptOptions
-from launch.prompts import Prompt, PromptError, gather, load_prompts, stratified_subset
+from evaluation.prompts import Prompt, PromptError, gather, load_prompts, stratified_subset
+from programs.options import PromptOptions
 
 
 def prompts(n: int, categories: int = 1) -> list[Prompt]:

@@ -1,4 +1,4 @@
-"""python -m launch.drafter: load the drafter model, bind the endpoint, serve pools until Shutdown.
+"""python -m programs.drafter_program: load the drafter model, bind the endpoint, serve pools until Shutdown.
 
 On tcp beyond this machine (or with --curve) it speaks CURVE only: its keypair and the target keys it
 accepts come from the key directory (protocol.keys). `launch/pair.sh drafter` runs it with --persist, as a
@@ -13,16 +13,16 @@ import signal
 import sys
 from pathlib import Path
 
-from launch.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
-                        from_options, run_program, setup_logging)
-from launch.options import KeyOptions, ServeOptions
 from models.options import ModelOptions
 from pipeline.config import InputError
+from programs.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
+                        from_options, run_program, setup_logging)
+from programs.options import KeyOptions, ServeOptions
 
 log = logging.getLogger("drafter")
 
 
-def build_parser(prog: str = "python -m launch.drafter") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m programs.drafter_program") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="The drafter process: grows a candidate pool each round.")
     add_options(parser, ModelOptions)
     add_endpoint(parser, "ipc://PATH or tcp://HOST:PORT to bind (tcp://0.0.0.0:PORT: every interface)")
@@ -64,7 +64,7 @@ def describe_keys(keys, options: KeyOptions) -> str:
             f"host's own key and {count} in {folder}")
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m launch.drafter") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_program") -> int:
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
     options = from_options(parser, ns, ModelOptions)

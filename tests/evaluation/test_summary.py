@@ -1,5 +1,5 @@
 """Properties of the numbers every summary shows, on synthetic records: only complete prompts count, turns
-and seeds sum within a prompt, gains are target_proc.stats' paired gains (each rule over its baselines and
+and seeds sum within a prompt, gains are evaluation.stats' paired gains (each rule over its baselines and
 over `ar`), the speed counts the tokens its rule names, and categories group as Spec-Bench groups them."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from evaluation.stats import paired_gains
+from evaluation.summary import MT_BENCH, analyse, category_group, group_order, median_rounds, settings_of
+from pipeline.result import PHASES
 from pipeline.rules import comparisons
-from pipeline.decode import PHASES
-from target_proc.summary import MT_BENCH, analyse, category_group, group_order, median_rounds, settings_of
-from target_proc.stats import paired_gains
 
 DECODERS = ("draft", "pearl", "root-draw", "root")
 

@@ -1,0 +1,42 @@
+"""What a decode returns: its output and one Round per round (pure data, no devices)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+# Phases of a round, in Round.phases: the drafter's own time growing the pool, then the target's steps.
+PHASES = ("draft", "root", "wait", "select", "tree", "commit")
+
+
+@dataclass(slots=True)
+class Round:
+    accepted: int  # tree nodes accepted (a drawn first token that is a tree node counts)
+    tree_size: int  # nodes verified in the tree pass; 0 when no tree pass ran
+    emitted: int  # accepted + 1 continuation: the round's accept length, bonus token included
+    phases: dict[str, float]  # seconds per phase: draft (drafter side), root, wait, select, tree, commit
+    available: int = 0  # with a first draw X1: X1 plus its pool descendants (the tree size cap c would give
+    #                     is min(c, available)); 0 for decoders without a first draw
+    tried: int = 0  # tree depths at which a draw met candidate children: accepted, plus one when the walk
+    #                 ended at a node that had children (a rejection rather than the end of the tree)
+    budget: int = 0  # the budget this round ran with (budget auto's choice; 0: plain decoding)
+
+
+@dataclass(slots=True)
+class DecodeResult:
+    tokens: list[int]  # the output: new tokens up to the first end-of-sequence token, at most the limit
+    rounds: list[Round]
+    target_passes: int  # target passes after the prefill
+    seconds: float  # start of the prefill to the last commit
+    hit_limit: bool  # the output was cut by the limit, not ended by an end-of-sequence token
+    prefill_seconds: float = 0.0
+    beyond: list[int] = field(default_factory=list)  # what the last round produced past the limit (up to
+    #                                                  its end-of-sequence token): verified, not output
+
+    @property
+    def overshoot(self) -> int:
+        return len(self.beyond)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else 0.0

@@ -1,0 +1,74 @@
+"""A decode's settings (DecodeConfig), checked against the rule table, and the seed of its sampling stream."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from pipeline.config import (AUTO, BUDGET_PRIORS, CapacityError, ConfigError, check_budget, check_int,
+                             check_temperature)
+from pipeline.rules import RULES
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeConfig:
+    """Decoding
+
+    One decode: which rule, at what temperature and budget, for how long, with which seed.
+    """
+
+    decoder: str = field(default="draft", metadata={"help": "the selection rule"})
+    temperature: float = field(default=0.0, metadata={"help": "0 is greedy", "metavar": "T"})
+    budget: int | str = field(default=8, metadata={
+        "help": "tree budget B: non-root nodes verified per round; auto: chosen each round from measured "
+                "acceptance and pass costs, up to --budget-max (0, plain decoding, included)",
+        "metavar": "B|auto", "parse": "budget"})
+    max_new_tokens: int = field(default=256, metadata={"help": "the output holds at most this many new tokens"})
+    seed: int = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
+    budget_max: int = field(default=59, metadata={"help": "the largest tree budget auto may choose",
+                                                  "metavar": "B"})
+    budget_prior: str = field(default="session", metadata={
+        "help": "where auto's acceptance prior comes from. session: the optimistic prior and the earlier decodes "
+                "of the same decoder, T and cap in this process; decode: the optimistic prior alone, so a "
+                "decode's choices do not depend on the decodes before it", "metavar": "session|decode"})
+
+    def __post_init__(self) -> None:
+        if self.decoder not in RULES:
+            raise ConfigError("decoder", f"must be one of {', '.join(RULES)}, got {self.decoder!r}")
+        check_temperature("temperature", self.temperature)
+        if self.budget != AUTO:
+            check_budget("budget", self.budget)
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_int("seed", self.seed, 0)
+        check_int("budget_max", self.budget_max, 1)
+        if self.budget_prior not in BUDGET_PRIORS:
+            raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
+
+    @property
+    def auto(self) -> bool:
+        """Budget auto is on: budget "auto" with a rule that has a drafter (`ar` has no tree to size)."""
+        return self.budget == AUTO and RULES[self.decoder].select is not None
+
+    @property
+    def largest_tree(self) -> int:
+        return self.budget_max if self.budget == AUTO else self.budget
+
+    def kv_slots(self, prompt_tokens: int) -> int:
+        """Target KV slots a decode of a `prompt_tokens`-token prompt may need: the prompt, the output and
+        one round's root and tree (the output may pass the limit inside its last round by at most that)."""
+        return prompt_tokens + self.max_new_tokens + self.largest_tree + 1
+
+    def check_fits(self, prompt_tokens: int, capacity: int) -> None:
+        """CapacityError when such a decode may not fit a cache of `capacity` slots."""
+        need = self.kv_slots(prompt_tokens)
+        if need > capacity:
+            budget = f"`budget` {self.budget}" if self.budget != AUTO else f"`budget_max` {self.budget_max}"
+            raise CapacityError(f"a prompt of {prompt_tokens} tokens with `max_new_tokens` {self.max_new_tokens} "
+                                f"and {budget} needs {need} KV slots; the target's cache holds {capacity} "
+                                f"(raise `max_context`)")
+
+
+def stream_seed(seed: int, prompt: str | int, decoder: str) -> int:
+    """Seed of the verifier's generator for one (run seed, prompt, decoder), stable across processes."""
+    digest = hashlib.blake2b(f"{seed}/{prompt}/{decoder}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1

@@ -1,0 +1,148 @@
+"""The options of every program, one dataclass per concern; each value is checked here, where it enters.
+
+Decoding settings are DecodeConfig's own fields, embedded (pipeline.config); pool options are PoolConfig's
+and model options ModelOptions'. The launcher, the process programs, sweeps and reports build their
+command lines from these classes through programs.cli, so each flag, default and check is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from pipeline.config import ConfigError, check_int, check_seconds, split_list
+from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
+from protocol.transport import check_endpoint
+
+
+def check_decoders(name: str, text: str) -> list[str]:
+    """The distinct decoder names of a comma-separated list."""
+    names = split_list(text)
+    if not names or any(n not in DECODERS for n in names) or len(set(names)) != len(names):
+        raise ConfigError(name, f"must list distinct names from {','.join(DECODERS)}, got {text!r}")
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class PromptOptions:
+    """Prompts"""
+
+    prompt: tuple[str, ...] = field(default=(), metadata={"help": "a prompt (repeatable)"})
+    prompts: tuple[str, ...] = field(default=(), metadata={
+        "help": "prompt source, repeatable: builtin, humaneval, spec-bench:PATH (Spec-Bench's question.jsonl), "
+                "a .jsonl file or a text file", "metavar": "SOURCE"})
+    categories: str = field(default="", metadata={
+        "help": "keep only these prompt categories, comma-separated; Spec-Bench's group mt_bench names its eight "
+                "MT-bench categories (default: all)", "metavar": "LIST"})
+    limit_prompts: int = field(default=0, metadata={
+        "help": "0 runs every prompt; N runs N prompts drawn evenly across categories under --seed"})
+    turns: str = field(default="first", metadata={
+        "help": "first: each question's first turn (the paper's protocol); all: every turn of multi-turn "
+                "questions, each answered in context of the earlier turns and this decoder's own answers",
+        "metavar": "first|all"})
+
+    def __post_init__(self) -> None:
+        if not all(isinstance(p, str) and p for p in self.prompt + self.prompts):
+            raise ConfigError("prompts", f"must name non-empty sources and prompts, got {self.prompts!r}")
+        check_int("limit_prompts", self.limit_prompts, 0)
+        if self.turns not in ("first", "all"):
+            raise ConfigError("turns", f"must be first or all, got {self.turns!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    """Drafter connection"""
+
+    drafter_timeout: float = field(default=60.0, metadata={"help": "seconds to wait for a pool", "metavar": "S"})
+    ready_timeout: float = field(default=600.0, metadata={
+        "help": "seconds to wait for the drafter's handshake (it may still be loading)", "metavar": "S"})
+    drafter_key: str = field(default="", metadata={
+        "help": "the drafter's CURVE public key (its 40 Z85 characters or its .key file): connect encrypted, to "
+                "that drafter alone; needed for a drafter beyond this machine (launch/pair.sh keys prints it)",
+        "metavar": "KEY"})
+
+    def __post_init__(self) -> None:
+        check_seconds("drafter_timeout", self.drafter_timeout)
+        check_seconds("ready_timeout", self.ready_timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """Decoding"""
+
+    decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
+        "embed": ("temperature", "budget", "budget_max", "budget_prior", "max_new_tokens", "seed"),
+        "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
+    sources: PromptOptions = field(default_factory=PromptOptions, metadata={
+        "embed": ("prompt", "prompts", "categories", "limit_prompts", "turns")})
+    decoders: str = field(default="ar,draft,pearl,root-draw,root", metadata={
+        "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
+    num_seeds: int = field(default=1, metadata={"help": "repeat each decode with seeds S..S+N-1"})
+    json: bool = field(default=False, metadata={
+        "help": "one JSON record per decode on stdout (a live line per decode still goes to stderr)"})
+    record_rounds: str = field(default="", metadata={
+        "help": "after each round, score its whole pool with one target pass (outside the timed phases) and "
+                "keep the pool with the target's edge probabilities in DIR/rounds.shard-1-of-1.bin, for "
+                "`launch/pair.sh values DIR`", "metavar": "DIR"})
+
+    def __post_init__(self) -> None:
+        check_decoders("decoders", self.decoders)
+        check_int("num_seeds", self.num_seeds, 1)
+
+    @property
+    def decoder_list(self) -> list[str]:
+        return split_list(self.decoders)
+
+    def configs(self) -> list[DecodeConfig]:
+        """Every decode of one prompt: seeds outer, decoders inner."""
+        s = self.decode.seed
+        return [dataclasses.replace(self.decode, decoder=d, seed=seed)
+                for seed in range(s, s + self.num_seeds) for d in self.decoder_list]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOptions:
+    """Encrypted connections (CURVE keys)"""
+
+    key_dir: str = field(default="", metadata={
+        "help": "this host's keypair (self.key, self.key_secret) and the target keys its drafter accepts "
+                "(authorized/*.key); made on first use (default: $SPECPAIR_KEYS or ~/.config/specpair/keys)",
+        "metavar": "DIR"})
+    curve: bool = field(default=False, metadata={
+        "help": "encrypt and authenticate an ipc or loopback endpoint too (always on for tcp beyond this "
+                "machine)"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """Serving"""
+
+    persist: bool = field(default=False, metadata={
+        "help": "serve target after target: a Shutdown ends that target's session, not the drafter "
+                "(launch/pair.sh drafter sets it)"})
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """Remote drafter"""
+
+    drafter_at: str = field(default="", metadata={
+        "help": "start no drafter: run the target against the drafter serving at this endpoint (launch/pair.sh "
+                "drafter on its host; with --drafter-key unless it is on this machine)", "metavar": "ADDR"})
+
+    def __post_init__(self) -> None:
+        if self.drafter_at:
+            try:
+                check_endpoint(self.drafter_at)
+            except ValueError as e:
+                raise ConfigError("drafter_at", str(e).replace("`endpoint` ", "")) from None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizeOptions:
+    """Authorized targets"""
+
+    allow: tuple[str, ...] = field(default=(), metadata={
+        "help": "a target's public key (40 Z85 characters or its .key file) that this host's drafter accepts "
+                "from now on (repeatable)", "metavar": "KEY"})

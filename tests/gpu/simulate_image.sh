@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The GPU check as the GPU machine would run it, in a simulated image on this machine: an interpreter with
+# the image's torch and transformers releases and no pyzmq, a copy of the checkout without ../shared
+# beside it (only .whl/ from `check.sh --pack` travels with it), and pip unable to reach any index.
+#
+#   tests/gpu/simulate_image.sh [--image DIR] [--build-only] [--out DIR]
+#
+# Building the image takes the package index (once; torch's wheels are several GB). The runs are offline:
+# the check without --rehearse must stop with exit status 2 and its one-paragraph "needs CUDA" reason
+# (no CUDA here), and --rehearse must pass. Each run's time and status are printed; exit status 0 when
+# both ended as expected.
+#
+# The image (Python 3.12.3, torch 2.11.0+cu130, transformers 5.17.0, pytest and its plugins, msgpack,
+# numpy, cuda-bindings, no pyzmq) is approximated by Python 3.12 where this machine has one, else the
+# newest python3.1x here, with torch==2.11.0 as the index serves it (on Linux x86-64 that is the CUDA 13.0
+# build, the image's own, which finds no driver here), transformers==5.17.0 and some of the image's
+# pytest plugins, so that their autoloading is rehearsed too.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+image=$root/build/sim-image build_only=0 out=
+while (($#)); do
+    case $1 in
+        --image) image=${2:?--image needs a folder}; shift ;;
+        --out) out=${2:?--out needs a folder}; shift ;;
+        --build-only) build_only=1 ;;
+        *) echo "simulate_image: unknown option '$1'" >&2; exit 2 ;;
+    esac
+    shift
+done
+say() { echo "simulate_image: $*" >&2; }
+TORCH=torch==2.11.0 TRANSFORMERS=transformers==5.17.0
+PACKAGES=("$TORCH" "$TRANSFORMERS" numpy msgpack pytest cuda-bindings
+          pytest-timeout pytest-mock pytest-xdist hypothesis anyio)
+
+# Python 3.12 as the image has it, else the nearest here; pyenv's installed versions count too
+base_python() {
+    local v py
+    for v in 3.12 3.13 3.11; do
+        for py in "python$v" ${PYENV_ROOT:-$HOME/.pyenv}/versions/"$v".*/bin/"python$v"; do
+            if "$py" -c '' 2>/dev/null; then command -v "$py"; return 0; fi
+        done
+    done
+    return 1
+}
+
+build() {
+    local py stamp=$image/.built want
+    py=$(base_python) || { say "no python3.11 or later on PATH"; return 1; }
+    want="$($py -c 'import platform; print(platform.python_version())') ${PACKAGES[*]}"
+    if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
+        say "image $image is built ($want)"; return 0
+    fi
+    [[ ${py##*/} == python3.12 ]] || say "no Python 3.12 on this machine: the image is simulated with $py"
+    say "building $image with $py: ${PACKAGES[*]} (from the package index; torch's wheels are several GB)"
+    rm -rf "$image"
+    "$py" -m venv "$image" || return 1
+    "$image/bin/python" -m pip install --quiet --disable-pip-version-check "${PACKAGES[@]}" || return 1
+    if "$image/bin/python" -c 'import zmq' 2>/dev/null; then
+        say "the image must not have pyzmq, but it came with a requirement"; return 1
+    fi
+    echo "$want" >"$stamp"
+}
+
+# The checkout as it travels: tracked and untracked-not-ignored files, plus the packed .whl/, in a folder
+# with no shared/ beside it.
+copy_checkout() {
+    local dest=$1
+    rm -rf "$dest" && mkdir -p "$dest" || return 1
+    (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$dest" 2>/dev/null)
+    [[ -d $root/.whl ]] && cp -r "$root/.whl" "$dest/.whl"
+    [[ -x $dest/tests/gpu/check.sh ]] || { say "copying the checkout to $dest failed"; return 1; }
+}
+
+# The device command in the copy, offline: pip sees no index, no find-links, no configuration of this machine.
+run_check() {
+    local project=$1 log=$2; shift 2
+    (cd "$project" && env -u PYTHONPATH -u PYTHON -u VIRTUAL_ENV -u PIP_FIND_LINKS -u PIP_INDEX_URL \
+        -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 \
+        http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 PATH="$image/bin:$PATH" \
+        tests/gpu/check.sh "$@") >"$log" 2>&1
+}
+
+build || { say "building the image failed"; exit 1; }
+((build_only)) && exit 0
+"$root/tests/gpu/check.sh" --pack || exit 1
+work=$image.run
+out=${out:-$work/out}
+mkdir -p "$out"
+copy_checkout "$work/device/project" || exit 1
+project=$work/device/project
+[[ ! -e $work/device/shared ]] || { say "$work/device/shared must not exist"; exit 1; }
+say "python3 is $(PATH="$image/bin:$PATH" command -v python3) ($(PATH="$image/bin:$PATH" python3 -c \
+    'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__, "CUDA",
+torch.version.cuda, "transformers", transformers.__version__)'))"
+
+failed=0
+t0=$SECONDS
+run_check "$project" "$out/check.log" --out "$out/check"
+status=$? seconds=$((SECONDS - t0))
+if ((status == 2)) && grep -q "needs CUDA, but" "$out/check.log" && [[ ! -e $out/check/check.json ]]; then
+    say "check without CUDA: stopped with status 2 in $seconds s, saying why:"
+    grep "needs CUDA, but" "$out/check.log" | head -n 1 >&2
+else
+    say "check without CUDA: status $status in $seconds s, expected 2 and its reason; the end of $out/check.log:"
+    tail -n 20 "$out/check.log" >&2; failed=1
+fi
+t0=$SECONDS
+run_check "$project" "$out/rehearsal.log" --rehearse --out "$out/rehearsal"
+status=$? seconds=$((SECONDS - t0))
+if ((status == 0)); then
+    say "rehearsal: passed in $seconds s (log $out/rehearsal.log, report $out/rehearsal/check.json)"
+else
+    say "rehearsal: status $status in $seconds s; the end of $out/rehearsal.log:"; failed=1
+fi
+tail -n 8 "$out/rehearsal.log" >&2
+exit $failed
