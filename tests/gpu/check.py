@@ -31,7 +31,7 @@ import torch
 from models.cuda_env import cuda_driver, cuda_report, describe
 from models.hf import aligned_slots
 from models.shapes import SHAPES, random_model
-from tests.gpu import passes, pipelined
+from tests.gpu import passes, pipelined, recorded
 from tests.gpu.passes import Budget, OutOfTime
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,13 +60,14 @@ class Plan:
                                 "Explain in three sentences why the sky is blue.")
     # seconds each section may take at most (the overall deadline may cut it shorter)
     budgets: dict = field(default_factory=lambda: {"environment": 30, "gpu tests": 90, "parity": 75,
-                                                   "latency": 120, "pipelined": 210})
+                                                   "latency": 120, "pipelined": 210, "recorded rounds": 60})
 
 
 # The rehearsal's budgets are for an idle 2-core machine; scaled_budgets stretches them under load.
 REHEARSAL = Plan(device="cpu", parity_shapes=("tiny",), latency_shapes=("tiny", "tiny"), target="tiny",
                  drafter="tiny", capacity=256, context=64, reps=3, max_new_tokens=12, prompts=Plan().prompts[:1],
-                 budgets={"environment": 30, "gpu tests": 60, "parity": 30, "latency": 30, "pipelined": 90})
+                 budgets={"environment": 30, "gpu tests": 60, "parity": 30, "latency": 30, "pipelined": 90,
+                          "recorded rounds": 90})
 ISOLATED = ("environment", "parity", "latency")  # sections that use the device: each in a child process
 CHILD_GRACE = 20.0  # seconds a section's child gets past its budget to stop by itself and report
 
@@ -250,8 +251,20 @@ def print_decode_table(plan: Plan, summary: dict, shared: bool) -> None:
         print(f"  * overlap figures: {SHARED_NOTE}")
 
 
+def recorded_rounds(plan: Plan, budget: Budget) -> dict:
+    """Decodes recorded at the paper's pool (a 711-row measurement pass each round), then the values program
+    on them; the recording decoder must agree with its values. Both processes run the drafter's shape: the
+    section checks the path, not the pair's speed."""
+    budget.check("the recorded rounds")
+    result = recorded.run(plan.drafter, plan.drafter, plan.gpus, plan.prompts[:1], plan.max_new_tokens, budget.left())
+    agree = result.get("agreement") or []
+    figure = (f"{result['rounds']} rounds, realized {agree[0]['realized_per_round']:.2f} against value "
+              f"{agree[0]['value_per_round']:.2f}" if agree else "no recorded round")
+    return {**result, "figure": figure}
+
+
 SECTIONS = (("environment", environment), ("gpu tests", gpu_tests), ("parity", parity), ("latency", latency),
-            ("pipelined", pipelined_decodes))
+            ("pipelined", pipelined_decodes), ("recorded rounds", recorded_rounds))
 
 
 # -- goals, running, main ---------------------------------------------------------------------------

@@ -172,13 +172,17 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
                           timeout=900, env=offline_env(PYTHON=sys.executable))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((tmp_path / "check.json").read_text())
-    assert report["status"] == dict.fromkeys(["environment", "gpu tests", "parity", "latency", "pipelined"], "passed")
+    assert report["status"] == dict.fromkeys(["environment", "gpu tests", "parity", "latency", "pipelined",
+                                              "recorded rounds"], "passed")
+    rounds = report["sections"]["recorded rounds"]
+    assert rounds["rounds"] > 0 and not any(a["disagrees"] for a in rounds["agreement"])
+    assert {"draft", "root", "root-draw", "oracle"} <= set(rounds["rules"])
     decoders = report["sections"]["pipelined"]["decoders"]
     assert list(decoders) == pipelined.decoder_names() and report["sections"]["pipelined"]["outputs_differ"] == []
     assert all(f"{d} " in done.stdout for d in decoders)  # a live line per decode
-    assert done.stdout.strip().splitlines()[-5:] == check.summary_lines(report)  # the output ends in the summary
+    assert done.stdout.strip().splitlines()[-6:] == check.summary_lines(report)  # the output ends in the summary
     log = (tmp_path / "check.log").read_text()
-    assert all(line in log for line in done.stdout.splitlines()[-5:]) and "== 5/5 pipelined" in log
+    assert all(line in log for line in done.stdout.splitlines()[-6:]) and "== 5/6 pipelined" in log
 
 
 def record_line(decoder: str, prompt: int, tokens: list[int], phases: dict[str, list[float]]) -> str:
