@@ -22,9 +22,10 @@ from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
 from pipeline.pool import out_of_vocab
-from protocol.codec import decode
-from protocol.errors import (DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage, ProtocolError,
-                             StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
+from protocol.codec import MAX_FRAMES, decode
+from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage,
+                             ProtocolError, StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch,
+                             printable)
 from protocol.limits import MAX_TEXT
 from protocol.messages import (PROTOCOL_VERSION, Commit, End, Error, Hello, Message, PoolMsg, Ready, Shutdown,
                                Start)
@@ -90,7 +91,8 @@ class DrafterServer:
             msg = None
         if isinstance(msg, Error):  # never answer an Error: two peers could bounce refusals forever
             return
-        log.warning("refused a second target: serving one already")
+        self.listener.throttle.warning(log, "busy", "told a second peer that the drafter is busy: it serves a "
+                                       "target already")
         self.listener.send(event.peer, Error(DrafterBusy.code, "the drafter serves another target; it serves one "
                                              "at a time (start another drafter, or wait for this one)"))
 
@@ -98,6 +100,8 @@ class DrafterServer:
         """Decode and answer one message of the served (or a new) peer -> whether to stop serving."""
         msg = None
         try:
+            if event.count > len(event.frames):  # the transport read no further than the protocol's maximum
+                raise BadArray(f"a message has at most {MAX_FRAMES} frames, got {event.count}")
             msg = decode(event.frames)
             if isinstance(msg, Shutdown):
                 return self._shutdown(event)
@@ -105,7 +109,7 @@ class DrafterServer:
             if isinstance(msg, Hello):
                 self.peer = event.peer
         except ProtocolError as e:
-            log.warning("refused a message: %s", e)
+            self.listener.throttle.warning(log, f"refused {e.code}", "refused a message: %s", e)
             reply = Error(e.code, printable(str(e), MAX_TEXT), _request_of(msg, self.request))
         except CapacityError as e:  # a request this drafter cannot serve: beyond its KV cache or memory
             log.warning("cannot serve request %d: %s", _request_of(msg, self.request), e)
