@@ -280,7 +280,8 @@ class Listener:
             auth = ThreadAuthenticator(context, log=logging.getLogger("transport.zap"))
             auth.start()
             if keys is not None:
-                auth.configure_curve_callback("*", credentials_provider=_Trust(keys.trusted, throttle))
+                auth.configure_curve_callback(ZAP_DOMAIN.decode(),
+                                              credentials_provider=_Trust(keys.trusted, throttle))
             sock = _bounded(context.socket(zmq.ROUTER))
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that has gone fails, not vanishes
             sock.zap_domain = ZAP_DOMAIN
