@@ -11,6 +11,7 @@ one, and never allocates one that its device cannot hold.
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 from collections import deque
 
@@ -37,14 +38,20 @@ log = logging.getLogger("drafter")
 DEPARTED_KEPT = 256  # routing ids of closed connections remembered, to ignore messages they left queued
 
 
+def tag(peer: bytes) -> bytes:
+    """A fixed-size stand-in for a routing id, which a peer may make as long as a frame: what the drafter
+    remembers of a connection costs 16 bytes however long its id."""
+    return hashlib.blake2b(peer, digest_size=16).digest()
+
+
 class DrafterServer:
     def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False) -> None:
         self.listener = listener
         self.loaded = loaded
         self.persist = persist  # after a Shutdown, wait for the next target instead of exiting
         self.peer: bytes | None = None  # the routing id of the target being served
-        self.connections: dict[int, bytes] = {}  # descriptor -> routing id, of connections that spoke
-        self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # ids never reused: a counter in ZeroMQ
+        self.connections: dict[int, bytes] = {}  # descriptor -> tag of the routing id, of connections that spoke
+        self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # tags; ids are never reused in ZeroMQ
         self.runner = None  # the one KV cache (and graphs) of this process
         self.drafter: Drafter | None = None
         self.request = -1
@@ -57,11 +64,11 @@ class DrafterServer:
             if isinstance(event, Left):
                 self._departed(event.fd)
                 continue
-            if event.peer in self.departed:
+            if (peer := tag(event.peer)) in self.departed:
                 log.debug("ignored a message a closed connection left queued")
                 continue
             # A descriptor is reused only after its connection closed, and the monitor reports that first.
-            self.connections[event.fd] = event.peer
+            self.connections[event.fd] = peer
             if self._busy_for(event):
                 self._refuse_busy(event)
             elif self._answer(event):
@@ -72,7 +79,7 @@ class DrafterServer:
         if peer is None:
             return  # a connection that never spoke (a failed secure handshake, say)
         self.departed.append(peer)
-        if peer == self.peer:
+        if self.peer is not None and peer == tag(self.peer):
             log.info("the target closed its connection; ready for the next one")
             self._forget()
 

@@ -47,8 +47,8 @@ from pipeline.config import DecodeConfig, InputError, PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import SPECULATIVE
 from protocol.codec import encode
-from protocol.errors import (AccessDenied, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied, PeerError,
-                             PeerTimeout, ProtocolError, UnexpectedMessage)
+from protocol.errors import (AccessDenied, BadArray, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied,
+                             PeerError, PeerTimeout, ProtocolError, UnexpectedMessage)
 from protocol.limits import MAX_FRAME_BYTES
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
 from protocol.transport import Channel, EndpointError, Listener, private_ipc_endpoint
@@ -634,6 +634,87 @@ def terminal_escapes_in_an_error(arena: Arena) -> None:
     arena.handshake(endpoint)
 
 
+# -- raw ZMTP: peers libzmq's own sockets would not be --------------------------------------------------------
+
+ZMTP1_GREETING = bytes([5, 0]) + b"V1ID" + bytes([2, 0]) + b"x"  # identity "V1ID", then a one-byte message
+ZMTP2_GREETING = b"\xff" + bytes(8) + b"\x7f" + bytes([1, 5, 0, 0]) + bytes([0, 1]) + b"x"  # revision 1, DEALER
+
+
+def zmtp3_null_dealer(identity: bytes = b"") -> tuple[bytes, bytes]:
+    """A ZMTP 3.0 DEALER's greeting and READY command in clear (NULL), with this routing id."""
+    greeting = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\x00") + bytes(32)
+
+    def prop(name: bytes, value: bytes) -> bytes:
+        return bytes([len(name)]) + name + len(value).to_bytes(4, "big") + value
+
+    body = b"\x05READY" + prop(b"Socket-Type", b"DEALER") + prop(b"Identity", identity)
+    size = bytes([4, len(body)]) if len(body) < 256 else b"\x06" + len(body).to_bytes(8, "big")  # short or long
+    return greeting, size + body
+
+
+def empty_frames(header: bytes, count: int) -> bytes:
+    """One message on the wire: `header`, then `count` - 1 empty frames."""
+    return bytes([1, len(header)]) + header + b"\x01\x00" * (count - 2) + b"\x00\x00"
+
+
+def _raw_connect(endpoint: str, identity: bytes | None = None):
+    """A unix socket connected to `endpoint`; with `identity`, past a ZMTP 3 handshake as a DEALER."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(HARD_S)
+    sock.connect(endpoint[len("ipc://"):])
+    if identity is not None:
+        greeting, ready = zmtp3_null_dealer(identity)
+        sock.sendall(greeting)
+        sock.sendall(ready)
+        got = b""  # the drafter's greeting, then its READY once its ZAP handler admitted this peer
+        while b"READY" not in got[64:] and (data := sock.recv(4096)):
+            got += data
+    return sock
+
+
+def _closed_by_peer(sock, seconds: float) -> bool:
+    """Whether the other end closes the connection within `seconds` (what it sends meanwhile is read)."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def _legacy(greeting: bytes):
+    def attack(arena: Arena) -> None:
+        sock = _raw_connect(arena.plain.endpoint)
+        try:
+            sock.sendall(greeting)
+            if _closed_by_peer(sock, 5.0):
+                raise PeerDied("the drafter closed the connection of a pre-ZMTP 3 peer")
+        finally:
+            sock.close()
+    return attack
+
+
+def many_frames(count: int):
+    def attack(arena: Arena) -> None:
+        sock = _raw_connect(arena.plain.endpoint, b"")
+        try:
+            sock.sendall(empty_frames(encode(Error("x", "y"))[0], count))
+            wanted, seen = f"got {count}".encode(), b""
+            while wanted not in seen:
+                if not (data := sock.recv(4096)):
+                    return  # closed without a refusal: accepted
+                seen = seen[-64:] + data
+            raise BadArray(f"peer reported bad-array: a message has at most 5 frames, got {count}")
+        finally:
+            sock.close()
+    return attack
+
+
 @dataclass(frozen=True)
 class Attack:
     name: str
@@ -643,6 +724,12 @@ class Attack:
 
 
 ATTACKS = [
+    Attack("ZMTP 1.0 greeting to the drafter", _legacy(ZMTP1_GREETING), PeerDied,
+           r"closed the connection of a pre-ZMTP 3 peer"),
+    Attack("ZMTP 2.0 greeting to the drafter", _legacy(ZMTP2_GREETING), PeerDied,
+           r"closed the connection of a pre-ZMTP 3 peer"),
+    Attack("100,000-frame message to the drafter", many_frames(100_000), BadArray,
+           r"at most 5 frames, got 100000"),
     Attack("nested header to the drafter", nested_header_to_the_drafter, PeerError,
            r"peer reported malformed: header nests 1000 levels deep"),
     Attack("nested header to the target", nested_header_to_the_target, MalformedMessage,
