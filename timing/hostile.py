@@ -831,6 +831,9 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
         out["served_after_frame"] = _handshake(context, endpoint, [256])
         out[f"after_{hellos}_hellos_mib"] = (_handshake(context, endpoint, [2 ** (13 + i) for i in range(hellos)])
                                              and rss_mib(proc.pid))
+        out.update(many_frames_cost(endpoint, proc.pid))
+        out.update(long_ids_cost(endpoint, proc.pid))
+        out["served_after_ids"] = _handshake(context, endpoint, [256])
         out["alive"] = proc.poll() is None
         return out
     finally:
@@ -839,6 +842,48 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
         proc.wait()
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def many_frames_cost(endpoint: str, pid: int, count: int = 2_000_000) -> dict:
+    """One message of `count` frames from a raw ZMTP 3 peer: the drafter's RSS before, at its peak and after
+    its refusal, and the seconds from the last byte sent to the refusal received."""
+    sock = _raw_connect(endpoint, b"")
+    before, peak, done = rss_mib(pid), [0.0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_mib(pid))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        sock.sendall(empty_frames(encode(Error("x", "y"))[0], count))
+        t0, seen, wanted = time.perf_counter(), b"", f"got {count}".encode()
+        while wanted not in seen and (data := sock.recv(4096)):
+            seen = seen[-64:] + data
+        seconds = time.perf_counter() - t0
+    finally:
+        done.set()
+        watcher.join()
+        sock.close()
+    return {f"frames_{count}_refused": wanted in seen, f"frames_{count}_seconds": round(seconds, 2),
+            f"frames_{count}_before_mib": before, f"frames_{count}_peak_mib": peak[0],
+            f"frames_{count}_after_mib": rss_mib(pid)}
+
+
+def long_ids_cost(endpoint: str, pid: int, peers: int = 300, id_bytes: int = 1 << 20) -> dict:
+    """`peers` raw peers in turn, each with a routing id of `id_bytes`, sending one message and leaving: the
+    drafter's RSS before and after (it remembers departed peers)."""
+    before = rss_mib(pid)
+    for i in range(peers):
+        sock = _raw_connect(endpoint, i.to_bytes(4, "big") * (id_bytes // 4))
+        sock.sendall(empty_frames(encode(Error("x", "y"))[0], 2))
+        time.sleep(0.005)
+        sock.close()
+    time.sleep(1.0)
+    name = f"ids_{peers}x{id_bytes >> 20}_mib"
+    return {f"{name}_before_mib": before, f"{name}_after_mib": rss_mib(pid)}
 
 
 def _dealer(context, endpoint: str):
