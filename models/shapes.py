@@ -22,7 +22,10 @@ def random_model(name: str, device: str, dtype: torch.dtype, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if name not in SHAPES:
-        raise ValueError(f"unknown random model shape {name!r}; known: {', '.join(SHAPES)}")
+        from pipeline.config import ConfigError
+
+        raise ConfigError("model", f"random:{name}: unknown random model shape {name!r}; known: "
+                          f"{', '.join(SHAPES)}")
     vocab, hidden, inter, layers, heads, kv_heads, head_dim, tied = SHAPES[name]
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,

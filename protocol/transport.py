@@ -124,6 +124,9 @@ def check_endpoint(endpoint: str) -> str:
             port = None
         if not parts.hostname or port is None or parts.path:
             raise ValueError(f"`endpoint` {endpoint!r} must look like tcp://HOST:PORT")
+        if port == 0:  # the drafter would bind a port of the system's choice that its target cannot know
+            raise ValueError(f"`endpoint` {endpoint!r}: port 0 names no port the other side could connect to; name "
+                             f"a port, or tcp for a free loopback port")
         return endpoint
     raise ValueError(f"`endpoint` {endpoint!r} must be ipc://PATH, tcp://HOST:PORT or tcp (loopback)")
 

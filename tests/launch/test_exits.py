@@ -1,0 +1,39 @@
+"""Command-line endings that once were tracebacks: a reader of stdout that leaves ends the program quietly,
+and an unknown random model shape is a usage error naming the option."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from models.shapes import random_model
+from pipeline.config import ConfigError
+
+LEAVING_READER = """
+import sys
+from launch.cli import Flags, run_program
+
+def body():
+    for _ in range(100_000):
+        print("x" * 100)
+    return 0
+
+sys.exit(run_program(body, Flags({})))
+"""
+
+
+def test_a_reader_that_leaves_ends_the_program_quietly_with_sigpipes_status():
+    writer = subprocess.Popen([sys.executable, "-c", LEAVING_READER], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    writer.stdout.read(1)
+    writer.stdout.close()  # as `| head -c 1` does
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 141
+    assert err == b""
+
+
+def test_an_unknown_random_shape_names_the_model_option():
+    with pytest.raises(ConfigError, match=r"`model` random:nope: unknown random model shape 'nope'; known: "):
+        random_model("nope", "cpu", None)
