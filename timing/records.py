@@ -36,6 +36,15 @@ class RecordsUnwritable(InputError):
     """The file system refused a record; the records before it are intact."""
 
 
+def directory(path: str | Path, what: str) -> Path:
+    """`path` as a directory that exists or can be made; InputError naming `what` when a file (or a device)
+    is there."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{what} {path} is not a directory")
+    return path
+
+
 def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
     return Path(out) / f"records.shard-{shard}-of-{n_shards}.jsonl"
 

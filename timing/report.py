@@ -21,7 +21,7 @@ from pipeline.config import InputError
 from pipeline.decode import PHASES
 from target_proc.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from timing import run_config
-from timing.records import load_records
+from timing.records import directory, load_records
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(dirs: Sequence[str], options: ReportOptions) -> int:
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise InputError(f"the run directory {d} " + ("is not a directory" if Path(d).exists() else
+                                                          "does not exist"))
+    directory(options.out or dirs[0], "--out")
     config = merged_config(dirs)
     records = load_records(dirs)
     timed = [r for r in records if not r["warmup"]]

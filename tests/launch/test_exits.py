@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from models.shapes import random_model
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, InputError
 
 LEAVING_READER = """
 import sys
@@ -37,3 +37,18 @@ def test_a_reader_that_leaves_ends_the_program_quietly_with_sigpipes_status():
 def test_an_unknown_random_shape_names_the_model_option():
     with pytest.raises(ConfigError, match=r"`model` random:nope: unknown random model shape 'nope'; known: "):
         random_model("nope", "cpu", None)
+
+
+def test_a_file_where_a_directory_belongs_is_a_usage_error_naming_it(tmp_path, capsys):
+    from timing.export import main as export_main
+    from timing.records import directory
+    from timing.report import main as report_main
+
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(InputError, match=rf"--out {file} is not a directory"):
+        directory(file, "--out")
+    assert report_main([str(file)]) == 2
+    assert f"the run directory {file} is not a directory" in capsys.readouterr().err
+    assert export_main([str(file), str(tmp_path / "answers")]) == 2
+    assert f"the run directory {file} is not a directory" in capsys.readouterr().err
