@@ -69,6 +69,8 @@ def read_records(path: Path, repair: bool = False) -> list[dict]:
     cut off the file; damage anywhere else raises DamagedRecords naming the line."""
     if not path.exists():
         return []
+    if not path.is_file():  # a device (a link to /dev/zero, say) would be read forever
+        raise InputError(f"the records file {path} is not a regular file")
     data = path.read_bytes()
     records, seen, good = [], set(), 0
     lines = data.split(b"\n")  # the piece after the last newline is b"" for an intact file

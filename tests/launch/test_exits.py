@@ -52,3 +52,12 @@ def test_a_file_where_a_directory_belongs_is_a_usage_error_naming_it(tmp_path, c
     assert f"the run directory {file} is not a directory" in capsys.readouterr().err
     assert export_main([str(file), str(tmp_path / "answers")]) == 2
     assert f"the run directory {file} is not a directory" in capsys.readouterr().err
+
+
+def test_a_records_file_that_is_a_device_is_refused_not_read_forever(tmp_path):
+    from timing.records import read_records
+
+    link = tmp_path / "records.jsonl"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(InputError, match=rf"the records file {link} is not a regular file"):
+        read_records(link)
