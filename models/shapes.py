@@ -6,7 +6,6 @@ without weights; outputs are meaningless and acceptance is near zero.
 
 from __future__ import annotations
 
-import torch
 
 SHAPES = {
     # name: (vocab, hidden, intermediate, layers, heads, kv heads, head dim, tied embeddings)
@@ -17,8 +16,9 @@ SHAPES = {
 PREFIX = "random:"
 
 
-def random_model(name: str, device: str, dtype: torch.dtype, seed: int = 0):
+def random_model(name: str, device: str, dtype, seed: int = 0):
     """A LlamaForCausalLM with the named shape, initialised on `device` directly (fast on a GPU)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if name not in SHAPES:

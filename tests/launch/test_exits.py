@@ -61,3 +61,10 @@ def test_a_records_file_that_is_a_device_is_refused_not_read_forever(tmp_path):
     link.symlink_to("/dev/zero")
     with pytest.raises(InputError, match=rf"the records file {link} is not a regular file"):
         read_records(link)
+
+
+def test_an_unknown_random_shape_is_refused_before_anything_loads():
+    from models.options import ModelOptions
+
+    with pytest.raises(ConfigError, match=r"`model` 'random:nope': unknown random model shape 'nope'; known: "):
+        ModelOptions(model="random:nope")
