@@ -11,6 +11,7 @@ one, and never allocates one that its device cannot hold.
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 from collections import deque
 
@@ -22,9 +23,10 @@ from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
 from pipeline.pool import out_of_vocab
-from protocol.codec import decode
-from protocol.errors import (DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage, ProtocolError,
-                             StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
+from protocol.codec import MAX_FRAMES, decode
+from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage,
+                             ProtocolError, StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch,
+                             printable)
 from protocol.limits import MAX_TEXT
 from protocol.messages import (PROTOCOL_VERSION, Commit, End, Error, Hello, Message, PoolMsg, Ready, Shutdown,
                                Start)
@@ -36,14 +38,20 @@ log = logging.getLogger("drafter")
 DEPARTED_KEPT = 256  # routing ids of closed connections remembered, to ignore messages they left queued
 
 
+def tag(peer: bytes) -> bytes:
+    """A fixed-size stand-in for a routing id, which a peer may make as long as a frame: what the drafter
+    remembers of a connection costs 16 bytes however long its id."""
+    return hashlib.blake2b(peer, digest_size=16).digest()
+
+
 class DrafterServer:
     def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False) -> None:
         self.listener = listener
         self.loaded = loaded
         self.persist = persist  # after a Shutdown, wait for the next target instead of exiting
         self.peer: bytes | None = None  # the routing id of the target being served
-        self.connections: dict[int, bytes] = {}  # descriptor -> routing id, of connections that spoke
-        self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # ids never reused: a counter in ZeroMQ
+        self.connections: dict[int, bytes] = {}  # descriptor -> tag of the routing id, of connections that spoke
+        self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # tags; ids are never reused in ZeroMQ
         self.runner = None  # the one KV cache (and graphs) of this process
         self.drafter: Drafter | None = None
         self.request = -1
@@ -56,11 +64,11 @@ class DrafterServer:
             if isinstance(event, Left):
                 self._departed(event.fd)
                 continue
-            if event.peer in self.departed:
+            if (peer := tag(event.peer)) in self.departed:
                 log.debug("ignored a message a closed connection left queued")
                 continue
             # A descriptor is reused only after its connection closed, and the monitor reports that first.
-            self.connections[event.fd] = event.peer
+            self.connections[event.fd] = peer
             if self._busy_for(event):
                 self._refuse_busy(event)
             elif self._answer(event):
@@ -71,7 +79,7 @@ class DrafterServer:
         if peer is None:
             return  # a connection that never spoke (a failed secure handshake, say)
         self.departed.append(peer)
-        if peer == self.peer:
+        if self.peer is not None and peer == tag(self.peer):
             log.info("the target closed its connection; ready for the next one")
             self._forget()
 
@@ -90,7 +98,8 @@ class DrafterServer:
             msg = None
         if isinstance(msg, Error):  # never answer an Error: two peers could bounce refusals forever
             return
-        log.warning("refused a second target: serving one already")
+        self.listener.throttle.warning(log, "busy", "told a second peer that the drafter is busy: it serves a "
+                                       "target already")
         self.listener.send(event.peer, Error(DrafterBusy.code, "the drafter serves another target; it serves one "
                                              "at a time (start another drafter, or wait for this one)"))
 
@@ -98,6 +107,8 @@ class DrafterServer:
         """Decode and answer one message of the served (or a new) peer -> whether to stop serving."""
         msg = None
         try:
+            if event.count > len(event.frames):  # the transport read no further than the protocol's maximum
+                raise BadArray(f"a message has at most {MAX_FRAMES} frames, got {event.count}")
             msg = decode(event.frames)
             if isinstance(msg, Shutdown):
                 return self._shutdown(event)
@@ -105,7 +116,7 @@ class DrafterServer:
             if isinstance(msg, Hello):
                 self.peer = event.peer
         except ProtocolError as e:
-            log.warning("refused a message: %s", e)
+            self.listener.throttle.warning(log, f"refused {e.code}", "refused a message: %s", e)
             reply = Error(e.code, printable(str(e), MAX_TEXT), _request_of(msg, self.request))
         except CapacityError as e:  # a request this drafter cannot serve: beyond its KV cache or memory
             log.warning("cannot serve request %d: %s", _request_of(msg, self.request), e)

@@ -60,6 +60,12 @@ class ModelOptions:
         check_int("mock_seed", self.mock_seed, 0)
         if not (isinstance(self.mock_noise, (int, float)) and math.isfinite(self.mock_noise) and self.mock_noise >= 0):
             raise ConfigError("mock_noise", f"must be a finite number >= 0, got {self.mock_noise!r}")
+        if self.model.startswith("random:"):
+            from models.shapes import PREFIX, SHAPES
+
+            if (shape := self.model[len(PREFIX):]) not in SHAPES:
+                raise ConfigError("model", f"{self.model!r}: unknown random model shape {shape!r}; known: "
+                                  f"{', '.join(SHAPES)}")
         if self.model.endswith(INT8_SUFFIX) and self.device != "cpu":
             raise ConfigError("model", f"{self.model!r}: dynamic int8 quantization runs on the CPU only")
 

@@ -6,7 +6,6 @@ without weights; outputs are meaningless and acceptance is near zero.
 
 from __future__ import annotations
 
-import torch
 
 SHAPES = {
     # name: (vocab, hidden, intermediate, layers, heads, kv heads, head dim, tied embeddings)
@@ -17,12 +16,16 @@ SHAPES = {
 PREFIX = "random:"
 
 
-def random_model(name: str, device: str, dtype: torch.dtype, seed: int = 0):
+def random_model(name: str, device: str, dtype, seed: int = 0):
     """A LlamaForCausalLM with the named shape, initialised on `device` directly (fast on a GPU)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if name not in SHAPES:
-        raise ValueError(f"unknown random model shape {name!r}; known: {', '.join(SHAPES)}")
+        from pipeline.config import ConfigError
+
+        raise ConfigError("model", f"random:{name}: unknown random model shape {name!r}; known: "
+                          f"{', '.join(SHAPES)}")
     vocab, hidden, inter, layers, heads, kv_heads, head_dim, tied = SHAPES[name]
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,

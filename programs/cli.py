@@ -21,7 +21,9 @@ import argparse
 import dataclasses
 import errno
 import logging
+import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -225,6 +227,10 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
     except (ProtocolError, PeerDied, PeerTimeout) as e:
         log.error("%s: %s", type(e).__name__, flags.rewrite(str(e)))
         return EXIT_PEER
+    except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not complain
+        return 128 + signal.SIGPIPE
     except OSError as e:
         if e.errno not in DISK_ERRORS:
             raise

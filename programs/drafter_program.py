@@ -1,8 +1,10 @@
 """python -m programs.drafter_program: load the drafter model, bind the endpoint, serve pools until Shutdown.
 
-On tcp beyond this machine (or with --curve) it speaks CURVE only: its keypair and the target keys it
-accepts come from the key directory (protocol.keys). `launch/pair.sh drafter` runs it with --persist, as a
-drafter that serves one target after another on a second host.
+On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the target keys it
+accepts come from the key directory (protocol.keys). Loopback tcp is reachable by every user of the host,
+so it is served in clear only with --clear, with a warning; tcp beyond this machine never is.
+`launch/pair.sh drafter` runs it with --persist, as a drafter that serves one target after another on a
+second host.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 from models.options import ModelOptions
-from pipeline.config import InputError
+from pipeline.config import ConfigError, InputError
 from programs.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
                         from_options, run_program, setup_logging)
 from programs.options import KeyOptions, ServeOptions
@@ -32,12 +34,20 @@ def build_parser(prog: str = "python -m programs.drafter_program") -> argparse.A
     return parser
 
 
-def server_keys(endpoint: str, options: KeyOptions):
-    """CURVE keys for a tcp endpoint beyond this machine (or with `curve`), else None (in clear)."""
+def server_keys(endpoint: str, options: KeyOptions, clear: bool = False):
+    """CURVE keys for a tcp endpoint (or with `curve`), else None: in clear on ipc, and on loopback tcp with
+    `clear`. ConfigError for `clear` where it cannot apply."""
     from protocol.keys import key_dir, own_keys, trusted_keys
     from protocol.transport import ServerKeys, is_loopback
 
-    if not options.curve and is_loopback(endpoint):
+    if clear and (options.curve or not endpoint.startswith("tcp://") or not is_loopback(endpoint)):
+        raise ConfigError("clear", "applies to a loopback tcp endpoint without --curve only (tcp beyond this "
+                          f"machine is always encrypted), got {endpoint}")
+    if clear:
+        log.warning("serving %s in clear (--clear): any process of this host can connect, take the drafter and "
+                    "read what it serves", endpoint)
+        return None
+    if not options.curve and endpoint.startswith("ipc://"):
         return None
     directory = key_dir(options.key_dir)
     own = own_keys(directory)
@@ -74,7 +84,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
     setup_logging("drafter", ns.log_level)
 
     def body() -> int:
-        keys = server_keys(endpoint, key_options)  # before the model loads: a key problem stops at once
+        keys = server_keys(endpoint, key_options, serve.clear)  # before the model loads: a key problem stops here
         import torch
 
         from drafter_proc.server import DrafterServer

@@ -121,6 +121,9 @@ class ServeOptions:
     persist: bool = field(default=False, metadata={
         "help": "serve target after target: a Shutdown ends that target's session, not the drafter "
                 "(launch/pair.sh drafter sets it)"})
+    clear: bool = field(default=False, metadata={
+        "help": "serve a loopback tcp endpoint in clear: any process of this host may then connect and hold the "
+                "drafter (every tcp endpoint speaks CURVE otherwise)"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,13 @@ exchange ZMTP heartbeats, so that a peer whose host vanished is noticed as a clo
 
 With keys, CURVE encrypts every frame and authenticates both ends: the connecting side must know the
 server's public key, and the server admits only the client keys its `trusted` test accepts (a ZAP handler
-on a thread of the listener's own context). The connecting side watches its socket's monitor: a drafter
-that exits or is killed becomes PeerDied at the next wait, a failed secure handshake AccessDenied, and
-every wait has a timeout that names the setting to raise. Sockets close with linger 0 through `close`.
+on a thread of the listener's own context). In clear the listener runs the same handler, admitting every
+peer: a ZAP handler makes libzmq refuse ZMTP 1.0 and 2.0 peers, whose connections carry no properties
+(no descriptor to tell their departure by). Messages are received frame by frame, at most the protocol's
+number of frames kept (protocol.receive), and warnings about peers are rate-limited. The connecting side
+watches its socket's monitor: a drafter that exits or is killed becomes PeerDied at the next wait, a failed
+secure handshake AccessDenied, and every wait has a timeout that names the setting to raise. Sockets close
+with linger 0 through `close`.
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from pipeline.config import InputError
-from protocol.codec import decode, encode
-from protocol.errors import AccessDenied, PeerDied, PeerTimeout
+from protocol.codec import MAX_FRAMES, decode, encode
+from protocol.errors import AccessDenied, BadArray, PeerDied, PeerTimeout
 from protocol.keys import Keypair
 from protocol.limits import MAX_FRAME_BYTES
+from protocol.log_limit import Throttle
 from protocol.messages import Message
+from protocol.receive import recv_frames
 
 log = logging.getLogger("transport")
 
@@ -47,9 +53,17 @@ HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 10_000  # a peer silent this long (its host gone, say) counts as disconnected
 PRIVATE_PREFIX = "specpair-"  # private socket directories: tempdir/specpair-XXXX/drafter.sock
 OWNER_FILE = "launcher.pid"  # the process that made a private directory, for removal after it was killed
+ZAP_DOMAIN = b"specpair"
 _HANDSHAKE_FAILED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the key was refused",
                      zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the peers' security settings do not match",
                      zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the peer's key is not the expected one"}
+# What the listener logs: a failed handshake as what happened, not as a guess about keys
+_REFUSED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "a connection was refused: its key is not authorized",
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "a connection broke off its handshake: it speaks another protocol or "
+                                                 "another ZeroMQ security mechanism (an older ZeroMQ, a port scanner, "
+                                                 "a client without or with CURVE keys)",
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "a connection closed or failed during its handshake (a port probe, "
+                                                  "a client of another protocol, or a CURVE key that does not match)"}
 
 
 class EndpointError(InputError):
@@ -70,11 +84,17 @@ class ServerKeys:
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """A message from a connected peer: its routing id, its connection's descriptor and the frames."""
+    """A message from a connected peer: its routing id, its connection's descriptor and the frames (at most
+    MAX_FRAMES kept; `count` is how many the message had)."""
 
     peer: bytes
     fd: int
     frames: list[bytes]
+    count: int = -1
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            object.__setattr__(self, "count", len(self.frames))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +124,9 @@ def check_endpoint(endpoint: str) -> str:
             port = None
         if not parts.hostname or port is None or parts.path:
             raise ValueError(f"`endpoint` {endpoint!r} must look like tcp://HOST:PORT")
+        if port == 0:  # the drafter would bind a port of the system's choice that its target cannot know
+            raise ValueError(f"`endpoint` {endpoint!r}: port 0 names no port the other side could connect to; name "
+                             f"a port, or tcp for a free loopback port")
         return endpoint
     raise ValueError(f"`endpoint` {endpoint!r} must be ipc://PATH, tcp://HOST:PORT or tcp (loopback)")
 
@@ -223,22 +246,24 @@ def _bounded(sock: zmq.Socket) -> zmq.Socket:
 class _Trust:
     """The ZAP credentials provider: admits the client keys `trusted` accepts, logs the others."""
 
-    def __init__(self, trusted: Callable[[bytes], bool]) -> None:
-        self.trusted = trusted
+    def __init__(self, trusted: Callable[[bytes], bool], throttle: Throttle) -> None:
+        self.trusted, self.throttle = trusted, throttle
 
     def callback(self, domain: str, key: bytes) -> bool:
         if self.trusted(key):
             return True
-        log.warning("refused a connection with an unknown key %s (authorize a target with launch/pair.sh keys "
-                    "--allow KEY)", key.decode("ascii", "replace"))
+        self.throttle.warning(log, "unknown key", "refused a connection with an unknown key %s (authorize a target "
+                              "with launch/pair.sh keys --allow KEY)", key.decode("ascii", "replace"))
         return False
 
 
 class Listener:
     """The drafter's ROUTER socket: messages from every connected peer, and word of peers that left."""
 
-    def __init__(self, context: zmq.Context, sock: zmq.Socket, monitor: zmq.Socket, auth, endpoint: str) -> None:
+    def __init__(self, context: zmq.Context, sock: zmq.Socket, monitor: zmq.Socket, auth, endpoint: str,
+                 throttle: Throttle) -> None:
         self.context, self.sock, self.monitor, self.auth, self.endpoint = context, sock, monitor, auth, endpoint
+        self.throttle = throttle  # one budget of warnings for the ZAP thread's and this thread's
         self.poller = zmq.Poller()
         self.poller.register(monitor, zmq.POLLIN)
         self.poller.register(sock, zmq.POLLIN)
@@ -250,15 +275,19 @@ class Listener:
             raise OSError(errno.EADDRINUSE, f"cannot bind {endpoint}: {reason}")
         context = zmq.Context()
         auth = None
+        throttle = Throttle()
         try:
-            if keys is not None:
-                from zmq.auth.thread import ThreadAuthenticator
+            from zmq.auth.thread import ThreadAuthenticator
 
-                auth = ThreadAuthenticator(context, log=logging.getLogger("transport.zap"))
-                auth.start()
-                auth.configure_curve_callback("*", credentials_provider=_Trust(keys.trusted))
+            # In clear too: with a ZAP handler libzmq refuses ZMTP 1.0/2.0 peers (NULL peers are all admitted)
+            auth = ThreadAuthenticator(context, log=logging.getLogger("transport.zap"))
+            auth.start()
+            if keys is not None:
+                auth.configure_curve_callback(ZAP_DOMAIN.decode(),
+                                              credentials_provider=_Trust(keys.trusted, throttle))
             sock = _bounded(context.socket(zmq.ROUTER))
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that has gone fails, not vanishes
+            sock.zap_domain = ZAP_DOMAIN
             if keys is not None:
                 sock.curve_server = True
                 sock.curve_publickey, sock.curve_secretkey = keys.own.public, keys.own.secret
@@ -269,7 +298,7 @@ class Listener:
         except zmq.ZMQError as e:
             _shut(context, auth)
             raise OSError(e.errno, f"cannot bind {endpoint}: {e}") from None
-        return cls(context, sock, monitor, auth, endpoint)
+        return cls(context, sock, monitor, auth, endpoint, throttle)
 
     def recv(self, timeout: float | None = None) -> Received | Left | None:
         """The next message or departure; None after `timeout` s. Departures come first when both wait."""
@@ -282,11 +311,26 @@ class Listener:
                     return event
                 continue
             if self.sock in ready:
-                parts = self.sock.recv_multipart(copy=False)
-                fd = parts[-1].get(zmq.SRCFD)  # the connection it came by, as the monitor names departures
-                return Received(parts[0].bytes, fd, [p.bytes for p in parts[1:]])
+                if (received := self._message()) is not None:
+                    return received
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def _message(self) -> Received | None:
+        """The message waiting, or None for one that cannot be told apart from others' (dropped)."""
+        got = recv_frames(self.sock, 1 + MAX_FRAMES)  # the routing id, then the message's frames
+        try:
+            # The connection it came by, as the monitor names departures. libzmq attaches it to ZMTP 3 peers,
+            # the only ones a ZAP handler admits; a message without it is dropped rather than misattributed.
+            fd = got.first.get(zmq.SRCFD)
+        except zmq.ZMQError:
+            self.throttle.warning(log, "no descriptor", "dropped a message from a connection libzmq names no "
+                                  "descriptor for")
+            return None
+        if got.excess:
+            self.throttle.warning(log, "frames", "discarded a message of %d frames (at most %d are read)",
+                                  got.count - 1, MAX_FRAMES)
+        return Received(got.first.bytes, fd, got.rest, got.count - 1)
 
     def departures(self) -> list[int]:
         """Descriptors of connections that closed, from the events already queued (no waiting)."""
@@ -300,8 +344,8 @@ class Listener:
         event = recv_monitor_message(self.monitor)
         if event["event"] == zmq.EVENT_DISCONNECTED:
             return Left(int(event["value"]))
-        if event["event"] in _HANDSHAKE_FAILED:
-            log.warning("a connection failed the secure handshake: %s", _HANDSHAKE_FAILED[event["event"]])
+        if event["event"] in _REFUSED:
+            self.throttle.warning(log, f"handshake {event['event']}", _REFUSED[event["event"]])
         return None
 
     def send(self, peer: bytes, msg: Message) -> bool:
@@ -310,7 +354,8 @@ class Listener:
         try:
             self.sock.send_multipart([peer, *encode(msg)], copy=True, flags=zmq.NOBLOCK)
         except zmq.Again:
-            log.warning("dropped a %s reply to a peer that does not read", type(msg).__name__)
+            self.throttle.warning(log, "unread", "dropped a %s reply to a peer that does not read its replies",
+                                  type(msg).__name__)
             return False
         except zmq.ZMQError as e:
             if e.errno != errno.EHOSTUNREACH:
@@ -397,7 +442,11 @@ class Channel:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = dict(self.poller.poll(None if left is None else int(left * 1000) + 1))
             if self.sock in events:
-                return self.sock.recv_multipart(copy=True)
+                got = recv_frames(self.sock, MAX_FRAMES)
+                if got.excess:
+                    raise BadArray(f"a message from the {self.peer} has {got.count} frames; a message has at most "
+                                   f"{MAX_FRAMES}")
+                return [got.first.bytes, *got.rest]
             if self.monitor in events:
                 self._event(what)
                 continue

@@ -11,7 +11,7 @@ import torch
 from models.load import load
 from models.options import ModelOptions
 from pipeline.budget import SessionBudgets
-from pipeline.config import InputError, PoolConfig
+from pipeline.config import CapacityError, InputError, PoolConfig
 from pipeline.decode import DrafterClient, Observer, decode
 from pipeline.result import DecodeResult
 from pipeline.rules import RULES
@@ -77,6 +77,18 @@ def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientK
     return ClientKeys(own_keys(key_dir(keys)), public_key(drafter_key))
 
 
+def check_kv_memory(loaded, capacity: int) -> None:
+    """CapacityError when the target's device cannot hold a KV cache of `capacity` slots (as the drafter
+    checks a Hello's), instead of an allocator's traceback."""
+    from models.kv_memory import device_of, free_bytes, gib, kv_bytes
+
+    device = device_of(loaded)
+    need, free = kv_bytes(loaded, capacity), free_bytes(device)
+    if need > free:
+        raise CapacityError(f"the target cannot allocate a KV cache of {capacity} slots: it needs {gib(need)} and "
+                            f"{device} has {gib(free)} free (lower `max_context`)")
+
+
 @contextmanager
 def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_timeout: float,
                  ready_timeout: float, drafter_key: str = "", keys: str = "") -> Iterator[Session]:
@@ -84,6 +96,7 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
     log = logging.getLogger("target")
     curve = client_keys(endpoint, drafter_key, keys)  # refuses an insecure endpoint before loading anything
     loaded = load(model, "target")
+    check_kv_memory(loaded, model.max_context)
     target = Target(loaded.runner(model.max_context), model.cpu_threads)
     log.info("loaded %s on %s; waiting for the drafter at %s%s", model.model, model.device, endpoint,
              " (CURVE)" if drafter_key else "")

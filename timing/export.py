@@ -28,7 +28,7 @@ from pipeline.config import InputError
 from programs.cli import files_program, run_files_program
 from timing import run_config
 from timing.options import ExportOptions
-from timing.record_store import load_records
+from timing.record_store import directory, load_records
 
 
 
@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path]:
     """Write the Spec-Bench answer files of a sweep directory -> their paths."""
+    if not Path(run_dir).is_dir():
+        raise InputError(f"the run directory {run_dir} " + ("is not a directory" if Path(run_dir).exists() else
+                                                            "does not exist"))
+    directory(out_dir, "the output directory")
     config = run_config.read_config(run_dir)
     rule = config["sweep"].get("speed_tokens", "round")
     model_id = model_id or _plain_name(config["models"]["target"]["model"])

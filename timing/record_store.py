@@ -36,6 +36,15 @@ class RecordsUnwritable(InputError):
     """The file system refused a record; the records before it are intact."""
 
 
+def directory(path: str | Path, what: str) -> Path:
+    """`path` as a directory that exists or can be made; InputError naming `what` when a file (or a device)
+    is there."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{what} {path} is not a directory")
+    return path
+
+
 def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
     return Path(out) / f"records.shard-{shard}-of-{n_shards}.jsonl"
 
@@ -60,6 +69,8 @@ def read_records(path: Path, repair: bool = False) -> list[dict]:
     cut off the file; damage anywhere else raises DamagedRecords naming the line."""
     if not path.exists():
         return []
+    if not path.is_file():  # a device (a link to /dev/zero, say) would be read forever
+        raise InputError(f"the records file {path} is not a regular file")
     data = path.read_bytes()
     records, seen, good = [], set(), 0
     lines = data.split(b"\n")  # the piece after the last newline is b"" for an intact file

@@ -21,7 +21,7 @@ from pipeline.result import PHASES
 from programs.cli import files_program, run_files_program
 from timing import run_config
 from timing.options import ReportOptions
-from timing.record_store import load_records
+from timing.record_store import directory, load_records
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(dirs: Sequence[str], options: ReportOptions) -> int:
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise InputError(f"the run directory {d} " + ("is not a directory" if Path(d).exists() else
+                                                          "does not exist"))
+    directory(options.out or dirs[0], "--out")
     config = merged_config(dirs)
     records = load_records(dirs)
     timed = [r for r in records if not r["warmup"]]

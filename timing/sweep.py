@@ -32,7 +32,7 @@ from target_proc.conversation import decode_conversation
 from target_proc.recorder import RoundRecorder
 from timing import run_config
 from timing.options import SweepOptions
-from timing.record_store import RecordStore, record_key, records_path
+from timing.record_store import RecordStore, directory, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order
 
 log = logging.getLogger("timing")
@@ -71,6 +71,7 @@ def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, dr
     records a start in config.json; `connect` opens the session only when a decode is left.
     """
     tasks = sweep_tasks(options, prompts)
+    directory(options.out, "--out")
     with RecordStore(records_path(options.out, *options.shard_index)) as store:
         start = run_config.environment(options.shard, drafter_env)
         run_config.claim(options.out, config, start)

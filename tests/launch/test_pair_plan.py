@@ -11,6 +11,7 @@ import socket
 import pytest
 
 from launch.pair import plan
+from pipeline.config import ConfigError
 from programs import keys_program
 from programs.drafter_program import server_keys
 from programs.options import KeyOptions
@@ -99,15 +100,26 @@ def test_bad_connection_options_are_usage_errors_naming_them(capsys, argv, messa
     assert re.search(message, usage_error(capsys, *argv))
 
 
-def test_a_drafter_encrypts_every_tcp_endpoint_beyond_this_machine(tmp_path):
+def test_a_drafter_encrypts_every_tcp_endpoint_loopback_included(tmp_path):
     options = KeyOptions(key_dir=str(tmp_path / "keys"))
     assert server_keys("ipc:///tmp/d.sock", options) is None
-    assert server_keys("tcp://127.0.0.1:5555", options) is None
-    for endpoint in ("tcp://0.0.0.0:5555", "tcp://10.1.2.3:5555", "tcp://*:5555"):
+    for endpoint in ("tcp://127.0.0.1:5555", "tcp://0.0.0.0:5555", "tcp://10.1.2.3:5555", "tcp://*:5555"):
         keys = server_keys(endpoint, options)
         assert keys.own == own_keys(tmp_path / "keys") and keys.trusted(keys.own.public)
         assert not keys.trusted(b"x" * 40)
-    assert server_keys("tcp://127.0.0.1:5555", KeyOptions(str(tmp_path / "keys"), curve=True)) is not None
+    assert server_keys("ipc:///tmp/d.sock", KeyOptions(str(tmp_path / "keys"), curve=True)) is not None
+
+
+def test_a_drafter_serves_loopback_tcp_in_clear_only_when_asked_and_warns(tmp_path, caplog):
+    options = KeyOptions(key_dir=str(tmp_path / "keys"))
+    assert server_keys("tcp://127.0.0.1:5555", options, clear=True) is None
+    assert "serving tcp://127.0.0.1:5555 in clear (--clear): any process of this host can connect" in caplog.text
+    for endpoint in ("tcp://0.0.0.0:5555", "tcp://10.1.2.3:5555", "ipc:///tmp/d.sock"):
+        with pytest.raises(ConfigError, match=rf"`clear` applies to a loopback tcp endpoint without --curve only "
+                                              rf".*got {re.escape(endpoint)}"):
+            server_keys(endpoint, options, clear=True)
+    with pytest.raises(ConfigError, match=r"`clear` applies"):
+        server_keys("tcp://127.0.0.1:5555", KeyOptions(str(tmp_path / "keys"), curve=True), clear=True)
 
 
 def test_a_target_refuses_a_drafter_beyond_this_machine_without_its_key():

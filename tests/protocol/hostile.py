@@ -48,8 +48,8 @@ from pipeline.decode import decode
 from pipeline.rules import SPECULATIVE
 from pipeline.settings import DecodeConfig
 from protocol.codec import encode
-from protocol.errors import (AccessDenied, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied, PeerError,
-                             PeerTimeout, ProtocolError, UnexpectedMessage)
+from protocol.errors import (AccessDenied, BadArray, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied,
+                             PeerError, PeerTimeout, ProtocolError, UnexpectedMessage)
 from protocol.limits import MAX_FRAME_BYTES
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
 from protocol.transport import Channel, EndpointError, Listener, private_ipc_endpoint
@@ -635,6 +635,87 @@ def terminal_escapes_in_an_error(arena: Arena) -> None:
     arena.handshake(endpoint)
 
 
+# -- raw ZMTP: peers libzmq's own sockets would not be --------------------------------------------------------
+
+ZMTP1_GREETING = bytes([5, 0]) + b"V1ID" + bytes([2, 0]) + b"x"  # identity "V1ID", then a one-byte message
+ZMTP2_GREETING = b"\xff" + bytes(8) + b"\x7f" + bytes([1, 5, 0, 0]) + bytes([0, 1]) + b"x"  # revision 1, DEALER
+
+
+def zmtp3_null_dealer(identity: bytes = b"") -> tuple[bytes, bytes]:
+    """A ZMTP 3.0 DEALER's greeting and READY command in clear (NULL), with this routing id."""
+    greeting = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\x00") + bytes(32)
+
+    def prop(name: bytes, value: bytes) -> bytes:
+        return bytes([len(name)]) + name + len(value).to_bytes(4, "big") + value
+
+    body = b"\x05READY" + prop(b"Socket-Type", b"DEALER") + prop(b"Identity", identity)
+    size = bytes([4, len(body)]) if len(body) < 256 else b"\x06" + len(body).to_bytes(8, "big")  # short or long
+    return greeting, size + body
+
+
+def empty_frames(header: bytes, count: int) -> bytes:
+    """One message on the wire: `header`, then `count` - 1 empty frames."""
+    return bytes([1, len(header)]) + header + b"\x01\x00" * (count - 2) + b"\x00\x00"
+
+
+def _raw_connect(endpoint: str, identity: bytes | None = None):
+    """A unix socket connected to `endpoint`; with `identity`, past a ZMTP 3 handshake as a DEALER."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(HARD_S)
+    sock.connect(endpoint[len("ipc://"):])
+    if identity is not None:
+        greeting, ready = zmtp3_null_dealer(identity)
+        sock.sendall(greeting)
+        sock.sendall(ready)
+        got = b""  # the drafter's greeting, then its READY once its ZAP handler admitted this peer
+        while b"READY" not in got[64:] and (data := sock.recv(4096)):
+            got += data
+    return sock
+
+
+def _closed_by_peer(sock, seconds: float) -> bool:
+    """Whether the other end closes the connection within `seconds` (what it sends meanwhile is read)."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def _legacy(greeting: bytes):
+    def attack(arena: Arena) -> None:
+        sock = _raw_connect(arena.plain.endpoint)
+        try:
+            sock.sendall(greeting)
+            if _closed_by_peer(sock, 5.0):
+                raise PeerDied("the drafter closed the connection of a pre-ZMTP 3 peer")
+        finally:
+            sock.close()
+    return attack
+
+
+def many_frames(count: int):
+    def attack(arena: Arena) -> None:
+        sock = _raw_connect(arena.plain.endpoint, b"")
+        try:
+            sock.sendall(empty_frames(encode(Error("x", "y"))[0], count))
+            wanted, seen = f"got {count}".encode(), b""
+            while wanted not in seen:
+                if not (data := sock.recv(4096)):
+                    return  # closed without a refusal: accepted
+                seen = seen[-64:] + data
+            raise BadArray(f"peer reported bad-array: a message has at most 5 frames, got {count}")
+        finally:
+            sock.close()
+    return attack
+
+
 @dataclass(frozen=True)
 class Attack:
     name: str
@@ -644,6 +725,12 @@ class Attack:
 
 
 ATTACKS = [
+    Attack("ZMTP 1.0 greeting to the drafter", _legacy(ZMTP1_GREETING), PeerDied,
+           r"closed the connection of a pre-ZMTP 3 peer"),
+    Attack("ZMTP 2.0 greeting to the drafter", _legacy(ZMTP2_GREETING), PeerDied,
+           r"closed the connection of a pre-ZMTP 3 peer"),
+    Attack("100,000-frame message to the drafter", many_frames(100_000), BadArray,
+           r"at most 5 frames, got 100000"),
     Attack("nested header to the drafter", nested_header_to_the_drafter, PeerError,
            r"peer reported malformed: header nests 1000 levels deep"),
     Attack("nested header to the target", nested_header_to_the_target, MalformedMessage,
@@ -745,6 +832,9 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
         out["served_after_frame"] = _handshake(context, endpoint, [256])
         out[f"after_{hellos}_hellos_mib"] = (_handshake(context, endpoint, [2 ** (13 + i) for i in range(hellos)])
                                              and rss_mib(proc.pid))
+        out.update(many_frames_cost(endpoint, proc.pid))
+        out.update(long_ids_cost(endpoint, proc.pid))
+        out["served_after_ids"] = _handshake(context, endpoint, [256])
         out["alive"] = proc.poll() is None
         return out
     finally:
@@ -753,6 +843,48 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
         proc.wait()
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def many_frames_cost(endpoint: str, pid: int, count: int = 2_000_000) -> dict:
+    """One message of `count` frames from a raw ZMTP 3 peer: the drafter's RSS before, at its peak and after
+    its refusal, and the seconds from the last byte sent to the refusal received."""
+    sock = _raw_connect(endpoint, b"")
+    before, peak, done = rss_mib(pid), [0.0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_mib(pid))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        sock.sendall(empty_frames(encode(Error("x", "y"))[0], count))
+        t0, seen, wanted = time.perf_counter(), b"", f"got {count}".encode()
+        while wanted not in seen and (data := sock.recv(4096)):
+            seen = seen[-64:] + data
+        seconds = time.perf_counter() - t0
+    finally:
+        done.set()
+        watcher.join()
+        sock.close()
+    return {f"frames_{count}_refused": wanted in seen, f"frames_{count}_seconds": round(seconds, 2),
+            f"frames_{count}_before_mib": before, f"frames_{count}_peak_mib": peak[0],
+            f"frames_{count}_after_mib": rss_mib(pid)}
+
+
+def long_ids_cost(endpoint: str, pid: int, peers: int = 300, id_bytes: int = 1 << 20) -> dict:
+    """`peers` raw peers in turn, each with a routing id of `id_bytes`, sending one message and leaving: the
+    drafter's RSS before and after (it remembers departed peers)."""
+    before = rss_mib(pid)
+    for i in range(peers):
+        sock = _raw_connect(endpoint, i.to_bytes(4, "big") * (id_bytes // 4))
+        sock.sendall(empty_frames(encode(Error("x", "y"))[0], 2))
+        time.sleep(0.005)
+        sock.close()
+    time.sleep(1.0)
+    name = f"ids_{peers}x{id_bytes >> 20}_mib"
+    return {f"{name}_before_mib": before, f"{name}_after_mib": rss_mib(pid)}
 
 
 def _dealer(context, endpoint: str):

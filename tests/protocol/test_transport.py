@@ -30,6 +30,7 @@ def test_well_formed_endpoints_pass(endpoint):
     ("tcp://127.0.0.1:99999", r"must look like tcp://HOST:PORT"),
     ("tcp://127.0.0.1:55/x", r"must look like tcp://HOST:PORT"),
     ("tcp://:5555", r"must look like tcp://HOST:PORT"),
+    ("tcp://127.0.0.1:0", r"`endpoint` 'tcp://127.0.0.1:0': port 0 names no port the other side could connect to"),
     ("udp://127.0.0.1:5555", r"`endpoint` 'udp://127.0.0.1:5555' must be ipc://PATH, tcp://HOST:PORT or tcp"),
     ("drafter.sock", r"must be ipc://PATH, tcp://HOST:PORT or tcp \(loopback\)"),
     ("ipc:///tmp/" + "d" * 100 + ".sock", rf"a socket path holds at most {MAX_IPC_PATH} bytes, this one 110"),

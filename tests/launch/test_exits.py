@@ -1,0 +1,70 @@
+"""Command-line endings that once were tracebacks: a reader of stdout that leaves ends the program quietly,
+and an unknown random model shape is a usage error naming the option."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from models.shapes import random_model
+from pipeline.config import ConfigError, InputError
+
+LEAVING_READER = """
+import sys
+from programs.cli import Flags, run_program
+
+def body():
+    for _ in range(100_000):
+        print("x" * 100)
+    return 0
+
+sys.exit(run_program(body, Flags({})))
+"""
+
+
+def test_a_reader_that_leaves_ends_the_program_quietly_with_sigpipes_status():
+    writer = subprocess.Popen([sys.executable, "-c", LEAVING_READER], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    writer.stdout.read(1)
+    writer.stdout.close()  # as `| head -c 1` does
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 141
+    assert err == b""
+
+
+def test_an_unknown_random_shape_names_the_model_option():
+    with pytest.raises(ConfigError, match=r"`model` random:nope: unknown random model shape 'nope'; known: "):
+        random_model("nope", "cpu", None)
+
+
+def test_a_file_where_a_directory_belongs_is_a_usage_error_naming_it(tmp_path, capsys):
+    from timing.export import main as export_main
+    from timing.record_store import directory
+    from timing.report import main as report_main
+
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(InputError, match=rf"--out {file} is not a directory"):
+        directory(file, "--out")
+    assert report_main([str(file)]) == 2
+    assert f"the run directory {file} is not a directory" in capsys.readouterr().err
+    assert export_main([str(file), str(tmp_path / "answers")]) == 2
+    assert f"the run directory {file} is not a directory" in capsys.readouterr().err
+
+
+def test_a_records_file_that_is_a_device_is_refused_not_read_forever(tmp_path):
+    from timing.record_store import read_records
+
+    link = tmp_path / "records.jsonl"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(InputError, match=rf"the records file {link} is not a regular file"):
+        read_records(link)
+
+
+def test_an_unknown_random_shape_is_refused_before_anything_loads():
+    from models.options import ModelOptions
+
+    with pytest.raises(ConfigError, match=r"`model` 'random:nope': unknown random model shape 'nope'; known: "):
+        ModelOptions(model="random:nope")
