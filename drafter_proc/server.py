@@ -37,10 +37,13 @@ DEPARTED_KEPT = 256  # routing ids of closed connections remembered, to ignore m
 
 
 class DrafterServer:
-    def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False) -> None:
+    def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False,
+                 exit_with_target: bool = False) -> None:
         self.listener = listener
         self.loaded = loaded
         self.persist = persist  # after a Shutdown, wait for the next target instead of exiting
+        self.exit_with_target = exit_with_target  # a private drafter: stop once its target left, however
+        self.served = False  # whether a target was accepted yet (exit_with_target waits for the first)
         self.peer: bytes | None = None  # the routing id of the target being served
         self.connections: dict[int, bytes] = {}  # descriptor -> routing id, of connections that spoke
         self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # ids never reused: a counter in ZeroMQ
@@ -55,6 +58,9 @@ class DrafterServer:
             event = self.listener.recv()
             if isinstance(event, Left):
                 self._departed(event.fd)
+                if self.exit_with_target and self.served and self.peer is None:
+                    log.info("the target closed its connection; this drafter served it alone and exits")
+                    return
                 continue
             if event.peer in self.departed:
                 log.debug("ignored a message a closed connection left queued")
@@ -104,6 +110,7 @@ class DrafterServer:
             reply = self.handle(msg)
             if isinstance(msg, Hello):
                 self.peer = event.peer
+                self.served = True
         except ProtocolError as e:
             log.warning("refused a message: %s", e)
             reply = Error(e.code, printable(str(e), MAX_TEXT), _request_of(msg, self.request))
@@ -112,6 +119,7 @@ class DrafterServer:
             reply = Error("drafter", str(e), _request_of(msg, self.request))
         if reply is not None and not self.listener.send(event.peer, reply) and event.peer == self.peer:
             self._forget()  # it left before its reply: serve the next one
+            return self.exit_with_target
         return False
 
     def _shutdown(self, event: Received) -> bool:

@@ -12,6 +12,13 @@ in its own (`target_process=True`, which keeps torch's threads, devices and memo
 Records are target_proc.record's, as `launch/pair.sh --json` prints them. Settings are DecodeConfig's
 fields by name (temperature, budget, max_new_tokens, seed); a bad value raises ConfigError naming it.
 Importing this module starts nothing and changes nothing process-wide.
+
+A pair's children never outlive it: they get SIGTERM when the creating thread's process dies however it dies
+(a parent-death signal), a finaliser stops them when the pair is garbage-collected or the interpreter exits
+without `close()`, and the drafter exits on its own once its one target has gone. They run in a process group
+of their own, so a Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises
+KeyboardInterrupt, and the next call is answered correctly (what the interrupted request still had coming is
+received and dropped first).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -34,6 +42,11 @@ from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
 from pipeline.config import DecodeConfig, InputError, PoolConfig
 
 PROJECT = Path(__file__).resolve().parent.parent
+CLOSE_WAIT_S = 10.0  # how long close() waits for the children to exit on their own before stopping them
+
+
+class PairClosed(RuntimeError):
+    """A call on a pair after its close()."""
 
 
 class Pair:
@@ -47,7 +60,7 @@ class Pair:
         target's int8 copy for the embedded model, and to the target's spec otherwise); *_options: other
         ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
         from launch.options import ConnectOptions
-        from protocol.transport import private_ipc_endpoint
+        from protocol.transport import private_ipc_endpoint, remove_stale_private_dirs
 
         drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
         self.target_options = ModelOptions(model=target, **(target_options or {}))
@@ -55,9 +68,14 @@ class Pair:
         self.pool = pool or PoolConfig()
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = log_level
-        self.endpoint = private_ipc_endpoint()
+        remove_stale_private_dirs()  # those of earlier callers killed before they could remove theirs
+        self.endpoint = private_ipc_endpoint(owner=os.getpid())
         self._stack = contextlib.ExitStack()
         self._procs: list[subprocess.Popen] = []
+        self._folder = os.path.dirname(self.endpoint[len("ipc://"):])
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0)  # never holds self
+        self._closed = False
+        self._request = 0  # the number of the last request sent to the target process
         self.session = None  # the in-process target's Session
         self._target = None  # or the target process, answering JSON requests
         try:
@@ -67,16 +85,20 @@ class Pair:
             raise
 
     def _start(self, target_process: bool) -> None:
+        from launch.pair import _die_with
+
+        # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
+        child = dict(cwd=PROJECT, preexec_fn=_die_with(os.getpid()), process_group=0)
         drafter = [sys.executable, "-P", "-m", "launch.drafter", *to_argv(self.drafter_options),
-                   "--endpoint", self.endpoint, "--log-level", self.log_level]
-        self._procs.append(subprocess.Popen(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL))
+                   "--endpoint", self.endpoint, "--exit-with-target", "--log-level", self.log_level]
+        self._procs.append(subprocess.Popen(drafter, stdin=subprocess.DEVNULL, **child))
         self._wait_for_drafter()
         if target_process:
             argv = [sys.executable, "-P", "-m", "launch.target", *to_argv(self.target_options), "--endpoint",
                     self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
                     "--log-level", self.log_level]
-            self._target = subprocess.Popen(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            text=True, bufsize=1)
+            self._target = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                            bufsize=1, **child)
             self._procs.append(self._target)
             self.models = self._answer()["models"]  # the target's ready line: loaded, connected, handshake done
         else:
@@ -111,6 +133,7 @@ class Pair:
              category: str = "api", **settings) -> list[dict]:
         """The user turns of one conversation, each answered with the earlier answers in context -> a record
         per turn. prompt_id seeds the sampling streams; by default it is derived from the text."""
+        self._check_open()
         if not turns or not all(isinstance(t, str) and t for t in turns):
             raise InputError("`turns` must be non-empty strings")
         config = DecodeConfig(decoder, **settings)
@@ -137,40 +160,71 @@ class Pair:
         return as_json(analyse(records, first["temperature"], first["budget"], speed_tokens="output"))
 
     def _remote(self, prompt: Prompt, config: DecodeConfig) -> list[dict]:
-        request = {"id": prompt.id, "category": prompt.category, "turns": list(prompt.turns),
-                   "config": dataclasses.asdict(config)}
+        """One request to the target process -> its records. Every answer line carries the number of the
+        request it answers; lines of an earlier request that an interrupt left unread are dropped."""
+        self._request += 1
+        request = {"request": self._request, "id": prompt.id, "category": prompt.category,
+                   "turns": list(prompt.turns), "config": dataclasses.asdict(config)}
         self._target.stdin.write(json.dumps(request) + "\n")
         self._target.stdin.flush()
         records = []
-        while (line := self._answer())["kind"] == "decode":
+        while (line := self._answer(self._request))["kind"] == "decode":
             records.append(line)
         return records
 
-    def _answer(self) -> dict:
-        """The target process's next line; its errors raised here as InputError or RuntimeError."""
-        line = self._target.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the target process exited with status {self._target.wait()}; see its log above")
-        answer = json.loads(line)
+    def _answer(self, request: int | None = None) -> dict:
+        """The target process's next line answering `request` (None: the ready line), without its request
+        number; its errors raised here as InputError or RuntimeError."""
+        while True:
+            line = self._target.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the target process exited with status {self._target.wait()}; see its log "
+                                   f"above")
+            answer = json.loads(line)
+            if answer.pop("request", None) == request:
+                break
         if answer["kind"] == "error":
             raise (InputError if answer["input"] else RuntimeError)(answer["message"])
         return answer
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PairClosed("this pair is closed: start another `Pair` to decode again")
+
     def close(self) -> None:
-        """Shut the pair down: the target first (it asks the drafter to exit), then wait for both."""
-        self._stack.close()
-        if self._target is not None and self._target.poll() is None:
-            self._target.stdin.close()  # end of requests: the target shuts the drafter down and exits
-        for proc in self._procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
+        """Shut the pair down: the target first (it asks the drafter to exit), then wait for both; those
+        still running after CLOSE_WAIT_S are stopped. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stack.close()
+            if self._target is not None and self._target.poll() is None:
+                self._target.stdin.close()  # end of requests: the target shuts the drafter down and exits
+        finally:
+            self._finalizer.detach()
+            _stop(self._procs, self._folder, CLOSE_WAIT_S)
 
     def __enter__(self) -> Pair:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _stop(procs: list[subprocess.Popen], folder: str, grace: float) -> None:
+    """Wait up to `grace` seconds for the processes to exit, stop (SIGTERM, then SIGKILL) those still running,
+    and remove the socket folder. The finaliser of a pair left unclosed calls it with no grace."""
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    shutil.rmtree(folder, ignore_errors=True)

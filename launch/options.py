@@ -287,6 +287,9 @@ class ServeOptions:
     persist: bool = field(default=False, metadata={
         "help": "serve target after target: a Shutdown ends that target's session, not the drafter "
                 "(launch/pair.sh drafter sets it)"})
+    exit_with_target: bool = field(default=False, metadata={
+        "help": "exit once the first target served has left, however it left (closed its connection, "
+                "died): a drafter private to one target, as the Python API starts it"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,24 +98,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
-    """The Python API's target process: one JSON request per line ({"id", "category", "turns", "config"}),
-    answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}; the first line
-    says the session is ready. Ends at the end of the requests."""
-    def say(line: dict) -> None:
-        answers.write(json.dumps(line) + "\n")
+    """The Python API's target process: one JSON request per line ({"request", "id", "category", "turns",
+    "config"}), answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}, each
+    carrying the request's number, so that the caller can tell the answers of a request it gave up on (an
+    interrupt) from those of the next; the first line says the session is ready. Ends at the end of the
+    requests."""
+    def say(line: dict, number) -> None:
+        answers.write(json.dumps({**line, "request": number}) + "\n")
         answers.flush()
 
-    say({"kind": "ready", "models": session.models})
+    say({"kind": "ready", "models": session.models}, None)
     for line in requests:
+        number = None
         try:
             request = json.loads(line)
+            number = request.get("request") if isinstance(request, dict) else None
             prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
             for record in decode_conversation(session, prompt, DecodeConfig(**request["config"])):
-                say(record)
+                say(record, number)
         except (InputError, ValueError, KeyError, TypeError) as e:  # a bad request; the session goes on
-            say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"})
+            say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"},
+                number)
             continue
-        say({"kind": "done"})
+        say({"kind": "done"}, number)
 
 
 def _turns(turns) -> tuple[str, tuple[str, ...]]:
