@@ -39,7 +39,7 @@ from pathlib import Path
 from launch.cli import to_argv
 from launch.prompts import Prompt
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
-from pipeline.config import DecodeConfig, InputError, PoolConfig
+from pipeline.config import ConfigError, DecodeConfig, InputError, PoolConfig
 
 PROJECT = Path(__file__).resolve().parent.parent
 CLOSE_WAIT_S = 10.0  # how long close() waits for the children to exit on their own before stopping them
@@ -136,7 +136,7 @@ class Pair:
         self._check_open()
         if not turns or not all(isinstance(t, str) and t for t in turns):
             raise InputError("`turns` must be non-empty strings")
-        config = DecodeConfig(decoder, **settings)
+        config = DecodeConfig(decoder, **_settings(settings))
         digest = hashlib.blake2b("\x00".join(turns).encode(), digest_size=6).hexdigest()
         prompt = Prompt(prompt_id or f"text/{digest}", category, turns[0], tuple(turns[1:]))
         if self._target is not None:
@@ -210,6 +210,14 @@ class Pair:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _settings(settings: dict) -> dict:
+    """The keyword settings of a decode, unknown ones refused with the names of those accepted."""
+    accepted = [f.name for f in dataclasses.fields(DecodeConfig) if f.name != "decoder"]
+    if unknown := [name for name in settings if name not in accepted]:
+        raise ConfigError(unknown[0], f"is not a decode setting; the settings are {', '.join(accepted)}")
+    return settings
 
 
 def _stop(procs: list[subprocess.Popen], folder: str, grace: float) -> None:

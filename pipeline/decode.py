@@ -24,6 +24,7 @@ from pipeline.budget import AutoBudget, Experience, PassCosts, ranks_on_path
 from pipeline.config import AUTO, DecodeConfig
 from pipeline.pool import ROOT, Pool
 from pipeline.rules import RULES, RootDraw, Rule
+from pipeline.sampling import Filtered
 from pipeline.tree import Tree
 from pipeline.verify import RowDraws, draw, traverse
 
@@ -242,6 +243,8 @@ class _Rounds:
 
     def __init__(self, target: TargetRunner, drafter: DrafterClient | None, rule: Rule, config: DecodeConfig,
                  generator: torch.Generator | None) -> None:
+        if config.filters.active and config.temperature > 0:  # every draw takes the same transformed rows
+            target = Filtered(target, config.temperature, config.filters)
         self.target, self.drafter, self.rule = target, drafter, rule
         self.temperature, self.generator = config.temperature, generator
         self.lazy = target.device.type == "cpu"  # see RowDraws

@@ -83,6 +83,12 @@ def merged_config(dirs: Sequence[str]) -> dict:
     return configs[0]
 
 
+def _per_shard(records: Sequence[dict]) -> str:
+    """How the warm-ups spread over shards, when there were several: each shard warms up on its own."""
+    shards = {r.get("shard") for r in records if r["warmup"]}
+    return f", run in each of {len(shards)} shards" if len(shards) > 1 else ""
+
+
 def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings: Sequence[Setting],
            by_category: dict[str, list[Setting]], options: ReportOptions, plots: Sequence[str]) -> str:
     models, pool, sweep = config["models"], config["pool"], config["sweep"]
@@ -99,8 +105,8 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings:
         f"max new tokens {sweep['max_new_tokens']}; turns: {sweep.get('turns', 'first')}",
         *[f"- {role} weights: {m.get('revision')} ({m.get('dtype')}, {m.get('device')})"
           for role, m in (config.get("identity") or {}).items()],
-        f"- {len(records) - warmups} timed decodes ({warmups} warm-ups left out); speed is summed tokens over "
-        f"summed seconds (prefill included), counting {counted}; gains are paired-bootstrap "
+        f"- {len(records) - warmups} timed decodes ({warmups} warm-ups left out{_per_shard(records)}); speed is "
+        f"summed tokens over summed seconds (prefill included), counting {counted}; gains are paired-bootstrap "
         f"{options.confidence:.0%} percentile intervals over prompts ({options.resamples} resamples, seed "
         f"{options.bootstrap_seed})",
         "- τ: tokens per round, the bonus token included (Spec-Bench's mean accepted tokens); tok/pass: per "

@@ -46,6 +46,9 @@ def test_bad_settings_are_refused_naming_the_keyword(pair):
         pair.decode("x", temperature=-1)
     with pytest.raises(ConfigError, match="`decoder` must be one of"):
         pair.decode("x", decoder="eagle")
+    with pytest.raises(ConfigError, match="^`topp` is not a decode setting; the settings are temperature, "
+                                          "budget, max_new_tokens, seed, budget_max, top_k, top_p, min_p"):
+        pair.decode("x", topp=0.9)
 
 
 @pytest.mark.slow
