@@ -65,7 +65,7 @@ class Pair:
         drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
         self.target_options = ModelOptions(model=target, **(target_options or {}))
         self.drafter_options = ModelOptions(model=drafter, **(drafter_options or {}))
-        self.pool = pool or PoolConfig()
+        self.pool = pool or default_pool(self.target_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = log_level
         remove_stale_private_dirs()  # those of earlier callers killed before they could remove theirs
@@ -145,19 +145,40 @@ class Pair:
 
         return list(decode_conversation(self.session, prompt, config))
 
-    def decode_many(self, prompts: Iterable[str], decoders: Sequence[str] = ("ar", "root-draw"),
+    def decode_many(self, prompts: Iterable[str], decoders: str | Sequence[str] = ("ar", "root-draw"),
                     **settings) -> list[dict]:
-        """Every prompt with every decoder (decoders innermost, as the command line orders them)."""
+        """Every prompt with every decoder (decoders innermost, as the command line orders them); `decoders`
+        may be one name or a comma-separated list, as --decoders takes it."""
+        if isinstance(decoders, str):
+            decoders = [d.strip() for d in decoders.split(",") if d.strip()]
+        if isinstance(prompts, str):
+            prompts = [prompts]
         return [self.decode(p, d, **settings) for p in prompts for d in decoders]
 
     @staticmethod
-    def summarize(records: Sequence[dict]) -> dict:
+    def summarize(records: Sequence[dict], *, temperature: float | None = None, budget=None) -> dict:
         """The command line's summary of one setting's records: speeds, τ, acceptance by depth, tree sizes and
-        every decoder's speedup over `ar` with its paired interval over prompts."""
+        every decoder's speedup over `ar` with its paired interval over prompts. Records of several settings
+        (temperature, budget) need the setting named; `Pair.settings(records)` lists them."""
         from target_proc.summary import analyse, as_json
 
-        first = records[0]
-        return as_json(analyse(records, first["temperature"], first["budget"], speed_tokens="output"))
+        present = Pair.settings(records)
+        if not present:
+            raise InputError("`records` is empty: there is nothing to summarize")
+        chosen = [(t, b) for t, b in present if temperature in (None, t) and budget in (None, b)]
+        if len(chosen) != 1:
+            listed = "; ".join(f"temperature={t:g}, budget={b}" for t, b in present)
+            raise InputError(f"`records` hold {'no' if not chosen else 'several'} matching settings ({listed}): "
+                             f"name one with `temperature` and `budget`")
+        (t, b), = chosen
+        return as_json(analyse(records, t, b, speed_tokens="output"))
+
+    @staticmethod
+    def settings(records: Sequence[dict]) -> list[tuple[float, int | str]]:
+        """The (temperature, budget) settings of `records`, in their first appearance's order."""
+        from target_proc.summary import setting_budget
+
+        return list(dict.fromkeys((float(r["temperature"]), setting_budget(r)) for r in records))
 
     def _remote(self, prompt: Prompt, config: DecodeConfig) -> list[dict]:
         """One request to the target process -> its records. Every answer line carries the number of the
@@ -210,6 +231,13 @@ class Pair:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def default_pool(target: ModelOptions) -> PoolConfig:
+    """The command line's pool: reduced for the embedded pair on the CPU, the paper's otherwise."""
+    from launch.pair import EMBEDDED_POOL
+
+    return EMBEDDED_POOL if target.model == EMBEDDED and target.device == "cpu" else PoolConfig()
 
 
 def _settings(settings: dict) -> dict:

@@ -11,7 +11,7 @@ import pytest
 from launch.api import Pair
 from models.mock import MockModel
 from models.tokenizers import MockTokenizer
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, InputError
 from tests.processes.proc_tools import ROOT
 
 
@@ -77,3 +77,30 @@ def test_importing_the_api_changes_nothing_process_wide():
             "assert torch.get_num_threads() == threads")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_one_decoder_may_be_named_as_a_string(pair):
+    records = pair.decode_many(["a b c"], decoders="ar", max_new_tokens=4)
+    assert [r["decoder"] for r in records] == ["ar"]
+    assert [r["decoder"] for r in pair.decode_many("a b", decoders="ar,draft", max_new_tokens=4)] == ["ar", "draft"]
+
+
+def test_summaries_of_no_records_or_of_several_settings_say_what_to_do(pair, make_record):
+    with pytest.raises(InputError, match="^`records` is empty"):
+        pair.summarize([])
+    records = [make_record(p, d, t) for t in (0.0, 1.0) for p in ("a", "b") for d in ("ar", "draft")]
+    with pytest.raises(InputError, match=r"several matching settings \(temperature=0, budget=8; temperature=1, "):
+        pair.summarize(records)
+    hot = pair.summarize(records, temperature=1.0)
+    assert hot["temperature"] == 1.0 and hot["decoders"]["ar"]["decodes"] == 2
+    assert Pair.settings(records) == [(0.0, 8), (1.0, 8)]
+
+
+def test_the_embedded_pair_on_the_cpu_gets_the_command_lines_reduced_pool():
+    from launch.api import default_pool
+    from launch.pair import EMBEDDED_POOL
+    from models.options import EMBEDDED, ModelOptions
+    from pipeline.config import PoolConfig
+
+    assert default_pool(ModelOptions(model=EMBEDDED)) == EMBEDDED_POOL
+    assert default_pool(ModelOptions(model="mock")) == PoolConfig()
