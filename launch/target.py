@@ -26,6 +26,7 @@ from pipeline.config import DecodeConfig, InputError, PoolConfig
 from target_proc.provenance import environment
 from target_proc.record import SCHEMA, decode_conversation
 from target_proc.session import Session, open_session
+from target_proc.stats import MIN_INTERVAL_PROMPTS
 from target_proc.summary import analyse, as_json
 
 log = logging.getLogger("target")
@@ -166,13 +167,17 @@ def print_summary(records: list[dict], setting, pool: PoolConfig) -> None:
     print(head)
     for d, st in setting.decoders.items():
         gain = setting.gains.get((d, "ar"))
-        vs_ar = "—" if gain is None else f"{100 * gain.gain:+.1f}% [{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]"
+        vs_ar = "—" if gain is None else f"{100 * gain.gain:+.1f}% " + (
+            f"[{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]" if gain.has_interval else "(no interval)")
         tree = f"{st.rounds.mean_tree_size:.1f}" if st.rounds.mean_tree_size else "—"
         depth = " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—"
         print(f"{d:<11}{st.decodes:>8}{st.tokens.sum():>8.0f}{st.seconds.sum():>9.2f}{st.speed:>8.1f}  "
               f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {depth}")
     print("tau: tokens per round, the bonus token included; tok/pass: per target pass after the prefill "
           "(root-pass rules make two a round)")
+    if any(not g.has_interval for g in setting.gains.values()):
+        print(f"no interval: a paired-bootstrap interval needs at least {MIN_INTERVAL_PROMPTS} prompts (from "
+              f"fewer it is about the range of their gains)")
 
 
 if __name__ == "__main__":

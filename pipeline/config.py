@@ -112,6 +112,10 @@ class DecodeConfig:
     seed: int = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
     budget_max: int = field(default=59, metadata={"help": "the largest tree budget auto may choose",
                                                   "metavar": "B"})
+    budget_prior: str = field(default="session", metadata={
+        "help": "where auto's acceptance prior comes from. session: the optimistic prior and the earlier decodes "
+                "of the same decoder, T and cap in this process; decode: the optimistic prior alone, so a "
+                "decode's choices do not depend on the decodes before it", "metavar": "session|decode"})
     top_k: int = field(default=0, metadata={
         "help": "at T > 0, sample among the K most probable tokens only (0: all)", "metavar": "K"})
     top_p: float = field(default=1.0, metadata={
@@ -119,10 +123,6 @@ class DecodeConfig:
     min_p: float = field(default=0.0, metadata={
         "help": "at T > 0, sample among tokens at least P times as probable as the most probable (0: all)",
         "metavar": "P"})
-    budget_prior: str = field(default="session", metadata={
-        "help": "where auto's acceptance prior comes from. session: the optimistic prior and the earlier decodes "
-                "of the same decoder, T and cap in this process; decode: the optimistic prior alone, so a "
-                "decode's choices do not depend on the decodes before it", "metavar": "session|decode"})
 
     def __post_init__(self) -> None:
         from pipeline.rules import RULES  # the table imports the selection rules, which import this module

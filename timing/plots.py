@@ -32,8 +32,8 @@ def plot_gains(settings: Sequence[Setting], path: Path) -> bool:
                 g = s.gains[pair]
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(100 * g.gain)
-                lo.append(100 * (g.gain - g.low))
-                hi.append(100 * (g.high - g.gain))
+                lo.append(100 * (g.gain - g.low) if g.has_interval else 0.0)  # too few prompts: no bar
+                hi.append(100 * (g.high - g.gain) if g.has_interval else 0.0)
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=f"{pair[0]} over {pair[1]}")
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(shown)), [f"{s.label}\n({len(s.prompt_ids)} prompts)" for s in shown])

@@ -136,8 +136,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         name = d if st.budgets == [s.budget] else f"{d} (cap {', '.join(map(str, st.budgets))})"
         rounds = st.round_seconds
         gain = s.gains.get((d, "ar"))
-        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} [{_pct(gain.low)}, "
-                 f"{_pct(gain.high)}]", f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
+        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {_interval(gain)}", f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
                  f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
                  " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
                  f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
@@ -156,7 +155,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     if s.gains:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
         for (a, b), g in s.gains.items():
-            out.append(f"| {a} over {b} | {_pct(g.gain)} | [{_pct(g.low)}, {_pct(g.high)}] | {g.n_prompts} |")
+            out.append(f"| {a} over {b} | {_pct(g.gain)} | {_interval(g)} | {g.n_prompts} |")
         out.append("")
     elif len(s.decoders) > 1:
         out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
@@ -167,6 +166,11 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
 
 def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{1000 * seconds:.2f}"
+
+
+def _interval(g) -> str:
+    """A gain's interval, or, from fewer than MIN_INTERVAL_PROMPTS prompts, none (it would be about their range)."""
+    return f"[{_pct(g.low)}, {_pct(g.high)}]" if g.has_interval else f"none ({g.n_prompts} prompts)"
 
 
 def _pct(x: float) -> str:

@@ -47,7 +47,7 @@ def test_bad_settings_are_refused_naming_the_keyword(pair):
     with pytest.raises(ConfigError, match="`decoder` must be one of"):
         pair.decode("x", decoder="eagle")
     with pytest.raises(ConfigError, match="^`topp` is not a decode setting; the settings are temperature, "
-                                          "budget, max_new_tokens, seed, budget_max, top_k, top_p, min_p"):
+                                          "budget, max_new_tokens, seed, budget_max, budget_prior, top_k, "):
         pair.decode("x", topp=0.9)
 
 
