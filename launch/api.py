@@ -123,11 +123,28 @@ class Pair:
                                    f"(raise `ready_timeout` if it is only slow)")
             time.sleep(0.05)
 
-    def decode(self, prompt: str, decoder: str = "root-draw", *, prompt_id: str | None = None,
-               category: str = "api", **settings) -> dict:
-        """One decode of one user turn -> its record."""
-        (record,) = self.chat([prompt], decoder, prompt_id=prompt_id, category=category, **settings)
-        return record
+    def decode(self, prompt: str | Sequence[int] | Sequence[dict], decoder: str = "root-draw", *,
+               prompt_id: str | None = None, category: str = "api", **settings) -> dict:
+        """One decode -> its record. `prompt`: one user turn's text (through the chat template), token ids
+        (used as they are), or chat messages [{"role": "system"|"user"|"assistant", "content": ...}, ...]
+        ending with the user's."""
+        if isinstance(prompt, str):
+            (record,) = self.chat([prompt], decoder, prompt_id=prompt_id, category=category, **settings)
+            return record
+        self._check_open()
+        config = DecodeConfig(decoder, **_settings(settings))
+        if not isinstance(prompt, (list, tuple)):
+            raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
+        prompt = list(prompt)
+        digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
+        prompt_id = prompt_id or f"context/{digest}"
+        if self._target is not None:
+            (record,) = self._request_records({"id": prompt_id, "category": category, "context": prompt,
+                                               "config": dataclasses.asdict(config)})
+            return record
+        from target_proc.record import decode_context
+
+        return decode_context(self.session, prompt, config, prompt_id=prompt_id, category=category)
 
     def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
              category: str = "api", **settings) -> list[dict]:
@@ -183,9 +200,12 @@ class Pair:
     def _remote(self, prompt: Prompt, config: DecodeConfig) -> list[dict]:
         """One request to the target process -> its records. Every answer line carries the number of the
         request it answers; lines of an earlier request that an interrupt left unread are dropped."""
+        return self._request_records({"id": prompt.id, "category": prompt.category, "turns": list(prompt.turns),
+                                      "config": dataclasses.asdict(config)})
+
+    def _request_records(self, request: dict) -> list[dict]:
         self._request += 1
-        request = {"request": self._request, "id": prompt.id, "category": prompt.category,
-                   "turns": list(prompt.turns), "config": dataclasses.asdict(config)}
+        request = {"request": self._request, **request}
         self._target.stdin.write(json.dumps(request) + "\n")
         self._target.stdin.flush()
         records = []

@@ -24,7 +24,7 @@ from launch.prompts import Prompt, gather
 from models.options import ModelOptions
 from pipeline.config import DecodeConfig, InputError, PoolConfig
 from target_proc.provenance import environment
-from target_proc.record import SCHEMA, decode_conversation
+from target_proc.record import SCHEMA, decode_context, decode_conversation
 from target_proc.session import Session, open_session
 from target_proc.stats import MIN_INTERVAL_PROMPTS
 from target_proc.summary import analyse, as_json
@@ -114,9 +114,14 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
         try:
             request = json.loads(line)
             number = request.get("request") if isinstance(request, dict) else None
-            prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
-            for record in decode_conversation(session, prompt, DecodeConfig(**request["config"])):
-                say(record, number)
+            config = DecodeConfig(**request["config"])
+            if "context" in request:  # token ids or chat messages
+                say(decode_context(session, request["context"], config, prompt_id=str(request["id"]),
+                                   category=str(request["category"])), number)
+            else:
+                prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
+                for record in decode_conversation(session, prompt, config):
+                    say(record, number)
         except (InputError, ValueError, KeyError, TypeError) as e:  # a bad request; the session goes on
             say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"},
                 number)

@@ -14,7 +14,10 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
-from pipeline.config import DecodeConfig
+import numpy as np
+
+from pipeline.config import DecodeConfig, InputError, is_int
+from pipeline.pool import out_of_vocab
 from pipeline.decode import PHASES, DecodeResult
 
 SCHEMA = 2  # 1: records before the output limit was exact (no `schema` field)
@@ -68,3 +71,34 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
                                    prompt_tokens=len(ids), text=session.tokenizer.decode(result.tokens))
             yield record
         history += [user, record["text"].strip()]
+
+
+ROLES = ("system", "user", "assistant")
+
+
+def context_ids(tokenizer, vocab_size: int, prompt) -> list[int]:
+    """The token ids a decode continues: `prompt` as token ids (used as they are), or as chat messages
+    ([{"role", "content"}, ...], system ones included, the last a user's) through the chat template.
+    InputError naming the problem for anything else."""
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise InputError("`prompt` must be text, a non-empty list of token ids or a non-empty list of chat messages")
+    if all(is_int(t) for t in prompt):
+        if problem := out_of_vocab(np.asarray(prompt), vocab_size, "prompt token"):
+            raise InputError(f"`prompt`: {problem}")
+        return [int(t) for t in prompt]
+    for i, m in enumerate(prompt):
+        if not (isinstance(m, dict) and m.keys() == {"role", "content"} and m["role"] in ROLES
+                and isinstance(m["content"], str)):
+            raise InputError(f"`prompt` message {i} must be {{'role': {'|'.join(ROLES)}, 'content': text}}, got "
+                             f"{m!r:.80}")
+    if prompt[-1]["role"] != "user":
+        raise InputError("`prompt`'s last message must be the user's: the decode answers it")
+    return tokenizer.message_ids([dict(m) for m in prompt])
+
+
+def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, category: str) -> dict:
+    """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0)."""
+    ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
+    result = session.decode(ids, config, prompt_id)
+    return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_tokens=len(ids),
+                         text=session.tokenizer.decode(result.tokens))

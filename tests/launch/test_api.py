@@ -60,6 +60,10 @@ def test_a_target_in_its_own_process_gives_the_same_records(pair):
         with pytest.raises(ConfigError):
             remote.decode("x", budget=0)
         assert remote.decode("x", max_new_tokens=4)["new_tokens"] == 4  # still serving after a refusal
+        ids = [5, 9, 17, 3]
+        assert remote.decode(ids, max_new_tokens=8)["token_ids"] == pair.decode(ids, max_new_tokens=8)["token_ids"]
+        with pytest.raises(InputError, match="outside the vocabulary"):
+            remote.decode([64], max_new_tokens=4)
     assert there["token_ids"] == here["token_ids"] and there.keys() == here.keys()
 
 
@@ -104,3 +108,25 @@ def test_the_embedded_pair_on_the_cpu_gets_the_command_lines_reduced_pool():
 
     assert default_pool(ModelOptions(model=EMBEDDED)) == EMBEDDED_POOL
     assert default_pool(ModelOptions(model="mock")) == PoolConfig()
+
+
+def test_token_ids_and_chat_messages_are_prompts_too(pair, greedy):
+    tokenizer = MockTokenizer(64)
+    ids = [5, 9, 17, 3]
+    record = pair.decode(ids, decoder="draft", max_new_tokens=12)
+    assert record["token_ids"] == greedy(MockModel(64, 0), ids, 12) and record["prompt_tokens"] == 4
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}]
+    record = pair.decode(messages, decoder="root-draw", max_new_tokens=12)
+    context = tokenizer.message_ids(messages)
+    assert record["token_ids"] == greedy(MockModel(64, 0), context, 12)
+    assert record["prompt_tokens"] == len(context) > len(tokenizer.prompt_ids("Why?"))
+
+
+@pytest.mark.parametrize("prompt, message", [
+    ([5, 64], r"^`prompt`: prompt token\[1\] = 64 is outside the vocabulary \[0, 64\)$"),
+    ([{"role": "user"}], r"^`prompt` message 0 must be \{'role': system\|user\|assistant, 'content': text\}"),
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "last message must be the user's"),
+    ([], "must be text, a non-empty list of token ids or a non-empty list of chat messages")])
+def test_bad_prompts_are_refused_naming_the_problem(pair, prompt, message):
+    with pytest.raises(InputError, match=message):
+        pair.decode(prompt, max_new_tokens=4)
