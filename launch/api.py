@@ -13,12 +13,13 @@ Records are target_proc.record's, as `launch/pair.sh --json` prints them. Settin
 fields by name (temperature, budget, max_new_tokens, seed); a bad value raises ConfigError naming it.
 Importing this module starts nothing and changes nothing process-wide.
 
-A pair's children never outlive it: they get SIGTERM when the creating thread's process dies however it dies
-(a parent-death signal), a finaliser stops them when the pair is garbage-collected or the interpreter exits
-without `close()`, and the drafter exits on its own once its one target has gone. They run in a process group
-of their own, so a Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises
-KeyboardInterrupt, and the next call is answered correctly (what the interrupted request still had coming is
-received and dropped first).
+A pair's children never outlive it: they get SIGTERM when the caller dies however it dies (a parent-death
+signal, which Linux ties to the thread that started them: start a pair in a thread that outlives its use),
+a finaliser stops them when the pair is garbage-collected or the interpreter exits without `close()`, and
+the drafter exits on its own once its one target has gone. They run in a process group of their own, so a
+Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises KeyboardInterrupt, and
+the next call is answered correctly (what the interrupted request still had coming is received and dropped
+first).
 """
 
 from __future__ import annotations
