@@ -29,16 +29,17 @@ import dataclasses
 import hashlib
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from launch.cli import to_argv
-from launch.prompts import Prompt
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
 from pipeline.config import ConfigError, DecodeConfig, InputError, PoolConfig
 
@@ -48,6 +49,10 @@ CLOSE_WAIT_S = 10.0  # how long close() waits for the children to exit on their 
 
 class PairClosed(RuntimeError):
     """A call on a pair after its close()."""
+
+
+class _StreamLeft(Exception):
+    """Raised in a streamed decode whose reader stopped reading: the decode stops at its next round."""
 
 
 class Pair:
@@ -76,7 +81,7 @@ class Pair:
         self._folder = os.path.dirname(self.endpoint[len("ipc://"):])
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0)  # never holds self
         self._closed = False
-        self._request = 0  # the number of the last request sent to the target process
+        self._sent = 0  # the number of the last request sent to the target process
         self.session = None  # the in-process target's Session
         self._target = None  # or the target process, answering JSON requests
         try:
@@ -129,39 +134,94 @@ class Pair:
         """One decode -> its record. `prompt`: one user turn's text (through the chat template), token ids
         (used as they are), or chat messages [{"role": "system"|"user"|"assistant", "content": ...}, ...]
         ending with the user's."""
-        if isinstance(prompt, str):
-            (record,) = self.chat([prompt], decoder, prompt_id=prompt_id, category=category, **settings)
-            return record
-        self._check_open()
-        config = DecodeConfig(decoder, **_settings(settings))
-        if not isinstance(prompt, (list, tuple)):
-            raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
-        prompt = list(prompt)
-        digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
-        prompt_id = prompt_id or f"context/{digest}"
-        if self._target is not None:
-            (record,) = self._request_records({"id": prompt_id, "category": category, "context": prompt,
-                                               "config": dataclasses.asdict(config)})
-            return record
-        from target_proc.record import decode_context
-
-        return decode_context(self.session, prompt, config, prompt_id=prompt_id, category=category)
+        if isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+            raise InputError("`prompt` is a list of texts: `chat` answers a conversation's user turns")
+        (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
+        return record
 
     def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
              category: str = "api", **settings) -> list[dict]:
         """The user turns of one conversation, each answered with the earlier answers in context -> a record
         per turn. prompt_id seeds the sampling streams; by default it is derived from the text."""
-        self._check_open()
-        if not turns or not all(isinstance(t, str) and t for t in turns):
-            raise InputError("`turns` must be non-empty strings")
-        config = DecodeConfig(decoder, **_settings(settings))
-        digest = hashlib.blake2b("\x00".join(turns).encode(), digest_size=6).hexdigest()
-        prompt = Prompt(prompt_id or f"text/{digest}", category, turns[0], tuple(turns[1:]))
-        if self._target is not None:
-            return self._remote(prompt, config)
-        from target_proc.record import decode_conversation
+        if isinstance(turns, str) or not turns or not all(isinstance(t, str) and t for t in turns):
+            raise InputError("`turns` must be a list of non-empty strings")
+        return self._run(self._request(list(turns), decoder, prompt_id, category, settings))
 
-        return list(decode_conversation(self.session, prompt, config))
+    def stream(self, prompt: str | Sequence[int] | Sequence[dict], decoder: str = "root-draw", *,
+               prompt_id: str | None = None, category: str = "api", **settings) -> Iterator[dict]:
+        """One decode, as `decode` takes it, streamed: {"kind": "tokens", "tokens": [...], "text": "..."} as
+        each round commits tokens (the text those tokens add), then the record. Leaving the loop early
+        stops the decode at its next round."""
+        request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
+        if self._target is not None:
+            for line in self._lines(request):
+                if line["kind"] in ("tokens", "decode"):
+                    yield line
+            return
+        yield from self._stream_here(request)
+
+    def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict) -> dict:
+        """A request as the target process takes it: the prompt, its id (derived from it by default), the
+        category and the checked settings."""
+        self._check_open()
+        config = DecodeConfig(decoder, **_settings(settings))
+        if isinstance(prompt, str):
+            prompt = [prompt]
+            if not prompt[0]:
+                raise InputError("`prompt` must be non-empty text")
+            key = "turns"
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+            key = "turns"  # chat's user turns
+        elif isinstance(prompt, (list, tuple)):
+            prompt, key = list(prompt), "context"
+        else:
+            raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
+        if key == "turns":
+            digest = hashlib.blake2b("\x00".join(prompt).encode(), digest_size=6).hexdigest()
+        else:
+            digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
+        return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
+                key: prompt, "config": dataclasses.asdict(config)}
+
+    def _run(self, request: dict) -> list[dict]:
+        if self._target is not None:
+            return [line for line in self._lines(request) if line["kind"] == "decode"]
+        from launch.target import request_records
+
+        return list(request_records(self.session, request))
+
+    def _stream_here(self, request: dict) -> Iterator[dict]:
+        """Streaming with the target in this process: the decode runs on a worker thread, its rounds' tokens
+        reach the caller through a queue; a caller that stops reading stops the decode at its next round."""
+        from launch.target import TextStream, request_records
+
+        chunks: queue.Queue = queue.Queue()
+        stopped = threading.Event()
+        text = TextStream(self.session.tokenizer)
+
+        def on_tokens(tokens: list[int]) -> None:
+            if stopped.is_set():
+                raise _StreamLeft
+            chunks.put({"kind": "tokens", **text.add(tokens)})
+
+        def work() -> None:
+            try:
+                for record in request_records(self.session, request, on_tokens):
+                    chunks.put(record)
+                chunks.put(None)
+            except BaseException as e:  # handed to the caller's thread, which raises it
+                chunks.put(e)
+
+        worker = threading.Thread(target=work, name="specpair-stream", daemon=True)
+        worker.start()
+        try:
+            while (item := chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stopped.set()
+            worker.join()
 
     def decode_many(self, prompts: Iterable[str], decoders: str | Sequence[str] = ("ar", "root-draw"),
                     **settings) -> list[dict]:
@@ -198,21 +258,16 @@ class Pair:
 
         return list(dict.fromkeys((float(r["temperature"]), setting_budget(r)) for r in records))
 
-    def _remote(self, prompt: Prompt, config: DecodeConfig) -> list[dict]:
-        """One request to the target process -> its records. Every answer line carries the number of the
-        request it answers; lines of an earlier request that an interrupt left unread are dropped."""
-        return self._request_records({"id": prompt.id, "category": prompt.category, "turns": list(prompt.turns),
-                                      "config": dataclasses.asdict(config)})
-
-    def _request_records(self, request: dict) -> list[dict]:
-        self._request += 1
-        request = {"request": self._request, **request}
-        self._target.stdin.write(json.dumps(request) + "\n")
+    def _lines(self, request: dict) -> Iterator[dict]:
+        """One request to the target process -> its answer lines up to its "done". Every answer line carries
+        the number of the request it answers; lines of an earlier request that an interrupt (or a stream
+        left early) left unread are dropped."""
+        self._sent += 1
+        number = self._sent
+        self._target.stdin.write(json.dumps({"request": number, **request}) + "\n")
         self._target.stdin.flush()
-        records = []
-        while (line := self._answer(self._request))["kind"] == "decode":
-            records.append(line)
-        return records
+        while (line := self._answer(number))["kind"] != "done":
+            yield line
 
     def _answer(self, request: int | None = None) -> dict:
         """The target process's next line answering `request` (None: the ready line), without its request

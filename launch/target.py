@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TextIO
 from dataclasses import dataclass
 
@@ -114,19 +114,45 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
         try:
             request = json.loads(line)
             number = request.get("request") if isinstance(request, dict) else None
-            config = DecodeConfig(**request["config"])
-            if "context" in request:  # token ids or chat messages
-                say(decode_context(session, request["context"], config, prompt_id=str(request["id"]),
-                                   category=str(request["category"])), number)
-            else:
-                prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
-                for record in decode_conversation(session, prompt, config):
-                    say(record, number)
+            text = TextStream(session.tokenizer)
+            streamed = (lambda tokens: say({"kind": "tokens", **text.add(tokens)}, number)) \
+                if request.get("stream") else None
+            for record in request_records(session, request, streamed):
+                say(record, number)
         except (InputError, ValueError, KeyError, TypeError) as e:  # a bad request; the session goes on
             say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"},
                 number)
             continue
         say({"kind": "done"}, number)
+
+
+def request_records(session: Session, request: dict, on_tokens=None) -> Iterator[dict]:
+    """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
+    "context": token ids or chat messages}), in the target process or in the caller's; `on_tokens` gets each
+    round's new tokens (streaming)."""
+    config = DecodeConfig(**request["config"])
+    if "context" in request:
+        yield decode_context(session, request["context"], config, prompt_id=str(request["id"]),
+                             category=str(request["category"]), on_tokens=on_tokens)
+    else:
+        prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
+        yield from decode_conversation(session, prompt, config, on_tokens=on_tokens)
+
+
+class TextStream:
+    """The text a stream of output tokens adds, round by round (decoding the whole output each time, so
+    that tokens that make up one character together are shown once complete)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.tokens, self.text = tokenizer, [], ""
+
+    def add(self, tokens: list[int]) -> dict:
+        self.tokens += tokens
+        text = self.tokenizer.decode(self.tokens).rstrip("\ufffd")  # a character still incomplete waits
+        if not text.startswith(self.text):  # a tokenizer that rewrites earlier text: nothing new to show yet
+            return {"tokens": list(tokens), "text": ""}
+        new, self.text = text[len(self.text):], text
+        return {"tokens": list(tokens), "text": new}
 
 
 def _turns(turns) -> tuple[str, tuple[str, ...]]:

@@ -144,7 +144,8 @@ class _Step:
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
            eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False,
-           costs: PassCosts | None = None, experience: Experience | None = None) -> DecodeResult:
+           costs: PassCosts | None = None, experience: Experience | None = None,
+           on_tokens: Callable[[list[int]], None] | None = None) -> DecodeResult:
     """Run one decode of `prompt` (token ids, at least one) with the rule and settings of `config`.
 
     Each round's budget is config.budget, or with budget "auto" the choice of pipeline.budget from `costs`
@@ -154,7 +155,8 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
 
     Phases that produce tokens end in a host read, so their host times include their device work. The
     commit's device work is queued asynchronously; `sync_phases` waits for it inside the commit phase
-    (a host-device sync per round, for profiling runs only).
+    (a host-device sync per round, for profiling runs only). `on_tokens` gets each round's new output
+    tokens as the round commits them (streaming).
     """
     rule = RULES[config.decoder]
     if len(prompt) < 1:
@@ -196,6 +198,10 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
             _observe(auto, step, budget, rounds.phase.times, previous, missed)
         passes += step.passes
         stop = next((i for i, t in enumerate(emitted) if t in eos), None)
+        if on_tokens is not None:  # streaming: what this round adds to the output, cut at the limit
+            new = (emitted if stop is None else emitted[: stop + 1])[: max(0, config.max_new_tokens - len(out))]
+            if new:
+                on_tokens(new)
         out.extend(emitted if stop is None else emitted[: stop + 1])
         if stop is not None or len(out) >= config.max_new_tokens:
             break

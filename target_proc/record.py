@@ -53,7 +53,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
 
 
 def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
-                        done: Mapping[int, dict] | None = None) -> Iterator[dict]:
+                        done: Mapping[int, dict] | None = None, on_tokens=None) -> Iterator[dict]:
     """Decode each turn of `prompt` in one conversation, yielding a record per turn as it ends.
 
     Turn k's context holds the earlier user turns and this decoder's own answers to them, through the
@@ -66,7 +66,7 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
         if record is None:
             ids = session.tokenizer.chat_ids([*history, user])
             key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
-            result = session.decode(ids, config, key)
+            result = session.decode(ids, config, key, on_tokens=on_tokens)
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
                                    prompt_tokens=len(ids), text=session.tokenizer.decode(result.tokens))
             yield record
@@ -96,9 +96,10 @@ def context_ids(tokenizer, vocab_size: int, prompt) -> list[int]:
     return tokenizer.message_ids([dict(m) for m in prompt])
 
 
-def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, category: str) -> dict:
+def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, category: str,
+                   on_tokens=None) -> dict:
     """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0)."""
     ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
-    result = session.decode(ids, config, prompt_id)
+    result = session.decode(ids, config, prompt_id, on_tokens=on_tokens)
     return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_tokens=len(ids),
                          text=session.tokenizer.decode(result.tokens))

@@ -40,7 +40,7 @@ class Session:
         self._experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap) -> earlier decodes
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
-               sync_phases: bool = False) -> DecodeResult:
+               sync_phases: bool = False, on_tokens=None) -> DecodeResult:
         """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder).
 
         sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
@@ -58,7 +58,7 @@ class Session:
                     key = (config.decoder, config.temperature, config.budget_max)
                     experience = self._experience.setdefault(key, Experience(config.budget_max))
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
-                          sync_phases=sync_phases, costs=costs, experience=experience)
+                          sync_phases=sync_phases, costs=costs, experience=experience, on_tokens=on_tokens)
         finally:
             torch.set_num_threads(threads)
 

@@ -130,3 +130,26 @@ def test_token_ids_and_chat_messages_are_prompts_too(pair, greedy):
 def test_bad_prompts_are_refused_naming_the_problem(pair, prompt, message):
     with pytest.raises(InputError, match=message):
         pair.decode(prompt, max_new_tokens=4)
+
+
+def check_stream(pair) -> None:
+    """A stream's tokens and text add up to its record's; leaving one early leaves the pair answering right."""
+    chunks = list(pair.stream("Once upon a time", decoder="root-draw", max_new_tokens=40))
+    *rounds, record = chunks
+    assert record["kind"] == "decode" and rounds and all(c["kind"] == "tokens" for c in rounds)
+    assert [t for c in rounds for t in c["tokens"]] == record["token_ids"]
+    assert "".join(c["text"] for c in rounds) == record["text"]
+    expected = pair.decode("again", decoder="root-draw", max_new_tokens=16)
+    stream = pair.stream("A long story", decoder="root-draw", max_new_tokens=400)
+    assert next(stream)["kind"] == "tokens"
+    stream.close()  # the reader leaves after the first round
+    assert pair.decode("again", decoder="root-draw", max_new_tokens=16)["token_ids"] == expected["token_ids"]
+
+
+def test_a_stream_gives_each_rounds_tokens_then_the_record(pair):
+    check_stream(pair)
+
+
+def test_a_stream_from_a_target_process_too():
+    with Pair("mock", target_process=True) as remote:
+        check_stream(remote)
