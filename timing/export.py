@@ -27,13 +27,13 @@ from launch.cli import add_log_level, add_options, flags_of, parse_program, run_
 from launch.options import ExportOptions
 from pipeline.config import InputError
 from target_proc.summary import counted_tokens, setting_budget
-from timing import run_config
+from timing import prog, run_config
 from timing.records import load_records
 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing export",
+    parser = argparse.ArgumentParser(prog=prog("export"),
                                      description="Write a sweep's records in another tool's format.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's --out directory")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="where the answer files go")

@@ -23,6 +23,7 @@ from launch.options import MatchedOptions
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from target_proc.summary import setting_budget
+from timing import prog
 from timing.records import load_records
 from timing.report import merged_config
 
@@ -30,7 +31,7 @@ log = logging.getLogger("timing")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing matched",
+    parser = argparse.ArgumentParser(prog=prog("matched"),
                                      description="Find root-draw's cap whose mean tree size matches pearl's and "
                                                  "print the sweep command that times both at it.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="a finished sweep's --out directory")

@@ -20,12 +20,12 @@ from launch.options import ReportOptions
 from pipeline.config import InputError
 from pipeline.decode import PHASES
 from target_proc.summary import Setting, analyse, as_json, category_group, group_order, settings_of
-from timing import run_config
+from timing import prog, run_config
 from timing.records import load_records
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing report",
+    parser = argparse.ArgumentParser(prog=prog("report"),
                                      description="Report the speeds and gains of one or more sweep directories "
                                                  "(shards of one sweep may lie in several).")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="a sweep's --out directory")

@@ -161,3 +161,10 @@ def test_a_misspelt_command_is_named_with_the_commands_there_are(capsys):
         plan(["--help"])
     assert capsys.readouterr().out.startswith(
         "usage: launch/pair.sh [sweep|report|matched|export|drafter|keys] [options]")
+
+
+def test_the_sweeps_help_describes_the_sweep(capsys):
+    with pytest.raises(SystemExit):
+        plan(["sweep", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: launch/pair.sh sweep ") and "Run a timing sweep with its own drafter" in out
