@@ -122,7 +122,7 @@ def test_default_pair_filtered_first_tokens_follow_the_filtered_target_law(targe
     from tests.pipeline.test_sampling_filters import reference, softmax
     from tests.pipeline.test_sampling_law import goodness_of_fit
 
-    filters, n, horizon = Filters(top_k=20, top_p=0.9, min_p=0.05), 300, 2
+    filters, n, horizon = Filters(top_k=20, top_p=0.9, min_p=0.05), 150, 2
     ids = target_model.tokenizer.prompt_ids("Name one animal, any animal.")
     eos = target_model.tokenizer.eos
     law: dict[tuple[int, ...], float] = {}
