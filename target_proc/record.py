@@ -66,7 +66,7 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
         if record is None:
             ids = session.tokenizer.chat_ids([*history, user])
             key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
-            result = session.decode(ids, config, key, on_tokens=on_tokens)
+            result = session.decode(ids, config, key, **_streaming(on_tokens))
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
                                    prompt_tokens=len(ids), text=session.tokenizer.decode(result.tokens))
             yield record
@@ -100,6 +100,12 @@ def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, cat
                    on_tokens=None) -> dict:
     """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0)."""
     ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
-    result = session.decode(ids, config, prompt_id, on_tokens=on_tokens)
+    result = session.decode(ids, config, prompt_id, **_streaming(on_tokens))
     return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_tokens=len(ids),
                          text=session.tokenizer.decode(result.tokens))
+
+
+def _streaming(on_tokens) -> dict:
+    """Session.decode's streaming keyword, given only when streaming: sessions that never stream need not
+    take it."""
+    return {} if on_tokens is None else {"on_tokens": on_tokens}
