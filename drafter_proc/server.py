@@ -45,10 +45,13 @@ def tag(peer: bytes) -> bytes:
 
 
 class DrafterServer:
-    def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False) -> None:
+    def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False,
+                 exit_with_target: bool = False) -> None:
         self.listener = listener
         self.loaded = loaded
         self.persist = persist  # after a Shutdown, wait for the next target instead of exiting
+        self.exit_with_target = exit_with_target  # a private drafter: stop once its target left, however
+        self.served = False  # whether a target was accepted yet (exit_with_target waits for the first)
         self.peer: bytes | None = None  # the routing id of the target being served
         self.connections: dict[int, bytes] = {}  # descriptor -> tag of the routing id, of connections that spoke
         self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # tags; ids are never reused in ZeroMQ
@@ -63,6 +66,9 @@ class DrafterServer:
             event = self.listener.recv()
             if isinstance(event, Left):
                 self._departed(event.fd)
+                if self.exit_with_target and self.served and self.peer is None:
+                    log.info("the target closed its connection; this drafter served it alone and exits")
+                    return
                 continue
             if (peer := tag(event.peer)) in self.departed:
                 log.debug("ignored a message a closed connection left queued")
@@ -115,6 +121,7 @@ class DrafterServer:
             reply = self.handle(msg)
             if isinstance(msg, Hello):
                 self.peer = event.peer
+                self.served = True
         except ProtocolError as e:
             self.listener.throttle.warning(log, f"refused {e.code}", "refused a message: %s", e)
             reply = Error(e.code, printable(str(e), MAX_TEXT), _request_of(msg, self.request))
@@ -123,6 +130,7 @@ class DrafterServer:
             reply = Error("drafter", str(e), _request_of(msg, self.request))
         if reply is not None and not self.listener.send(event.peer, reply) and event.peer == self.peer:
             self._forget()  # it left before its reply: serve the next one
+            return self.exit_with_target
         return False
 
     def _shutdown(self, event: Received) -> bool:

@@ -159,6 +159,9 @@ def gather(options, seed: int) -> list[Prompt]:
         prompts = [p for p in prompts if p.category in wanted or category_group(p.category) in wanted]
         if not prompts:
             raise PromptError(f"no prompt is in `categories` {options.categories!r}")
+    if options.limit_prompts > len(prompts):
+        log.warning("`limit_prompts` %d is more than the %d prompts there are: all %d run", options.limit_prompts,
+                    len(prompts), len(prompts))
     chosen = stratified_subset(prompts, options.limit_prompts, seed)
     skipped = sum(len(p.later) for p in chosen)
     if options.turns == "first" and skipped:

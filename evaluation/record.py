@@ -23,7 +23,8 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
     rounds = result.rounds
     return {
         "kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,
-        "decoder": config.decoder, "temperature": config.temperature, "budget": config.budget,
+        "decoder": config.decoder, "temperature": config.temperature, "top_k": config.top_k,
+        "top_p": config.top_p, "min_p": config.min_p, "budget": config.budget,
         "seed": config.seed, "max_new_tokens": config.max_new_tokens, "prompt_tokens": prompt_tokens,
         "new_tokens": len(result.tokens), "token_ids": list(result.tokens), "text": text,
         "overshoot": result.overshoot, "stop": "limit" if result.hit_limit else "eos",

@@ -18,6 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 
+# Fewest prompts whose paired bootstrap gives an interval worth printing as one: with fewer, the percentile
+# interval is little more than the range of the per-prompt gains (2 prompts have 3 distinct resamples, 4 have
+# 35, and a resample of one prompt repeated falls in the outer 2.5% only from 5 prompts on).
+MIN_INTERVAL_PROMPTS = 5
+
+
 @dataclass(frozen=True, slots=True)
 class GainResult:
     """Gain of decoder A over decoder B on the same prompts, with its bootstrap interval."""
@@ -29,6 +35,17 @@ class GainResult:
     speed_a: float  # tokens per second, summed over prompts
     speed_b: float
     n_prompts: int
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether enough prompts back the interval for it to be reported as a bootstrap interval."""
+        return self.n_prompts >= MIN_INTERVAL_PROMPTS
+
+    def interval_text(self, digits: int = 1) -> str:
+        """"[+a%, +b%]", or why there is none."""
+        if not self.has_interval:
+            return f"(no interval: {self.n_prompts} prompts, fewer than {MIN_INTERVAL_PROMPTS})"
+        return f"[{100 * self.low:+.{digits}f}%, {100 * self.high:+.{digits}f}%]"
 
 
 def run_speed(tokens, seconds) -> float:

@@ -173,5 +173,7 @@ def as_json(s: Setting) -> dict:
                              "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json(),
                              **({"budget_shares": st.budget_shares()} if "auto" in st.budgets else {})}
                          for d, st in s.decoders.items()},
-            "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low, "high": g.high, "standard_error": g.standard_error}
+            "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
+                                 "high": g.high if g.has_interval else None, "prompts": g.n_prompts,
+                                 "standard_error": g.standard_error}
                       for (a, b), g in s.gains.items()}}

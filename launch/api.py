@@ -12,6 +12,14 @@ in its own (`target_process=True`, which keeps torch's threads, devices and memo
 Records are evaluation.record's, as `launch/pair.sh --json` prints them. Settings are DecodeConfig's
 fields by name (temperature, budget, max_new_tokens, seed); a bad value raises ConfigError naming it.
 Importing this module starts nothing and changes nothing process-wide.
+
+A pair's children never outlive it: they get SIGTERM when the caller dies however it dies (a parent-death
+signal, which Linux ties to the thread that started them: start a pair in a thread that outlives its use),
+a finaliser stops them when the pair is garbage-collected or the interpreter exits without `close()`, and
+the drafter exits on its own once its one target has gone. They run in a process group of their own, so a
+Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises KeyboardInterrupt, and
+the next call is answered correctly (what the interrupted request still had coming is received and dropped
+first).
 """
 
 from __future__ import annotations
@@ -21,20 +29,32 @@ import dataclasses
 import hashlib
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from evaluation.prompts import Prompt
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
-from pipeline.config import InputError, PoolConfig
+from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import to_argv
 
 PROJECT = Path(__file__).resolve().parent.parent
+CLOSE_WAIT_S = 10.0  # how long close() waits for the children to exit on their own before stopping them
+
+
+class PairClosed(RuntimeError):
+    """A call on a pair after its close()."""
+
+
+class _StreamLeft(Exception):
+    """Raised in a streamed decode whose reader stopped reading: the decode stops at its next round."""
 
 
 class Pair:
@@ -48,17 +68,22 @@ class Pair:
         target's int8 copy for the embedded model, and to the target's spec otherwise); *_options: other
         ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
         from programs.options import ConnectOptions
-        from protocol.transport import private_ipc_endpoint
+        from protocol.transport import private_ipc_endpoint, remove_stale_private_dirs
 
         drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
         self.target_options = ModelOptions(model=target, **(target_options or {}))
         self.drafter_options = ModelOptions(model=drafter, **(drafter_options or {}))
-        self.pool = pool or PoolConfig()
+        self.pool = pool or default_pool(self.target_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = log_level
-        self.endpoint = private_ipc_endpoint()
+        remove_stale_private_dirs()  # those of earlier callers killed before they could remove theirs
+        self.endpoint = private_ipc_endpoint(owner=os.getpid())
         self._stack = contextlib.ExitStack()
         self._procs: list[subprocess.Popen] = []
+        self._folder = os.path.dirname(self.endpoint[len("ipc://"):])
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0)  # never holds self
+        self._closed = False
+        self._sent = 0  # the number of the last request sent to the target process
         self.session = None  # the in-process target's Session
         self._target = None  # or the target process, answering JSON requests
         try:
@@ -68,16 +93,20 @@ class Pair:
             raise
 
     def _start(self, target_process: bool) -> None:
+        from launch.pair import _die_with
+
+        # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
+        child = dict(cwd=PROJECT, preexec_fn=_die_with(os.getpid()), process_group=0)
         drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options),
-                   "--endpoint", self.endpoint, "--log-level", self.log_level]
-        self._procs.append(subprocess.Popen(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL))
+                   "--endpoint", self.endpoint, "--exit-with-target", "--log-level", self.log_level]
+        self._procs.append(subprocess.Popen(drafter, stdin=subprocess.DEVNULL, **child))
         self._wait_for_drafter()
         if target_process:
             argv = [sys.executable, "-P", "-m", "programs.target_program", *to_argv(self.target_options), "--endpoint",
                     self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
                     "--log-level", self.log_level]
-            self._target = subprocess.Popen(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            text=True, bufsize=1)
+            self._target = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                            bufsize=1, **child)
             self._procs.append(self._target)
             self.models = self._answer()["models"]  # the target's ready line: loaded, connected, handshake done
         else:
@@ -102,76 +131,214 @@ class Pair:
                                    f"(raise `ready_timeout` if it is only slow)")
             time.sleep(0.05)
 
-    def decode(self, prompt: str, decoder: str = "root-draw", *, prompt_id: str | None = None,
-               category: str = "api", **settings) -> dict:
-        """One decode of one user turn -> its record."""
-        (record,) = self.chat([prompt], decoder, prompt_id=prompt_id, category=category, **settings)
+    def decode(self, prompt: str | Sequence[int] | Sequence[dict], decoder: str = "root-draw", *,
+               prompt_id: str | None = None, category: str = "api", **settings) -> dict:
+        """One decode -> its record. `prompt`: one user turn's text (through the chat template), token ids
+        (used as they are), or chat messages [{"role": "system"|"user"|"assistant", "content": ...}, ...]
+        ending with the user's."""
+        if isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+            raise InputError("`prompt` is a list of texts: `chat` answers a conversation's user turns")
+        (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
         return record
 
     def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
              category: str = "api", **settings) -> list[dict]:
         """The user turns of one conversation, each answered with the earlier answers in context -> a record
         per turn. prompt_id seeds the sampling streams; by default it is derived from the text."""
-        if not turns or not all(isinstance(t, str) and t for t in turns):
-            raise InputError("`turns` must be non-empty strings")
-        config = DecodeConfig(decoder, **settings)
-        digest = hashlib.blake2b("\x00".join(turns).encode(), digest_size=6).hexdigest()
-        prompt = Prompt(prompt_id or f"text/{digest}", category, turns[0], tuple(turns[1:]))
+        if isinstance(turns, str) or not turns or not all(isinstance(t, str) and t for t in turns):
+            raise InputError("`turns` must be a list of non-empty strings")
+        return self._run(self._request(list(turns), decoder, prompt_id, category, settings))
+
+    def stream(self, prompt: str | Sequence[int] | Sequence[dict], decoder: str = "root-draw", *,
+               prompt_id: str | None = None, category: str = "api", **settings) -> Iterator[dict]:
+        """One decode, as `decode` takes it, streamed: {"kind": "tokens", "tokens": [...], "text": "..."} as
+        each round commits tokens (the text those tokens add), then the record. Leaving the loop early
+        stops the decode at its next round."""
+        request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
         if self._target is not None:
-            return self._remote(prompt, config)
-        from target_proc.conversation import decode_conversation
+            for line in self._lines(request):
+                if line["kind"] in ("tokens", "decode"):
+                    yield line
+            return
+        yield from self._stream_here(request)
 
-        return list(decode_conversation(self.session, prompt, config))
+    def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict) -> dict:
+        """A request as the target process takes it: the prompt, its id (derived from it by default), the
+        category and the checked settings."""
+        self._check_open()
+        config = DecodeConfig(decoder, **_settings(settings))
+        if isinstance(prompt, str):
+            prompt = [prompt]
+            if not prompt[0]:
+                raise InputError("`prompt` must be non-empty text")
+            key = "turns"
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+            key = "turns"  # chat's user turns
+        elif isinstance(prompt, (list, tuple)):
+            prompt, key = list(prompt), "context"
+        else:
+            raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
+        if key == "turns":
+            digest = hashlib.blake2b("\x00".join(prompt).encode(), digest_size=6).hexdigest()
+        else:
+            digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
+        return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
+                key: prompt, "config": dataclasses.asdict(config)}
 
-    def decode_many(self, prompts: Iterable[str], decoders: Sequence[str] = ("ar", "root-draw"),
+    def _run(self, request: dict) -> list[dict]:
+        if self._target is not None:
+            return [line for line in self._lines(request) if line["kind"] == "decode"]
+        from programs.target_program import request_records
+
+        return list(request_records(self.session, request))
+
+    def _stream_here(self, request: dict) -> Iterator[dict]:
+        """Streaming with the target in this process: the decode runs on a worker thread, its rounds' tokens
+        reach the caller through a queue; a caller that stops reading stops the decode at its next round."""
+        from programs.target_program import TextStream, request_records
+
+        chunks: queue.Queue = queue.Queue()
+        stopped = threading.Event()
+        text = TextStream(self.session.tokenizer)
+
+        def on_tokens(tokens: list[int]) -> None:
+            if stopped.is_set():
+                raise _StreamLeft
+            chunks.put({"kind": "tokens", **text.add(tokens)})
+
+        def work() -> None:
+            try:
+                for record in request_records(self.session, request, on_tokens):
+                    chunks.put(record)
+                chunks.put(None)
+            except BaseException as e:  # handed to the caller's thread, which raises it
+                chunks.put(e)
+
+        worker = threading.Thread(target=work, name="specpair-stream", daemon=True)
+        worker.start()
+        try:
+            while (item := chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stopped.set()
+            worker.join()
+
+    def decode_many(self, prompts: Iterable[str], decoders: str | Sequence[str] = ("ar", "root-draw"),
                     **settings) -> list[dict]:
-        """Every prompt with every decoder (decoders innermost, as the command line orders them)."""
+        """Every prompt with every decoder (decoders innermost, as the command line orders them); `decoders`
+        may be one name or a comma-separated list, as --decoders takes it."""
+        if isinstance(decoders, str):
+            decoders = [d.strip() for d in decoders.split(",") if d.strip()]
+        if isinstance(prompts, str):
+            prompts = [prompts]
         return [self.decode(p, d, **settings) for p in prompts for d in decoders]
 
     @staticmethod
-    def summarize(records: Sequence[dict]) -> dict:
+    def summarize(records: Sequence[dict], *, temperature: float | None = None, budget=None) -> dict:
         """The command line's summary of one setting's records: speeds, τ, acceptance by depth, tree sizes and
-        every decoder's speedup over `ar` with its paired interval over prompts."""
+        every decoder's speedup over `ar` with its paired interval over prompts. Records of several settings
+        (temperature, budget) need the setting named; `Pair.settings(records)` lists them."""
         from evaluation.summary import analyse, as_json
 
-        first = records[0]
-        return as_json(analyse(records, first["temperature"], first["budget"], speed_tokens="output"))
+        present = Pair.settings(records)
+        if not present:
+            raise InputError("`records` is empty: there is nothing to summarize")
+        chosen = [(t, b) for t, b in present if temperature in (None, t) and budget in (None, b)]
+        if len(chosen) != 1:
+            listed = "; ".join(f"temperature={t:g}, budget={b}" for t, b in present)
+            raise InputError(f"`records` hold {'no' if not chosen else 'several'} matching settings ({listed}): "
+                             f"name one with `temperature` and `budget`")
+        (t, b), = chosen
+        return as_json(analyse(records, t, b, speed_tokens="output"))
 
-    def _remote(self, prompt: Prompt, config: DecodeConfig) -> list[dict]:
-        request = {"id": prompt.id, "category": prompt.category, "turns": list(prompt.turns),
-                   "config": dataclasses.asdict(config)}
-        self._target.stdin.write(json.dumps(request) + "\n")
+    @staticmethod
+    def settings(records: Sequence[dict]) -> list[tuple[float, int | str]]:
+        """The (temperature, budget) settings of `records`, in their first appearance's order."""
+        from evaluation.summary import setting_budget
+
+        return list(dict.fromkeys((float(r["temperature"]), setting_budget(r)) for r in records))
+
+    def _lines(self, request: dict) -> Iterator[dict]:
+        """One request to the target process -> its answer lines up to its "done". Every answer line carries
+        the number of the request it answers; lines of an earlier request that an interrupt (or a stream
+        left early) left unread are dropped."""
+        self._sent += 1
+        number = self._sent
+        self._target.stdin.write(json.dumps({"request": number, **request}) + "\n")
         self._target.stdin.flush()
-        records = []
-        while (line := self._answer())["kind"] == "decode":
-            records.append(line)
-        return records
+        while (line := self._answer(number))["kind"] != "done":
+            yield line
 
-    def _answer(self) -> dict:
-        """The target process's next line; its errors raised here as InputError or RuntimeError."""
-        line = self._target.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the target process exited with status {self._target.wait()}; see its log above")
-        answer = json.loads(line)
+    def _answer(self, request: int | None = None) -> dict:
+        """The target process's next line answering `request` (None: the ready line), without its request
+        number; its errors raised here as InputError or RuntimeError."""
+        while True:
+            line = self._target.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the target process exited with status {self._target.wait()}; see its log "
+                                   f"above")
+            answer = json.loads(line)
+            if answer.pop("request", None) == request:
+                break
         if answer["kind"] == "error":
             raise (InputError if answer["input"] else RuntimeError)(answer["message"])
         return answer
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PairClosed("this pair is closed: start another `Pair` to decode again")
+
     def close(self) -> None:
-        """Shut the pair down: the target first (it asks the drafter to exit), then wait for both."""
-        self._stack.close()
-        if self._target is not None and self._target.poll() is None:
-            self._target.stdin.close()  # end of requests: the target shuts the drafter down and exits
-        for proc in self._procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
+        """Shut the pair down: the target first (it asks the drafter to exit), then wait for both; those
+        still running after CLOSE_WAIT_S are stopped. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stack.close()
+            if self._target is not None and self._target.poll() is None:
+                self._target.stdin.close()  # end of requests: the target shuts the drafter down and exits
+        finally:
+            self._finalizer.detach()
+            _stop(self._procs, self._folder, CLOSE_WAIT_S)
 
     def __enter__(self) -> Pair:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def default_pool(target: ModelOptions) -> PoolConfig:
+    """The command line's pool: reduced for the embedded pair on the CPU, the paper's otherwise."""
+    from launch.pair import EMBEDDED_POOL
+
+    return EMBEDDED_POOL if target.model == EMBEDDED and target.device == "cpu" else PoolConfig()
+
+
+def _settings(settings: dict) -> dict:
+    """The keyword settings of a decode, unknown ones refused with the names of those accepted."""
+    accepted = [f.name for f in dataclasses.fields(DecodeConfig) if f.name != "decoder"]
+    if unknown := [name for name in settings if name not in accepted]:
+        raise ConfigError(unknown[0], f"is not a decode setting; the settings are {', '.join(accepted)}")
+    return settings
+
+
+def _stop(procs: list[subprocess.Popen], folder: str, grace: float) -> None:
+    """Wait up to `grace` seconds for the processes to exit, stop (SIGTERM, then SIGKILL) those still running,
+    and remove the socket folder. The finaliser of a pair left unclosed calls it with no grace."""
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    shutil.rmtree(folder, ignore_errors=True)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import difflib
+import json
 import os
 import shutil
 import signal
@@ -48,6 +50,10 @@ EMBEDDED_MAX_NEW_TOKENS = 96
 EMBEDDED_PROMPTS = 2  # the first built-in prompts
 GRACE_SECONDS = 5.0  # how long a process may take to exit after its peer ended
 TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m timing ROUTE ...`
+SWEEP_ABOUT = ("Run a timing sweep with its own drafter: every prompt with every decoder, temperature and budget "
+               "of the grid, one record per decode appended to --out DIR as it ends (rerun the command to resume; "
+               "--shard I/N runs one part); launch/pair.sh report DIR reports it.")
+COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys")  # the first word of a route's command line
 PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) must not shadow our packages
 
 
@@ -68,7 +74,9 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
     run_cls = SweepOptions if mode == "sweep" else RunOptions
     parser = argparse.ArgumentParser(
         prog="launch/pair.sh" + (" sweep" if mode == "sweep" else ""),
-        description="Run the target and drafter processes as a pair. With no model options, the embedded "
+        usage=None if mode == "sweep" else f"launch/pair.sh [{'|'.join(COMMANDS)}] [options]",
+        description=(SWEEP_ABOUT if mode == "sweep" else "Run the target and drafter processes as a pair.")
+                    + " With no model options, the embedded "
                     f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
                     "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
@@ -100,7 +108,13 @@ def plan(argv: list[str]) -> LaunchPlan:
     mode = "sweep" if argv[:1] == ["sweep"] else "decode"
     argv = argv[1:] if mode == "sweep" else argv
     parser = build_parser(mode)
-    ns = parser.parse_args(argv)
+    ns, extra = parser.parse_known_args(argv)
+    if extra and mode == "decode" and not extra[0].startswith("-"):  # a misspelt command, say
+        close = difflib.get_close_matches(extra[0], COMMANDS, n=1)
+        parser.error(f"unknown command {extra[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                     + f": the commands are {', '.join(COMMANDS)}, or options alone to decode")
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     notes = []
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
@@ -263,7 +277,7 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
-        os.execv(sys.executable, [*PY, "timing", *argv])
+        os.execve(sys.executable, [*PY, "timing", *argv], {**os.environ, "SPECPAIR_PROG": "launch/pair.sh"})
     if argv[:1] == ["drafter"]:  # a drafter alone, as on a second host
         from programs import drafter_program
 

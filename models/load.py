@@ -98,10 +98,19 @@ def _dtype(options: ModelOptions) -> torch.dtype:
 
 
 def _load_hf(spec: str, dtype: torch.dtype, allow_download: bool):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # stdout and stderr stay readable (stdout may carry JSON)
+    try:
+        return _load_hf_quietly(spec, dtype, allow_download)
+    finally:  # a caller's own setting (the Python API's) is left as it was
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def _load_hf_quietly(spec: str, dtype: torch.dtype, allow_download: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = str(embedded_checkpoint()) if spec == EMBEDDED else spec
     local = not allow_download or os.path.isdir(path)

@@ -28,6 +28,10 @@ class MockTokenizer:
         ids = [1 + (_ALPHABET.index(c) if c in _ALPHABET else 0) % (self.vocab_size - 1) for c in text]
         return ids or [1]
 
+    def message_ids(self, messages: list[dict]) -> list[int]:
+        """Chat messages ({"role", "content"}, system ones included): their contents as chat_ids joins turns."""
+        return self.chat_ids([m["content"] for m in messages])
+
     def decode(self, ids) -> str:
         return "".join(_ALPHABET[(i - 1) % len(_ALPHABET)] for i in ids if i != EOS)
 
@@ -55,9 +59,14 @@ class HFTokenizer:
     def chat_ids(self, turns: list[str]) -> list[int]:
         """Token ids of a conversation whose turns alternate user, assistant, ..., user, ready for the
         assistant's next answer; without a chat template, the turns joined by new lines."""
+        return self.message_ids([{"role": "user" if i % 2 == 0 else "assistant", "content": t}
+                                 for i, t in enumerate(turns)])
+
+    def message_ids(self, messages: list[dict]) -> list[int]:
+        """Token ids of chat messages ({"role", "content"}: system, user, assistant) through the chat template,
+        ready for the assistant's next answer; without a template, the contents joined by new lines."""
         if self.tok.chat_template is None:
-            return list(self.tok("\n".join(turns))["input_ids"])
-        messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+            return list(self.tok("\n".join(m["content"] for m in messages))["input_ids"])
         # enable_thinking=False selects Qwen3's non-thinking mode; other templates ignore it.
         out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                            enable_thinking=False)

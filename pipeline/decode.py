@@ -24,6 +24,7 @@ from pipeline.budget import DrafterFeed, Experience, PassCosts, budget_policy, r
 from pipeline.pool import ROOT, Pool
 from pipeline.result import DecodeResult, Round
 from pipeline.rules import RULES, RootDraw, Rule
+from pipeline.sampling import Filtered
 from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree
 from pipeline.verify import draw, verify_tree
@@ -121,12 +122,13 @@ class Step:
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
            eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False,
            costs: PassCosts | None = None, experience: Experience | None = None,
-           observe: Observer | None = None) -> DecodeResult:
+           observe: Observer | None = None, on_tokens: Callable[[list[int]], None] | None = None) -> DecodeResult:
     """One decode of `prompt` (token ids, at least one) by `config`'s rule: the paper's round until the limit.
 
     Budgets: pipeline.budget's policy (auto: from `costs`, this device's, and `experience`, the setting's
     earlier decodes). Phases end in a host read; `sync_phases` also waits for each commit (a sync a round).
-    `observe` sees each round after its commit (a measurement, left out of the decode's time).
+    `observe` sees each round after its commit (a measurement, left out of the decode's time); `on_tokens`
+    gets what each round adds to the output, as it commits it (streaming).
     """
     rule = RULES[config.decoder]
     _check(rule, prompt, drafter)
@@ -142,8 +144,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         policy.observe(step.on_path, budget, step.phases, feed)
         passes += step.passes
         emitted = step.emitted
-        stop = next((i for i, t in enumerate(emitted) if t in eos), None)
-        out.extend(emitted if stop is None else emitted[: stop + 1])
+        stop = _extend(out, emitted, eos, config.max_new_tokens, on_tokens)
         if stop is not None or len(out) >= config.max_new_tokens:
             break
         history += emitted
@@ -156,6 +157,18 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     feed.end()
     policy.end()
     return _result(out, config.max_new_tokens, stop, log, passes, seconds, prefill_seconds)
+
+
+def _extend(out: list[int], emitted: list[int], eos: frozenset[int], limit: int,
+            on_tokens: Callable[[list[int]], None] | None) -> int | None:
+    """Append a round's tokens, up to its first end-of-sequence token, to `out` -> that token's index in
+    `emitted`, or None. `on_tokens` gets what the output gains, cut at the limit."""
+    stop = next((i for i, t in enumerate(emitted) if t in eos), None)
+    new = emitted if stop is None else emitted[: stop + 1]
+    if on_tokens is not None and (shown := new[: max(0, limit - len(out))]):
+        on_tokens(shown)
+    out.extend(new)
+    return stop
 
 
 def _prefill(target: TargetRunner, feed: DrafterFeed, history: list[int], budget: int, t_start: float) -> float:
@@ -188,6 +201,8 @@ class _Rounds:
 
     def __init__(self, target: TargetRunner, drafter: DrafterClient | None, rule: Rule, config: DecodeConfig,
                  generator: torch.Generator | None, track: bool, sync: bool, observe: Observer | None) -> None:
+        if config.filters.active and config.temperature > 0:  # every draw takes the same transformed rows
+            target = Filtered(target, config.temperature, config.filters)
         self.target, self.drafter, self.rule = target, drafter, rule
         self.observe, self.observed = observe, 0.0  # observed: seconds spent in `observe` (not the decode's)
         self.temperature, self.generator = config.temperature, generator

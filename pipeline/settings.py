@@ -31,6 +31,13 @@ class DecodeConfig:
         "help": "where auto's acceptance prior comes from. session: the optimistic prior and the earlier decodes "
                 "of the same decoder, T and cap in this process; decode: the optimistic prior alone, so a "
                 "decode's choices do not depend on the decodes before it", "metavar": "session|decode"})
+    top_k: int = field(default=0, metadata={
+        "help": "at T > 0, sample among the K most probable tokens only (0: all)", "metavar": "K"})
+    top_p: float = field(default=1.0, metadata={
+        "help": "at T > 0, sample among the most probable tokens whose mass reaches P (1: all)", "metavar": "P"})
+    min_p: float = field(default=0.0, metadata={
+        "help": "at T > 0, sample among tokens at least P times as probable as the most probable (0: all)",
+        "metavar": "P"})
 
     def __post_init__(self) -> None:
         if self.decoder not in RULES:
@@ -43,6 +50,14 @@ class DecodeConfig:
         check_int("budget_max", self.budget_max, 1)
         if self.budget_prior not in BUDGET_PRIORS:
             raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
+        self.filters  # checks top_k, top_p and min_p
+
+    @property
+    def filters(self):
+        """The target law's sampling filters (pipeline.sampling.Filters)."""
+        from pipeline.sampling import Filters  # imported here: the settings load without torch
+
+        return Filters(self.top_k, self.top_p, self.min_p)
 
     @property
     def auto(self) -> bool:

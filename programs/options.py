@@ -72,7 +72,8 @@ class RunOptions:
     """Decoding"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("temperature", "budget", "budget_max", "budget_prior", "max_new_tokens", "seed"),
+        "embed": ("temperature", "top_k", "top_p", "min_p", "budget", "budget_max", "budget_prior", "max_new_tokens",
+                  "seed"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompt", "prompts", "categories", "limit_prompts", "turns")})
@@ -121,6 +122,9 @@ class ServeOptions:
     persist: bool = field(default=False, metadata={
         "help": "serve target after target: a Shutdown ends that target's session, not the drafter "
                 "(launch/pair.sh drafter sets it)"})
+    exit_with_target: bool = field(default=False, metadata={
+        "help": "exit once the first target served has left, however it left (closed its connection, "
+                "died): a drafter private to one target, as the Python API starts it"})
     clear: bool = field(default=False, metadata={
         "help": "serve a loopback tcp endpoint in clear: any process of this host may then connect and hold the "
                 "drafter (every tcp endpoint speaks CURVE otherwise)"})

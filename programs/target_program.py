@@ -13,15 +13,16 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import TextIO
 from dataclasses import dataclass
 
-from evaluation.rounds import RoundStore, round_key, rounds_path
 from evaluation.prompts import Prompt, gather
 from evaluation.provenance import environment
 from evaluation.record import SCHEMA
+from evaluation.rounds import RoundStore, round_key, rounds_path
+from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import analyse, as_json
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
@@ -29,7 +30,7 @@ from pipeline.settings import DecodeConfig
 from programs.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
                         option_values, run_program, setup_logging)
 from programs.options import ConnectOptions, KeyOptions, RunOptions
-from target_proc.conversation import decode_conversation
+from target_proc.conversation import decode_context, decode_conversation
 from target_proc.session import Session, open_session
 
 log = logging.getLogger("target")
@@ -104,24 +105,60 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
-    """The Python API's target process: one JSON request per line ({"id", "category", "turns", "config"}),
-    answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}; the first line
-    says the session is ready. Ends at the end of the requests."""
-    def say(line: dict) -> None:
-        answers.write(json.dumps(line) + "\n")
+    """The Python API's target process: one JSON request per line ({"request", "id", "category", "turns",
+    "config"}), answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}, each
+    carrying the request's number, so that the caller can tell the answers of a request it gave up on (an
+    interrupt) from those of the next; the first line says the session is ready. Ends at the end of the
+    requests."""
+    def say(line: dict, number) -> None:
+        answers.write(json.dumps({**line, "request": number}) + "\n")
         answers.flush()
 
-    say({"kind": "ready", "models": session.models})
+    say({"kind": "ready", "models": session.models}, None)
     for line in requests:
+        number = None
         try:
             request = json.loads(line)
-            prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
-            for record in decode_conversation(session, prompt, DecodeConfig(**request["config"])):
-                say(record)
+            number = request.get("request") if isinstance(request, dict) else None
+            text = TextStream(session.tokenizer)
+            streamed = (lambda tokens: say({"kind": "tokens", **text.add(tokens)}, number)) \
+                if request.get("stream") else None
+            for record in request_records(session, request, streamed):
+                say(record, number)
         except (InputError, ValueError, KeyError, TypeError) as e:  # a bad request; the session goes on
-            say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"})
+            say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"},
+                number)
             continue
-        say({"kind": "done"})
+        say({"kind": "done"}, number)
+
+
+def request_records(session: Session, request: dict, on_tokens=None) -> Iterator[dict]:
+    """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
+    "context": token ids or chat messages}), in the target process or in the caller's; `on_tokens` gets each
+    round's new tokens (streaming)."""
+    config = DecodeConfig(**request["config"])
+    if "context" in request:
+        yield decode_context(session, request["context"], config, prompt_id=str(request["id"]),
+                             category=str(request["category"]), on_tokens=on_tokens)
+    else:
+        prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
+        yield from decode_conversation(session, prompt, config, on_tokens=on_tokens)
+
+
+class TextStream:
+    """The text a stream of output tokens adds, round by round (decoding the whole output each time, so
+    that tokens that make up one character together are shown once complete)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.tokens, self.text = tokenizer, [], ""
+
+    def add(self, tokens: list[int]) -> dict:
+        self.tokens += tokens
+        text = self.tokenizer.decode(self.tokens).rstrip("\ufffd")  # a character still incomplete waits
+        if not text.startswith(self.text):  # a tokenizer that rewrites earlier text: nothing new to show yet
+            return {"tokens": list(tokens), "text": ""}
+        new, self.text = text[len(self.text):], text
+        return {"tokens": list(tokens), "text": new}
 
 
 def _turns(turns) -> tuple[str, tuple[str, ...]]:
@@ -179,13 +216,17 @@ def print_summary(records: list[dict], setting, pool: PoolConfig) -> None:
     print(head)
     for d, st in setting.decoders.items():
         gain = setting.gains.get((d, "ar"))
-        vs_ar = "—" if gain is None else f"{100 * gain.gain:+.1f}% [{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]"
+        vs_ar = "—" if gain is None else f"{100 * gain.gain:+.1f}% " + (
+            f"[{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]" if gain.has_interval else "(no interval)")
         tree = f"{st.rounds.mean_tree_size:.1f}" if st.rounds.mean_tree_size else "—"
         depth = " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—"
         print(f"{d:<11}{st.decodes:>8}{st.tokens.sum():>8.0f}{st.seconds.sum():>9.2f}{st.speed:>8.1f}  "
               f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {depth}")
     print("tau: tokens per round, the bonus token included; tok/pass: per target pass after the prefill "
           "(root-pass rules make two a round)")
+    if any(not g.has_interval for g in setting.gains.values()):
+        print(f"no interval: a paired-bootstrap interval needs at least {MIN_INTERVAL_PROMPTS} prompts (from "
+              f"fewer it is about the range of their gains)")
 
 
 if __name__ == "__main__":

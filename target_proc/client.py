@@ -34,6 +34,7 @@ class RemoteDrafter:
         self.timeout = timeout
         self.request = 0
         self.round = 0
+        self.asked = 0  # pools asked for and not yet received: those of an abandoned request are drained
 
     def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float) -> Ready:
         """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models."""
@@ -62,18 +63,22 @@ class RemoteDrafter:
         return reply
 
     def start(self, prompt: Sequence[int]) -> None:
+        self._drain()
         self._check_quiet("Start")
         self.request += 1
         self.round = 0
         self.channel.send(Start(self.request, np.asarray(prompt, np.int32)))
+        self.asked = 1
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._check_quiet("Commit")
         self.round += 1
         self.channel.send(Commit(self.request, self.round, np.asarray(tokens, np.int32)))
+        self.asked += 1
 
     def pool(self) -> tuple[Pool, float]:
         msg = self._recv(self.timeout, "drafter_timeout", "pool", (PoolMsg, Error))
+        self.asked -= 1
         try:
             if isinstance(msg, Error):
                 raise PeerError(msg.code, msg.message)
@@ -99,6 +104,19 @@ class RemoteDrafter:
 
     def end(self) -> None:
         self.channel.send(End(self.request))
+
+    def _drain(self) -> None:
+        """Receive and drop the pools a request abandoned midway still has coming (a decode interrupted by
+        KeyboardInterrupt, say), so that the next request starts on a quiet channel. Only replies to that
+        request are dropped: anything else is refused as ever."""
+        while self.asked:
+            msg = self._recv(self.timeout, "drafter_timeout", "pool of an interrupted request", (PoolMsg, Error))
+            self.asked -= 1
+            if getattr(msg, "request", None) != self.request:
+                error = StaleMessage(f"{type(msg).__name__} for request {getattr(msg, 'request', '?')}, but the "
+                                     f"interrupted request {self.request} is the one with replies to come")
+                self._refuse(error)
+                raise error
 
     def shutdown(self) -> None:
         self.channel.send(Shutdown())

@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
+import numpy as np
+
 from evaluation.record import decode_record
+from pipeline.config import InputError, is_int
+from pipeline.pool import out_of_vocab
 from pipeline.settings import DecodeConfig
 from target_proc.recorder import RoundRecorder
 
@@ -20,14 +24,14 @@ class Conversation(Protocol):
 
 def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
                         done: Mapping[int, dict] | None = None,
-                        rounds: Callable[[dict, list], None] | None = None) -> Iterator[dict]:
+                        rounds: Callable[[dict, list], None] | None = None, on_tokens=None) -> Iterator[dict]:
     """Decode each turn of `prompt` in one conversation, yielding a record per turn as it ends.
 
     Turn k's context holds the earlier user turns and this decoder's own answers to them, through the
     target's chat template (as Spec-Bench's inference builds it). `done`: records of turns decoded before
     (a resumed sweep), whose answers are reused instead of decoded again. `rounds`: record every round's
     pool with one measurement pass (target_proc.recorder) and hand (record, recorded rounds) to this
-    callable before the record is yielded.
+    callable before the record is yielded. `on_tokens`: see pipeline.decode.decode (streaming).
     """
     history: list[str] = []
     for turn, user in enumerate(prompt.turns):
@@ -35,11 +39,49 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
         if record is None:
             ids = session.tokenizer.chat_ids([*history, user])
             key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
-            recorder = RoundRecorder(session.target, config.temperature) if rounds else None
-            result = session.decode(ids, config, key, observe=recorder)
+            recorder = RoundRecorder(session.target, config) if rounds else None
+            result = session.decode(ids, config, key, **_given(observe=recorder, on_tokens=on_tokens))
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
                                    prompt_tokens=len(ids), text=session.tokenizer.decode(result.tokens))
             if rounds:
                 rounds(record, recorder.rounds)
             yield record
         history += [user, record["text"].strip()]
+
+
+ROLES = ("system", "user", "assistant")
+
+
+def context_ids(tokenizer, vocab_size: int, prompt) -> list[int]:
+    """The token ids a decode continues: `prompt` as token ids (used as they are), or as chat messages
+    ([{"role", "content"}, ...], system ones included, the last a user's) through the chat template.
+    InputError naming the problem for anything else."""
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise InputError("`prompt` must be text, a non-empty list of token ids or a non-empty list of chat messages")
+    if all(is_int(t) for t in prompt):
+        if problem := out_of_vocab(np.asarray(prompt), vocab_size, "prompt token"):
+            raise InputError(f"`prompt`: {problem}")
+        return [int(t) for t in prompt]
+    for i, m in enumerate(prompt):
+        if not (isinstance(m, dict) and m.keys() == {"role", "content"} and m["role"] in ROLES
+                and isinstance(m["content"], str)):
+            raise InputError(f"`prompt` message {i} must be {{'role': {'|'.join(ROLES)}, 'content': text}}, got "
+                             f"{m!r:.80}")
+    if prompt[-1]["role"] != "user":
+        raise InputError("`prompt`'s last message must be the user's: the decode answers it")
+    return tokenizer.message_ids([dict(m) for m in prompt])
+
+
+def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, category: str,
+                   on_tokens=None) -> dict:
+    """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0)."""
+    ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
+    result = session.decode(ids, config, prompt_id, **_given(on_tokens=on_tokens))
+    return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_tokens=len(ids),
+                         text=session.tokenizer.decode(result.tokens))
+
+
+def _given(**keywords) -> dict:
+    """Session.decode's optional keywords, only those given: sessions that never stream or record need not
+    take them."""
+    return {k: v for k, v in keywords.items() if v is not None}

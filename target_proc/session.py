@@ -41,7 +41,7 @@ class Session:
         self.budgets = SessionBudgets(lambda cap: costs.measure(self.target, cap))  # budget auto's memory
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
-               sync_phases: bool = False, observe: Observer | None = None) -> DecodeResult:
+               sync_phases: bool = False, observe: Observer | None = None, on_tokens=None) -> DecodeResult:
         """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder).
 
         sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
@@ -60,7 +60,8 @@ class Session:
                     config.decoder, RULES[config.decoder].root_pass, config.temperature, config.budget_max,
                     config.budget_prior == "session")
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
-                          sync_phases=sync_phases, costs=pass_costs, experience=experience, observe=observe)
+                          sync_phases=sync_phases, costs=pass_costs, experience=experience, observe=observe,
+                          on_tokens=on_tokens)
         finally:
             torch.set_num_threads(threads)
 

@@ -64,7 +64,8 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
 
     n = len(tree_sizes)
     return {"kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,
-            "decoder": decoder, "temperature": temperature, "budget": budget, "seed": seed, "max_new_tokens": 64,
+            "decoder": decoder, "temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+            "budget": budget, "seed": seed, "max_new_tokens": 64,
             "prompt_tokens": 5, "new_tokens": tokens, "token_ids": [1] * tokens, "text": "x" * tokens,
             "overshoot": overshoot, "stop": "limit", "seconds": seconds, "prefill_seconds": 0.1,
             "tokens_per_second": tokens / seconds, "rounds": n, "target_passes": n,

@@ -26,14 +26,14 @@ from pathlib import Path
 from evaluation.summary import counted_tokens, setting_budget
 from pipeline.config import InputError
 from programs.cli import files_program, run_files_program
-from timing import run_config
+from timing import prog, run_config
 from timing.options import ExportOptions
 from timing.record_store import directory, load_records
 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return files_program("python -m timing export", "Write a sweep's records in another tool's format.", ExportOptions,
+    return files_program(prog("export"), "Write a sweep's records in another tool's format.", ExportOptions,
                          ("run_dir", dict(metavar="RUN_DIR", help="a sweep's --out directory")),
                          ("out_dir", dict(metavar="OUT_DIR", help="where the answer files go")))
 

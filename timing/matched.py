@@ -22,6 +22,7 @@ from evaluation.summary import setting_budget
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from programs.cli import EXIT_USAGE, files_program, run_files_program, to_argv
+from timing import prog
 from timing.options import MatchedOptions
 from timing.record_store import load_records
 from timing.report import merged_config
@@ -30,7 +31,7 @@ log = logging.getLogger("timing")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return files_program("python -m timing matched", "Find root-draw's cap whose mean tree size matches pearl's and "
+    return files_program(prog("matched"), "Find root-draw's cap whose mean tree size matches pearl's and "
                          "print the sweep command that times both at it.", MatchedOptions,
                          ("dirs", dict(nargs="+", metavar="DIR", help="a finished sweep's --out directory")))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
@@ -14,7 +15,7 @@ from evaluation.summary import Setting, median_rounds  # noqa: E402
 from pipeline.result import PHASES  # noqa: E402
 
 COLORS = {"draft": "#8c8c8c", "root": "#1f77b4", "wait": "#d9d9d9", "select": "#ff7f0e", "tree": "#2ca02c",
-          "commit": "#9467bd"}
+          "commit": "#9467bd", "plain": "#17becf"}
 
 
 def plot_gains(settings: Sequence[Setting], path: Path) -> bool:
@@ -32,8 +33,8 @@ def plot_gains(settings: Sequence[Setting], path: Path) -> bool:
                 g = s.gains[pair]
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(100 * g.gain)
-                lo.append(100 * (g.gain - g.low))
-                hi.append(100 * (g.high - g.gain))
+                lo.append(100 * (g.gain - g.low) if g.has_interval else 0.0)  # too few prompts: no bar
+                hi.append(100 * (g.high - g.gain) if g.has_interval else 0.0)
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=f"{pair[0]} over {pair[1]}")
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(shown)), [f"{s.label}\n({len(s.prompt_ids)} prompts)" for s in shown])
@@ -58,31 +59,35 @@ def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int 
         shown = decoder if decoder in s.decoders else next(iter(s.decoders), None)
         if shown is None:
             continue
-        lanes = [(f"{shown} {i + 1}", row) for i, row in enumerate(median_rounds(s.decoders[shown], k))]
+        lanes = [(f"{shown} #{i + 1}", row) for i, row in enumerate(median_rounds(s.decoders[shown], k))]
         if shown != "draft" and "draft" in s.decoders:
             lanes += [("draft", row) for row in median_rounds(s.decoders["draft"], 1)]
         if lanes:
             panels.append((s, lanes))
     if not panels:
         return False
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, 0.2 + 0.75 * sum(len(l) for _, l in panels) + 0.6 * len(panels)),
-                             squeeze=False)
+    height = 0.2 + 0.75 * sum(len(lanes) for _, lanes in panels) + 0.6 * len(panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, height), squeeze=False, sharex=True)  # one ms scale
     for ax, (s, lanes) in zip(axes[:, 0], panels):
         labels = []
         for i, (name, row) in enumerate(lanes):
             y = 2 * (len(lanes) - 1 - i)
             ms = 1000 * row
-            ax.barh(y + 1, ms[0], left=0, height=0.8, color=COLORS["draft"])
+            plain = not np.any(ms[[PHASES.index(p) for p in ("draft", "wait", "select", "tree")]])
+            if ms[0] > 0:  # a plain round (budget auto's 0) asks the drafter for nothing: no drafter lane
+                ax.barh(y + 1, ms[0], left=0, height=0.8, color=COLORS["draft"])
+                labels.append((y + 1, f"{name} drafter"))
             left = 0.0
             for j, phase in enumerate(PHASES[1:], 1):
-                ax.barh(y, ms[j], left=left, height=0.8, color=COLORS[phase])
+                ax.barh(y, ms[j], left=left, height=0.8, color=COLORS["plain" if plain and phase == "root" else phase])
                 left += ms[j]
-            labels += [(y + 1, f"{name} drafter"), (y, f"{name} target")]
+            labels.append((y, f"{name} target" + (" (plain)" if plain else "")))
         ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize="small")
-        ax.set_title(f"{s.label}: rounds nearest the median round time", fontsize="medium")
+        ax.set_title(f"{s.label}: #1-#{k}, the rounds nearest the median round time", fontsize="medium")
         ax.set_xlabel("ms from the round's start")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[p]) for p in PHASES]
-    fig.legend(handles, PHASES, loc="upper right", ncol=len(PHASES), fontsize="small")
+    names = [*PHASES, "plain"]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[p]) for p in names]
+    fig.legend(handles, names, loc="upper right", ncol=len(names), fontsize="small")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -19,13 +19,13 @@ from evaluation.summary import Setting, analyse, as_json, category_group, group_
 from pipeline.config import InputError
 from pipeline.result import PHASES
 from programs.cli import files_program, run_files_program
-from timing import run_config
+from timing import prog, run_config
 from timing.options import ReportOptions
 from timing.record_store import directory, load_records
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return files_program("python -m timing report", "Report the speeds and gains of one or more sweep directories "
+    return files_program(prog("report"), "Report the speeds and gains of one or more sweep directories "
                          "(shards of one sweep may lie in several).", ReportOptions,
                          ("dirs", dict(nargs="+", metavar="DIR", help="a sweep's --out directory")))
 
@@ -82,6 +82,12 @@ def merged_config(dirs: Sequence[str]) -> dict:
     return configs[0]
 
 
+def _per_shard(records: Sequence[dict]) -> str:
+    """How the warm-ups spread over shards, when there were several: each shard warms up on its own."""
+    shards = {r.get("shard") for r in records if r["warmup"]}
+    return f", run in each of {len(shards)} shards" if len(shards) > 1 else ""
+
+
 def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings: Sequence[Setting],
            by_category: dict[str, list[Setting]], options: ReportOptions, plots: Sequence[str]) -> str:
     models, pool, sweep = config["models"], config["pool"], config["sweep"]
@@ -98,8 +104,8 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings:
         f"max new tokens {sweep['max_new_tokens']}; turns: {sweep.get('turns', 'first')}",
         *[f"- {role} weights: {m.get('revision')} ({m.get('dtype')}, {m.get('device')})"
           for role, m in (config.get("identity") or {}).items()],
-        f"- {len(records) - warmups} timed decodes ({warmups} warm-ups left out); speed is summed tokens over "
-        f"summed seconds (prefill included), counting {counted}; gains are paired-bootstrap "
+        f"- {len(records) - warmups} timed decodes ({warmups} warm-ups left out{_per_shard(records)}); speed is "
+        f"summed tokens over summed seconds (prefill included), counting {counted}; gains are paired-bootstrap "
         f"{options.confidence:.0%} percentile intervals over prompts ({options.resamples} resamples, seed "
         f"{options.bootstrap_seed})",
         "- τ: tokens per round, the bonus token included (Spec-Bench's mean accepted tokens); tok/pass: per "
@@ -129,8 +135,8 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         name = d if st.budgets == [s.budget] else f"{d} (cap {', '.join(map(str, st.budgets))})"
         rounds = st.round_seconds
         gain = s.gains.get((d, "ar"))
-        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} [{_pct(gain.low)}, "
-                 f"{_pct(gain.high)}]", f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
+        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {_interval(gain)}",
+                 f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
                  f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
                  " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
                  f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
@@ -149,7 +155,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     if s.gains:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
         for (a, b), g in s.gains.items():
-            out.append(f"| {a} over {b} | {_pct(g.gain)} | [{_pct(g.low)}, {_pct(g.high)}] | {g.n_prompts} |")
+            out.append(f"| {a} over {b} | {_pct(g.gain)} | {_interval(g)} | {g.n_prompts} |")
         out.append("")
     elif len(s.decoders) > 1:
         out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
@@ -160,6 +166,11 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
 
 def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{1000 * seconds:.2f}"
+
+
+def _interval(g) -> str:
+    """A gain's interval, or, from fewer than MIN_INTERVAL_PROMPTS prompts, none (it would be about their range)."""
+    return f"[{_pct(g.low)}, {_pct(g.high)}]" if g.has_interval else f"none ({g.n_prompts} prompts)"
 
 
 def _pct(x: float) -> str:

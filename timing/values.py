@@ -25,6 +25,7 @@ from evaluation.values import (VALUED, Agreement, Averages, Estimate, RoundValue
                                reach)
 from evaluation.summary import category_group, group_order
 from programs.cli import files_program, run_files_program
+from timing import prog
 from timing.options import ValuesOptions
 
 # The paper's anchors (DESIGN.md section 8), printed beside this run's figures.
@@ -36,7 +37,7 @@ SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  #
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return files_program("launch/pair.sh values", "Compare every selection rule at the shared contexts of recorded "
+    return files_program(prog("values"), "Compare every selection rule at the shared contexts of recorded "
                          "rounds (runs made with --record-rounds).", ValuesOptions,
                          ("runs", dict(nargs="+", metavar="RUN", help="a run's output directory (shards of one run "
                                                                       "may lie in several)")))

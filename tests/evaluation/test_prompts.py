@@ -101,3 +101,10 @@ def test_categories_keep_named_categories_and_spec_bench_groups(tmp_path):
     assert [p.category for p in got] == ["writing", "coding", "rag", "stem"]
     with pytest.raises(PromptError, match="no prompt is in `categories` 'math'"):
         gather(PromptOptions(prompts=(f"spec-bench:{path}",), categories="math"), 0)
+
+
+def test_a_limit_beyond_the_prompts_there_are_is_said(caplog):
+    with caplog.at_level("WARNING"):
+        chosen = gather(PromptOptions(prompt=("a", "b", "c"), limit_prompts=10), 0)
+    assert len(chosen) == 3
+    assert "`limit_prompts` 10 is more than the 3 prompts there are: all 3 run" in caplog.text

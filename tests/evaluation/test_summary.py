@@ -115,3 +115,18 @@ def test_median_rounds_are_the_rounds_nearest_the_median_round_time(make_record)
     rows = median_rounds(stats, 3)
     assert list(np.round(rows[:, PHASES.index("wait")], 3)) == [0.001, 0.002, 0.003]  # in round order
     assert stats.phase_median("wait") == pytest.approx(0.003)
+
+
+@pytest.mark.parametrize("n_prompts, shown", [(2, False), (4, False), (5, True), (6, True)])
+def test_an_interval_is_reported_from_enough_prompts_only(make_record, n_prompts, shown):
+    from target_proc.stats import MIN_INTERVAL_PROMPTS
+    from target_proc.summary import as_json
+
+    assert MIN_INTERVAL_PROMPTS == 5
+    setting = analyse(sweep_records(make_record, n_prompts=n_prompts), 0.0, 8)
+    gain = next(iter(setting.gains.values()))
+    assert gain.has_interval is shown and gain.n_prompts == n_prompts
+    text = gain.interval_text()
+    assert text.startswith("[") if shown else text == f"(no interval: {n_prompts} prompts, fewer than 5)"
+    low = next(iter(as_json(setting)["gains"].values()))["low"]
+    assert (low is not None) is shown

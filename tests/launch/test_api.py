@@ -11,7 +11,7 @@ import pytest
 from launch.api import Pair
 from models.mock import MockModel
 from models.tokenizers import MockTokenizer
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, InputError
 from tests.processes.proc_tools import ROOT
 
 
@@ -46,6 +46,9 @@ def test_bad_settings_are_refused_naming_the_keyword(pair):
         pair.decode("x", temperature=-1)
     with pytest.raises(ConfigError, match="`decoder` must be one of"):
         pair.decode("x", decoder="eagle")
+    with pytest.raises(ConfigError, match="^`topp` is not a decode setting; the settings are temperature, "
+                                          "budget, max_new_tokens, seed, budget_max, budget_prior, top_k, "):
+        pair.decode("x", topp=0.9)
 
 
 @pytest.mark.slow
@@ -57,6 +60,10 @@ def test_a_target_in_its_own_process_gives_the_same_records(pair):
         with pytest.raises(ConfigError):
             remote.decode("x", budget=0)
         assert remote.decode("x", max_new_tokens=4)["new_tokens"] == 4  # still serving after a refusal
+        ids = [5, 9, 17, 3]
+        assert remote.decode(ids, max_new_tokens=8)["token_ids"] == pair.decode(ids, max_new_tokens=8)["token_ids"]
+        with pytest.raises(InputError, match="outside the vocabulary"):
+            remote.decode([64], max_new_tokens=4)
     assert there["token_ids"] == here["token_ids"] and there.keys() == here.keys()
 
 
@@ -74,3 +81,75 @@ def test_importing_the_api_changes_nothing_process_wide():
             "assert torch.get_num_threads() == threads")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_one_decoder_may_be_named_as_a_string(pair):
+    records = pair.decode_many(["a b c"], decoders="ar", max_new_tokens=4)
+    assert [r["decoder"] for r in records] == ["ar"]
+    assert [r["decoder"] for r in pair.decode_many("a b", decoders="ar,draft", max_new_tokens=4)] == ["ar", "draft"]
+
+
+def test_summaries_of_no_records_or_of_several_settings_say_what_to_do(pair, make_record):
+    with pytest.raises(InputError, match="^`records` is empty"):
+        pair.summarize([])
+    records = [make_record(p, d, t) for t in (0.0, 1.0) for p in ("a", "b") for d in ("ar", "draft")]
+    with pytest.raises(InputError, match=r"several matching settings \(temperature=0, budget=8; temperature=1, "):
+        pair.summarize(records)
+    hot = pair.summarize(records, temperature=1.0)
+    assert hot["temperature"] == 1.0 and hot["decoders"]["ar"]["decodes"] == 2
+    assert Pair.settings(records) == [(0.0, 8), (1.0, 8)]
+
+
+def test_the_embedded_pair_on_the_cpu_gets_the_command_lines_reduced_pool():
+    from launch.api import default_pool
+    from launch.pair import EMBEDDED_POOL
+    from models.options import EMBEDDED, ModelOptions
+    from pipeline.config import PoolConfig
+
+    assert default_pool(ModelOptions(model=EMBEDDED)) == EMBEDDED_POOL
+    assert default_pool(ModelOptions(model="mock")) == PoolConfig()
+
+
+def test_token_ids_and_chat_messages_are_prompts_too(pair, greedy):
+    tokenizer = MockTokenizer(64)
+    ids = [5, 9, 17, 3]
+    record = pair.decode(ids, decoder="draft", max_new_tokens=12)
+    assert record["token_ids"] == greedy(MockModel(64, 0), ids, 12) and record["prompt_tokens"] == 4
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}]
+    record = pair.decode(messages, decoder="root-draw", max_new_tokens=12)
+    context = tokenizer.message_ids(messages)
+    assert record["token_ids"] == greedy(MockModel(64, 0), context, 12)
+    assert record["prompt_tokens"] == len(context) > len(tokenizer.prompt_ids("Why?"))
+
+
+@pytest.mark.parametrize("prompt, message", [
+    ([5, 64], r"^`prompt`: prompt token\[1\] = 64 is outside the vocabulary \[0, 64\)$"),
+    ([{"role": "user"}], r"^`prompt` message 0 must be \{'role': system\|user\|assistant, 'content': text\}"),
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "last message must be the user's"),
+    ([], "must be text, a non-empty list of token ids or a non-empty list of chat messages")])
+def test_bad_prompts_are_refused_naming_the_problem(pair, prompt, message):
+    with pytest.raises(InputError, match=message):
+        pair.decode(prompt, max_new_tokens=4)
+
+
+def check_stream(pair) -> None:
+    """A stream's tokens and text add up to its record's; leaving one early leaves the pair answering right."""
+    chunks = list(pair.stream("Once upon a time", decoder="root-draw", max_new_tokens=40))
+    *rounds, record = chunks
+    assert record["kind"] == "decode" and rounds and all(c["kind"] == "tokens" for c in rounds)
+    assert [t for c in rounds for t in c["tokens"]] == record["token_ids"]
+    assert "".join(c["text"] for c in rounds) == record["text"]
+    expected = pair.decode("again", decoder="root-draw", max_new_tokens=16)
+    stream = pair.stream("A long story", decoder="root-draw", max_new_tokens=400)
+    assert next(stream)["kind"] == "tokens"
+    stream.close()  # the reader leaves after the first round
+    assert pair.decode("again", decoder="root-draw", max_new_tokens=16)["token_ids"] == expected["token_ids"]
+
+
+def test_a_stream_gives_each_rounds_tokens_then_the_record(pair):
+    check_stream(pair)
+
+
+def test_a_stream_from_a_target_process_too():
+    with Pair("mock", target_process=True) as remote:
+        check_stream(remote)

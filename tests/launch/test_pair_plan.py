@@ -163,3 +163,20 @@ def test_a_cuda_device_without_cuda_is_a_usage_error_of_the_process(caplog):
 
     assert run_program(body, Flags()) == EXIT_USAGE
     assert [r.getMessage() for r in caplog.records] == ["--device cuda:0 needs CUDA, but this torch is a CPU-only build"]
+
+
+def test_a_misspelt_command_is_named_with_the_commands_there_are(capsys):
+    assert usage_error(capsys, "reprot", "runs/x") == (
+        "launch/pair.sh: error: unknown command 'reprot' (did you mean 'report'?): the commands are sweep, report, "
+        "matched, export, drafter, keys, or options alone to decode")
+    with pytest.raises(SystemExit):
+        plan(["--help"])
+    assert capsys.readouterr().out.startswith(
+        "usage: launch/pair.sh [sweep|report|matched|export|drafter|keys] [options]")
+
+
+def test_the_sweeps_help_describes_the_sweep(capsys):
+    with pytest.raises(SystemExit):
+        plan(["sweep", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: launch/pair.sh sweep ") and "Run a timing sweep with its own drafter" in out

@@ -114,3 +114,35 @@ def test_missing_model_error_names_what_to_download():
     assert proc.returncode == 2, proc.stderr  # the drafter's own status: a usage error
     assert "`hf download nobody/no-such-model`" in proc.stderr  # the installed huggingface_hub's command
     assert "--allow-download" in proc.stderr
+
+
+def test_default_pair_filtered_first_tokens_follow_the_filtered_target_law(target_model, drafter_model):
+    """T = 1 with top_k 20, top_p 0.9 and min_p 0.05: every decoder's first two tokens follow the law of plain
+    full forwards filtered by the numpy reference (goodness of fit as in the mock law tests)."""
+    from pipeline.sampling import Filters
+    from tests.pipeline.test_sampling_filters import reference, softmax
+    from tests.pipeline.test_sampling_law import goodness_of_fit
+
+    filters, n, horizon = Filters(top_k=20, top_p=0.9, min_p=0.05), 150, 2
+    ids = target_model.tokenizer.prompt_ids("Name one animal, any animal.")
+    eos = target_model.tokenizer.eos
+    law: dict[tuple[int, ...], float] = {}
+    with torch.inference_mode():
+        first = reference(softmax(target_model.model(input_ids=torch.tensor([ids])).logits[0, -1].double().numpy()),
+                          filters)
+        for a in np.flatnonzero(first):
+            if int(a) in eos:
+                law[(int(a),)] = first[a]
+                continue
+            row = target_model.model(input_ids=torch.tensor([ids + [int(a)]])).logits[0, -1].double().numpy()
+            second = reference(softmax(row), filters)
+            for b in np.flatnonzero(second):
+                law[(int(a), int(b))] = first[a] * second[b]
+    assert max(law.values()) < 0.8, "the prompt's law is too peaked to test anything"
+    target = Target(target_model.runner(512))
+    drafter = LocalDrafter(Drafter(drafter_model.runner(512 + 30), PoolConfig(topk=10, depth=4, expand=3)))
+    config = dict(temperature=1.0, budget=8, max_new_tokens=horizon, top_k=20, top_p=0.9, min_p=0.05)
+    for k, decoder in enumerate(DECODERS):
+        outcomes = [tuple(decode(target, drafter, ids, DecodeConfig(decoder, **config), eos,
+                                 torch.Generator().manual_seed(1_000 * k + i)).tokens) for i in range(n)]
+        assert goodness_of_fit(outcomes, law) >= 1e-3 / len(DECODERS), decoder

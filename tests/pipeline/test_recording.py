@@ -52,7 +52,7 @@ def test_recording_leaves_the_decode_unchanged(mock_pair, decoder, temperature, 
     config = DecodeConfig(decoder, temperature, budget, MAX_NEW, budget_max=8)
     for prompt in PROMPTS:
         plain = run(pair, prompt, config)
-        recorder = RoundRecorder(pair.target, temperature)
+        recorder = RoundRecorder(pair.target, DecodeConfig(temperature=temperature))
         recorded = run(pair, prompt, config, recorder)
         assert recorded.tokens == plain.tokens
         assert [(r.accepted, r.tree_size, r.budget) for r in recorded.rounds] == \
@@ -64,7 +64,7 @@ def test_recording_leaves_the_decode_unchanged(mock_pair, decoder, temperature, 
 def test_recorded_edges_are_the_targets_rows_at_the_rounds_context(mock_pair, decoder):
     pair = mock_pair(VOCAB, 6, 1.0, POOL)
     prompt = [4, 17, 9]
-    recorder = RoundRecorder(pair.target, 1.0)
+    recorder = RoundRecorder(pair.target, DecodeConfig(temperature=1.0))
     result = run(pair, prompt, DecodeConfig(decoder, 1.0, 4, MAX_NEW), recorder)
     context = list(prompt)
     for rnd in recorder.rounds:
@@ -80,7 +80,7 @@ def test_greedy_values_equal_what_each_round_accepted(mock_pair, decoder, budget
     the number of tree nodes that round accepted."""
     pair = mock_pair(VOCAB, 8, 1.5, POOL)
     for prompt in PROMPTS:
-        recorder = RoundRecorder(pair.target, 0.0)
+        recorder = RoundRecorder(pair.target, DecodeConfig(temperature=0.0))
         run(pair, prompt, DecodeConfig(decoder, 0.0, budget, MAX_NEW, budget_max=8), recorder)
         for rnd in recorder.rounds:
             value = RULES[decoder].value(rnd.scored()).at([rnd.budget])[0]

@@ -129,6 +129,13 @@ def test_table_shows_the_fields_metrics():
     head = next(line for line in done.stdout.splitlines() if line.startswith("decoder"))
     assert "vs ar [95% interval]" in head and "tau" in head and "tok/pass" in head and "acceptance by depth" in head
     row = next(line for line in done.stdout.splitlines() if line.startswith("root-draw"))
+    assert re.search(r"[+-]\d+\.\d% \(no interval\)", row), row  # two prompts: about their range
+    assert "no interval: a paired-bootstrap interval needs at least 5 prompts" in done.stdout
+    texts = ("Once upon a time", "def fib(n):", "Hello", "A river", "Why?")
+    prompts = [arg for text in texts for arg in ("--prompt", text)]
+    done = pair("--target", "mock", "--decoders", "ar,root-draw", *prompts, "--max-new-tokens", "30")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("root-draw"))
     assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]", row), row
 
 

@@ -196,3 +196,21 @@ def test_an_error_from_the_drafter_before_start_is_raised_at_start(fake_drafter)
     time.sleep(0.2)
     with pytest.raises(PeerError, match=r"peer reported stale: end of request 3, but no request is open"):
         client.start(PROMPT)
+
+
+def test_a_private_drafter_exits_once_its_target_has_gone(endpoint):
+    listener = Listener.bind(endpoint)
+    server = DrafterServer(listener, load(ModelOptions(model="mock"), "drafter"), exit_with_target=True)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        channel, client = target(endpoint)
+        client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
+        client.start(PROMPT)
+        client.pool()
+        assert thread.is_alive()
+        channel.close()  # gone without a Shutdown (its process killed, say)
+        thread.join(WAIT_S)
+        assert not thread.is_alive(), "the private drafter kept serving after its target left"
+    finally:
+        listener.close()

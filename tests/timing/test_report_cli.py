@@ -87,3 +87,14 @@ def test_the_report_shows_how_often_auto_chose_each_budget(tmp_path, mock_sessio
     doc = last_json(capsys)
     shares = next(s for s in doc["settings"] if s["budget"] == "auto")["decoders"]["root-draw"]["budget_shares"]
     assert sum(shares.values()) == pytest.approx(1.0) and set(map(int, shares)) <= {0, 1, 2, 4, 8, 16, 32, 59}
+
+
+@pytest.mark.parametrize("command", ["report", "export", "matched"])
+def test_the_launchers_routes_show_the_launchers_usage(command):
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([str(root / "launch" / "pair.sh"), command, "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: launch/pair.sh {command} "), done.stdout

@@ -1,0 +1,126 @@
+"""A pair from a script: an interrupted decode never leaves a wrong answer behind, and no child process or
+socket folder outlives the pair, however the script ends."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from launch.api import Pair, PairClosed
+from tests.processes.proc_tools import ROOT
+
+GONE_S = 30.0  # bound on a child's exit after its parent went
+
+
+def _gone(pid: int, timeout: float = GONE_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # a zombie has exited
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _interrupted_in(obj, name: str, call: int) -> None:
+    """Make obj.name raise KeyboardInterrupt on its `call`-th call (as a Ctrl-C landing there would)."""
+    method, calls = getattr(obj, name), [0]
+
+    def wrapped(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            setattr(obj, name, method)
+            raise KeyboardInterrupt
+        return method(*args, **kwargs)
+    setattr(obj, name, wrapped)
+
+
+def test_an_interrupted_decode_leaves_the_in_process_pair_answering_correctly():
+    with Pair("mock") as pair:
+        expected = pair.decode("again", decoder="root-draw", max_new_tokens=16)
+        # The root pass runs while the drafter grows the round's pool: interrupted there, a pool is on its way.
+        _interrupted_in(pair.session.target, "root_pass", 3)
+        with pytest.raises(KeyboardInterrupt):
+            pair.decode("long", decoder="root-draw", max_new_tokens=80)
+        again = pair.decode("again", decoder="root-draw", max_new_tokens=16)
+        assert again["token_ids"] == expected["token_ids"] and again["prompt_id"] == expected["prompt_id"]
+        assert pair.decode("other", decoder="ar", max_new_tokens=8)["decoder"] == "ar"
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 5  # the drafter exits on its Shutdown, not after close()'s wait
+
+
+def test_an_interrupted_decode_leaves_the_target_process_pair_answering_correctly():
+    with Pair("mock", target_process=True) as pair:
+        timer = threading.Timer(0.5, _thread.interrupt_main)  # a Ctrl-C while the reply is awaited
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pair.chat(["long"] * 6, decoder="root-draw", max_new_tokens=200)
+        finally:
+            timer.cancel()
+        records = [pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16) for i in range(2)]
+        for i, record in enumerate(records):
+            assert (record["decoder"], record["max_new_tokens"], record["turn"]) == ("ar", 16, 0)
+            assert record["prompt_id"] == pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16)["prompt_id"]
+        assert records[0]["prompt_id"] != records[1]["prompt_id"]
+
+
+def test_a_closed_pair_says_so():
+    pair = Pair("mock")
+    pair.close()
+    with pytest.raises(PairClosed, match="this pair is closed"):
+        pair.decode("x")
+    pair.close()  # closing again does nothing
+
+
+SCRIPT = """
+import os, sys, time
+from launch.api import Pair
+pair = Pair("mock"{options})
+print(pair._procs[0].pid, *[p.pid for p in pair._procs[1:]], pair._folder, flush=True)
+pair.decode("hello", max_new_tokens=4)
+{ending}
+"""
+
+
+ENDINGS = {"exit": "sys.exit(0)", "del": "del pair; print('deleted', flush=True); time.sleep(60)", "end": "pass",
+           "killed": "time.sleep(600)"}
+
+
+@pytest.mark.parametrize("options, ending", [
+    *[pytest.param("", code, id=f"in-process-{name}") for name, code in ENDINGS.items()],
+    *[pytest.param(", target_process=True", code, id=f"target-process-{name}",
+                   marks=() if name == "killed" else pytest.mark.slow) for name, code in ENDINGS.items()]])
+def test_no_child_or_socket_folder_outlives_a_script_that_did_not_close(tmp_path, ending, options):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(SCRIPT.format(options=options, ending=ending)))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        *pids, folder = proc.stdout.readline().split()
+        assert pids and os.path.isdir(folder)
+        if ending.startswith("del"):
+            assert proc.stdout.readline().strip() == "deleted"
+        elif ending.startswith("time.sleep"):
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGKILL)
+        if not ending.startswith("del"):
+            proc.wait(GONE_S)
+        assert all(_gone(int(pid)) for pid in pids), "a child outlived its pair"
+        if ending.startswith("time.sleep"):  # SIGKILL leaves no chance to clean up: the next pair does
+            Pair("mock").close()
+        assert not os.path.exists(folder)
+    finally:
+        proc.kill()
+        proc.wait()
