@@ -1,4 +1,5 @@
-"""The error base, the checks of configuration values, and the pool's shape: each written here once.
+"""The error base, the checks of configuration values, the pool's shape and the sampling filters: each
+written here once.
 
 Checks raise ConfigError naming the field (`budget`), never a command-line flag: the programs that take
 these values from a command line map field names to their own flags. A leaf: it imports nothing of the
@@ -110,3 +111,25 @@ class PoolConfig:
     def n_expanded(self) -> int:
         """Expanded candidates of a full pool: the drafter's scratch KV slots per round."""
         return (self.depth - 1) * self.expand
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The target law's sampling filters (top-k, top-p, min-p); pipeline.sampling applies them."""
+
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+    min_p: float = 0.0  # 0: off
+
+    def __post_init__(self) -> None:
+        check_int("top_k", self.top_k, 0)
+        for name, low, high in (("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and low <= value <= high) or (name == "top_p" and value == 0):
+                bounds = "0 < top_p <= 1" if name == "top_p" else "0 <= min_p <= 1"
+                raise ConfigError(name, f"must be a number with {bounds}, got {value!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1 or self.min_p > 0

@@ -17,33 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
-from pipeline.config import ConfigError, check_int
+from pipeline.config import Filters
 from pipeline.tree import Tree
 from pipeline.verify import tempered
-
-
-@dataclass(frozen=True, slots=True)
-class Filters:
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0  # 1: off
-    min_p: float = 0.0  # 0: off
-
-    def __post_init__(self) -> None:
-        check_int("top_k", self.top_k, 0)
-        for name, low, high in (("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                    and low <= value <= high) or (name == "top_p" and value == 0):
-                bounds = "0 < top_p <= 1" if name == "top_p" else "0 <= min_p <= 1"
-                raise ConfigError(name, f"must be a number with {bounds}, got {value!r}")
-
-    @property
-    def active(self) -> bool:
-        return self.top_k > 0 or self.top_p < 1 or self.min_p > 0
 
 
 def filtered(logits: torch.Tensor, temperature: float, filters: Filters) -> torch.Tensor:

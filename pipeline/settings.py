@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from pipeline.config import (AUTO, BUDGET_PRIORS, CapacityError, ConfigError, check_budget, check_int,
+from pipeline.config import (AUTO, BUDGET_PRIORS, CapacityError, ConfigError, Filters, check_budget, check_int,
                              check_temperature)
 from pipeline.rules import RULES
 
@@ -53,10 +53,8 @@ class DecodeConfig:
         self.filters  # checks top_k, top_p and min_p
 
     @property
-    def filters(self):
-        """The target law's sampling filters (pipeline.sampling.Filters)."""
-        from pipeline.sampling import Filters  # imported here: the settings load without torch
-
+    def filters(self) -> Filters:
+        """The target law's sampling filters (pipeline.sampling applies them)."""
         return Filters(self.top_k, self.top_p, self.min_p)
 
     @property

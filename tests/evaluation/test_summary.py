@@ -119,8 +119,8 @@ def test_median_rounds_are_the_rounds_nearest_the_median_round_time(make_record)
 
 @pytest.mark.parametrize("n_prompts, shown", [(2, False), (4, False), (5, True), (6, True)])
 def test_an_interval_is_reported_from_enough_prompts_only(make_record, n_prompts, shown):
-    from target_proc.stats import MIN_INTERVAL_PROMPTS
-    from target_proc.summary import as_json
+    from evaluation.stats import MIN_INTERVAL_PROMPTS
+    from evaluation.summary import as_json
 
     assert MIN_INTERVAL_PROMPTS == 5
     setting = analyse(sweep_records(make_record, n_prompts=n_prompts), 0.0, 8)

@@ -119,7 +119,7 @@ def test_missing_model_error_names_what_to_download():
 def test_default_pair_filtered_first_tokens_follow_the_filtered_target_law(target_model, drafter_model):
     """T = 1 with top_k 20, top_p 0.9 and min_p 0.05: every decoder's first two tokens follow the law of plain
     full forwards filtered by the numpy reference (goodness of fit as in the mock law tests)."""
-    from pipeline.sampling import Filters
+    from pipeline.config import Filters
     from tests.pipeline.test_sampling_filters import reference, softmax
     from tests.pipeline.test_sampling_law import goodness_of_fit
 

@@ -10,9 +10,11 @@ import torch
 
 from models.mock import EOS
 from pipeline.budget import PassCosts
-from pipeline.config import ConfigError, DecodeConfig, PoolConfig
+from pipeline.config import ConfigError, PoolConfig
+from pipeline.settings import DecodeConfig
 from pipeline.decode import decode
-from pipeline.sampling import Filters, filtered
+from pipeline.config import Filters
+from pipeline.sampling import filtered
 from tests.pipeline.test_sampling_law import goodness_of_fit
 
 N_DECODES = 3000

@@ -15,26 +15,7 @@ from pipeline.config import CapacityError, PoolConfig
 from timing import run_config
 from timing.record_store import RecordStore, load_records, read_records, record_key, records_path
 from timing.sweep import gather_prompts, main, run_shard, run_sweep, summary, sweep_tasks
-
-
-class Killed(Exception):
-    """Stands for the process being killed in the middle of a decode."""
-
-
-class DiesAfter:
-    """A session that is killed during its (n + 1)-th decode."""
-
-    def __init__(self, session, n: int) -> None:
-        self.session, self.n = session, n
-        self.tokenizer, self.target, self.pool, self.models = (session.tokenizer, session.target, session.pool,
-                                                               session.models)
-
-    def decode(self, *args, **kwargs):
-        if self.n == 0:
-            raise Killed
-        self.n -= 1
-        return self.session.decode(*args, **kwargs)
-
+from tests.timing.killed import DiesAfter, Killed
 
 
 def config(options, pool, prompts) -> dict:

@@ -13,6 +13,7 @@ from evaluation.rounds import (DamagedRounds, RecordedRound, RoundStore, load_ro
 from evaluation.values import VALUED, Averages, evaluate
 from timing.record_store import load_records
 from timing.values import main
+from tests.timing.killed import DiesAfter, Killed
 
 GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)
 
@@ -170,25 +171,6 @@ def test_agreement_flags_a_biased_decoder_and_passes_an_exact_one():
     rv = RoundValues(1.0, np.array([8]), np.zeros(1, int), ["p"], ["qa"], {}, {}, np.zeros(1), settings)
     verdict = {a.decoder: a.disagrees for a in agreement(rv)}
     assert verdict == {"draft": False, "root": True}
-
-
-class Killed(Exception):
-    """Stands for the process being killed in the middle of a decode."""
-
-
-class DiesAfter:
-    """A session killed during its (n + 1)-th decode (after the rounds of the decodes before it)."""
-
-    def __init__(self, session, n: int) -> None:
-        self.session, self.n = session, n
-        self.tokenizer, self.target, self.pool, self.models = (session.tokenizer, session.target, session.pool,
-                                                               session.models)
-
-    def decode(self, *args, **kwargs):
-        if self.n == 0:
-            raise Killed
-        self.n -= 1
-        return self.session.decode(*args, **kwargs)
 
 
 def test_values_of_a_killed_and_resumed_sweep_equal_the_whole_sweep(tmp_path, recorded, mock_session, make_options,
