@@ -116,14 +116,14 @@ def verify_tree(tree: Tree, logits: torch.Tensor, first: int | None, temperature
     return traverse(tree, first, draws)
 
 
-def edge_probs(logits: torch.Tensor, token: np.ndarray, parent: np.ndarray, temperature: float) -> np.ndarray:
+def edge_probs(logits: torch.Tensor, token: np.ndarray, row: np.ndarray, temperature: float) -> np.ndarray:
     """(N,) float64 target probability of each pool edge at `temperature`, from one pass over the pool.
 
-    logits: (1 + N, V), row 0 the root's and row 1 + i candidate i's; token, parent: (N,) the pool's (parent
-    ROOT for the first level). At T = 0 the greedy point mass: 1 where the token is the argmax of its
-    parent's row, else 0. Reads N values back to the host (a sync).
+    logits: (R, V) target rows; token: (N,) the candidates' tokens; row: (N,) the row of each candidate's
+    parent (the root's, or its parent candidate's). At T = 0 the greedy point mass: 1 where the token is
+    the argmax of its parent's row, else 0. Reads N values back to the host (a sync).
     """
-    rows = torch.as_tensor(np.where(parent >= 0, parent + 1, 0), device=logits.device)
+    rows = torch.as_tensor(np.asarray(row, np.int64), device=logits.device)
     ids = torch.as_tensor(np.asarray(token, np.int64), device=logits.device)
     if temperature == 0:
         edge = (logits.argmax(-1)[rows] == ids).double()

@@ -1,7 +1,9 @@
 """Recording rounds for the rules compared at shared contexts (DESIGN.md section 8): after each round of a
-decode, one measurement pass of the target over the round's whole pool gives the target's probability of
-every pool edge. The pass runs after the round's commit and outside its timed phases, and leaves the
-committed cache untouched, so the decode's output and timings are those of a decode without it."""
+decode, one measurement pass of the target under the tree mask gives the target's probability of every
+pool edge. A candidate's edge is read in its parent's row, so the pass needs the root and the expanded
+candidates only (the others are leaves): 1 + 70 rows at the paper's pool of 710, within the largest
+captured bucket on a GPU. The pass runs after the round's commit and outside its timed phases, and leaves
+the committed cache untouched, so the decode's output and timings are those of a decode without it."""
 
 from __future__ import annotations
 
@@ -31,14 +33,18 @@ class RoundRecorder:
             return
         t0 = time.perf_counter()
         context = self.target.before_root - 1 - len(step.accepted)  # the committed tokens before this round's root
-        whole = Tree.from_pool(pool, np.arange(len(pool)))  # tree index i is pool index i
-        logits = self.target.score_pool(whole, root, context)
+        parents = Tree.from_pool(pool, np.flatnonzero(pool.expanded))  # every candidate's parent, or the root
+        logits = self.target.score_pool(parents, root, context)  # row 0 the root's, 1 + j parents.node[j]'s
         logits = filtered(logits, self.temperature, self.filters)  # the law the decode's draws follow
-        edge = edge_probs(logits, pool.token, pool.parent, self.temperature)  # host read: a sync
+        row = np.zeros(len(pool), np.int64)
+        inner = pool.parent >= 0
+        row[inner] = 1 + np.searchsorted(parents.node, pool.parent[inner])  # tree nodes are in pool order
+        edge = edge_probs(logits, pool.token, row, self.temperature)  # host read: a sync
         self.rounds.append(RecordedRound(budget, len(step.accepted), np.asarray(step.emitted, np.int64), pool.token,
                                          pool.parent, pool.logp, pool.expanded, edge, time.perf_counter() - t0))
 
     @staticmethod
     def slots(pool_size: int) -> int:
-        """KV slots the measurement pass needs past a round's tree: a copy of the root and the whole pool."""
+        """KV slots the measurement pass may need past a round's tree: a copy of the root and the pool's
+        expanded candidates (at most the whole pool)."""
         return 1 + pool_size

@@ -252,7 +252,7 @@ def print_decode_table(plan: Plan, summary: dict, shared: bool) -> None:
 
 
 def recorded_rounds(plan: Plan, budget: Budget) -> dict:
-    """Decodes recorded at the paper's pool (a 711-row measurement pass each round), then the values program
+    """Decodes recorded at the paper's pool (a 71-row measurement pass each round), then the values program
     on them; the recording decoder must agree with its values. Both processes run the drafter's shape: the
     section checks the path, not the pair's speed."""
     budget.check("the recorded rounds")

@@ -1,6 +1,6 @@
 """The GPU check's recorded-rounds section: a few decodes recorded at the paper's pool, then the values
-program on them, so that the first device run also checks the measurement pass over a 711-row tree (an
-eager pass beyond the captured buckets) and the shared-contexts program."""
+program on them, so that the first device run also checks the measurement pass (the root and the 70
+expanded candidates, 71 rows: the largest captured bucket) and the shared-contexts program."""
 
 from __future__ import annotations
 
