@@ -43,7 +43,9 @@ def test_default_model_tree_rows_equal_sequential_rows(target_model):
     tree = random_tree(rng, 10)
     rows = target.tree_pass(tree, prompt[-1])
     want = reference_rows(target_model.model, [prompt] + [path_context(prompt, tree, i) for i in range(len(tree))])
-    assert (rows - want).abs().max() < TOL
+    # The real model's logits reach about 30, and a masked pass sums in another order than the sequential
+    # one: float32 rounding leaves about 1e-4 (relative 3e-6); a mask error moves a row by whole units.
+    assert (rows - want).abs().max() < 10 * TOL
 
 
 def plain_greedy(model, ids: list[int], eos: frozenset[int], n: int) -> list[int]:
