@@ -23,6 +23,7 @@ import numpy as np
 from evaluation.rounds import load_rounds
 from evaluation.values import (VALUED, Agreement, Averages, Estimate, RoundValues, agreement, evaluate,
                                reach)
+from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group, group_order
 from programs.cli import files_program, run_files_program
 from timing import prog
@@ -181,9 +182,11 @@ def _by_category(rv: RoundValues, options: ValuesOptions, level: str) -> list[st
         root, rd = avg.gain("root", "draft"), avg.gain("root-draw", "pearl")
         ks = [budgets.index(b) for b in picks]
         off = avg.off_pool_share()
+        est = (lambda e: _est(e)) if avg.n_prompts >= MIN_INTERVAL_PROMPTS else (lambda e: f"{_pct(e.value)} (no interval)")
         out.append(f"| {g} | {avg.n_prompts} | {int(avg.rounds.sum())} | " + " | ".join(
-            [_est(root[k]) for k in ks] + [_est(rd[k]) for k in ks] + [_pct(off.value, 1)]) + " |")
-    return out + [""]
+            [est(root[k]) for k in ks] + [est(rd[k]) for k in ks] + [_pct(off.value, 1, sign=False)]) + " |")
+    return out + ["", f"No interval below {MIN_INTERVAL_PROMPTS} prompts: a bootstrap over fewer is about the range "
+                      "of their values.", ""]
 
 
 def _est(e: Estimate) -> str:
