@@ -108,13 +108,7 @@ def plan(argv: list[str]) -> LaunchPlan:
     mode = "sweep" if argv[:1] == ["sweep"] else "decode"
     argv = argv[1:] if mode == "sweep" else argv
     parser = build_parser(mode)
-    ns, extra = parser.parse_known_args(argv)
-    if extra and mode == "decode" and not extra[0].startswith("-"):  # a misspelt command, say
-        close = difflib.get_close_matches(extra[0], COMMANDS, n=1)
-        parser.error(f"unknown command {extra[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                     + f": the commands are {', '.join(COMMANDS)}, or options alone to decode")
-    if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    ns = _parse(parser, argv, mode)
     notes = []
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
@@ -167,6 +161,18 @@ def plan(argv: list[str]) -> LaunchPlan:
     else:
         target = PY + ["programs.target_program", *target]
     return LaunchPlan(drafter, target, endpoint, env, private_dir, notes)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str], mode: str) -> argparse.Namespace:
+    """The options; a word where a command or an option belongs is named, with the command it may mean."""
+    ns, extra = parser.parse_known_args(argv)
+    if extra and mode == "decode" and not extra[0].startswith("-"):  # a misspelt command, say
+        close = difflib.get_close_matches(extra[0], COMMANDS, n=1)
+        parser.error(f"unknown command {extra[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                     + f": the commands are {', '.join(COMMANDS)}, or options alone to decode")
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return ns
 
 
 def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: dict[str, str],
