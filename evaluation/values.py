@@ -11,6 +11,7 @@ prompts, all rules with the same resamples, so a prompt's shared difficulty canc
 
 from __future__ import annotations
 
+import math
 import warnings
 from statistics import NormalDist
 from collections.abc import Iterable, Sequence
@@ -154,7 +155,10 @@ class Averages:
     def share(self, rule: str, floor: str, ceiling: str) -> list[Estimate]:
         """Per budget, the share of the ceiling's advantage over `floor` that `rule` recovers."""
         f = self.totals[floor]
-        return self._ratio(self.totals[rule] - f, self.totals[ceiling] - f)
+        advantage = self.totals[ceiling] - f
+        out = self._ratio(self.totals[rule] - f, advantage)
+        none = np.abs(advantage.sum(0)) <= 1e-9 * np.abs(f.sum(0)).clip(min=1.0)  # no advantage (the whole pool)
+        return [Estimate(math.nan, math.nan, math.nan) if n else e for e, n in zip(out, none)]
 
     def off_pool_share(self) -> Estimate:
         """The expected share of rounds whose draw X1 is not on the pool's first level."""
