@@ -140,7 +140,7 @@ def top2_draw(logits, temperature, generator):
 def test_goodness_of_fit_rejects_wrong_decoders(wrong, setup, monkeypatch):
     pair, law = setup
     if wrong == "off-by-one-rows":
-        monkeypatch.setattr(pipeline.decode, "traverse", off_by_one_rows)
+        monkeypatch.setattr(pipeline.verify, "traverse", off_by_one_rows)  # verify_tree walks with it
     else:
         monkeypatch.setattr(pipeline.decode, "draw", top2_draw)  # root rows
         monkeypatch.setattr(pipeline.verify, "draw", top2_draw)  # tree rows, through RowDraws
