@@ -47,8 +47,14 @@ def rounds_path(out: str | Path, shard: int, n_shards: int) -> Path:
 
 
 def round_files(directory: str | Path) -> list[Path]:
+    """Every shard's rounds file in `directory`, in shard order."""
+    return files_by_shard(directory, _FILE)
+
+
+def files_by_shard(directory: str | Path, name: re.Pattern) -> list[Path]:
+    """The files of `directory` whose names match `name` (groups: shard I, count N), ordered by N then I."""
     found = [(tuple(map(int, m.groups()))[::-1], p) for p in Path(directory).iterdir()
-             if (m := _FILE.fullmatch(p.name))]
+             if (m := name.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from evaluation.record import SCHEMA
+from evaluation.rounds import files_by_shard
 from pipeline.config import InputError
 
 log = logging.getLogger("timing")
@@ -51,9 +52,7 @@ def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
 
 def shard_files(directory: str | Path) -> list[Path]:
     """Every shard's records file in `directory`, in shard order."""
-    found = [(tuple(map(int, m.groups()))[::-1], p) for p in Path(directory).iterdir()
-             if (m := _SHARD_FILE.fullmatch(p.name))]
-    return [p for _, p in sorted(found)]
+    return files_by_shard(directory, _SHARD_FILE)
 
 
 def record_key(record: dict) -> tuple:
