@@ -429,7 +429,7 @@ def summary_lines(report: dict) -> list[str]:
     for name, r in report["sections"].items():
         said = r.get("figure") or r.get("error") or r.get("summary") or ""
         seconds = f"{r['seconds']:6.1f} s" if "seconds" in r else f"{'-':>8}"
-        lines.append(f"  {name:<12}{r['status']:<13}{seconds}  {said}"[:200])
+        lines.append(f"  {name:<16}{r['status']:<13}{seconds}  {said}"[:200])
     return lines
 
 
