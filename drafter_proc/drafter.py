@@ -3,20 +3,30 @@
 Cache layout: slots [0, L) hold the committed context, the root last. Growing a pool writes each
 expanded candidate at the next scratch slot after L (position L - 1 + depth); the next round writes its
 committed tokens from slot L again, so the scratch is dropped without any copy.
+
+Drafting ahead (pipeline.ahead) writes the predicted tokens (the target's path and the drafter's own next
+token) at slots [L, L + k), where a commit of them would put them, and grows a pool from there with its scratch after them. A commit of exactly those tokens
+takes that pool; any other commit keeps the K/V of the prefix it shares with them (those slots hold the
+same tokens at the same positions over the same context) and prefills the rest.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from models.passes import prefill
+from pipeline.ahead import HIT, MISSED, NOT_TRIED, Drafted
 from pipeline.config import CapacityError, PoolConfig
-from pipeline.pool import Pool, grow_pool
+from pipeline.pool import grow_pool
 from pipeline.tree import ancestor_matrix
+
+
+class Abandoned(Exception):
+    """Growing a pool ahead stopped: something came that the prediction does not serve."""
 
 
 class Drafter:
@@ -24,32 +34,73 @@ class Drafter:
         self.runner = runner
         self.config = config
         self.through_root = 0  # L: committed tokens in the cache, the root last (Target.before_root: without it)
+        self.written: np.ndarray = np.zeros(0, np.int64)  # tokens drafting ahead wrote at slots [L, L + k)
+        self.held: Drafted | None = None  # the pool grown ahead from `written`, until the next commit
 
-    def start(self, prompt: Sequence[int]) -> tuple[Pool, float]:
-        """New request: the pool of round 0 from the whole prompt -> (pool, seconds)."""
+    def start(self, prompt: Sequence[int]) -> Drafted:
+        """New request: the pool of round 0 from the whole prompt."""
         self.through_root = 0
+        self._drop_ahead()
         return self.commit(prompt)
 
-    def commit(self, tokens: Sequence[int]) -> tuple[Pool, float]:
-        """Append newly committed tokens and grow the next pool -> (pool, seconds)."""
+    def commit(self, tokens: Sequence[int]) -> Drafted:
+        """Append newly committed tokens and grow the next pool (or take the one grown ahead from them)."""
         t0 = time.perf_counter()
+        tokens = np.asarray(tokens, np.int64)
+        tried, held, written = self.held is not None or len(self.written) > 0, self.held, self.written
+        self._drop_ahead()
+        if held is not None and np.array_equal(tokens, written):
+            self.through_root += len(tokens)
+            return Drafted(held.pool, 0.0, HIT, held.seconds)
         base = self.through_root
-        if base + len(tokens) + self.config.n_expanded > self.runner.capacity:
-            raise CapacityError(f"the drafter's KV cache of {self.runner.capacity} slots cannot hold "
-                                f"{base + len(tokens)} committed tokens and a pool's "
-                                f"{self.config.n_expanded} scratch slots (raise `max_context`)")
-        root_row = prefill(self.runner, tokens, base)
+        self._check(base + len(tokens))
+        # Slots [base, base + kept) hold these tokens already; the last one is passed again for its row.
+        kept = min(_shared_prefix(tokens, written), len(tokens) - 1)
+        root_row = prefill(self.runner, tokens[kept:], base + kept)
         self.through_root = base + len(tokens)
-        pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(), self.config)
-        return pool, time.perf_counter() - t0  # grow_pool read the last ids back, so the device is idle
+        pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(self.through_root), self.config)
+        # grow_pool read the last ids back, so the device is idle
+        return Drafted(pool, time.perf_counter() - t0, MISSED if tried else NOT_TRIED)
 
-    def _expander(self):
-        """The expand callback of grow_pool for this round, with its scratch-slot bookkeeping."""
-        length = self.through_root
+    def ahead(self, path: Sequence[int], abandon: Callable[[], bool] | None = None) -> bool:
+        """Grow the pool that committing `path` and then this drafter's most probable next token would ask
+        for, without committing them (pipeline.ahead) -> whether it was grown (not when the cache cannot
+        hold it, or when `abandon()` turned true between levels)."""
+        t0 = time.perf_counter()
+        path = np.asarray(path, np.int64)
+        self._drop_ahead()
+        length = self.through_root + len(path) + 1
+        if len(path) == 0 or length + self.config.n_expanded > self.runner.capacity:
+            return False
+        row = prefill(self.runner, path, self.through_root)
+        tokens = np.append(path, int(row.argmax()))  # a host read
+        root_row = prefill(self.runner, tokens[-1:], length - 1)
+        self.written = tokens
+        try:
+            pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(length, abandon), self.config)
+        except Abandoned:
+            return False
+        self.held = Drafted(pool, 0.0, HIT, time.perf_counter() - t0)
+        return True
+
+    def _drop_ahead(self) -> None:
+        self.written, self.held = np.zeros(0, np.int64), None
+
+    def _check(self, committed: int) -> None:
+        if committed + self.config.n_expanded > self.runner.capacity:
+            raise CapacityError(f"the drafter's KV cache of {self.runner.capacity} slots cannot hold "
+                                f"{committed} committed tokens and a pool's "
+                                f"{self.config.n_expanded} scratch slots (raise `max_context`)")
+
+    def _expander(self, length: int, abandon: Callable[[], bool] | None = None):
+        """The expand callback of grow_pool for a pool grown after `length` cached tokens, with its scratch
+        bookkeeping; with `abandon`, it raises Abandoned before a level when abandon() is true."""
         slot_of: dict[int, int] = {}
         fed_parent: list[int] = []  # per fed candidate: the fed index of its parent, -1 for the root
 
         def expand(nodes: np.ndarray, tokens: np.ndarray, parents: np.ndarray, depth: int) -> torch.Tensor:
+            if abandon is not None and abandon():
+                raise Abandoned
             start = len(fed_parent)
             for node, parent in zip(nodes.tolist(), parents.tolist()):
                 fed_parent.append(slot_of[parent] - length if parent >= 0 else -1)
@@ -61,3 +112,10 @@ class Drafter:
             return torch.log_softmax(logits.float(), -1)
 
         return expand
+
+
+def _shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading tokens a and b share."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n

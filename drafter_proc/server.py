@@ -6,6 +6,10 @@ waits for the next target) or by closing its connection (the drafter serves the 
 message gets an Error reply naming the problem, and the loop goes on serving; nothing the drafter holds
 changes on a refused message. The drafter keeps one KV cache, replaced only by a Hello that needs a larger
 one, and never allocates one that its device cannot hold.
+
+An Ahead message gets no reply: the drafter grows the next round's pool from the predicted tokens at once,
+and between levels looks for the next message. The Commit the prediction serves lets the growth go on (its
+reply is that pool); anything else ends it, and is then handled as ever.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import time
 from collections import deque
 
 import numpy as np
@@ -28,8 +33,9 @@ from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExce
                              ProtocolError, StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch,
                              printable)
 from protocol.limits import MAX_TEXT
-from protocol.messages import (PROTOCOL_VERSION, Commit, End, Error, Hello, Message, PoolMsg, Ready, Shutdown,
-                               Start)
+from pipeline.ahead import HIT, Drafted
+from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Message, PoolMsg, Ready,
+                               Shutdown, Start)
 from protocol.transport import Left, Listener, Received
 
 log = logging.getLogger("drafter")
@@ -59,11 +65,19 @@ class DrafterServer:
         self.drafter: Drafter | None = None
         self.request = -1
         self.round = -1
+        # What came while a pool was grown ahead, to handle next, and when (perf_counter); `arrived`: when the
+        # event being handled came.
+        self.stashed: tuple[Received | Left, float] | None = None
+        self.arrived = 0.0
+        self.ahead_finished = 0.0  # when the last pool grown ahead was done (perf_counter)
 
     def serve(self) -> None:
         """Serve until the served target sends Shutdown (with `persist`, forever)."""
         while True:
-            event = self.listener.recv()
+            if self.stashed is not None:
+                (event, self.arrived), self.stashed = self.stashed, None
+            else:
+                event, self.arrived = self.listener.recv(), time.perf_counter()
             if isinstance(event, Left):
                 self._departed(event.fd)
                 if self.exit_with_target and self.served and self.peer is None:
@@ -157,20 +171,24 @@ class DrafterServer:
             raise UnexpectedMessage(f"{type(msg).__name__} before the handshake (Hello)")
         if isinstance(msg, Start):
             self._check_tokens(msg.prompt, "prompt")
-            pool, seconds = self.drafter.start(msg.prompt)
+            drafted = self.drafter.start(msg.prompt)
             self.request, self.round = msg.request, 0
-            return self._pool_msg(pool, seconds)
-        if isinstance(msg, Commit):
+            return self._pool_msg(drafted)
+        if isinstance(msg, (Commit, Ahead)):
+            name = type(msg).__name__.lower()
             if self.request < 0:  # before any Start or after End: (-1, 0) would otherwise match
-                raise StaleMessage(f"commit for request {msg.request} round {msg.round}, but no request is "
+                raise StaleMessage(f"{name} for request {msg.request} round {msg.round}, but no request is "
                                    f"open (Start begins one)")
             if (msg.request, msg.round) != (self.request, self.round + 1):
-                raise StaleMessage(f"commit for request {msg.request} round {msg.round}, but the drafter "
+                raise StaleMessage(f"{name} for request {msg.request} round {msg.round}, but the drafter "
                                    f"expects request {self.request} round {self.round + 1}")
             self._check_tokens(msg.tokens, "tokens")
-            pool, seconds = self.drafter.commit(msg.tokens)
+            if isinstance(msg, Ahead):
+                self._ahead(msg)
+                return None
+            drafted = self.drafter.commit(msg.tokens)
             self.round = msg.round
-            return self._pool_msg(pool, seconds)
+            return self._pool_msg(drafted)
         if isinstance(msg, End):
             if msg.request != self.request or self.request < 0:
                 raise StaleMessage(f"end of request {msg.request}, but "
@@ -234,9 +252,43 @@ class DrafterServer:
         if problem := out_of_vocab(tokens, self.loaded.vocab_size, name):
             raise TokenOutOfRange(problem)
 
-    def _pool_msg(self, pool, seconds: float) -> PoolMsg:
-        return PoolMsg(self.request, self.round, seconds, pool.token.astype(np.int32),
-                       pool.parent.astype(np.int32), pool.logp, pool.expanded)
+    def _ahead(self, msg: Ahead) -> None:
+        """Grow round `msg.round`'s pool from the predicted tokens, until a message other than the Commit they
+        predict comes (that Commit is stashed and the growth goes on: its reply is this pool)."""
+
+        def abandon() -> bool:
+            if self.stashed is not None:  # the predicted Commit came already: keep growing for it
+                return False
+            event = self.listener.recv(timeout=0)
+            if event is None:
+                return False
+            self.stashed = (event, time.perf_counter())
+            return not (isinstance(event, Received) and event.peer == self.peer
+                        and _commits(event.frames, msg, self.drafter.written))
+
+        self.drafter.ahead(msg.tokens, abandon)
+        self.ahead_finished = time.perf_counter()
+
+    def _pool_msg(self, drafted: Drafted) -> PoolMsg:
+        """The reply to a Start or Commit. Its seconds run from the message's arrival: the part of the drafting
+        the target can have waited for; a pool grown ahead counts what it grew before that arrival apart."""
+        now = time.perf_counter()
+        ahead_seconds = 0.0
+        if drafted.ahead == HIT:
+            ahead_seconds = max(0.0, drafted.ahead_seconds - max(0.0, self.ahead_finished - self.arrived))
+        pool = drafted.pool
+        return PoolMsg(self.request, self.round, now - self.arrived, drafted.ahead, ahead_seconds,
+                       pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp, pool.expanded)
+
+
+def _commits(frames: list[bytes], ahead: Ahead, tokens: np.ndarray) -> bool:
+    """Whether a message's frames are the Commit of `tokens` that `ahead` predicted (its request and round)."""
+    try:
+        msg = decode(frames)
+    except ProtocolError:
+        return False
+    return (isinstance(msg, Commit) and (msg.request, msg.round) == (ahead.request, ahead.round)
+            and np.array_equal(msg.tokens, tokens))
 
 
 def _request_of(msg: Message | None, default: int) -> int:

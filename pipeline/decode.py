@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from pipeline.ahead import NOT_TRIED, Drafted, predicted_tokens
 from pipeline.budget import DrafterFeed, Experience, PassCosts, budget_policy, ranks_on_path
 from pipeline.pool import ROOT, Pool
 from pipeline.result import DecodeResult, Round
@@ -43,11 +44,11 @@ class TargetRunner(Protocol):
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
         """One-token pass on the root: writes its KV, returns its (V,) float32 logits."""
 
-    def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
+    def tree_pass(self, tree: Tree, root: int | None, overlapped: bool = False) -> torch.Tensor:
         """Score the tree under the tree mask -> (len(tree) [+1], V) float32 logits.
 
         With `root`, the root is scored in the same pass as row 0 (its KV is written too); without, its
-        KV must already be there from `root_pass`.
+        KV must already be there from `root_pass`. overlapped: the drafter drafts ahead meanwhile.
         """
 
     def commit(self, accepted: Sequence[int]) -> None:
@@ -69,8 +70,12 @@ class DrafterClient(Protocol):
     def commit(self, tokens: Sequence[int]) -> None:
         """Send the tokens the last round emitted; the drafter grows the next round's pool."""
 
-    def pool(self) -> tuple[Pool, float]:
-        """Wait for the current round's pool -> (pool, drafter's seconds spent growing it)."""
+    def ahead(self, tokens: Sequence[int]) -> None:
+        """The path this round will most probably accept (pipeline.ahead): the drafter may grow the next
+        round's pool from there while the target verifies. Only called with DecodeConfig.ahead."""
+
+    def pool(self) -> Drafted:
+        """Wait for the current round's pool, with the drafter's seconds on it."""
 
     def has_pool(self) -> bool:
         """Whether the current round's pool has arrived (without waiting)."""
@@ -105,6 +110,8 @@ class Step:
     tried: int = 0  # see Round.tried
     on_path: np.ndarray | None = None  # (len(tree),) by rank, whether the node was accepted (budget auto)
     pool: Pool | None = None  # the drafter's pool (None: a plain round)
+    ahead: int = NOT_TRIED  # whether this round's pool was grown ahead (pipeline.ahead: HIT, MISSED)
+    ahead_seconds: float = 0.0  # on a hit, the drafting done before the round before committed
     root_row: torch.Tensor | None = None  # (V,) the root's logits: the root pass's, or row 0 of draft's tree pass
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (PHASES)
 
@@ -116,7 +123,7 @@ class Step:
     def round(self, budget: int) -> Round:
         tree_size = len(self.tree) if self.tree is not None else 0
         return Round(len(self.accepted), tree_size, len(self.accepted) + 1, self.phases, self.available, self.tried,
-                     budget)
+                     budget, self.ahead, self.ahead_seconds)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -209,6 +216,7 @@ class _Rounds:
         self.lazy = target.device.type == "cpu"  # see RowDraws
         self.track = track  # record which ranks were accepted (budget auto)
         self.sync = sync
+        self.ahead = config.ahead and drafter is not None
 
     def run(self, root: int, budget: int) -> Step:
         """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""
@@ -239,33 +247,48 @@ class _Rounds:
     def tree(self, root: int, budget: int, phase: _Phases) -> Step:
         """Wait for the pool, select, then score the root and the tree in one pass."""
         with phase("wait"):
-            pool, draft_seconds = self.drafter.pool()
+            drafted = self.drafter.pool()
+        pool = drafted.pool
         with phase("select"):
             tree = self.rule.select(pool, budget, None)
+            ahead = self._ahead(pool, tree, None)
         with phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
-            logits = self.target.tree_pass(tree, root)
+            logits = self.target.tree_pass(tree, root, overlapped=ahead)
             accepted, continuation = verify_tree(tree, logits, None, self.temperature, self.generator, self.lazy)
-        return Step(tree, accepted, continuation, 1, draft_seconds, tried=depths_tried(tree, accepted),
-                    on_path=self._on_path(pool, tree, accepted), pool=pool, root_row=logits[0])
+        return Step(tree, accepted, continuation, 1, drafted.seconds, tried=depths_tried(tree, accepted),
+                    on_path=self._on_path(pool, tree, accepted), pool=pool, root_row=logits[0],
+                    ahead=drafted.ahead, ahead_seconds=drafted.ahead_seconds)
 
     def pipelined(self, root: int, budget: int, phase: _Phases) -> Step:
         """Root pass while the drafter works, draw X1, select beneath it, verify the tree in a second pass."""
         with phase("root"):
             first = draw_root(self.target, root, self.temperature, self.generator)
         with phase("wait"):
-            pool, draft_seconds = self.drafter.pool()
+            drafted = self.drafter.pool()
+        pool, draft_seconds = drafted.pool, drafted.seconds
         with phase("select"):
             tree = self.rule.select(pool, budget, first)
         u = pool.first_level(first.token)
         available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
         if tree.child(ROOT, first.token) < 0:  # `root` only: the draw is off the tree, it is the continuation
             return Step(None, [], first.token, 1, draft_seconds, available, tried=1,
-                        on_path=np.zeros(len(tree), bool) if self.track else None, pool=pool, root_row=first.row)
+                        on_path=np.zeros(len(tree), bool) if self.track else None, pool=pool, root_row=first.row,
+                        ahead=drafted.ahead, ahead_seconds=drafted.ahead_seconds)
+        with phase("select"):
+            ahead = self._ahead(pool, tree, first.token)
         with phase("tree"):
-            accepted, continuation = verify_tree(tree, self.target.tree_pass(tree, None), first.token,
-                                                 self.temperature, self.generator, self.lazy)
+            accepted, continuation = verify_tree(tree, self.target.tree_pass(tree, None, overlapped=ahead),
+                                                 first.token, self.temperature, self.generator, self.lazy)
         return Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted),
-                    self._on_path(pool, tree, accepted), pool=pool, root_row=first.row)
+                    self._on_path(pool, tree, accepted), pool=pool, root_row=first.row, ahead=drafted.ahead,
+                    ahead_seconds=drafted.ahead_seconds)
+
+    def _ahead(self, pool: Pool, tree: Tree, first: int | None) -> bool:
+        """With drafting ahead, tell the drafter where this round most probably ends -> whether it was told."""
+        if not self.ahead or len(tokens := predicted_tokens(pool, tree, first)) == 0:
+            return False
+        self.drafter.ahead(tokens)
+        return True
 
     def _on_path(self, pool: Pool, tree: Tree, accepted: list[int]) -> np.ndarray | None:
         if not self.track:

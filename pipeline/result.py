@@ -20,6 +20,8 @@ class Round:
     tried: int = 0  # tree depths at which a draw met candidate children: accepted, plus one when the walk
     #                 ended at a node that had children (a rejection rather than the end of the tree)
     budget: int = 0  # the budget this round ran with (budget auto's choice; 0: plain decoding)
+    ahead: int = -1  # whether this round's pool was grown ahead (pipeline.ahead): 1 hit, 0 missed, -1 not tried
+    ahead_seconds: float = 0.0  # on a hit, drafting that was done before the round started waiting for it
 
 
 @dataclass(slots=True)

@@ -61,5 +61,5 @@ class Filtered:
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
         return filtered(self._target.root_pass(root, overlapped), self._temperature, self._filters)
 
-    def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
-        return filtered(self._target.tree_pass(tree, root), self._temperature, self._filters)
+    def tree_pass(self, tree: Tree, root: int | None, overlapped: bool = False) -> torch.Tensor:
+        return filtered(self._target.tree_pass(tree, root, overlapped), self._temperature, self._filters)

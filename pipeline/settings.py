@@ -38,6 +38,10 @@ class DecodeConfig:
     min_p: float = field(default=0.0, metadata={
         "help": "at T > 0, sample among tokens at least P times as probable as the most probable (0: all)",
         "metavar": "P"})
+    ahead: bool = field(default=False, metadata={
+        "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
+                "where the round most probably ends, and the next round takes it when the round ended there "
+                "(outputs are unchanged; records say how often it was right)"})
 
     def __post_init__(self) -> None:
         if self.decoder not in RULES:
@@ -51,6 +55,8 @@ class DecodeConfig:
         if self.budget_prior not in BUDGET_PRIORS:
             raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
         self.filters  # checks top_k, top_p and min_p
+        if not isinstance(self.ahead, bool):
+            raise ConfigError("ahead", f"must be true or false, got {self.ahead!r}")
 
     @property
     def filters(self) -> Filters:

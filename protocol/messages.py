@@ -13,7 +13,7 @@ from pipeline.config import pool_size
 from protocol.errors import BadArray, LimitExceeded, MalformedMessage
 from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: Ahead, and PoolMsg says whether its pool was grown ahead
 
 
 class Kind(IntEnum):
@@ -25,6 +25,7 @@ class Kind(IntEnum):
     END = 6
     ERROR = 7
     SHUTDOWN = 8
+    AHEAD = 9
 
 
 def array(dtype: str):
@@ -109,21 +110,43 @@ class Commit(Message):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Ahead(Message):
+    """target -> drafter, no reply: round `round - 1` will most probably accept `tokens` (pipeline.ahead);
+    while the target verifies, grow round `round`'s pool from there and the drafter's own most probable
+    next token. The Commit of round `round` follows."""
+
+    KIND: ClassVar[Kind] = Kind.AHEAD
+    request: int
+    round: int
+    tokens: np.ndarray = array("int32")
+
+    def check(self) -> None:
+        if not 0 < self.tokens.shape[0] <= MAX_POOL_DEPTH:
+            raise BadArray(f"`tokens` holds {self.tokens.shape[0]} tokens; a round accepts 1 to "
+                           f"{MAX_POOL_DEPTH} tree tokens")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class PoolMsg(Message):
     """drafter -> target: the candidate pool of one round, as edges (see pipeline.pool.Pool)."""
 
     KIND: ClassVar[Kind] = Kind.POOL
     request: int
     round: int
-    seconds: float  # the drafter's time growing this pool
+    seconds: float  # the drafter's time on this pool once the round's Commit reached it
+    ahead: int  # pipeline.ahead: NOT_TRIED (-1), MISSED (0) or HIT (1), the pool grown ahead
+    ahead_seconds: float  # on a hit, the drafting done before the Commit reached the drafter
     token: np.ndarray = array("int32")
     parent: np.ndarray = array("int32")
     logp: np.ndarray = array("float32")
     expanded: np.ndarray = array("bool")
 
     def check(self) -> None:
-        if not (math.isfinite(self.seconds) and self.seconds >= 0):
-            raise MalformedMessage(f"`seconds` must be a finite number >= 0, got {self.seconds!r}")
+        for name in ("seconds", "ahead_seconds"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise MalformedMessage(f"`{name}` must be a finite number >= 0, got {getattr(self, name)!r}")
+        if self.ahead not in (-1, 0, 1):
+            raise MalformedMessage(f"`ahead` must be -1, 0 or 1, got {self.ahead!r}")
         n = self.token.shape[0]
         if n > MAX_POOL_CANDIDATES:
             raise LimitExceeded(f"a pool of {n} candidates; the protocol carries at most {MAX_POOL_CANDIDATES}")
@@ -158,7 +181,7 @@ class Shutdown(Message):
 
 
 MESSAGES: dict[Kind, type[Message]] = {cls.KIND: cls for cls in
-                                       (Hello, Ready, Start, Commit, PoolMsg, End, Error, Shutdown)}
+                                       (Hello, Ready, Start, Commit, Ahead, PoolMsg, End, Error, Shutdown)}
 
 
 def layout(cls: type[Message]) -> tuple[list[tuple[str, type]], list[tuple[str, np.dtype]]]:

@@ -11,7 +11,8 @@ from pipeline.config import InputError, PoolConfig
 from pipeline.pool import InvalidPool, Pool, out_of_vocab
 from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, PeerError, ProtocolError,
                              StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
-from protocol.messages import (PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown,
+from pipeline.ahead import Drafted
+from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown,
                                Start)
 from protocol.transport import Channel
 
@@ -76,7 +77,11 @@ class RemoteDrafter:
         self.channel.send(Commit(self.request, self.round, np.asarray(tokens, np.int32)))
         self.asked += 1
 
-    def pool(self) -> tuple[Pool, float]:
+    def ahead(self, tokens: Sequence[int]) -> None:
+        """The tokens this round will most probably emit: the drafter grows the next pool from them meanwhile."""
+        self.channel.send(Ahead(self.request, self.round + 1, np.asarray(tokens, np.int32)))
+
+    def pool(self) -> Drafted:
         msg = self._recv(self.timeout, "drafter_timeout", "pool", (PoolMsg, Error))
         self.asked -= 1
         try:
@@ -97,7 +102,7 @@ class RemoteDrafter:
         except ProtocolError as e:
             self._refuse(e)
             raise
-        return pool, msg.seconds
+        return Drafted(pool, msg.seconds, msg.ahead, msg.ahead_seconds)
 
     def has_pool(self) -> bool:
         return self.channel.pending()

@@ -57,8 +57,8 @@ class Target:
         one = np.array([p])
         return self.runner.forward(np.array([root]), one, one, p, one, np.ones((1, 1), bool))[0]
 
-    def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
-        self._use_threads(False)  # the drafter waits while the target verifies
+    def tree_pass(self, tree: Tree, root: int | None, overlapped: bool = False) -> torch.Tensor:
+        self._use_threads(overlapped)  # the drafter waits while the target verifies, unless it drafts ahead
         p = self.before_root
         self._check(p + 1 + len(tree))
         if root is None:  # the root's K/V is in slot p already

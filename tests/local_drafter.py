@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from drafter_proc.drafter import Drafter
-from pipeline.pool import Pool
+from pipeline.ahead import Drafted
 
 
 class LocalDrafter:
     def __init__(self, drafter: Drafter) -> None:
         self.drafter = drafter
-        self._pending: tuple[Pool, float] | None = None
+        self._pending: Drafted | None = None
+        self.predictions: list[list[int]] = []  # per ahead() call, the tokens the pool was grown after
 
     def start(self, prompt: Sequence[int]) -> None:
         self._pending = self.drafter.start(prompt)
@@ -22,7 +23,11 @@ class LocalDrafter:
     def commit(self, tokens: Sequence[int]) -> None:
         self._pending = self.drafter.commit(tokens)
 
-    def pool(self) -> tuple[Pool, float]:
+    def ahead(self, tokens: Sequence[int]) -> None:
+        self.drafter.ahead(tokens)
+        self.predictions.append(self.drafter.written.tolist())
+
+    def pool(self) -> Drafted:
         assert self._pending is not None, "pool() before start() or commit()"
         pending, self._pending = self._pending, None
         return pending

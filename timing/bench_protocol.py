@@ -72,7 +72,7 @@ def echo(endpoint: str, key_dir: str | None = None) -> None:
             msg = decode(event.frames, expect=(PoolMsg, Shutdown))
             if isinstance(msg, Shutdown):
                 return
-            listener.send(event.peer, PoolMsg(msg.request, msg.round, time.perf_counter(), msg.token, msg.parent,
+            listener.send(event.peer, PoolMsg(msg.request, msg.round, time.perf_counter(), -1, 0.0, msg.token, msg.parent,
                                               msg.logp, msg.expanded))
     finally:
         listener.close()
@@ -127,7 +127,7 @@ class Echo:
 
         for i in range(n):
             t0 = time.perf_counter()
-            self.channel.send(PoolMsg(1, i, t0, token, parent, pool.logp, pool.expanded))  # encode + send
+            self.channel.send(PoolMsg(1, i, t0, -1, 0.0, token, parent, pool.logp, pool.expanded))  # encode + send
             back = self.channel.recv(60.0, "iterations", "echo", expect=(PoolMsg,))
             t1 = time.perf_counter()  # recv + decode done
             if record:
@@ -185,7 +185,7 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
         out["one way" + suffix] = quantiles(echo_.one_way)
 
     # The parts, without the transport: what each side spends on the codec, and the target's validation.
-    msg = PoolMsg(1, 0, 0.0, token, parent, pool.logp, pool.expanded)
+    msg = PoolMsg(1, 0, 0.0, -1, 0.0, token, parent, pool.logp, pool.expanded)
     frames = encode(msg)
     config = PoolConfig()
 

@@ -17,6 +17,7 @@ import torch
 
 from drafter_proc.drafter import Drafter
 from models.mock import EOS, MockModel, MockRunner
+from pipeline.ahead import Drafted
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, Pool, grow_pool
 from pipeline.tree import Tree
@@ -119,7 +120,7 @@ class PrefixTarget:
         self.root = int(root)
         return self._row(self.context + [self.root])
 
-    def tree_pass(self, tree: Tree, root: int | None) -> torch.Tensor:
+    def tree_pass(self, tree: Tree, root: int | None, overlapped: bool = False) -> torch.Tensor:
         self.passes += 1
         if root is not None:
             self.root = int(root)
@@ -158,8 +159,8 @@ class FixedPoolDrafter:
     def commit(self, tokens: Sequence[int]) -> None:
         self.context.extend(int(t) for t in tokens)
 
-    def pool(self) -> tuple[Pool, float]:
-        return self._pool, 0.0
+    def pool(self) -> Drafted:
+        return Drafted(self._pool, 0.0)
 
     def has_pool(self) -> bool:
         return True

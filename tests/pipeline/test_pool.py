@@ -67,14 +67,14 @@ def test_drafter_pool_equals_pool_from_exact_rows(config, mock_pair, mock_pool):
     pair = mock_pair(VOCAB, 6, 0.8, config)
     drafter = pair.drafter.drafter
     context = [5, 1, 2]
-    pool, _ = drafter.start(context)
+    pool = drafter.start(context).pool
     for step in ([4], [9, 9, 3], [2, 2], [11]):
         want = mock_pool(pair.target_model, pair.drafter_model, context, config).pool
         for name in ("token", "parent", "expanded", "depth", "top"):
             np.testing.assert_array_equal(getattr(pool, name), getattr(want, name), err_msg=name)
         np.testing.assert_allclose(pool.cum, want.cum, rtol=1e-5, atol=1e-5)
         context = context + step
-        pool, _ = drafter.commit(step)
+        pool = drafter.commit(step).pool
 
 
 def test_small_vocabulary_caps_topk():

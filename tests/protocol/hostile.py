@@ -493,8 +493,8 @@ def _pool(seconds: float = 0.001, config: PoolConfig = POOL):
     from protocol.messages import PoolMsg
 
     drafter = Drafter(MockRunner(MockModel(VOCAB, 0, 1.0), CAPACITY), config)
-    pool, _ = drafter.start([5, 17, 3])
-    return PoolMsg(1, 0, seconds, pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp,
+    pool = drafter.start([5, 17, 3]).pool
+    return PoolMsg(1, 0, seconds, -1, 0.0, pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp,
                    pool.expanded)
 
 

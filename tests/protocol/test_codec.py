@@ -12,8 +12,8 @@ import pytest
 
 from protocol.codec import MAX_ARRAY_LENGTH, MAX_HEADER_BYTES, decode, encode
 from protocol.errors import BadArray, MalformedMessage, ProtocolError, UnexpectedMessage, UnknownMessage
-from protocol.messages import (MESSAGES, PROTOCOL_VERSION, Commit, End, Error, Hello, Kind, PoolMsg, Ready,
-                               Shutdown, Start)
+from protocol.messages import (MESSAGES, PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Kind, PoolMsg,
+                               Ready, Shutdown, Start)
 
 # One instance of every message type, with no field left at a default and arrays that are not all zero.
 SAMPLES = [
@@ -21,11 +21,12 @@ SAMPLES = [
     Ready(PROTOCOL_VERSION, 49152, "0123abcd", "org/drafter-model:int8"),
     Start(7, np.array([1, 49151, 0, 12], np.int32)),
     Commit(7, 3, np.array([5, 2**31 - 1], np.int32)),
-    PoolMsg(7, 3, 0.0125, np.array([4, 9, 4], np.int32), np.array([-1, -1, 0], np.int32),
+    PoolMsg(7, 3, 0.0125, 1, 0.03, np.array([4, 9, 4], np.int32), np.array([-1, -1, 0], np.int32),
             np.array([-0.1, -2.5, -0.75], np.float32), np.array([True, False, False])),
     End(7),
     Error("token-range", "tokens[1] = 70 is outside the vocabulary [0, 64)", 7),
     Shutdown(),
+    Ahead(7, 4, np.array([9, 4, 11], np.int32)),
 ]
 
 

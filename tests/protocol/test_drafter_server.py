@@ -71,7 +71,7 @@ def test_pools_equal_an_in_process_drafter_fed_the_same_tokens(drafter_server):
     local = Drafter(MockRunner(MockModel(VOCAB, options.mock_seed, options.mock_noise), CAPACITY + 64), POOL)
     open_request(drafter_server)
     steps = [np.array([9, 1], np.int32), np.array([33], np.int32), np.array([2, 60, 8], np.int32)]
-    want = [local.start(PROMPT)[0]] + [local.commit(tokens)[0] for tokens in steps]
+    want = [local.start(PROMPT).pool] + [local.commit(tokens).pool for tokens in steps]
     drafter_server.send(Start(2, PROMPT))
     got = [assert_valid_pool(drafter_server.recv(), 2, 0)]
     for round_, tokens in enumerate(steps, start=1):
@@ -185,7 +185,7 @@ def test_commit_with_a_token_outside_the_vocabulary_is_refused_and_changes_nothi
     options = ModelOptions(model="mock")
     local = Drafter(MockRunner(MockModel(VOCAB, options.mock_seed, options.mock_noise), CAPACITY + 64), POOL)
     local.start(PROMPT)
-    want = local.commit([11, 12])[0]
+    want = local.commit([11, 12]).pool
     open_request(drafter_server, 1)
     drafter_server.send(Commit(1, 1, np.array([11, 12, 2**31 - 1], np.int32)))
     assert_error(drafter_server.recv(), TokenOutOfRange,

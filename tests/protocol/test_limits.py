@@ -80,7 +80,7 @@ def test_the_largest_hello_within_the_limits_passes():
 @pytest.mark.parametrize("seconds", [math.nan, math.inf, -math.inf, -0.5], ids=["nan", "inf", "-inf", "negative"])
 def test_pool_timing_must_be_finite_and_non_negative(seconds):
     # It is written into records as JSON, where NaN and Infinity are not standard.
-    msg = PoolMsg(1, 0, seconds, np.array([3], np.int32), np.array([-1], np.int32), np.array([-0.1], np.float32),
+    msg = PoolMsg(1, 0, seconds, -1, 0.0, np.array([3], np.int32), np.array([-1], np.int32), np.array([-0.1], np.float32),
                   np.array([False]))
     with pytest.raises(MalformedMessage, match=rf"`seconds` must be a finite number >= 0, got {seconds!r}"):
         decode(encode(msg))
@@ -88,7 +88,7 @@ def test_pool_timing_must_be_finite_and_non_negative(seconds):
 
 def test_a_pool_beyond_the_protocol_is_refused():
     n = MAX_POOL_CANDIDATES + 1
-    msg = PoolMsg(1, 0, 0.0, np.zeros(n, np.int32), np.full(n, -1, np.int32), np.zeros(n, np.float32),
+    msg = PoolMsg(1, 0, 0.0, -1, 0.0, np.zeros(n, np.int32), np.full(n, -1, np.int32), np.zeros(n, np.float32),
                   np.zeros(n, bool))
     with pytest.raises(LimitExceeded, match=rf"a pool of {n} candidates; the protocol carries at most"):
         decode(encode(msg))

@@ -18,7 +18,7 @@ from models.load import load
 from models.options import ModelOptions
 from pipeline.config import PoolConfig
 from protocol.errors import DrafterBusy, InvalidPoolMessage, PeerError
-from protocol.messages import Commit, End, Error, PoolMsg, Ready, Shutdown, Start
+from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, PoolMsg, Ready, Shutdown, Start
 from protocol.transport import Channel, Listener
 from target_proc.client import RemoteDrafter
 
@@ -50,7 +50,7 @@ def test_a_second_target_is_told_the_drafter_is_busy_at_once(serving, endpoint):
             second_client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
         assert time.monotonic() - t0 < 2.0  # not after --ready-timeout
         first_client.start(PROMPT)  # the first target is served as before
-        assert len(first_client.pool()[0]) == POOL.size
+        assert len(first_client.pool().pool) == POOL.size
     finally:
         first.close()
         second.close()
@@ -67,7 +67,7 @@ def test_the_next_target_is_served_once_the_first_closed_its_connection(serving,
     try:
         assert second_client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S).model == "mock"
         second_client.start(PROMPT)
-        assert len(second_client.pool()[0]) == POOL.size
+        assert len(second_client.pool().pool) == POOL.size
     finally:
         second.close()
 
@@ -128,7 +128,7 @@ def test_a_stranger_cannot_shut_down_a_drafter_serving_a_target(serving, endpoin
         reply = stranger.recv()
         assert isinstance(reply, Error) and reply.code == DrafterBusy.code
         client.start(PROMPT)
-        assert len(client.pool()[0]) == POOL.size
+        assert len(client.pool().pool) == POOL.size
     finally:
         stranger.close()
         channel.close()
@@ -189,7 +189,7 @@ def test_the_target_refuses_a_pool_of_another_shape_than_the_handshake_said(serv
 def test_an_error_from_the_drafter_before_start_is_raised_at_start(fake_drafter):
     peer, channel = fake_drafter
     client = RemoteDrafter(channel, VOCAB, POOL, WAIT_S)
-    answer = peer.answer(Ready(2, VOCAB, FINGERPRINT, "fake"))
+    answer = peer.answer(Ready(PROTOCOL_VERSION, VOCAB, FINGERPRINT, "fake"))
     client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
     answer.result()
     peer.send(Error("stale", "end of request 3, but no request is open"))

@@ -41,7 +41,7 @@ def pool_msg(request: int = 1, round_: int = 0, **change) -> PoolMsg:
     edges = dict(token=[3, 9, 4, 5], parent=[-1, -1, 0, 0], logp=[-0.1, -2.0, -0.3, -0.5],
                  expanded=[True, False, False, False])
     edges.update(change)
-    return PoolMsg(request, round_, 0.002, np.array(edges["token"], np.int32), np.array(edges["parent"], np.int32),
+    return PoolMsg(request, round_, 0.002, -1, 0.0, np.array(edges["token"], np.int32), np.array(edges["parent"], np.int32),
                    np.array(edges["logp"], np.float32), np.array(edges["expanded"], bool))
 
 
@@ -74,7 +74,8 @@ def test_valid_pool_is_accepted_and_rounds_advance(fake_drafter):
     start = peer.recv()
     assert isinstance(start, Start) and start.request == 1 and start.prompt.tolist() == PROMPT
     peer.send(pool_msg(1, 0))
-    pool, seconds = client.pool()
+    drafted = client.pool()
+    pool, seconds = drafted.pool, drafted.seconds
     assert pool.token.tolist() == [3, 9, 4, 5] and pool.depth.tolist() == [1, 1, 2, 2] and seconds == 0.002
     client.commit([3, 4, 60])
     commit = peer.recv()
@@ -263,9 +264,10 @@ def test_remote_drafter_against_the_real_server(endpoint):
         client = remote(channel, pool=POOL)
         assert client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S).model == "mock"
         client.start(PROMPT)
-        first, _ = client.pool()
+        first = client.pool().pool
         client.commit([int(first.token[0]), 7])
-        second, seconds = client.pool()
+        drafted = client.pool()
+        second, seconds = drafted.pool, drafted.seconds
         for pool in (first, second):
             assert isinstance(pool, Pool) and len(pool) == POOL.size
         assert seconds > 0
