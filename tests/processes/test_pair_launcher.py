@@ -122,6 +122,25 @@ def test_json_run_prints_provenance_then_one_greedy_record_per_decode_then_a_sum
     assert summary["decoders"]["ar"]["tau"] == 1.0 and summary["decoders"]["draft"]["tau"] > 1.0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_drafting_ahead_between_processes_changes_no_output_and_records_its_hits(temperature):
+    runs = {}
+    for ahead in ([], ["--ahead"]):
+        done = pair("--target", "mock", "--json", "--decoders", "draft,root-draw", "--max-new-tokens", "48",
+                    "--temperature", temperature, "--prompt", "Once upon a time", *ahead)
+        assert done.returncode == 0, done.stderr
+        runs[bool(ahead)] = [json.loads(line) for line in done.stdout.splitlines()][1:-1]
+    for off, on in zip(runs[False], runs[True]):
+        assert on["token_ids"] == off["token_ids"] and on["ahead"] and not off["ahead"]
+        assert set(off["ahead_hits"]) == {-1}
+        assert set(on["ahead_hits"]) <= {-1, 0, 1} and 0 in on["ahead_hits"]
+        assert temperature == "1" or 1 in on["ahead_hits"]  # greedy mocks agree often enough to hit
+        assert on["ahead_hits"][0] == -1  # round 0's pool grows from the prompt
+        assert all(s >= 0 for s in on["ahead_seconds"])
+        assert all(s == 0 for s, hit in zip(on["ahead_seconds"], on["ahead_hits"]) if hit != 1)
+
+
 def test_table_shows_the_fields_metrics():
     done = pair("--target", "mock", "--decoders", "ar,root-draw", "--prompt", "Once upon a time", "--prompt",
                 "def fib(n):", "--max-new-tokens", "30")

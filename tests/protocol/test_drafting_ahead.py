@@ -1,0 +1,84 @@
+"""A real DrafterServer drafting ahead: no reply to an Ahead, the predicted Commit gets the pool grown ahead,
+any other Commit the pool a plain drafter grows, and a refused Ahead an Error that changes nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from drafter_proc.drafter import Drafter
+from models.mock import MockModel, MockRunner
+from models.options import ModelOptions
+from pipeline.ahead import HIT, MISSED, NOT_TRIED
+from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
+from protocol.messages import Ahead, Commit, End, Start
+
+from tests.protocol.test_drafter_server import PROMPT, assert_error, assert_valid_pool, open_request
+from tests.protocol.wire_peers import CAPACITY, POOL, VOCAB
+
+PATH = np.array([9, 1, 30], np.int32)
+
+
+def local_drafter() -> Drafter:
+    options = ModelOptions(model="mock")
+    drafter = Drafter(MockRunner(MockModel(VOCAB, options.mock_seed, options.mock_noise), CAPACITY + 64), POOL)
+    drafter.start(PROMPT)
+    return drafter
+
+
+def predicted() -> np.ndarray:
+    """The tokens the server's drafter grows ahead from for PATH: PATH and its own next token."""
+    drafter = local_drafter()
+    drafter.ahead(PATH)
+    return drafter.written.astype(np.int32)
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["after-growth", "during-growth"])
+@pytest.mark.parametrize("hit", [True, False])
+def test_the_commit_after_an_ahead_gets_the_pool_a_plain_drafter_grows(drafter_server, together, hit):
+    open_request(drafter_server)
+    tokens = predicted() if hit else np.append(PATH, (predicted()[-1] + 1) % VOCAB).astype(np.int32)
+    drafter_server.send(Ahead(1, 1, PATH))
+    if not together:
+        assert drafter_server.silent(0.3)  # an Ahead gets no reply
+    drafter_server.send(Commit(1, 1, tokens))
+    reply = drafter_server.recv()
+    got = assert_valid_pool(reply, 1, 1)
+    assert reply.ahead == (HIT if hit else MISSED)
+    assert reply.seconds >= 0 and reply.ahead_seconds >= 0 and (hit or reply.ahead_seconds == 0)
+    want = local_drafter().commit(tokens).pool
+    np.testing.assert_array_equal(got.token, want.token)
+    np.testing.assert_allclose(got.logp, want.logp, rtol=1e-6, atol=1e-6)
+    assert drafter_server.silent(0.2)  # one reply per Commit
+    drafter_server.send(Commit(1, 2, np.array([4], np.int32)))  # and the rounds after go on
+    reply = drafter_server.recv()
+    assert_valid_pool(reply, 1, 2)
+    assert reply.ahead == NOT_TRIED
+
+
+@pytest.mark.parametrize("msg, error, match", [
+    (Ahead(1, 3, PATH), StaleMessage, r"ahead for request 1 round 3, but the drafter expects request 1 round 1"),
+    (Ahead(2, 1, PATH), StaleMessage, r"ahead for request 2 round 1, but the drafter expects request 1 round 1"),
+    (Ahead(1, 1, np.array([9, VOCAB], np.int32)), TokenOutOfRange, rf"tokens\[1\] = {VOCAB} is outside"),
+    (Ahead(1, 1, np.zeros(0, np.int32)), BadArray, r"`tokens` holds 0 tokens"),
+])
+def test_a_refused_ahead_gets_an_error_and_changes_nothing(drafter_server, msg, error, match):
+    open_request(drafter_server)
+    drafter_server.send(msg)
+    assert_error(drafter_server.recv(), error, match, request=msg.request)
+    tokens = np.array([4, 4], np.int32)
+    drafter_server.send(Commit(1, 1, tokens))
+    reply = drafter_server.recv()
+    got = assert_valid_pool(reply, 1, 1)
+    assert reply.ahead == NOT_TRIED
+    np.testing.assert_allclose(got.logp, local_drafter().commit(tokens).pool.logp, rtol=1e-6, atol=1e-6)
+
+
+def test_an_end_during_drafting_ahead_leaves_the_drafter_serving(drafter_server):
+    open_request(drafter_server)
+    drafter_server.send(Ahead(1, 1, PATH))
+    drafter_server.send(End(1))
+    drafter_server.send(Start(2, PROMPT))
+    reply = drafter_server.recv()
+    assert_valid_pool(reply, 2, 0)
+    assert reply.ahead == NOT_TRIED
