@@ -60,6 +60,7 @@ class DecoderStats:
     tree_sizes: np.ndarray  # (n_rounds,)
     phases: np.ndarray  # (n_rounds, len(PHASES)) seconds
     chosen: np.ndarray  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
+    accepted: np.ndarray  # (n_rounds,) tree nodes each round accepted
 
     def budget_shares(self) -> dict[int, float]:
         """Share of rounds at each budget, smallest first."""
@@ -146,7 +147,8 @@ def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
     return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
                         sum(r["target_passes"] for r in mine), rounds, np.array(column("tree_sizes"), float),
-                        _phase_matrix(mine), np.array(column("budgets"), np.int64))
+                        _phase_matrix(mine), np.array(column("budgets"), np.int64),
+                        np.array(column("accepted"), np.int64))
 
 
 def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:

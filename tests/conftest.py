@@ -57,8 +57,10 @@ def greedy():
 def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, budget=8, seed: int = 0, *,
                      tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
                      tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
-                     grid_budget=None) -> dict:
-    """A decode record of evaluation.record's schema with made-up numbers, as summaries and reports read."""
+                     grid_budget=None, budgets=None, phases=None) -> dict:
+    """A decode record of evaluation.record's schema with made-up numbers, as summaries and reports read.
+    budgets: each round's budget (default: the budget, 8 under auto); phases: {phase: per-round seconds}
+    (default: 1 ms each)."""
     from evaluation.record import SCHEMA
     from pipeline.result import PHASES
 
@@ -71,8 +73,8 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
             "tokens_per_second": tokens / seconds, "rounds": n, "target_passes": n,
             "accept_lengths": [a + 1 for a in accepted], "accepted": list(accepted), "tried": list(accepted),
             "tree_sizes": list(tree_sizes), "available": list(available) if available is not None else [0] * n,
-            "budgets": [budget if budget != "auto" else 8] * n,
-            "phases": {p: [0.001] * n for p in PHASES}, "finished": 0.0, "warmup": warmup,
+            "budgets": list(budgets) if budgets is not None else [budget if budget != "auto" else 8] * n,
+            "phases": {p: list((phases or {}).get(p, [0.001] * n)) for p in PHASES}, "finished": 0.0, "warmup": warmup,
             **({} if grid_budget is None else {"grid_budget": grid_budget})}
 
 

@@ -1,4 +1,6 @@
-"""The report's PNG plots: gains with their intervals, and a timeline of median rounds per setting."""
+"""The report's PNG plots, drawn from the numbers timing.figures computes: gains with their intervals, a
+timeline of median rounds, speed and τ, acceptance by depth, tree sizes under budget auto, and where a
+round's time goes."""
 
 from __future__ import annotations
 
@@ -13,38 +15,43 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.summary import Setting, median_rounds  # noqa: E402
 from pipeline.result import PHASES  # noqa: E402
+from pipeline.rules import DECODERS  # noqa: E402
+from timing import figures  # noqa: E402
 
 COLORS = {"draft": "#8c8c8c", "root": "#1f77b4", "wait": "#d9d9d9", "select": "#ff7f0e", "tree": "#2ca02c",
           "commit": "#9467bd", "plain": "#17becf"}
+# What each colour stands for, said in the legends.
+PHASE_NAMES = {"draft": "drafting (drafter)", "root": "root pass", "wait": "wait for the drafter",
+               "select": "select the tree", "tree": "tree pass", "commit": "commit", "plain": "plain round's pass"}
+DECODER_COLORS = {d: plt.get_cmap("tab10")(i) for i, d in enumerate(DECODERS)}
 
 
-def plot_gains(settings: Sequence[Setting], path: Path) -> bool:
-    """Each gain with its interval, grouped by setting -> False when no setting has a gain."""
+def plot_gains(settings: Sequence[Setting], path: Path, confidence: float = 0.95) -> bool:
+    """A panel per comparison: its gain at each setting with the interval -> False when no setting has a gain."""
     shown = [s for s in settings if s.gains]
     if not shown:
         return False
     pairs = list(dict.fromkeys(p for s in shown for p in s.gains))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(shown) * max(1, len(pairs)) ** 0.5), 4.0))
-    width = 0.8 / len(pairs)
-    for j, pair in enumerate(pairs):
-        xs, ys, lo, hi = [], [], [], []
-        for i, s in enumerate(shown):
+    fig, axes = _panel_grid(len(pairs), max(4.0, 0.9 * len(shown) + 1.2), 3.4)
+    for ax, pair in zip(axes.flat, pairs):
+        xs, ys, lo, hi, ticks = [], [], [], [], []
+        for s in shown:
             if pair in s.gains:
                 g = s.gains[pair]
-                xs.append(i - 0.4 + width * (j + 0.5))
+                xs.append(len(xs))
                 ys.append(100 * g.gain)
                 lo.append(100 * (g.gain - g.low) if g.has_interval else 0.0)  # too few prompts: no bar
                 hi.append(100 * (g.high - g.gain) if g.has_interval else 0.0)
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=f"{pair[0]} over {pair[1]}")
-    ax.axhline(0.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(shown)), [f"{s.label}\n({len(s.prompt_ids)} prompts)" for s in shown])
-    ax.set_ylabel("speed gain (%), 95% interval")
-    ax.legend(fontsize="small")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+                ticks.append(f"T={s.temperature:g}\nB={s.budget}\n{g.n_prompts} prompts")
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, color=DECODER_COLORS.get(pair[0]))
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xticks(xs, ticks, fontsize="x-small")
+        ax.set_xlim(-0.6, len(xs) - 0.4)
+        ax.set_title(f"{pair[0]} over {pair[1]}", fontsize="medium")
+        ax.set_ylabel(f"speed gain (%), {confidence:.0%} interval", fontsize="small")
+        ax.grid(axis="y", alpha=0.3)
+    _hide_unused(axes, len(pairs))
+    return _save(fig, path)
 
 
 def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int = 3) -> bool:
@@ -83,12 +90,24 @@ def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int 
                 left += ms[j]
             labels.append((y, f"{name} target" + (" (plain)" if plain else "")))
         ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize="small")
-        ax.set_title(f"{s.label}: #1-#{k}, the rounds nearest the median round time", fontsize="medium")
-        ax.set_xlabel("ms from the round's start")
-    names = [*PHASES, "plain"]
+        shown = lanes[0][0].split(" #")[0]
+        ax.set_title(f"{s.label}: #1-#{k} are {shown}'s {k} rounds nearest its median round time, in the order "
+                     "they ran", fontsize="small")
+    axes[-1, 0].set_xlabel("ms from the round's start (drafter and target start together)")
+    top = 1 - 0.5 / height
+    _phase_legend(fig, [*PHASES, "plain"])
+    return _save(fig, path, top)
+
+
+def _phase_legend(fig, names: Sequence[str]) -> None:
+    """The phases' colours, named, in a row above the panels (leave the figure's top free for it)."""
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[p]) for p in names]
-    fig.legend(handles, names, loc="upper right", ncol=len(names), fontsize="small")
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.legend(handles, [PHASE_NAMES[p] for p in names], loc="upper center", bbox_to_anchor=(0.5, 1.0),
+               ncol=4, fontsize="x-small", frameon=False)
+
+
+def _save(fig, path: Path, top: float = 1.0) -> bool:
+    fig.tight_layout(rect=(0, 0, 1, top))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
@@ -116,3 +135,120 @@ def plot_value_gains(tables, path: Path, rules=("root", "root-draw", "oracle")) 
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_speed(panels, path: Path) -> bool:
+    """Speed (tok/s) and τ (tokens per round) by decoder: a row per panel of timing.figures' speed panels,
+    bars per decoder in each group -> False with no panel."""
+    if not panels:
+        return False
+    groups = max(len(g) for _, g in panels)
+    names = list(dict.fromkeys(d for _, g in panels for _, s in g for d in s.decoders))
+    width = max(4.0, 0.35 * groups * len(names) + 1.5)
+    fig, axes = plt.subplots(len(panels), 2, figsize=(2 * width, 2.9 * len(panels) + 0.4), squeeze=False)
+    for (title, g), row in zip(panels, axes):
+        for ax, metric, unit in zip(row, ("speed", "tau"), ("tokens per second", "τ, tokens per round")):
+            values = figures.decoder_values([s for _, s in g], metric)
+            _grouped_bars(ax, [label for label, _ in g], values)
+            ax.set_ylabel(unit, fontsize="small")
+            ax.set_title(f"{title}: {'speed' if metric == 'speed' else 'τ'}", fontsize="medium")
+    _decoder_legend(fig, names)
+    return _save(fig, path, 1 - 0.4 / (2.9 * len(panels) + 0.4))
+
+
+def plot_acceptance(panels, path: Path) -> bool:
+    """Per panel, each series' share of tree rounds that accepted at least d tree tokens against d."""
+    if not panels:
+        return False
+    fig, axes = _panel_grid(len(panels), 4.2, 3.2)
+    for ax, (title, series) in zip(axes.flat, panels):
+        depth = max(int(st.accepted[figures.tree_rounds(st)].max()) for _, st in series)
+        d = np.arange(1, depth + 1)
+        for label, st in series:
+            ax.plot(d, 100 * figures.acceptance_at_least(st, depth), marker="o", markersize=3, label=label,
+                    color=DECODER_COLORS.get(label))
+        ax.set_xticks(d)
+        ax.set_ylim(0, 102)
+        ax.set_xlabel("d, tree tokens accepted (bonus token not counted)", fontsize="small")
+        ax.set_ylabel("tree rounds accepting ≥ d (%)", fontsize="small")
+        ax.set_title(title, fontsize="medium")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    _hide_unused(axes, len(panels))
+    return _save(fig, path)
+
+
+def plot_tree_sizes(panels, path: Path) -> bool:
+    """Per panel, each series' share of rounds at each tree size (0: a plain round or no tree pass)."""
+    if not panels:
+        return False
+    fig, axes = _panel_grid(len(panels), 5.0, 3.2)
+    for ax, (title, series) in zip(axes.flat, panels):
+        shares = [figures.tree_size_shares(st) for _, st in series]
+        sizes = sorted({k for sh in shares for k in sh})
+        percent = {label: 100 * np.array([sh.get(k, 0.0) for k in sizes]) for (label, _), sh in zip(series, shares)}
+        _grouped_bars(ax, [str(k) for k in sizes], percent)
+        ax.set_xlabel("tree size (nodes verified)", fontsize="small")
+        ax.set_ylabel("rounds (%)", fontsize="small")
+        ax.set_title(title, fontsize="medium")
+        ax.legend(fontsize="x-small")
+    _hide_unused(axes, len(panels))
+    return _save(fig, path)
+
+
+def plot_phases(panels, path: Path) -> bool:
+    """Per panel, a row per series and round kind: the target's median phases stacked, and below them the
+    drafter's median drafting, which runs beside the root pass."""
+    rows = [[(f"{label}, {kind} rounds ({n})", kind, ms) for label, st in series
+             for kind, (n, ms) in figures.phase_profile(st).items()] for _, series in panels]
+    if not any(rows):
+        return False
+    cols = 2 if len(panels) > 1 else 1
+    heights = [0.4 * max(len(r) for r in rows[i:i + cols]) + 0.8 for i in range(0, len(rows), cols)]
+    fig, axes = plt.subplots(len(heights), cols, figsize=(7.0 * cols, sum(heights) + 0.6), squeeze=False,
+                             sharex=True, gridspec_kw={"height_ratios": heights})  # one ms scale
+    for ax, (title, _), lanes in zip(axes.flat, panels, rows):
+        for i, (label, kind, seconds) in enumerate(lanes):
+            y, ms = len(lanes) - 1 - i, 1000 * seconds
+            ax.barh(y - 0.3, ms[0], height=0.25, color=COLORS["draft"])
+            left = 0.0
+            for j, phase in enumerate(PHASES[1:], 1):
+                color = COLORS["plain" if kind == "plain" and phase == "root" else phase]
+                ax.barh(y + 0.1, ms[j], left=left, height=0.5, color=color)
+                left += ms[j]
+        ax.set_yticks(range(len(lanes)), [label for label, _, _ in reversed(lanes)], fontsize="x-small")
+        ax.set_title(title, fontsize="medium")
+        ax.grid(axis="x", alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("median ms per round, each phase over the rounds of its row", fontsize="small")
+    _hide_unused(axes, len(panels))
+    _phase_legend(fig, [*PHASES, "plain"])
+    return _save(fig, path, 1 - 0.6 / (sum(heights) + 0.6))
+
+
+def _grouped_bars(ax, groups: Sequence[str], values: dict[str, np.ndarray]) -> None:
+    """values: {series: (len(groups),)}, NaN where a group lacks the series."""
+    width = 0.8 / max(1, len(values))
+    for j, (name, ys) in enumerate(values.items()):
+        xs = np.arange(len(groups)) - 0.4 + width * (j + 0.5)
+        ax.bar(xs, np.nan_to_num(ys), width=width, label=name, color=DECODER_COLORS.get(name))
+    ax.set_xticks(range(len(groups)), groups, fontsize="x-small")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _decoder_legend(fig, names: Sequence[str]) -> None:
+    handles = [plt.Rectangle((0, 0), 1, 1, color=DECODER_COLORS.get(d)) for d in names]
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=len(names), fontsize="small",
+               frameon=False)
+
+
+def _panel_grid(n: int, width: float, height: float):
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    return fig, axes
+
+
+def _hide_unused(axes, used: int) -> None:
+    for ax in axes.flat[used:]:
+        ax.set_visible(False)

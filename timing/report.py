@@ -1,8 +1,9 @@
 """python -m timing report DIR [DIR ...]: speeds, paired gains and round times of finished sweeps.
 
 Merges every shard file of the given directories (whose configs must agree), leaves warm-ups out, and per
-(T, B) prints and writes a Markdown table (report.md) and PNG plots (gains.png, timeline.png). The last
-line of stdout is one JSON document with the same numbers.
+(T, B) prints and writes a Markdown table (report.md), a table of where a round's time goes, and the PNG
+plots the run has data for (see draw), each named with what it shows. The last line of stdout is one JSON
+document with the same numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pipeline.config import InputError
 from pipeline.result import PHASES
 from programs.cli import files_program, run_files_program
 from timing import prog, run_config
+from timing.figures import phase_profile
 from timing.options import ReportOptions
 from timing.record_store import directory, load_records
 
@@ -55,20 +57,47 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
                        for s in settings}
     out = Path(options.out or dirs[0])
     out.mkdir(parents=True, exist_ok=True)
-    plots = []
-    if options.plots:
-        from timing.plots import plot_gains, plot_timeline  # matplotlib: only when drawing
-
-        if plot_gains(settings, out / "gains.png"):
-            plots.append("gains.png")
-        if plot_timeline(settings, options.timeline_decoder, out / "timeline.png"):
-            plots.append("timeline.png")
+    plots = draw(settings, by_category, options, out) if options.plots else []
     text = render(dirs, config, records, settings, by_category, options, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
     print(text)
-    print(json.dumps({"report": str(out / "report.md"), "plots": [str(out / p) for p in plots],
+    print(json.dumps({"report": str(out / "report.md"), "plots": [str(out / p) for p, _ in plots],
                       "settings": [as_json(s) for s in settings]}))
     return 0
+
+
+def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], options: ReportOptions,
+         out: Path) -> list[tuple[str, str]]:
+    """Each plot the run has the data for, written to `out` -> (file name, what it shows) of those written."""
+    from timing import figures as f, plots as p  # matplotlib: only when drawing
+
+    cats = by_category
+    wanted = [
+        ("gains.png", f"each comparison's speed gain per setting, with its {options.confidence:.0%} interval",
+         lambda path: p.plot_gains(settings, path, options.confidence)),
+        ("timeline.png", "the drafter's and the target's phases in the rounds nearest the median round time",
+         lambda path: p.plot_timeline(settings, options.timeline_decoder, path)),
+        ("speed.png", "speed (tokens per second) and τ (tokens per round) by decoder, temperature and budget",
+         lambda path: p.plot_speed(f.speed_panels(settings), path)),
+        ("acceptance.png", "acceptance by depth: the share of tree rounds that accepted at least d tree tokens",
+         lambda path: p.plot_acceptance(f.decoder_panels(settings, f.has_tree_rounds), path)),
+        ("tree_sizes.png", "under budget auto, the share of rounds at each tree size (0: a plain round)",
+         lambda path: p.plot_tree_sizes(f.decoder_panels(settings, f.ran_auto), path)),
+        ("phases.png", "where a round's time goes: median ms per phase, tree and plain rounds apart",
+         lambda path: p.plot_phases(f.decoder_panels(settings, f.has_rounds), path)),
+    ]
+    if cats:
+        wanted += [
+            ("speed_by_category.png", "speed and τ by prompt category, per setting",
+             lambda path: p.plot_speed(f.category_speed_panels(settings, cats), path)),
+            ("acceptance_by_category.png", "acceptance by depth by prompt category, per setting and decoder",
+             lambda path: p.plot_acceptance(f.category_panels(settings, cats, f.has_tree_rounds), path)),
+            ("tree_sizes_by_category.png", "tree sizes under budget auto by prompt category",
+             lambda path: p.plot_tree_sizes(f.category_panels(settings, cats, f.ran_auto), path)),
+            ("phases_by_category.png", "where a round's time goes by prompt category, per setting and decoder",
+             lambda path: p.plot_phases(f.category_panels(settings, cats, f.has_rounds), path)),
+        ]
+    return [(name, caption) for name, caption, plot in wanted if plot(out / name)]
 
 
 def merged_config(dirs: Sequence[str]) -> dict:
@@ -89,7 +118,7 @@ def _per_shard(records: Sequence[dict]) -> str:
 
 
 def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings: Sequence[Setting],
-           by_category: dict[str, list[Setting]], options: ReportOptions, plots: Sequence[str]) -> str:
+           by_category: dict[str, list[Setting]], options: ReportOptions, plots: Sequence[tuple[str, str]]) -> str:
     models, pool, sweep = config["models"], config["pool"], config["sweep"]
     drafter = models["drafter"]["model"] if models.get("drafter") else "(not recorded)"
     warmups = sum(r["warmup"] for r in records)
@@ -117,7 +146,11 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings:
         lines += _setting(s, options, 2)
         for c in by_category.get(s.label, []):
             lines += _setting(c, options, 3)
-    lines += [f"![{p}]({p})" for p in plots]
+    lines += _phase_table(settings, by_category)
+    if plots:
+        lines += ["## Plots", ""]
+    for name, caption in plots:
+        lines += [f"- `{name}`: {caption}", "", f"![{name}]({name})", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -162,6 +195,25 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
             "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
     return out
+
+
+def _phase_table(settings: Sequence[Setting], by_category: dict[str, list[Setting]]) -> list[str]:
+    """Where a round's time goes: median ms per phase per setting, decoder (and category) and round kind."""
+    rows = []
+    for s in settings:
+        for c in [s, *by_category.get(s.label, [])]:
+            for d, st in c.decoders.items():
+                for kind, (n, seconds) in (phase_profile(st).items() if c.prompt_ids else ()):
+                    rows.append([s.label, c.category or "all", d, f"{kind} ({n})",
+                                 *(f"{1000 * x:.2f}" for x in seconds), f"{1000 * seconds[1:].sum():.2f}"])
+    if not rows:
+        return []
+    head = ["setting", "category", "decoder", "rounds", *(f"{p} ms" for p in PHASES), "target ms"]
+    return ["## Where a round's time goes", "",
+            "Median ms per round of each phase over the rounds of a kind (tree: a budget above 0; plain: none); "
+            "draft runs on the drafter beside root, the target's phases follow one another and target ms sums "
+            "their medians.", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows), ""]
 
 
 def _ms(seconds: float | None) -> str:

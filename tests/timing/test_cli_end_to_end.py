@@ -53,7 +53,7 @@ def test_mock_sweep_then_report_as_a_user_would(tmp_path):
     text = (out / "report.md").read_text()
     for setting in ("T=0 B=8", "T=0 B=59", "T=1 B=8", "T=1 B=59"):
         assert f"## {setting}\n\n4 of 4 prompts have every decoder at this setting." in text
-    assert text.count("| root-draw over pearl |") == 4 and text.count("| draft |") == 4
+    assert text.count("| root-draw over pearl |") == 4 and text.count("\n| draft |") == 4  # one row a setting
     for png in ("gains.png", "timeline.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(report.stdout.strip().splitlines()[-1])

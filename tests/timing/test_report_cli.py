@@ -38,6 +38,10 @@ def test_report_merges_shard_directories(shards, tmp_path, capsys):
     assert set(doc["settings"][0]["gains"]) == {"root-draw/draft", "pearl/draft", "root-draw/pearl"}
     text = (tmp_path / "report.md").read_text()
     assert "### T=0 B=59 [builtin]" in text and (tmp_path / "gains.png").exists()
+    assert [p.rsplit("/", 1)[1] for p in doc["plots"]] == ["gains.png", "timeline.png", "speed.png", "acceptance.png",
+                                                          "phases.png", "speed_by_category.png",
+                                                          "acceptance_by_category.png", "phases_by_category.png"]
+    assert all(f"- `{p.rsplit('/', 1)[1]}`: " in text for p in doc["plots"])
 
 
 def test_one_shard_alone_reports_its_own_prompts(shards, tmp_path, capsys):
@@ -98,3 +102,18 @@ def test_the_launchers_routes_show_the_launchers_usage(command):
     done = subprocess.run([str(root / "launch" / "pair.sh"), command, "--help"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.startswith(f"usage: launch/pair.sh {command} "), done.stdout
+
+
+def test_the_phase_table_gives_median_ms_per_phase_by_round_kind(make_record):
+    from evaluation.summary import analyse
+
+    phases = {"draft": [0.030, 0.050, 0.0], "root": [0.010, 0.020, 0.040], "wait": [0.020, 0.030, 0.0],
+              "tree": [0.040, 0.060, 0.0]}
+    recs = [make_record(f"p/{i}", "root-draw", budget="auto", tree_sizes=(8, 8, 0), accepted=(1, 2, 0),
+                        budgets=(8, 8, 0), phases=phases, category=c) for i, c in enumerate(("qa", "rag"))]
+    s = analyse(recs, 0.0, "auto")
+    rows = report._phase_table([s], {s.label: [analyse(recs, 0.0, "auto", "qa")]})
+    assert rows[0] == "## Where a round's time goes"
+    assert "| T=0 B=auto | all | root-draw | tree (4) | 40.00 | 15.00 | 25.00 | 1.00 | 50.00 | 1.00 | 92.00 |" in rows
+    assert "| T=0 B=auto | all | root-draw | plain (2) | 0.00 | 40.00 | 0.00 | 1.00 | 0.00 | 1.00 | 42.00 |" in rows
+    assert "| T=0 B=auto | qa | root-draw | tree (2) | 40.00 | 15.00 | 25.00 | 1.00 | 50.00 | 1.00 | 92.00 |" in rows

@@ -1,0 +1,68 @@
+"""Properties of the report's plots on synthetic runs: each plot is written when the run has its data and
+not otherwise, and the report names each written plot, and only those, with what it shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from evaluation.summary import analyse, category_group
+from timing import report
+from timing.options import ReportOptions
+
+MAIN = {"gains.png", "timeline.png", "speed.png", "acceptance.png", "tree_sizes.png", "phases.png"}
+BY_CATEGORY = {"speed_by_category.png", "acceptance_by_category.png", "tree_sizes_by_category.png",
+               "phases_by_category.png"}
+
+
+def run(make_record, decoders, budgets):
+    recs = []
+    for b in budgets:
+        for i, category in enumerate(("qa", "rag", "qa")):
+            for d in decoders:
+                plain = d == "ar"
+                recs.append(make_record(f"p/{i}", d, budget=b, category=category, tokens=8 + i, seconds=1.0 + i / 10,
+                                        tree_sizes=(0, 0) if plain else (8, 0), accepted=(0, 0) if plain else (2, 0),
+                                        budgets=(0, 0) if plain else (8, 0)))
+    return recs
+
+
+def draw(records, tmp_path, by_category=False):
+    settings = [analyse(records, 0.0, b, n_resamples=50) for b in dict.fromkeys(r["budget"] for r in records)]
+    cats = {s.label: [analyse(records, 0.0, s.budget, category_group(c), n_resamples=50) for c in ("qa", "rag")]
+            for s in settings} if by_category else {}
+    written = report.draw(settings, cats, ReportOptions(resamples=50), tmp_path)
+    assert {p.name for p in tmp_path.glob("*.png")} == {name for name, _ in written}
+    return settings, cats, written
+
+
+@pytest.fixture(scope="module")
+def fixed_run(make_record, tmp_path_factory):
+    """ar and root-draw at B = 8, drawn: (records, settings, by category, written plots)."""
+    records = run(make_record, ("ar", "root-draw"), (8,))
+    return records, *draw(records, tmp_path_factory.mktemp("fixed"))
+
+
+def test_a_fixed_budget_run_has_every_plot_but_tree_sizes(fixed_run):
+    assert {name for name, _ in fixed_run[3]} == MAIN - {"tree_sizes.png"}
+
+
+@pytest.mark.slow
+def test_an_auto_run_by_category_has_every_plot(make_record, tmp_path):
+    _, _, written = draw(run(make_record, ("ar", "root-draw"), (8, "auto")), tmp_path, by_category=True)
+    assert {name for name, _ in written} == MAIN | BY_CATEGORY
+
+
+def test_plain_decoding_alone_draws_no_gain_acceptance_or_tree_size(make_record, tmp_path):
+    _, _, written = draw(run(make_record, ("ar",), ("auto",)), tmp_path, by_category=True)
+    assert {name for name, _ in written} == {"timeline.png", "speed.png", "phases.png", "speed_by_category.png",
+                                             "phases_by_category.png"}
+
+
+def test_the_report_names_each_written_plot_with_what_it_shows(fixed_run, tmp_path):
+    records, settings, cats, written = fixed_run
+    config = {"models": {"target": {"model": "mock", "device": "cpu", "dtype": "float32"}},
+              "pool": {"topk": 4, "depth": 3, "expand": 2}, "sweep": {"max_new_tokens": 24}}
+    text = report.render([str(tmp_path)], config, records, settings, cats, ReportOptions(), written)
+    for name, caption in written:
+        assert f"- `{name}`: {caption}\n\n![{name}]({name})" in text
+    assert "tree_sizes.png" not in text and text.count("![") == len(written)
