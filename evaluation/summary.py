@@ -61,6 +61,18 @@ class DecoderStats:
     phases: np.ndarray  # (n_rounds, len(PHASES)) seconds
     chosen: np.ndarray  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
     accepted: np.ndarray  # (n_rounds,) tree nodes each round accepted
+    ahead: np.ndarray  # (n_rounds,) whether each round's pool was grown ahead: 1 hit, 0 missed, -1 not tried
+    ahead_seconds: np.ndarray  # (n_rounds,) on a hit, the drafting done before the round before committed
+
+    def ahead_summary(self) -> dict | None:
+        """Drafting ahead over the rounds that tried it: the share whose pool was grown ahead (hit rate), and
+        the median drafting a hit hid; None when no round tried."""
+        tried = self.ahead >= 0
+        if not tried.any():
+            return None
+        hits = self.ahead == 1
+        return {"ahead_tried": int(tried.sum()), "ahead_hit_rate": float(hits.sum() / tried.sum()),
+                "ahead_hidden_ms": 1000 * float(np.median(self.ahead_seconds[hits])) if hits.any() else 0.0}
 
     def budget_shares(self) -> dict[int, float]:
         """Share of rounds at each budget, smallest first."""
@@ -148,7 +160,9 @@ def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_
     return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
                         sum(r["target_passes"] for r in mine), rounds, np.array(column("tree_sizes"), float),
                         _phase_matrix(mine), np.array(column("budgets"), np.int64),
-                        np.array(column("accepted"), np.int64))
+                        np.array(column("accepted"), np.int64),
+                        np.array([x for r in mine for x in r.get("ahead_hits", [-1] * r["rounds"])], np.int64),
+                        np.array([x for r in mine for x in r.get("ahead_seconds", [0.0] * r["rounds"])], float))
 
 
 def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
@@ -173,7 +187,8 @@ def as_json(s: Setting) -> dict:
             "decoders": {d: {"budgets": st.budgets, "decodes": st.decodes, "tokens": float(st.tokens.sum()),
                              "seconds": float(st.seconds.sum()), "tokens_per_second": st.speed,
                              "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json(),
-                             **({"budget_shares": st.budget_shares()} if "auto" in st.budgets else {})}
+                             **({"budget_shares": st.budget_shares()} if "auto" in st.budgets else {}),
+                             **(st.ahead_summary() or {})}
                          for d, st in s.decoders.items()},
             "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
                                  "high": g.high if g.has_interval else None, "prompts": g.n_prompts,

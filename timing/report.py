@@ -185,6 +185,14 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
             shares = st.budget_shares()
             out.append(f"| {d} | " + " | ".join(f"{100 * shares.get(b, 0.0):.0f}%" for b in sizes) + " |")
         out.append("")
+    ahead = {d: summary for d, st in s.decoders.items() if (summary := st.ahead_summary())}
+    if ahead:
+        out += ["Drafting ahead: of the rounds whose pool was predicted, the share that used the pool grown "
+                "ahead, and the median drafting such a pool had done before its round asked for it.", "",
+                "| decoder | rounds predicted | hit rate | drafting hidden ms |", "|---|---|---|---|"]
+        out += [f"| {d} | {a['ahead_tried']} | {100 * a['ahead_hit_rate']:.0f}% | {a['ahead_hidden_ms']:.2f} |"
+                for d, a in ahead.items()]
+        out.append("")
     if s.gains:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
         for (a, b), g in s.gains.items():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from evaluation.stats import paired_gains
-from evaluation.summary import MT_BENCH, analyse, category_group, group_order, median_rounds, settings_of
+from evaluation.summary import MT_BENCH, analyse, as_json, category_group, group_order, median_rounds, settings_of
 from pipeline.result import PHASES
 from pipeline.rules import comparisons
 
@@ -130,3 +130,17 @@ def test_an_interval_is_reported_from_enough_prompts_only(make_record, n_prompts
     assert text.startswith("[") if shown else text == f"(no interval: {n_prompts} prompts, fewer than 5)"
     low = next(iter(as_json(setting)["gains"].values()))["low"]
     assert (low is not None) is shown
+
+
+def test_drafting_ahead_is_summarised_over_the_rounds_that_tried_it(make_record):
+    records = [make_record("p1", "root-draw", tree_sizes=(3, 4, 4), accepted=(1, 2, 0), ahead_hits=(-1, 1, 0),
+                           ahead_seconds=(0.0, 0.004, 0.0)),
+               make_record("p2", "root-draw", tree_sizes=(3, 4), accepted=(1, 2), ahead_hits=(-1, 1),
+                           ahead_seconds=(0.0, 0.002)),
+               make_record("p1", "ar"), make_record("p2", "ar")]
+    s = analyse(records, 0.0, 8)
+    got = as_json(s)["decoders"]
+    assert got["root-draw"]["ahead_tried"] == 3
+    assert got["root-draw"]["ahead_hit_rate"] == pytest.approx(2 / 3)
+    assert got["root-draw"]["ahead_hidden_ms"] == pytest.approx(3.0)
+    assert "ahead_hit_rate" not in got["ar"]
