@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evaluation.rounds import RecordedDecode, decode_key
+from evaluation.rounds import RecordedDecode, RecordedRound, decode_key
+from pipeline.ahead import hit_probability
 from pipeline.config import InputError
 from pipeline.rules import RULES
-from pipeline.value import CEILINGS, Curve
+from pipeline.select import select_root
+from pipeline.value import CEILINGS, Curve, Scored
 
 BUDGETS = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 VALUED = {**{name: rule.value for name, rule in RULES.items() if rule.value is not None}, **CEILINGS}
@@ -80,7 +82,7 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
             prompts[pid] = len(prompts)
             categories.append(str(d.key.get("category", "")))
         setting = settings.setdefault((d.key["decoder"], str(d.key.get("grid_budget", d.key["budget"]))),
-                                      {"realized": [], "expected": [], "prompt": []})
+                                      {"realized": [], "expected": [], "prompt": [], "predicted": []})
         own = VALUED.get(d.key["decoder"])
         for rnd in d.rounds:
             scored = rnd.scored()
@@ -96,11 +98,34 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
                 setting["realized"].append(rnd.accepted)
                 setting["expected"].append(float(curves[d.key["decoder"]].at([rnd.budget])[0]))
                 setting["prompt"].append(prompts[pid])
+                setting["predicted"].append(prediction_hit(rnd, scored, d.key["decoder"]))
     n = len(prompt_of)
     return RoundValues(temperature, kept, np.array(prompt_of), list(prompts), categories,
                        {name: np.array(r) for name, r in rows.items()}, {name: s / n for name, s in sums.items()},
                        np.array(off_pool), {k: {name: np.array(v) for name, v in s.items()}
                                             for k, s in settings.items() if s["realized"]}, np.array(seconds))
+
+
+def prediction_hit(rnd: RecordedRound, scored: Scored, decoder: str) -> float:
+    """The probability that drafting ahead's prediction (pipeline.ahead) was right in this recorded round of
+    `decoder`: the tree it verified, rebuilt from the pool, its budget and its first token, and the target's
+    edges along the predicted end. NaN when the prediction ends beyond the pool's expanded candidates (the
+    drafter's next token there is not recorded). The round's first token stands for the draw X1: it was
+    drawn from the target's root law, so means over rounds are unbiased."""
+    rule, pool, first = RULES[decoder], scored.pool, int(rnd.emitted[0])
+    if decoder == "root":  # its first-level factors are the root row's probabilities: the first-level edges
+        tree = select_root(pool, rnd.budget, np.where(pool.parent < 0, scored.edge, 0.0))
+    else:
+        tree = rule.select(pool, rnd.budget, _Draw(first) if rule.root_pass else None)
+    if rule.root_pass and tree.child(-1, first) < 0:
+        return math.nan  # the draw is off the tree: no tree pass, and nothing predicted
+    p = hit_probability(pool, tree, first if rule.root_pass else None, scored.edge)
+    return math.nan if p is None else p
+
+
+@dataclass(frozen=True, slots=True)
+class _Draw:
+    token: int  # the selections that take a draw read only its token
 
 
 # -- averages and intervals ---------------------------------------------------------------------------
@@ -207,6 +232,8 @@ class Agreement:
     realized: float
     expected: float
     difference: Estimate
+    ahead: float = math.nan  # the mean probability that drafting ahead's prediction was right (prediction_hit)
+    ahead_rounds: int = 0  # the rounds that mean is over
 
     @property
     def disagrees(self) -> bool:
@@ -226,6 +253,8 @@ def agreement(rv: RoundValues, confidence: float = 0.95) -> list[Agreement]:
         n = len(d)
         half = z * float(np.sqrt(np.sum(d * d))) / n
         mean = float(d.mean())
+        known = s["predicted"][~np.isnan(s["predicted"])]
         out.append(Agreement(decoder, budget, n, float(s["realized"].mean()), float(s["expected"].mean()),
-                             Estimate(mean, mean - half, mean + half)))
+                             Estimate(mean, mean - half, mean + half),
+                             float(known.mean()) if len(known) else math.nan, len(known)))
     return out

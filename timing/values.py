@@ -89,7 +89,8 @@ def json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) 
         lines.append({"kind": "agreement", "temperature": rv.temperature, "decoder": a.decoder, "budget": a.budget,
                       "rounds": a.rounds, "realized_per_round": a.realized, "value_per_round": a.expected,
                       "difference": a.difference.value, "low": a.difference.low, "high": a.difference.high,
-                      "disagrees": a.disagrees})
+                      "disagrees": a.disagrees, "ahead_hit_probability": None if math.isnan(a.ahead) else a.ahead,
+                      "ahead_rounds": a.ahead_rounds})
     return lines
 
 
@@ -162,6 +163,14 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
             flag = "**disagrees: a bug in the recording or in the decoder**" if a.disagrees else "agrees"
             out.append(f"| {a.decoder} | {a.budget} | {a.rounds} | {a.realized:.3f} | {a.expected:.3f} | "
                        f"{d.value:+.3f} | [{d.low:+.3f}, {d.high:+.3f}] | {flag} |")
+        out.append("")
+        out += ["Drafting ahead (`--ahead`): how often its prediction of where a round ends (the draft's greedy "
+                "path through the tree, then the drafter's next token) would have been right on these rounds, "
+                "from the target's edges along it (rounds whose prediction ends beyond the pool's expanded "
+                "candidates are left out).", "", "| decoder | budget | rounds | hit probability |",
+                "|---|---|---|---|"]
+        out += [f"| {a.decoder} | {a.budget} | {a.ahead_rounds} | "
+                + ("—" if math.isnan(a.ahead) else f"{100 * a.ahead:.1f}%") + " |" for a in agreements]
         out.append("")
     return out
 

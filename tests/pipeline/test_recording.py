@@ -85,3 +85,26 @@ def test_greedy_values_equal_what_each_round_accepted(mock_pair, decoder, budget
         for rnd in recorder.rounds:
             value = RULES[decoder].value(rnd.scored()).at([rnd.budget])[0]
             assert value == pytest.approx(rnd.accepted), (decoder, budget, prompt)
+
+
+@pytest.mark.parametrize("decoder", SPECULATIVE)
+def test_greedy_prediction_values_equal_the_hits_drafting_ahead_realized(mock_pair, decoder):
+    # At T = 0 a recorded round's prediction value is 0 or 1, and it says whether the next round used the pool
+    # grown ahead (when that round speculated, and the prediction ended inside the pool's expanded part).
+    from evaluation.values import prediction_hit
+
+    pair = mock_pair(VOCAB, 4, 1.0, PoolConfig(topk=4, depth=6, expand=3))  # deep: paths end inside it
+    config = DecodeConfig(decoder, 0.0, 4, 40, ahead=True)
+    compared = hits = 0
+    for prompt in PROMPTS:
+        recorder = RoundRecorder(pair.target, config)
+        result = run(pair, prompt, config, recorder)
+        assert len(recorder.rounds) == len(result.rounds)  # every round speculated
+        for rnd, after in zip(recorder.rounds, result.rounds[1:]):
+            p = prediction_hit(rnd, rnd.scored(), decoder)
+            if np.isnan(p):
+                continue
+            assert p in (0.0, 1.0) and (p == 1.0) == (after.ahead == 1), (p, after.ahead)
+            compared += 1
+            hits += p == 1.0
+    assert compared >= 10 and 0 < hits < compared
