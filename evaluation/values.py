@@ -253,7 +253,8 @@ def agreement(rv: RoundValues, confidence: float = 0.95) -> list[Agreement]:
         n = len(d)
         half = z * float(np.sqrt(np.sum(d * d))) / n
         mean = float(d.mean())
-        known = s["predicted"][~np.isnan(s["predicted"])]
+        predicted = s.get("predicted", np.zeros(0))
+        known = predicted[~np.isnan(predicted)]
         out.append(Agreement(decoder, budget, n, float(s["realized"].mean()), float(s["expected"].mean()),
                              Estimate(mean, mean - half, mean + half),
                              float(known.mean()) if len(known) else math.nan, len(known)))
