@@ -51,7 +51,7 @@ class Drafter:
         self._drop_ahead()
         if held is not None and np.array_equal(tokens, written):
             self.through_root += len(tokens)
-            return Drafted(held.pool, 0.0, HIT, held.seconds)
+            return Drafted(held.pool, 0.0, HIT, held.ahead_seconds)
         base = self.through_root
         self._check(base + len(tokens))
         # Slots [base, base + kept) hold these tokens already; the last one is passed again for its row.

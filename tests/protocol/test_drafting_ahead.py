@@ -46,6 +46,8 @@ def test_the_commit_after_an_ahead_gets_the_pool_a_plain_drafter_grows(drafter_s
     got = assert_valid_pool(reply, 1, 1)
     assert reply.ahead == (HIT if hit else MISSED)
     assert reply.seconds >= 0 and reply.ahead_seconds >= 0 and (hit or reply.ahead_seconds == 0)
+    if hit and not together:  # grown before the Commit came: all of it hidden, nothing left to wait for
+        assert reply.ahead_seconds > 0 and reply.seconds < reply.ahead_seconds
     want = local_drafter().commit(tokens).pool
     np.testing.assert_array_equal(got.token, want.token)
     np.testing.assert_allclose(got.logp, want.logp, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,141 @@
+"""python -m timing.bench_ahead: drafting ahead against drafting after the commit, side by side, per prompt.
+
+One pair (the embedded default on the CPU unless --target/--drafter say otherwise) decodes each prompt
+with `ar`, and with the decoder at each budget with drafting ahead off and on, in an order that alternates
+from prompt to prompt, so both see the same machine state. Prints, per budget, the summed speed of each
+variant, the paired per-prompt ratio (median and the range), each variant's median wait for the drafter
+per round, the hit rate and the drafting hidden per hit; and per prompt group. The load average is printed
+at the start and the end. The last line of stdout is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from evaluation.prompts import load_prompts, stratified_subset
+from evaluation.summary import category_group
+from launch.api import Pair
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m timing.bench_ahead", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", required=True, metavar="SOURCE",
+                        help="a prompt source as the sweep takes it (spec-bench:PATH, humaneval, FILE.jsonl)")
+    parser.add_argument("--limit-prompts", type=int, default=12, metavar="N",
+                        help="a subset stratified by category (default 12)")
+    parser.add_argument("--decoder", default="root-draw")
+    parser.add_argument("--budgets", default="8,auto", metavar="LIST")
+    parser.add_argument("--temperature", type=float, default=0.0, metavar="T")
+    parser.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
+    parser.add_argument("--target", default=None, help="the pair's target (default: the embedded pair)")
+    parser.add_argument("--drafter", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    ns = parser.parse_args(argv)
+    budgets = [b if b == "auto" else int(b) for b in ns.budgets.split(",")]
+    prompts = stratified_subset(load_prompts(ns.prompts), ns.limit_prompts, ns.seed)
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
+    pair = Pair(**({"target": ns.target} if ns.target else {}), **({"drafter": ns.drafter} if ns.drafter else {}))
+    rows = []
+    with pair:
+        settings = dict(temperature=ns.temperature, max_new_tokens=ns.max_new_tokens, seed=ns.seed)
+        pair.decode(prompts[0].turns[0], "ar", **settings)  # warm-up, off the record
+        pair.decode(prompts[0].turns[0], ns.decoder, budget=budgets[0], ahead=True, **settings)
+        for i, prompt in enumerate(prompts):
+            text, group = prompt.turns[0], category_group(prompt.category)
+            run = lambda decoder, **kw: pair.decode(text, decoder, prompt_id=prompt.id, **settings, **kw)  # noqa: E731
+            rows.append({"prompt": prompt.id, "group": group, "budget": None, "ahead": None, **_numbers(run("ar"))})
+            for budget in budgets:
+                for ahead in ((False, True) if i % 2 == 0 else (True, False)):
+                    rows.append({"prompt": prompt.id, "group": group, "budget": budget, "ahead": ahead,
+                                 **_numbers(run(ns.decoder, budget=budget, ahead=ahead))})
+            print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
+    load_end = os.getloadavg()
+    summary = summarize(rows, budgets)
+    summary.update(decoder=ns.decoder, temperature=ns.temperature, prompts=len(prompts),
+                   max_new_tokens=ns.max_new_tokens, load_average_start=load_start[0], load_average_end=load_end[0])
+    for line in render(summary):
+        print(line)
+    print(json.dumps(summary))
+    return 0
+
+
+def _numbers(record: dict) -> dict:
+    hits = np.asarray(record["ahead_hits"])
+    return {"tokens": record["new_tokens"], "seconds": record["seconds"], "rounds": record["rounds"],
+            "wait": [float(w) for w, b in zip(record["phases"]["wait"], record["budgets"]) if b > 0],
+            "tried": int((hits >= 0).sum()), "hits": int((hits == 1).sum()),
+            "hidden": [float(s) for s, h in zip(record["ahead_seconds"], hits) if h == 1]}
+
+
+def summarize(rows: list[dict], budgets: list) -> dict:
+    """Per budget: both variants' speeds, the paired ratio on-over-off per prompt, waits, hits; per group."""
+    out = {"budgets": {}}
+    ar = {r["prompt"]: r for r in rows if r["budget"] is None}
+    for budget in budgets:
+        variants = {ahead: {r["prompt"]: r for r in rows if r["budget"] == budget and r["ahead"] is ahead}
+                    for ahead in (False, True)}
+        prompts = sorted(variants[False])
+        ratio = [_speed([variants[True][p]]) / _speed([variants[False][p]]) for p in prompts]
+        entry = {}
+        for ahead, by_prompt in variants.items():
+            got = list(by_prompt.values())
+            waits = [w for r in got for w in r["wait"]]
+            tried = sum(r["tried"] for r in got)
+            entry["on" if ahead else "off"] = {
+                "tokens_per_second": _speed(got), "over_ar": _speed(got) / _speed(list(ar.values())),
+                "wait_ms_median": 1000 * float(np.median(waits)) if waits else None,
+                "hit_rate": sum(r["hits"] for r in got) / tried if tried else None,
+                "hidden_ms_median": 1000 * float(np.median([h for r in got for h in r["hidden"]]))
+                if any(r["hidden"] for r in got) else None}
+        entry["ratio_median"] = float(np.median(ratio))
+        entry["ratio_range"] = [float(min(ratio)), float(max(ratio))]
+        entry["by_group"] = {}
+        for group in sorted({r["group"] for r in rows}):
+            mine = [p for p in prompts if variants[False][p]["group"] == group]
+            entry["by_group"][group] = {
+                "prompts": len(mine), "ar": _speed([ar[p] for p in mine]),
+                "off": _speed([variants[False][p] for p in mine]), "on": _speed([variants[True][p] for p in mine])}
+        out["budgets"][str(budget)] = entry
+    out["ar_tokens_per_second"] = _speed(list(ar.values()))
+    return out
+
+
+def _speed(rows: list[dict]) -> float:
+    return sum(r["tokens"] for r in rows) / sum(r["seconds"] for r in rows)
+
+
+def render(s: dict) -> list[str]:
+    lines = [f"{s['decoder']} at T = {s['temperature']:g}, {s['prompts']} prompts, {s['max_new_tokens']} new tokens; "
+             f"ar {s['ar_tokens_per_second']:.2f} tok/s; load average {s['load_average_start']:.2f} at start, "
+             f"{s['load_average_end']:.2f} at the end"]
+    for budget, e in s["budgets"].items():
+        for key in ("off", "on"):
+            v = e[key]
+            lines.append(f"  B={budget} ahead {key:>3}: {v['tokens_per_second']:.2f} tok/s ({v['over_ar']:.3f}x ar), "
+                         f"wait median {_ms(v['wait_ms_median'])} ms, hit rate {_pct(v['hit_rate'])}, "
+                         f"hidden per hit {_ms(v['hidden_ms_median'])} ms")
+        lines.append(f"  B={budget} on/off per prompt: median {e['ratio_median']:.3f} "
+                     f"[{e['ratio_range'][0]:.3f}, {e['ratio_range'][1]:.3f}]")
+        for group, g in e["by_group"].items():
+            lines.append(f"    {group} ({g['prompts']}): ar {g['ar']:.2f}, off {g['off']:.2f} ({g['off'] / g['ar']:.3f}x), "
+                         f"on {g['on']:.2f} ({g['on'] / g['ar']:.3f}x)")
+    return lines
+
+
+def _ms(x) -> str:
+    return "—" if x is None else f"{x:.1f}"
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
