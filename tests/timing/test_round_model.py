@@ -1,0 +1,29 @@
+"""The two-GPU round model: its arithmetic on phases where the answer is plain."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from timing.round_model import Phases, main, round_ms
+
+
+def test_a_round_without_drafting_ahead_is_its_phases_with_the_wait_for_the_drafter():
+    assert round_ms(Phases(draft=50, root=20, tree=30, between=1), None) == pytest.approx(20 + 30 + 1 + 30)
+    assert round_ms(Phases(draft=10, root=20, tree=30, between=1), None) == pytest.approx(51)  # no wait
+
+
+def test_every_prediction_right_hides_the_drafting_that_fits_in_verification():
+    p = Phases(draft=50, root=20, tree=30, between=1, levels=5)
+    assert round_ms(p, 1.0) == pytest.approx(51)  # 50 <= 30 + 1 + 20: nothing left to wait for
+    assert round_ms(Phases(draft=70, root=20, tree=30, between=1), 1.0) == pytest.approx(51 + 19)
+    assert round_ms(p, 0.0) == pytest.approx(round_ms(p, None) + 0.5 * 50 / 5)  # a miss costs half a level
+
+
+def test_the_program_prints_a_json_document_last(capsys):
+    assert main(["--hit-rates", "0,1"]) == 0
+    doc = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [r["hit_rate"] for r in doc["with_ahead"]] == [0.0, 1.0]
+    assert doc["with_ahead"][0]["speedup"] < 1 < doc["with_ahead"][1]["speedup"]
+    assert 0 < doc["break_even"] < 1

@@ -1,0 +1,69 @@
+"""python -m timing.round_model: one pipelined round on two GPUs, with and without drafting ahead (a prediction).
+
+A model, not a measurement. A root-pass round (root-draw, root, pearl) runs the target's root pass R while
+the drafter drafts (D, from the previous round's commit), waits max(0, D - R), selects and commits (S) and
+verifies the tree (V). Drafting ahead starts the next pool when the tree pass starts: a round whose
+prediction was right waits max(0, D - (V + S + R)); a wrong one waits as before plus the rest of the
+drafter level it was in when the commit came (half a level, L / 2, on average: L = D / levels). Tokens per
+round are unchanged: verification is the same, so a round's speedup is the ratio of round times.
+
+The defaults are the paper's D.14 medians (two RTX A6000, Llama-3.1-8B with Llama-3.2-1B and Qwen3-8B with
+Qwen3-0.6B): drafting 50.5 ms a round, the one-token target pass 27 ms. The paper gives no tree-pass time;
+V defaults to 30 ms (a pass of up to 60 tokens costs about a one-token pass on a memory-bound GPU at batch 1,
+plus the tree mask's overhead) and is a flag. The hit rates swept are assumptions; `launch/pair.sh values`
+gives the hit probability on a run's recorded rounds. The last line of stdout is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Phases:
+    draft: float = 50.5  # ms a pool takes to grow (the paper's median drafting time)
+    root: float = 27.0  # ms of the one-token target pass
+    tree: float = 30.0  # ms of the tree pass (assumed: not given in the paper)
+    between: float = 1.0  # ms of selection and commit together (assumed)
+    levels: int = 8  # passes a pool growth takes (the prefill and one per level below the first)
+
+
+def round_ms(p: Phases, hit_rate: float | None) -> float:
+    """Expected ms of one steady round: without drafting ahead (hit_rate None), or with it at `hit_rate`."""
+    wait = max(0.0, p.draft - p.root)
+    if hit_rate is None:
+        return p.root + wait + p.between + p.tree
+    ahead_wait = max(0.0, p.draft - (p.tree + p.between + p.root))
+    miss_wait = wait + 0.5 * p.draft / p.levels
+    return p.root + p.between + p.tree + hit_rate * ahead_wait + (1 - hit_rate) * miss_wait
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m timing.round_model", description=__doc__.split("\n\n")[0])
+    defaults = Phases()
+    for name in ("draft", "root", "tree", "between"):
+        parser.add_argument(f"--{name}", type=float, default=getattr(defaults, name), metavar="MS")
+    parser.add_argument("--levels", type=int, default=defaults.levels)
+    parser.add_argument("--hit-rates", default="0.1,0.2,0.3,0.5,0.7", metavar="LIST")
+    ns = parser.parse_args(argv)
+    phases = Phases(ns.draft, ns.root, ns.tree, ns.between, ns.levels)
+    base = round_ms(phases, None)
+    rows = [{"hit_rate": h, "round_ms": round_ms(phases, h), "speedup": base / round_ms(phases, h)}
+            for h in map(float, ns.hit_rates.split(","))]
+    print(f"A prediction, not a measurement. Round without drafting ahead: {base:.1f} ms "
+          f"(root {phases.root:g} + wait {max(0.0, phases.draft - phases.root):.1f} + select/commit "
+          f"{phases.between:g} + tree {phases.tree:g})")
+    for r in rows:
+        print(f"  hit rate {r['hit_rate']:.0%}: {r['round_ms']:.1f} ms a round, {r['speedup']:.3f}x")
+    even = next((h / 100 for h in range(101) if round_ms(phases, h / 100) <= base), None)
+    print(f"  drafting ahead breaks even at a hit rate of {even:.0%}" if even is not None else
+          "  drafting ahead never breaks even with these phases")
+    print(json.dumps({"phases_ms": asdict(phases), "round_ms": base, "with_ahead": rows, "break_even": even}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
