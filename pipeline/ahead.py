@@ -1,4 +1,4 @@
-"""Drafting ahead (DESIGN.md section 10): where a round will most probably end, and how often that is right.
+"""Drafting ahead (DESIGN.md section 9): where a round will most probably end, and how often that is right.
 
 While the target verifies a tree, the drafter would sit idle. Told where the round most probably ends, it
 grows the next round's pool from there; the next round uses that pool when the round ended there, and a
