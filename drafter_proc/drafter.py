@@ -43,8 +43,9 @@ class Drafter:
         self._drop_ahead()
         return self.commit(prompt)
 
-    def commit(self, tokens: Sequence[int]) -> Drafted:
-        """Append newly committed tokens and grow the next pool (or take the one grown ahead from them)."""
+    def commit(self, tokens: Sequence[int], between: Callable[[], bool] | None = None) -> Drafted:
+        """Append newly committed tokens and grow the next pool (or take the one grown ahead from them).
+        between: called between levels (its answer is ignored: a committed round's pool is always grown)."""
         t0 = time.perf_counter()
         tokens = np.asarray(tokens, np.int64)
         tried, held, written = self.held is not None or len(self.written) > 0, self.held, self.written
@@ -58,8 +59,9 @@ class Drafter:
         kept = min(_shared_prefix(tokens, written), len(tokens) - 1)
         root_row = prefill(self.runner, tokens[kept:], base + kept)
         self.through_root = base + len(tokens)
-        pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(self.through_root), self.config)
-        # grow_pool read the last ids back, so the device is idle
+        pool = grow_pool(torch.log_softmax(root_row.float(), -1),
+                         self._expander(self.through_root, None if between is None else lambda: between() and False),
+                         self.config)  # grow_pool read the last ids back, so the device is idle
         return Drafted(pool, time.perf_counter() - t0, MISSED if tried else NOT_TRIED)
 
     def ahead(self, path: Sequence[int], abandon: Callable[[], bool] | None = None) -> bool:

@@ -7,9 +7,11 @@ message gets an Error reply naming the problem, and the loop goes on serving; no
 changes on a refused message. The drafter keeps one KV cache, replaced only by a Hello that needs a larger
 one, and never allocates one that its device cannot hold.
 
-An Ahead message gets no reply: the drafter grows the next round's pool from the predicted tokens at once,
-and between levels looks for the next message. The Commit the prediction serves lets the growth go on (its
-reply is that pool); anything else ends it, and is then handled as ever.
+Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says
+the target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core
+until it sends the pool. An Ahead (no reply) has the drafter grow the next round's pool from the predicted
+tokens at once; the Commit the prediction serves lets that growth go on (its reply is that pool), and any
+other message ends it. Other messages wait until the growth is done and are then handled as ever.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExce
 from protocol.limits import MAX_TEXT
 from pipeline.ahead import HIT, Drafted
 from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Message, PoolMsg, Ready,
-                               Shutdown, Start)
+                               Shutdown, Start, Waiting)
 from protocol.transport import Left, Listener, Received
 
 log = logging.getLogger("drafter")
@@ -52,7 +54,7 @@ def tag(peer: bytes) -> bytes:
 
 class DrafterServer:
     def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False,
-                 exit_with_target: bool = False) -> None:
+                 exit_with_target: bool = False, threads: tuple[int, int] | None = None) -> None:
         self.listener = listener
         self.loaded = loaded
         self.persist = persist  # after a Shutdown, wait for the next target instead of exiting
@@ -67,15 +69,16 @@ class DrafterServer:
         self.round = -1
         # What came while a pool was grown ahead, to handle next, and when (perf_counter); `arrived`: when the
         # event being handled came.
-        self.stashed: tuple[Received | Left, float] | None = None
+        self.stashed: deque[tuple[Received | Left, float]] = deque()
         self.arrived = 0.0
+        self.threads = threads  # CPU threads (while the target works, while it waits for a pool); None: keep
         self.ahead_finished = 0.0  # when the last pool grown ahead was done (perf_counter)
 
     def serve(self) -> None:
         """Serve until the served target sends Shutdown (with `persist`, forever)."""
         while True:
-            if self.stashed is not None:
-                (event, self.arrived), self.stashed = self.stashed, None
+            if self.stashed:
+                event, self.arrived = self.stashed.popleft()
             else:
                 event, self.arrived = self.listener.recv(), time.perf_counter()
             if isinstance(event, Left):
@@ -171,8 +174,9 @@ class DrafterServer:
             raise UnexpectedMessage(f"{type(msg).__name__} before the handshake (Hello)")
         if isinstance(msg, Start):
             self._check_tokens(msg.prompt, "prompt")
+            self.request, self.round = msg.request, -1
             drafted = self.drafter.start(msg.prompt)
-            self.request, self.round = msg.request, 0
+            self.round = 0
             return self._pool_msg(drafted)
         if isinstance(msg, (Commit, Ahead)):
             name = type(msg).__name__.lower()
@@ -186,9 +190,14 @@ class DrafterServer:
             if isinstance(msg, Ahead):
                 self._ahead(msg)
                 return None
-            drafted = self.drafter.commit(msg.tokens)
+            drafted = self.drafter.commit(msg.tokens, lambda: self._between(None))
             self.round = msg.round
             return self._pool_msg(drafted)
+        if isinstance(msg, Waiting):  # its pool was sent before it came
+            if msg.request != self.request or not 0 <= msg.round <= self.round:
+                raise StaleMessage(f"waiting for request {msg.request} round {msg.round}, but the drafter "
+                                   f"serves request {self.request} round {self.round}")
+            return None
         if isinstance(msg, End):
             if msg.request != self.request or self.request < 0:
                 raise StaleMessage(f"end of request {msg.request}, but "
@@ -254,24 +263,41 @@ class DrafterServer:
 
     def _ahead(self, msg: Ahead) -> None:
         """Grow round `msg.round`'s pool from the predicted tokens, until a message other than the Commit they
-        predict comes (that Commit is stashed and the growth goes on: its reply is this pool)."""
-
-        def abandon() -> bool:
-            if self.stashed is not None:  # the predicted Commit came already: keep growing for it
-                return False
-            event = self.listener.recv(timeout=0)
-            if event is None:
-                return False
-            self.stashed = (event, time.perf_counter())
-            return not (isinstance(event, Received) and event.peer == self.peer
-                        and _commits(event.frames, msg, self.drafter.written))
-
-        self.drafter.ahead(msg.tokens, abandon)
+        predict (or a Waiting) comes."""
+        self.drafter.ahead(msg.tokens, lambda: self._between(msg))
         self.ahead_finished = time.perf_counter()
+
+    def _between(self, ahead: Ahead | None) -> bool:
+        """Between two levels of a growth: take what came meanwhile -> whether to abandon the growth (one
+        ahead, for anything but its Commit). A Waiting for the pool being grown takes the solo threads; the
+        rest is stashed for the serve loop, in order."""
+        while (event := self.listener.recv(timeout=0)) is not None:
+            now = time.perf_counter()
+            msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
+            growing = self.round + 1 if ahead is None or any(_is(m, Commit) for m in self._stashed()) else None
+            if isinstance(msg, Waiting) and msg.request == self.request and msg.round == growing:
+                self._use_threads(solo=True)
+                continue
+            self.stashed.append((event, now))
+            if ahead is not None and not (isinstance(msg, Commit) and (msg.request, msg.round) ==
+                                          (ahead.request, ahead.round)
+                                          and np.array_equal(msg.tokens, self.drafter.written)):
+                return True
+        return False
+
+    def _stashed(self):
+        return (_peek(e) for e, _ in self.stashed if isinstance(e, Received))
+
+    def _use_threads(self, solo: bool) -> None:
+        if self.threads is not None:
+            n = self.threads[1] if solo else self.threads[0]
+            if torch.get_num_threads() != n:
+                torch.set_num_threads(n)
 
     def _pool_msg(self, drafted: Drafted) -> PoolMsg:
         """The reply to a Start or Commit. Its seconds run from the message's arrival: the part of the drafting
         the target can have waited for; a pool grown ahead counts what it grew before that arrival apart."""
+        self._use_threads(solo=False)  # the target works again once it has the pool
         now = time.perf_counter()
         ahead_seconds = 0.0
         if drafted.ahead == HIT:
@@ -281,14 +307,16 @@ class DrafterServer:
                        pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp, pool.expanded)
 
 
-def _commits(frames: list[bytes], ahead: Ahead, tokens: np.ndarray) -> bool:
-    """Whether a message's frames are the Commit of `tokens` that `ahead` predicted (its request and round)."""
+def _peek(event: Received) -> Message | None:
+    """The message an event carries, or None when it does not decode (the serve loop refuses it later)."""
     try:
-        msg = decode(frames)
+        return decode(event.frames)
     except ProtocolError:
-        return False
-    return (isinstance(msg, Commit) and (msg.request, msg.round) == (ahead.request, ahead.round)
-            and np.array_equal(msg.tokens, tokens))
+        return None
+
+
+def _is(msg: Message | None, kind: type) -> bool:
+    return isinstance(msg, kind)
 
 
 def _request_of(msg: Message | None, default: int) -> int:

@@ -74,6 +74,10 @@ class DrafterClient(Protocol):
         """The path this round will most probably accept (pipeline.ahead): the drafter may grow the next
         round's pool from there while the target verifies. Only called with DecodeConfig.ahead."""
 
+    def waiting(self) -> None:
+        """This side is about to wait for the current round's pool with nothing else to do: a drafter that
+        shares its CPU may take its cores until it sends the pool."""
+
     def pool(self) -> Drafted:
         """Wait for the current round's pool, with the drafter's seconds on it."""
 
@@ -247,7 +251,7 @@ class _Rounds:
     def tree(self, root: int, budget: int, phase: _Phases) -> Step:
         """Wait for the pool, select, then score the root and the tree in one pass."""
         with phase("wait"):
-            drafted = self.drafter.pool()
+            drafted = self._pool()
         pool = drafted.pool
         with phase("select"):
             tree = self.rule.select(pool, budget, None)
@@ -264,7 +268,7 @@ class _Rounds:
         with phase("root"):
             first = draw_root(self.target, root, self.temperature, self.generator)
         with phase("wait"):
-            drafted = self.drafter.pool()
+            drafted = self._pool()
         pool, draft_seconds = drafted.pool, drafted.seconds
         with phase("select"):
             tree = self.rule.select(pool, budget, first)
@@ -282,6 +286,12 @@ class _Rounds:
         return Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted),
                     self._on_path(pool, tree, accepted), pool=pool, root_row=first.row, ahead=drafted.ahead,
                     ahead_seconds=drafted.ahead_seconds)
+
+    def _pool(self) -> Drafted:
+        """Wait for the round's pool; on the CPU the drafter is told first, so it can take this side's cores."""
+        if self.lazy and not self.drafter.has_pool():
+            self.drafter.waiting()
+        return self.drafter.pool()
 
     def _ahead(self, pool: Pool, tree: Tree, first: int | None) -> bool:
         """With drafting ahead, tell the drafter where this round most probably ends -> whether it was told."""

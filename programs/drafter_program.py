@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
         log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
                  describe_keys(keys, key_options))
         try:
-            DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target).serve()
+            threads = options.cpu_threads if options.device == "cpu" else None  # on a GPU threads do not matter
+            DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target,
+                          threads=threads).serve()
         finally:
             listener.close()
         return 0

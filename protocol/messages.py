@@ -13,7 +13,7 @@ from pipeline.config import pool_size
 from protocol.errors import BadArray, LimitExceeded, MalformedMessage
 from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
-PROTOCOL_VERSION = 3  # 3: Ahead, and PoolMsg says whether its pool was grown ahead
+PROTOCOL_VERSION = 3  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead
 
 
 class Kind(IntEnum):
@@ -26,6 +26,7 @@ class Kind(IntEnum):
     ERROR = 7
     SHUTDOWN = 8
     AHEAD = 9
+    WAITING = 10
 
 
 def array(dtype: str):
@@ -127,6 +128,16 @@ class Ahead(Message):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Waiting(Message):
+    """target -> drafter, no reply: the target waits for round `round`'s pool with nothing else to do; a
+    drafter on the target's CPU may take its cores too until it sends that pool."""
+
+    KIND: ClassVar[Kind] = Kind.WAITING
+    request: int
+    round: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class PoolMsg(Message):
     """drafter -> target: the candidate pool of one round, as edges (see pipeline.pool.Pool)."""
 
@@ -181,7 +192,8 @@ class Shutdown(Message):
 
 
 MESSAGES: dict[Kind, type[Message]] = {cls.KIND: cls for cls in
-                                       (Hello, Ready, Start, Commit, Ahead, PoolMsg, End, Error, Shutdown)}
+                                       (Hello, Ready, Start, Commit, Ahead, Waiting, PoolMsg, End, Error,
+                                        Shutdown)}
 
 
 def layout(cls: type[Message]) -> tuple[list[tuple[str, type]], list[tuple[str, np.dtype]]]:

@@ -305,7 +305,7 @@ class Listener:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = dict(self.poller.poll(None if left is None else int(left * 1000) + 1))
+            ready = dict(self.poller.poll(None if left is None else 0 if timeout == 0 else int(left * 1000) + 1))
             if self.monitor in ready:
                 if (event := self._event()) is not None:
                     return event

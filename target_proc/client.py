@@ -13,7 +13,7 @@ from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, Inval
                              StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
 from pipeline.ahead import Drafted
 from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown,
-                               Start)
+                               Start, Waiting)
 from protocol.transport import Channel
 
 log = logging.getLogger("target")
@@ -80,6 +80,10 @@ class RemoteDrafter:
     def ahead(self, tokens: Sequence[int]) -> None:
         """The tokens this round will most probably emit: the drafter grows the next pool from them meanwhile."""
         self.channel.send(Ahead(self.request, self.round + 1, np.asarray(tokens, np.int32)))
+
+    def waiting(self) -> None:
+        """This side waits for the current round's pool with nothing else to do (the drafter may take its cores)."""
+        self.channel.send(Waiting(self.request, self.round))
 
     def pool(self) -> Drafted:
         msg = self._recv(self.timeout, "drafter_timeout", "pool", (PoolMsg, Error))

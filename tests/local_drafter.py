@@ -27,6 +27,9 @@ class LocalDrafter:
         self.drafter.ahead(tokens)
         self.predictions.append(self.drafter.written.tolist())
 
+    def waiting(self) -> None:
+        pass  # grown in the caller's process already
+
     def pool(self) -> Drafted:
         assert self._pending is not None, "pool() before start() or commit()"
         pending, self._pending = self._pending, None

@@ -13,7 +13,7 @@ import pytest
 from protocol.codec import MAX_ARRAY_LENGTH, MAX_HEADER_BYTES, decode, encode
 from protocol.errors import BadArray, MalformedMessage, ProtocolError, UnexpectedMessage, UnknownMessage
 from protocol.messages import (MESSAGES, PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Kind, PoolMsg,
-                               Ready, Shutdown, Start)
+                               Ready, Shutdown, Start, Waiting)
 
 # One instance of every message type, with no field left at a default and arrays that are not all zero.
 SAMPLES = [
@@ -27,6 +27,7 @@ SAMPLES = [
     Error("token-range", "tokens[1] = 70 is outside the vocabulary [0, 64)", 7),
     Shutdown(),
     Ahead(7, 4, np.array([9, 4, 11], np.int32)),
+    Waiting(7, 4),
 ]
 
 

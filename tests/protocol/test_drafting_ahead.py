@@ -1,5 +1,6 @@
-"""A real DrafterServer drafting ahead: no reply to an Ahead, the predicted Commit gets the pool grown ahead,
-any other Commit the pool a plain drafter grows, and a refused Ahead an Error that changes nothing."""
+"""A real DrafterServer between the levels of a growth: no reply to an Ahead, the predicted Commit gets the
+pool grown ahead, any other Commit the pool a plain drafter grows, a refused Ahead an Error that changes
+nothing; a Waiting gives the growth the target's cores until the pool is sent, and gets no reply."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from models.mock import MockModel, MockRunner
 from models.options import ModelOptions
 from pipeline.ahead import HIT, MISSED, NOT_TRIED
 from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
-from protocol.messages import Ahead, Commit, End, Start
+from protocol.messages import Ahead, Commit, End, Start, Waiting
 
 from tests.protocol.test_drafter_server import PROMPT, assert_error, assert_valid_pool, open_request
 from tests.protocol.wire_peers import CAPACITY, POOL, VOCAB
@@ -84,3 +85,72 @@ def test_an_end_during_drafting_ahead_leaves_the_drafter_serving(drafter_server)
     reply = drafter_server.recv()
     assert_valid_pool(reply, 2, 0)
     assert reply.ahead == NOT_TRIED
+
+
+@pytest.fixture
+def serving_with(endpoint):
+    """serving_with(**options) -> a RawPeer connected to a real DrafterServer built with those options."""
+    import threading
+
+    import torch
+
+    from drafter_proc.server import DrafterServer
+    from models.load import load
+    from protocol.messages import Shutdown
+    from protocol.transport import Listener
+    from tests.protocol.wire_peers import RawPeer, raw_socket
+
+    made, threads = [], torch.get_num_threads()
+
+    def start(**options):
+        listener = Listener.bind(endpoint)
+        server = DrafterServer(listener, load(ModelOptions(model="mock"), "drafter"), **options)
+        thread = threading.Thread(target=server.serve, daemon=True)
+        thread.start()
+        peer = RawPeer(raw_socket())
+        peer.sock.connect(endpoint)
+        made.append((listener, thread, peer))
+        return peer
+
+    yield start
+    for listener, thread, peer in made:
+        peer.send(Shutdown())
+        thread.join(5)
+        peer.close()
+        listener.close()
+    torch.set_num_threads(threads)
+
+
+def test_a_waiting_target_lends_its_cores_until_the_pool_is_sent(serving_with, monkeypatch):
+    import torch
+
+    from drafter_proc import drafter as drafter_module
+
+    seen, expand = [], drafter_module.Drafter._expander
+
+    def watching(self, length, between=None):  # each level's pass runs with the threads in use then
+        inner = expand(self, length, between)
+        return lambda *a: seen.append(torch.get_num_threads()) or inner(*a)
+
+    monkeypatch.setattr(drafter_module.Drafter, "_expander", watching)
+    peer = serving_with(threads=(1, 2))
+    open_request(peer)
+    seen.clear()
+    peer.send(Commit(1, 1, np.array([4, 4], np.int32)))
+    peer.send(Waiting(1, 1))  # comes while the pool grows: the levels after it take both threads
+    reply = peer.recv()
+    assert_valid_pool(reply, 1, 1)
+    assert seen[-1] == 2 and seen[0] in (1, 2)
+    peer.send(Waiting(1, 1))  # late: its pool was sent already; no reply, nothing changes
+    assert peer.silent(0.2)
+    seen.clear()
+    peer.send(Commit(1, 2, np.array([7], np.int32)))  # the next round starts on the shared threads again
+    assert_valid_pool(peer.recv(), 1, 2)
+    assert seen == [1] * len(seen) and seen
+
+
+def test_a_waiting_for_another_request_is_refused(drafter_server):
+    open_request(drafter_server)
+    drafter_server.send(Waiting(2, 0))
+    assert_error(drafter_server.recv(), StaleMessage, r"waiting for request 2 round 0, but the drafter serves "
+                 r"request 1 round 0", request=2)
