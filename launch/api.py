@@ -98,7 +98,8 @@ class Pair:
         # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
         child = dict(cwd=PROJECT, preexec_fn=_die_with(os.getpid()), process_group=0)
         drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options),
-                   "--endpoint", self.endpoint, "--exit-with-target", "--log-level", self.log_level]
+                   "--endpoint", self.endpoint, "--exit-with-target", "--max-request-context",
+                   str(self.target_options.max_context), "--log-level", self.log_level]
         self._procs.append(subprocess.Popen(drafter, stdin=subprocess.DEVNULL, **child))
         self._wait_for_drafter()
         if target_process:

@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
         log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
                  describe_keys(keys, key_options))
         try:
-            DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target).serve()
+            DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target,
+                          max_request_context=serve.max_request_context).serve()
         finally:
             listener.close()
         return 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pipeline.config import ConfigError, check_int, check_seconds, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
+from protocol.limits import MAX_CONTEXT, REQUEST_CONTEXT
 from protocol.transport import check_endpoint
 
 
@@ -128,6 +129,16 @@ class ServeOptions:
     clear: bool = field(default=False, metadata={
         "help": "serve a loopback tcp endpoint in clear: any process of this host may then connect and hold the "
                 "drafter (every tcp endpoint speaks CURVE otherwise)"})
+    max_request_context: int = field(default=REQUEST_CONTEXT, metadata={
+        "help": "the largest KV cache, in slots, a target may ask this drafter for (the target's --max-context); "
+                "a handshake asking for more is refused, so that no peer makes the drafter take more memory",
+        "metavar": "N"})
+
+    def __post_init__(self) -> None:
+        check_int("max_request_context", self.max_request_context, 16)  # as a target's --max-context
+        if self.max_request_context > MAX_CONTEXT:
+            raise ConfigError("max_request_context", f"must be at most {MAX_CONTEXT} (the KV slots a handshake "
+                              f"carries), got {self.max_request_context}")
 
 
 @dataclass(frozen=True, slots=True)
