@@ -11,6 +11,7 @@ rule, tokens up to the first end-of-sequence token with the last round whole (th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,14 +58,13 @@ class DecoderStats:
     seconds: np.ndarray  # (n_prompts,)
     passes: int  # target passes after the prefills
     rounds: RoundStats
-    tree_sizes: np.ndarray  # (n_rounds,)
-    phases: np.ndarray  # (n_rounds, len(PHASES)) seconds
-    chosen: np.ndarray  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
+    budget_rounds: dict[int, int]  # rounds at each budget a round ran with (budget auto's choices; 0: plain)
+    phases: np.ndarray | None  # (n_rounds, len(PHASES)) seconds; None from a running tally (evaluation.tally)
 
     def budget_shares(self) -> dict[int, float]:
         """Share of rounds at each budget, smallest first."""
-        values, counts = np.unique(self.chosen, return_counts=True)
-        return {int(v): float(c / counts.sum()) for v, c in zip(values, counts)}
+        total = sum(self.budget_rounds.values())
+        return {b: self.budget_rounds[b] / total for b in sorted(self.budget_rounds)}
 
     @property
     def speed(self) -> float:
@@ -77,10 +77,12 @@ class DecoderStats:
     @property
     def round_seconds(self) -> np.ndarray:
         """(n_rounds,) target-side wall time of each round: its phases one after another."""
+        assert self.phases is not None, "a running tally keeps no rounds' phases: analyse the records"
         return self.phases[:, 1:].sum(axis=1)
 
     def phase_median(self, name: str) -> float | None:
         """Median seconds of a phase over rounds, None when the decoder never runs it."""
+        assert self.phases is not None, "a running tally keeps no rounds' phases: analyse the records"
         column = self.phases[:, PHASES.index(name)]
         return float(np.median(column)) if column.any() else None
 
@@ -129,8 +131,15 @@ def analyse(records: Sequence[dict], temperature: float, budget, category: str |
     stats = {d: _decoder_stats(d, [r for r in at if r["decoder"] == d and r["prompt_id"] in index], index,
                                speed_tokens) for d in names}
     setting = Setting(temperature, budget, category, prompt_ids, len(have), sorted({s for _, s in wanted}), stats)
-    pairs = comparisons(names)
-    if pairs and len(prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
+    return with_gains(setting, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+
+
+def with_gains(setting: Setting, *, n_resamples: int, confidence_level: float, rng: int) -> Setting:
+    """The setting with the paired gains of every comparison among its decoders (none from fewer than two
+    prompts, or over a baseline with no tokens)."""
+    stats = setting.decoders
+    pairs = comparisons(list(stats))
+    if pairs and len(setting.prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
         setting.gains = paired_gains({d: s.tokens for d, s in stats.items()},
                                      {d: s.seconds for d, s in stats.items()}, pairs,
                                      n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
@@ -145,8 +154,8 @@ def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_
     column = lambda name: [x for r in mine for x in r[name]]  # noqa: E731
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
     return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
-                        sum(r["target_passes"] for r in mine), rounds, np.array(column("tree_sizes"), float),
-                        _phase_matrix(mine), np.array(column("budgets"), np.int64))
+                        sum(r["target_passes"] for r in mine), rounds, dict(Counter(column("budgets"))),
+                        _phase_matrix(mine))
 
 
 def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
