@@ -1,6 +1,7 @@
 """python -m programs.drafter_program: load the drafter model, bind the endpoint, serve pools until Shutdown.
 
-On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the target keys it
+It binds its endpoint before it loads its model, so that a target connecting meanwhile finds something
+that answers, and waits for its Ready. On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the target keys it
 accepts come from the key directory (protocol.keys). Loopback tcp is reachable by every user of the host,
 so it is served in clear only with --clear, with a warning; tcp beyond this machine never is.
 `launch/pair.sh drafter` runs it with --persist, as a drafter that serves one target after another on a
@@ -85,22 +86,23 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
 
     def body() -> int:
         keys = server_keys(endpoint, key_options, serve.clear)  # before the model loads: a key problem stops here
-        import torch
-
-        from drafter_proc.server import DrafterServer
-        from models.load import load
         from protocol.transport import Listener
 
-        torch.set_num_threads(options.threads)
-        loaded = load(options, "drafter")
-        try:
+        try:  # before the model loads too: a target that connects meanwhile is answered, and waits for Ready
             listener = Listener.bind(endpoint, keys)
         except OSError as e:
             log.error("%s", e.strerror or e)
             return EXIT_USAGE
-        log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
-                 describe_keys(keys, key_options))
         try:
+            import torch
+
+            from drafter_proc.server import DrafterServer
+            from models.load import load
+
+            torch.set_num_threads(options.threads)
+            loaded = load(options, "drafter")
+            log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
+                     describe_keys(keys, key_options))
             DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target,
                           max_request_context=serve.max_request_context).serve()
         finally:

@@ -14,7 +14,7 @@ from pipeline.config import ConfigError, check_int, check_seconds, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
 from protocol.limits import MAX_CONTEXT, REQUEST_CONTEXT
-from protocol.transport import check_endpoint
+from protocol.transport import CONNECT_TIMEOUT_S, check_endpoint
 
 
 def check_decoders(name: str, text: str) -> list[str]:
@@ -58,6 +58,9 @@ class ConnectOptions:
     drafter_timeout: float = field(default=60.0, metadata={"help": "seconds to wait for a pool", "metavar": "S"})
     ready_timeout: float = field(default=600.0, metadata={
         "help": "seconds to wait for the drafter's handshake (it may still be loading)", "metavar": "S"})
+    connect_timeout: float = field(default=CONNECT_TIMEOUT_S, metadata={
+        "help": "seconds to wait for anything to answer at the drafter's address (a drafter answers from its "
+                "start, while its model still loads); then stop: nothing listens there", "metavar": "S"})
     drafter_key: str = field(default="", metadata={
         "help": "the drafter's CURVE public key (its 40 Z85 characters or its .key file): connect encrypted, to "
                 "that drafter alone; needed for a drafter beyond this machine (launch/pair.sh keys prints it)",
@@ -66,6 +69,7 @@ class ConnectOptions:
     def __post_init__(self) -> None:
         check_seconds("drafter_timeout", self.drafter_timeout)
         check_seconds("ready_timeout", self.ready_timeout)
+        check_seconds("connect_timeout", self.connect_timeout)
 
 
 @dataclass(frozen=True, slots=True)

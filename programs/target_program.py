@@ -73,7 +73,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, run_cls: type
 def connect(args: TargetArgs):
     """The session context of a target program: load, connect and handshake."""
     return open_session(args.model, args.endpoint, args.pool, args.connect.drafter_timeout,
-                        args.connect.ready_timeout, args.connect.drafter_key, args.namespace.key_dir)
+                        args.connect.ready_timeout, args.connect.drafter_key, args.namespace.key_dir,
+                        args.connect.connect_timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

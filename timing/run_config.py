@@ -34,7 +34,7 @@ log = logging.getLogger("timing")
 
 CONFIG = "config.json"
 # Sweep fields that change where or how patiently a run works, not what it times.
-_NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "prompt")
+_NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior}  # sweep settings added since the first config.json
 
 

@@ -828,6 +828,8 @@ def drafter_process() -> Iterator[tuple[str, subprocess.Popen, zmq.Context]]:
     context = zmq.Context()
     try:
         _wait_bound(endpoint, proc)
+        if not _handshake(context, endpoint, [256]):  # it binds before loading: memory at rest is the loaded one
+            raise RuntimeError("the drafter did not answer a handshake")
         yield endpoint, proc, context
     finally:
         context.destroy(0)
