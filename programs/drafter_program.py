@@ -1,11 +1,11 @@
-"""python -m programs.drafter_program: load the drafter model, bind the endpoint, serve pools until Shutdown.
+"""python -m programs.drafter_program: bind the endpoint, load the drafter model, serve pools until Shutdown.
 
-It binds its endpoint before it loads its model, so that a target connecting meanwhile finds something
-that answers, and waits for its Ready. On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the target keys it
-accepts come from the key directory (protocol.keys). Loopback tcp is reachable by every user of the host,
-so it is served in clear only with --clear, with a warning; tcp beyond this machine never is.
-`launch/pair.sh drafter` runs it with --persist, as a drafter that serves one target after another on a
-second host.
+It binds before it loads, so that a target connecting meanwhile finds something that answers, and waits
+for its Ready. On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the
+target keys it accepts come from the key directory (protocol.keys). Loopback tcp is reachable by every user
+of the host, so it is served in clear only with --clear, with a warning; tcp beyond this machine never is.
+A Hello may ask for a KV cache of at most --max-request-context slots. `launch/pair.sh drafter` runs it with
+--persist, as a drafter that serves one target after another on a second host.
 """
 
 from __future__ import annotations
