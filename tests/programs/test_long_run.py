@@ -10,6 +10,6 @@ from tests.programs.long_run import target_memory
 
 @pytest.mark.slow
 def test_the_targets_memory_does_not_grow_with_its_decodes():
-    result = target_memory(2000, [250])
-    assert result["status"] == 0 and result["decodes"] == 2000
-    assert result["after_2000_mib"] - result["after_250_mib"] < 5  # its records alone would take about 19 MiB
+    result = target_memory(4000, [500])
+    assert result["status"] == 0 and result["decodes"] == 4000
+    assert result["after_4000_mib"] - result["after_500_mib"] < 5  # their records alone took about 13 MiB
