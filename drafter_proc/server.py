@@ -5,7 +5,8 @@ that the drafter is busy. The served target leaves by Shutdown (the drafter then
 waits for the next target) or by closing its connection (the drafter serves the next one). A refused
 message gets an Error reply naming the problem, and the loop goes on serving; nothing the drafter holds
 changes on a refused message. The drafter keeps one KV cache, replaced only by a Hello that needs a larger
-one, and never allocates one that its device cannot hold.
+one; it never allocates one beyond `max_request_context` slots, whatever a peer asks, nor one that its
+device cannot hold.
 
 Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says
 the target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core
@@ -34,8 +35,8 @@ from protocol.codec import MAX_FRAMES, decode
 from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage,
                              ProtocolError, StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch,
                              printable)
-from protocol.limits import MAX_TEXT
 from pipeline.ahead import HIT, Drafted
+from protocol.limits import MAX_TEXT, REQUEST_CONTEXT
 from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Message, PoolMsg, Ready,
                                Shutdown, Start, Waiting)
 from protocol.transport import Left, Listener, Received
@@ -54,9 +55,11 @@ def tag(peer: bytes) -> bytes:
 
 class DrafterServer:
     def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False,
-                 exit_with_target: bool = False, threads: tuple[int, int] | None = None) -> None:
+                 exit_with_target: bool = False, max_request_context: int = REQUEST_CONTEXT,
+                 threads: tuple[int, int] | None = None) -> None:
         self.listener = listener
         self.loaded = loaded
+        self.max_request_context = max_request_context  # the largest cache a Hello may ask for, in slots
         self.persist = persist  # after a Shutdown, wait for the next target instead of exiting
         self.exit_with_target = exit_with_target  # a private drafter: stop once its target left, however
         self.served = False  # whether a target was accepted yet (exit_with_target waits for the first)
@@ -223,6 +226,10 @@ class DrafterServer:
             raise LimitExceeded(f"`topk` {config.topk} is beyond the drafter's vocabulary of {self.loaded.vocab_size}")
         if hello.capacity < 2:
             raise MalformedMessage(f"Hello.capacity must be at least 2, got {hello.capacity}")
+        if hello.capacity > self.max_request_context:  # what any authorized peer may make this process take
+            raise LimitExceeded(f"`capacity` {hello.capacity} is beyond this drafter's {self.max_request_context} KV "
+                                f"slots (its --max-request-context): lower the target's --max-context, or start "
+                                f"the drafter with a larger --max-request-context")
         self.drafter = None  # a failed Hello leaves no session behind
         runner = self._runner(hello.capacity + config.n_expanded)  # committed context plus one pool's scratch
         self.drafter = Drafter(runner, config)

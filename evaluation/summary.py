@@ -11,6 +11,7 @@ rule, tokens up to the first end-of-sequence token with the last round whole (th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,27 +58,27 @@ class DecoderStats:
     seconds: np.ndarray  # (n_prompts,)
     passes: int  # target passes after the prefills
     rounds: RoundStats
-    tree_sizes: np.ndarray  # (n_rounds,)
-    phases: np.ndarray  # (n_rounds, len(PHASES)) seconds
-    chosen: np.ndarray  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
-    accepted: np.ndarray  # (n_rounds,) tree nodes each round accepted
-    ahead: np.ndarray  # (n_rounds,) whether each round's pool was grown ahead: 1 hit, 0 missed, -1 not tried
-    ahead_seconds: np.ndarray  # (n_rounds,) on a hit, the drafting done before the round before committed
+    budget_rounds: dict[int, int]  # rounds at each budget a round ran with (budget auto's choices; 0: plain)
+    phases: np.ndarray | None  # (n_rounds, len(PHASES)) seconds; None from a running tally (evaluation.tally)
+    ahead: tuple[int, int, float] = (0, 0, 0.0)  # drafting ahead: rounds that tried it, hits, seconds hits hid
+    # Per round, for the report's plots; None from a running tally:
+    tree_sizes: np.ndarray | None = None  # (n_rounds,)
+    chosen: np.ndarray | None = None  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
+    accepted: np.ndarray | None = None  # (n_rounds,) tree nodes each round accepted
 
     def ahead_summary(self) -> dict | None:
         """Drafting ahead over the rounds that tried it: the share whose pool was grown ahead (hit rate), and
-        the median drafting a hit hid; None when no round tried."""
-        tried = self.ahead >= 0
-        if not tried.any():
+        the mean drafting a hit hid; None when no round tried."""
+        tried, hits, hidden = self.ahead
+        if not tried:
             return None
-        hits = self.ahead == 1
-        return {"ahead_tried": int(tried.sum()), "ahead_hit_rate": float(hits.sum() / tried.sum()),
-                "ahead_hidden_ms": 1000 * float(np.median(self.ahead_seconds[hits])) if hits.any() else 0.0}
+        return {"ahead_tried": tried, "ahead_hit_rate": hits / tried,
+                "ahead_hidden_ms": 1000 * hidden / hits if hits else 0.0}
 
     def budget_shares(self) -> dict[int, float]:
         """Share of rounds at each budget, smallest first."""
-        values, counts = np.unique(self.chosen, return_counts=True)
-        return {int(v): float(c / counts.sum()) for v, c in zip(values, counts)}
+        total = sum(self.budget_rounds.values())
+        return {b: self.budget_rounds[b] / total for b in sorted(self.budget_rounds)}
 
     @property
     def speed(self) -> float:
@@ -90,10 +91,12 @@ class DecoderStats:
     @property
     def round_seconds(self) -> np.ndarray:
         """(n_rounds,) target-side wall time of each round: its phases one after another."""
+        assert self.phases is not None, "a running tally keeps no rounds' phases: analyse the records"
         return self.phases[:, 1:].sum(axis=1)
 
     def phase_median(self, name: str) -> float | None:
         """Median seconds of a phase over rounds, None when the decoder never runs it."""
+        assert self.phases is not None, "a running tally keeps no rounds' phases: analyse the records"
         column = self.phases[:, PHASES.index(name)]
         return float(np.median(column)) if column.any() else None
 
@@ -142,8 +145,15 @@ def analyse(records: Sequence[dict], temperature: float, budget, category: str |
     stats = {d: _decoder_stats(d, [r for r in at if r["decoder"] == d and r["prompt_id"] in index], index,
                                speed_tokens) for d in names}
     setting = Setting(temperature, budget, category, prompt_ids, len(have), sorted({s for _, s in wanted}), stats)
-    pairs = comparisons(names)
-    if pairs and len(prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
+    return with_gains(setting, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+
+
+def with_gains(setting: Setting, *, n_resamples: int, confidence_level: float, rng: int) -> Setting:
+    """The setting with the paired gains of every comparison among its decoders (none from fewer than two
+    prompts, or over a baseline with no tokens)."""
+    stats = setting.decoders
+    pairs = comparisons(list(stats))
+    if pairs and len(setting.prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
         setting.gains = paired_gains({d: s.tokens for d, s in stats.items()},
                                      {d: s.seconds for d, s in stats.items()}, pairs,
                                      n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
@@ -158,11 +168,21 @@ def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_
     column = lambda name: [x for r in mine for x in r[name]]  # noqa: E731
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
     return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
-                        sum(r["target_passes"] for r in mine), rounds, np.array(column("tree_sizes"), float),
-                        _phase_matrix(mine), np.array(column("budgets"), np.int64),
-                        np.array(column("accepted"), np.int64),
-                        np.array([x for r in mine for x in r.get("ahead_hits", [-1] * r["rounds"])], np.int64),
-                        np.array([x for r in mine for x in r.get("ahead_seconds", [0.0] * r["rounds"])], float))
+                        sum(r["target_passes"] for r in mine), rounds, dict(Counter(column("budgets"))),
+                        _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
+                        np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64))
+
+
+def ahead_counts(records: Sequence[dict]) -> tuple[int, int, float]:
+    """(rounds that drafted ahead, hits, seconds of drafting the hits hid) over records (older ones: none)."""
+    tried = hits = 0
+    hidden = 0.0
+    for r in records:
+        for hit, seconds in zip(r.get("ahead_hits", ()), r.get("ahead_seconds", ())):
+            tried += hit >= 0
+            hits += hit == 1
+            hidden += seconds if hit == 1 else 0.0
+    return tried, hits, hidden
 
 
 def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:

@@ -47,6 +47,7 @@ from programs.cli import to_argv
 
 PROJECT = Path(__file__).resolve().parent.parent
 CLOSE_WAIT_S = 10.0  # how long close() waits for the children to exit on their own before stopping them
+GONE_WAIT_S = 2.0  # after a failed start, how long to wait for a drafter that is exiting, to name its status
 
 
 class PairClosed(RuntimeError):
@@ -98,9 +99,19 @@ class Pair:
         # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
         child = dict(cwd=PROJECT, preexec_fn=_die_with(os.getpid()), process_group=0)
         drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options),
-                   "--endpoint", self.endpoint, "--exit-with-target", "--log-level", self.log_level]
+                   "--endpoint", self.endpoint, "--exit-with-target", "--max-request-context",
+                   str(self.target_options.max_context), "--log-level", self.log_level]
         self._procs.append(subprocess.Popen(drafter, stdin=subprocess.DEVNULL, **child))
         self._wait_for_drafter()
+        try:
+            self._start_target(target_process, child)
+        except Exception:
+            if status := _exit_status(self._procs[0], GONE_WAIT_S):  # a drafter that failed: the cause, say so
+                raise RuntimeError(f"the drafter process exited with status {status} before it was ready; see "
+                                   f"its log above") from None
+            raise
+
+    def _start_target(self, target_process: bool, child: dict) -> None:
         if target_process:
             argv = [sys.executable, "-P", "-m", "programs.target_program", *to_argv(self.target_options), "--endpoint",
                     self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
@@ -118,8 +129,8 @@ class Pair:
             self.models = self.session.models
 
     def _wait_for_drafter(self) -> None:
-        """Until the drafter has loaded its model and bound its socket; a drafter that exits first (a model
-        it cannot load, say) is reported at once instead of after the handshake's timeout."""
+        """Until the drafter has bound its socket (it does before loading its model); a drafter that exits
+        first is reported at once, and one that exits while loading when the target finds it gone."""
         socket_path, drafter = self.endpoint[len("ipc://"):], self._procs[0]
         deadline = time.monotonic() + self.connect.ready_timeout
         while not os.path.exists(socket_path):
@@ -309,6 +320,14 @@ class Pair:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _exit_status(proc: subprocess.Popen, wait: float) -> int | None:
+    """The process's exit status if it ends within `wait` s, else None."""
+    try:
+        return proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def default_pool(target: ModelOptions) -> PoolConfig:

@@ -153,7 +153,7 @@ def plan(argv: list[str]) -> LaunchPlan:
         if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
             connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
         drafter = PY + ["programs.drafter_program", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
-                        "--log-level", ns.log_level]
+                        "--max-request-context", str(models["target"].max_context), "--log-level", ns.log_level]
     target = [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
     if mode == "sweep":

@@ -117,9 +117,12 @@ def _load_hf_quietly(spec: str, dtype: torch.dtype, allow_download: bool):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=local)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # transformers says ValueError of a directory it cannot read a model from
         if os.path.isdir(path):
-            raise ModelNotFound(f"model {spec!r}: the directory is not a transformers checkpoint ({e})") from None
+            said = " ".join(str(e).split())  # transformers' messages span lines; an error here is one line
+            raise ModelNotFound(f"model {spec!r}: the directory is not a transformers checkpoint ({said})") from None
+        if isinstance(e, ValueError):
+            raise
         if allow_download:
             raise ModelNotFound(f"model {spec!r} could not be downloaded: {e}") from None
         from huggingface_hub.constants import HF_HUB_CACHE

@@ -66,6 +66,8 @@ class ModelOptions:
             if (shape := self.model[len(PREFIX):]) not in SHAPES:
                 raise ConfigError("model", f"{self.model!r}: unknown random model shape {shape!r}; known: "
                                   f"{', '.join(SHAPES)}")
+        if (problem := _checkpoint_problem(self.model.removesuffix(INT8_SUFFIX))) is not None:
+            raise ConfigError("model", f"{self.model!r}: {problem}")
         if self.model.endswith(INT8_SUFFIX) and self.device != "cpu":
             raise ConfigError("model", f"{self.model!r}: dynamic int8 quantization runs on the CPU only")
 
@@ -77,3 +79,14 @@ class ModelOptions:
     @property
     def is_mock(self) -> bool:
         return self.model == "mock"
+
+
+def _checkpoint_problem(spec: str) -> str | None:
+    """Why a directory named as a model cannot be a transformers checkpoint (no config.json), or None; names
+    that are not directories are found, or not, when the model loads."""
+    if spec in ("mock", EMBEDDED) or spec.startswith("random:") or not os.path.isdir(spec):
+        return None
+    if not os.path.isfile(os.path.join(spec, "config.json")):
+        return ("the directory " + ("is empty" if not os.listdir(spec) else "holds no config.json")
+                + ": it is not a transformers checkpoint (a model saved with save_pretrained)")
+    return None

@@ -1,10 +1,11 @@
-"""python -m programs.drafter_program: load the drafter model, bind the endpoint, serve pools until Shutdown.
+"""python -m programs.drafter_program: bind the endpoint, load the drafter model, serve pools until Shutdown.
 
-On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the target keys it
-accepts come from the key directory (protocol.keys). Loopback tcp is reachable by every user of the host,
-so it is served in clear only with --clear, with a warning; tcp beyond this machine never is.
-`launch/pair.sh drafter` runs it with --persist, as a drafter that serves one target after another on a
-second host.
+It binds before it loads, so that a target connecting meanwhile finds something that answers, and waits
+for its Ready. On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the
+target keys it accepts come from the key directory (protocol.keys). Loopback tcp is reachable by every user
+of the host, so it is served in clear only with --clear, with a warning; tcp beyond this machine never is.
+A Hello may ask for a KV cache of at most --max-request-context slots. `launch/pair.sh drafter` runs it with
+--persist, as a drafter that serves one target after another on a second host.
 """
 
 from __future__ import annotations
@@ -85,25 +86,26 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
 
     def body() -> int:
         keys = server_keys(endpoint, key_options, serve.clear)  # before the model loads: a key problem stops here
-        import torch
-
-        from drafter_proc.server import DrafterServer
-        from models.load import load
         from protocol.transport import Listener
 
-        torch.set_num_threads(options.threads)
-        loaded = load(options, "drafter")
-        try:
+        try:  # before the model loads too: a target that connects meanwhile is answered, and waits for Ready
             listener = Listener.bind(endpoint, keys)
         except OSError as e:
             log.error("%s", e.strerror or e)
             return EXIT_USAGE
-        log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
-                 describe_keys(keys, key_options))
         try:
+            import torch
+
+            from drafter_proc.server import DrafterServer
+            from models.load import load
+
+            torch.set_num_threads(options.threads)
+            loaded = load(options, "drafter")
+            log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
+                     describe_keys(keys, key_options))
             threads = options.cpu_threads if options.device == "cpu" else None  # on a GPU threads do not matter
             DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target,
-                          threads=threads).serve()
+                          max_request_context=serve.max_request_context, threads=threads).serve()
         finally:
             listener.close()
         return 0

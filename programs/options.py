@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pipeline.config import ConfigError, check_int, check_seconds, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
-from protocol.transport import check_endpoint
+from protocol.limits import MAX_CONTEXT, REQUEST_CONTEXT
+from protocol.transport import CONNECT_TIMEOUT_S, check_endpoint
 
 
 def check_decoders(name: str, text: str) -> list[str]:
@@ -57,6 +58,9 @@ class ConnectOptions:
     drafter_timeout: float = field(default=60.0, metadata={"help": "seconds to wait for a pool", "metavar": "S"})
     ready_timeout: float = field(default=600.0, metadata={
         "help": "seconds to wait for the drafter's handshake (it may still be loading)", "metavar": "S"})
+    connect_timeout: float = field(default=CONNECT_TIMEOUT_S, metadata={
+        "help": "seconds to wait for anything to answer at the drafter's address (a drafter answers from its "
+                "start, while its model still loads); then stop: nothing listens there", "metavar": "S"})
     drafter_key: str = field(default="", metadata={
         "help": "the drafter's CURVE public key (its 40 Z85 characters or its .key file): connect encrypted, to "
                 "that drafter alone; needed for a drafter beyond this machine (launch/pair.sh keys prints it)",
@@ -65,6 +69,7 @@ class ConnectOptions:
     def __post_init__(self) -> None:
         check_seconds("drafter_timeout", self.drafter_timeout)
         check_seconds("ready_timeout", self.ready_timeout)
+        check_seconds("connect_timeout", self.connect_timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,16 @@ class ServeOptions:
     clear: bool = field(default=False, metadata={
         "help": "serve a loopback tcp endpoint in clear: any process of this host may then connect and hold the "
                 "drafter (every tcp endpoint speaks CURVE otherwise)"})
+    max_request_context: int = field(default=REQUEST_CONTEXT, metadata={
+        "help": "the largest KV cache, in slots, a target may ask this drafter for (the target's --max-context); "
+                "a handshake asking for more is refused, so that no peer makes the drafter take more memory",
+        "metavar": "N"})
+
+    def __post_init__(self) -> None:
+        check_int("max_request_context", self.max_request_context, 16)  # as a target's --max-context
+        if self.max_request_context > MAX_CONTEXT:
+            raise ConfigError("max_request_context", f"must be at most {MAX_CONTEXT} (the KV slots a handshake "
+                              f"carries), got {self.max_request_context}")
 
 
 @dataclass(frozen=True, slots=True)

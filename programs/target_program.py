@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import TextIO
 from dataclasses import dataclass
@@ -23,7 +23,8 @@ from evaluation.provenance import environment
 from evaluation.record import SCHEMA
 from evaluation.rounds import RoundStore, round_key, rounds_path
 from evaluation.stats import MIN_INTERVAL_PROMPTS
-from evaluation.summary import analyse, as_json
+from evaluation.summary import as_json
+from evaluation.tally import Tally
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
@@ -72,7 +73,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, run_cls: type
 def connect(args: TargetArgs):
     """The session context of a target program: load, connect and handshake."""
     return open_session(args.model, args.endpoint, args.pool, args.connect.drafter_timeout,
-                        args.connect.ready_timeout, args.connect.drafter_key, args.namespace.key_dir)
+                        args.connect.ready_timeout, args.connect.drafter_key, args.namespace.key_dir,
+                        args.connect.connect_timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,17 +90,23 @@ def main(argv: list[str] | None = None) -> int:
         run: RunOptions = args.run
         prompts = gather(run.sources, run.decode.seed)
         emit = (lambda record: print(json.dumps(record), flush=True)) if run.json else None
+        tally = Tally(run.decode.temperature, run.decode.budget, speed_tokens="output")  # not the records: a
+        first = None  # long run's memory stays flat
         with connect(args) as session:
             header = run_header(session.models, args.pool, option_values(run), prompts)
             if emit:
                 emit(header)
             with _round_store(run, header) as rounds:
-                records = run_decodes(session, prompts, run, emit, rounds)
-        setting = analyse(records, run.decode.temperature, run.decode.budget, speed_tokens="output")
+                for record in run_decodes(session, prompts, run, rounds):
+                    first = first or record
+                    tally.add(record)
+                    if emit:
+                        emit(record)
+        setting = tally.setting()
         if emit:
             emit({"kind": "summary", **as_json(setting)})
         else:
-            print_summary(records, setting, args.pool)
+            print_summary(first, setting, args.pool)
         return 0
 
     return run_program(body, flags_of(parser))
@@ -184,29 +192,24 @@ def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Pro
 
 
 def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions,
-                emit: Callable[[dict], None] | None = None, rounds: RoundStore | None = None) -> list[dict]:
-    """Every decode of every prompt (one record per turn); each goes to `emit` as soon as it ends, and
-    with `rounds` its recorded rounds there just before."""
-    records = []
+                rounds: RoundStore | None = None) -> Iterator[dict]:
+    """Every decode of every prompt (one record per turn), each yielded as soon as it ends, with `rounds`
+    its recorded rounds stored there just before."""
     keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded))
     for prompt in prompts:
         for config in run.configs():
             for record in decode_conversation(session, prompt, config, rounds=keep):
-                records.append(record)
                 log.info("%s%s seed %d %-10s %4d tokens %6.2f s %7.1f tok/s", prompt.id,
                          f" turn {record['turn'] + 1}" if prompt.later else "", config.seed, config.decoder,
                          record["new_tokens"], record["seconds"], record["tokens_per_second"])
-                if emit is not None:
-                    emit(record)
-    return records
+                yield record
 
 
-def print_summary(records: list[dict], setting, pool: PoolConfig) -> None:
+def print_summary(first: dict | None, setting, pool: PoolConfig) -> None:
     """The first decode's text, then one row per decoder: speed, speedup over `ar` with its paired
     interval over prompts, τ, tokens per target pass, mean tree size and acceptance by depth."""
-    if not records:
+    if first is None:
         return
-    first = records[0]
     print(f"--- {first['prompt_id']}, {first['decoder']}:\n{first['text'].strip()}\n")
     print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}; T={setting.temperature:g} "
           f"B={setting.budget}; speed: output tokens over seconds from prefill to last commit; "

@@ -12,7 +12,8 @@ peer: a ZAP handler makes libzmq refuse ZMTP 1.0 and 2.0 peers, whose connection
 (no descriptor to tell their departure by). Messages are received frame by frame, at most the protocol's
 number of frames kept (protocol.receive), and warnings about peers are rate-limited. The connecting side
 watches its socket's monitor: a drafter that exits or is killed becomes PeerDied at the next wait, a failed
-secure handshake AccessDenied, and every wait has a timeout that names the setting to raise. Sockets close
+secure handshake AccessDenied, an endpoint where no connection can be made within a few seconds
+NothingAnswers, and every wait has a timeout that names the setting to raise. Sockets close
 with linger 0 through `close`.
 """
 
@@ -48,6 +49,7 @@ log = logging.getLogger("transport")
 
 MAX_IPC_PATH = 107  # bytes of a unix socket path (sun_path holds 108 with the terminating NUL)
 QUEUED_MESSAGES = 8  # per peer and direction: a target sends at most two messages before a reply
+CONNECT_TIMEOUT_S = 5.0  # how long a target waits for anything to answer at its drafter's address
 SEND_TIMEOUT_MS = 5000  # a message the target cannot hand to any connection for this long: the drafter is gone
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 10_000  # a peer silent this long (its host gone, say) counts as disconnected
@@ -68,6 +70,10 @@ _REFUSED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "a connection was refused: its key 
 
 class EndpointError(InputError):
     """An endpoint that cannot be used: malformed, taken by another process, or not of this machine."""
+
+
+class NothingAnswers(EndpointError):
+    """No connection could be made to the endpoint: nothing listens there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +391,8 @@ class Channel:
         self.context, self.sock, self.monitor = context, sock, monitor
         self.peer = peer  # "drafter", for messages
         self.endpoint, self.keys = endpoint, keys
-        self.connected = False
+        self.answered = False  # a connection to the endpoint was made (something listens there)
+        self.connected = False  # a connection completed its handshake
         self.poller = zmq.Poller()
         self.poller.register(sock, zmq.POLLIN)
         self.poller.register(monitor, zmq.POLLIN)
@@ -400,7 +407,7 @@ class Channel:
         if keys is not None:
             sock.curve_serverkey = keys.server
             sock.curve_publickey, sock.curve_secretkey = keys.own.public, keys.own.secret
-        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+        monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
                                           | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                                           | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
         try:
@@ -430,6 +437,20 @@ class Channel:
             if self.monitor in dict(self.send_poller.poll(int(left * 1000) + 1)):
                 self._event(f"a chance to send {type(msg).__name__}")
 
+    def wait_answer(self, timeout: float) -> None:
+        """Return once something answers at the endpoint (a connection is made: a drafter answers from the
+        moment it starts, while its model still loads); NothingAnswers after `timeout` s, what the monitor
+        reports (AccessDenied) meanwhile."""
+        deadline = time.monotonic() + timeout
+        while not self.answered:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NothingAnswers(f"nothing answers at {self.endpoint} within {timeout:g} s: no {self.peer} "
+                                     f"listens there (start it, or check the address; raise `connect_timeout` "
+                                     f"for one that takes longer to start)")
+            if self.monitor.poll(int(left * 1000) + 1):
+                self._event(f"an answer at {self.endpoint}")
+
     def pending(self) -> bool:
         """Whether a message is waiting (none should be, when this side has not asked for one)."""
         return bool(self.sock.poll(0, zmq.POLLIN))
@@ -456,8 +477,10 @@ class Channel:
 
     def _event(self, what: str) -> None:
         event = recv_monitor_message(self.monitor)["event"]
-        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-            self.connected = True
+        if event == zmq.EVENT_CONNECTED:
+            self.answered = True
+        elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self.answered = self.connected = True
         elif event == zmq.EVENT_DISCONNECTED and self.connected:
             raise PeerDied(f"the {self.peer} process closed its connection while this side waited for {what} "
                            f"(it exited or was killed, or missed its heartbeats for {HEARTBEAT_TIMEOUT_MS // 1000} "

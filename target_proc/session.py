@@ -17,7 +17,7 @@ from pipeline.result import DecodeResult
 from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig, stream_seed
 from protocol.keys import key_dir, own_keys, public_key
-from protocol.transport import Channel, ClientKeys, is_loopback
+from protocol.transport import CONNECT_TIMEOUT_S, Channel, ClientKeys, is_loopback
 from target_proc import costs
 from target_proc.client import RemoteDrafter
 from target_proc.recorder import RoundRecorder
@@ -92,8 +92,11 @@ def check_kv_memory(loaded, capacity: int) -> None:
 
 @contextmanager
 def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_timeout: float,
-                 ready_timeout: float, drafter_key: str = "", keys: str = "") -> Iterator[Session]:
-    """Load the target, connect to the drafter, handshake; on a clean exit ask the drafter to shut down."""
+                 ready_timeout: float, drafter_key: str = "", keys: str = "",
+                 connect_timeout: float = CONNECT_TIMEOUT_S) -> Iterator[Session]:
+    """Load the target, connect to the drafter, handshake; on a clean exit ask the drafter to shut down.
+    Nothing answering at `endpoint` within `connect_timeout` s stops it (NothingAnswers); a drafter that
+    answers is given `ready_timeout` s for its handshake (it may still be loading its model)."""
     log = logging.getLogger("target")
     curve = client_keys(endpoint, drafter_key, keys)  # refuses an insecure endpoint before loading anything
     loaded = load(model, "target")
@@ -104,6 +107,7 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
     channel = Channel.connect(endpoint, peer="drafter", keys=curve)
     linger = 0.0
     try:
+        channel.wait_answer(connect_timeout)
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
         ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout)
         log.info("drafter %r ready", ready.model)

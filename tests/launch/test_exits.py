@@ -1,5 +1,6 @@
 """Command-line endings that once were tracebacks: a reader of stdout that leaves ends the program quietly,
-and an unknown random model shape is a usage error naming the option."""
+an unknown random model shape or a directory that holds no checkpoint is a usage error naming the option, and
+a drafter's address where nothing listens is said within seconds, not after the ready timeout."""
 
 from __future__ import annotations
 
@@ -68,3 +69,66 @@ def test_an_unknown_random_shape_is_refused_before_anything_loads():
 
     with pytest.raises(ConfigError, match=r"`model` 'random:nope': unknown random model shape 'nope'; known: "):
         ModelOptions(model="random:nope")
+
+
+@pytest.mark.parametrize("content", [(), ("weights.bin",)], ids=["empty", "no-config"])
+def test_a_directory_that_holds_no_checkpoint_is_refused_naming_the_flag(tmp_path, content):
+    from models.options import ModelOptions
+
+    for name in content:
+        (tmp_path / name).write_text("x")
+    said = "is empty" if not content else "holds no config.json"
+    with pytest.raises(ConfigError, match=rf"`model` '{tmp_path}': the directory {said}: it is not a transformers "
+                                          rf"checkpoint"):
+        ModelOptions(model=str(tmp_path))
+    with pytest.raises(ConfigError, match=rf"`model` '{tmp_path}:int8': the directory {said}"):
+        ModelOptions(model=f"{tmp_path}:int8")
+
+
+@pytest.mark.parametrize("flag", ["--target", "--drafter"])
+def test_an_empty_directory_as_a_model_ends_the_launcher_with_one_line_naming_the_flag(tmp_path, flag):
+    other = "--drafter" if flag == "--target" else "--target"
+    done = subprocess.run([sys.executable, "-m", "launch", flag, str(tmp_path), other, "mock", "--prompt", "hi"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (f"launch/pair.sh: error: {flag} '{tmp_path}': the directory is "
+                                                    f"empty: it is not a transformers checkpoint (a model saved with "
+                                                    f"save_pretrained)")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_directory_transformers_cannot_read_is_one_line_naming_the_model(tmp_path):
+    import torch
+
+    from models.load import ModelNotFound, _load_hf_quietly
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelNotFound, match=rf"^model '{tmp_path}': the directory is not a transformers checkpoint "
+                                            rf"\([^\n]+\)$"):
+        _load_hf_quietly(str(tmp_path), torch.float32, False)
+
+
+def test_a_target_whose_drafter_address_answers_nothing_stops_naming_it(capsys):
+    from programs.target_program import main as target_main
+    from protocol.transport import loopback_tcp_endpoint
+
+    address = loopback_tcp_endpoint()
+    assert target_main(["--model", "mock", "--endpoint", address, "--connect-timeout", "0.5", "--prompt", "hi"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"[target] error: nothing answers at {address} within 0.5 s: no drafter listens there (start it, or check "
+        f"the address; raise --connect-timeout for one that takes longer to start)")
+
+
+@pytest.mark.slow
+def test_the_launcher_against_a_drafter_address_where_nothing_listens_ends_in_seconds():
+    import time
+
+    from protocol.transport import loopback_tcp_endpoint
+
+    address = loopback_tcp_endpoint()
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "launch", "--target", "mock", "--drafter-at", address, "--prompt",
+                           "hi"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and time.monotonic() - t0 < 60  # the ready timeout is 600 s
+    assert done.stderr.strip().splitlines()[-1].startswith(f"[target] error: nothing answers at {address} within 5 s")

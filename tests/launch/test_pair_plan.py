@@ -74,6 +74,24 @@ def test_any_other_endpoint_carries_curve_with_this_users_keys(endpoint, tmp_pat
     assert option(p.drafter, "--endpoint") == option(p.target, "--endpoint")
 
 
+def test_the_launchers_drafter_grants_its_target_the_context_it_asks_for():
+    p = plan(["--target", "mock", "--endpoint", "tcp", "--max-context", "40000"])
+    assert option(p.drafter, "--max-request-context") == "40000" == option(p.target, "--max-context")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("8", r"--max-request-context must be an integer >= 16, got 8"),
+    (str(2**21), r"--max-request-context must be at most 1048576 \(the KV slots a handshake carries\), got 2097152"),
+])
+def test_a_drafters_request_limit_is_checked_where_it_is_read(capsys, value, message):
+    from programs.drafter_program import main as drafter_main
+
+    with pytest.raises(SystemExit) as exited:
+        drafter_main(["--model", "mock", "--endpoint", "tcp://127.0.0.1:5555", "--max-request-context", value])
+    assert exited.value.code == 2
+    assert re.search(message, capsys.readouterr().err.strip().splitlines()[-1])
+
+
 def test_a_remote_drafter_runs_the_target_alone():
     key = own_keys(key_dir()).public.decode()
     p = plan(["--target", "mock", "--drafter-at", "tcp://10.1.2.3:5555", "--drafter-key", key])

@@ -10,7 +10,9 @@ injected. A trial ends in one of: refused (a typed error: a protocol error, Peer
 usage error), accepted (the decode completed, the mutation was harmless: its output must equal ar's),
 wrong (it completed with another output), crashed (any other exception, or the server thread died) and
 hung (past a hard bound). With --memory, the drafter process's resident memory before and after a 512 MiB
-frame and eight Hellos of growing capacities. The last line of the output is one JSON document.
+frame, eight Hellos of growing capacities up to its request limit, Hellos asking for more than that limit,
+a message of two million frames and peers with long routing ids. The last line of the output is one JSON
+document.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from pipeline.settings import DecodeConfig
 from protocol.codec import encode
 from protocol.errors import (AccessDenied, BadArray, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied,
                              PeerError, PeerTimeout, ProtocolError, UnexpectedMessage)
-from protocol.limits import MAX_FRAME_BYTES
+from protocol.limits import MAX_CONTEXT, MAX_FRAME_BYTES, REQUEST_CONTEXT
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
 from protocol.transport import Channel, EndpointError, Listener, private_ipc_endpoint
 from target_proc.client import RemoteDrafter
@@ -741,6 +743,9 @@ ATTACKS = [
            r"the drafter process closed its connection"),
     Attack("Hello with capacity 2^63 - 1", _hello_with(capacity=2**63 - 1), PeerError,
            rf"peer reported limit: `capacity` {2**63 - 1} is beyond the protocol's"),
+    Attack("Hello beyond the drafter's request limit", _hello_with(capacity=REQUEST_CONTEXT + 1), PeerError,
+           rf"peer reported limit: `capacity` {REQUEST_CONTEXT + 1} is beyond this drafter's {REQUEST_CONTEXT} KV "
+           rf"slots \(its --max-request-context\)"),
     Attack("Hello with topk and expand 2^62", _hello_with(topk=2**62, expand=2**62), PeerError,
            rf"peer reported limit: a pool of `topk` {2**62}, `depth` 3 and `expand` {2**62} holds"),
     Attack("Hello with depth 100000", _hello_with(depth=100_000), PeerError,
@@ -810,9 +815,10 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
-    """A mock drafter process's RSS (MiB) at rest, after an oversized frame, after `hellos` Hellos of growing
-    capacity; and whether it still served a handshake after each attack."""
+@contextmanager
+def drafter_process() -> Iterator[tuple[str, subprocess.Popen, zmq.Context]]:
+    """A persisting mock drafter process bound at a private ipc endpoint, and a context for its peers ->
+    (endpoint, process, context); the process is killed on leaving."""
     endpoint = private_ipc_endpoint()
     folder = Path(endpoint[len("ipc://"):]).parent
     log = open(folder / "drafter.err", "wb")
@@ -822,21 +828,9 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
     context = zmq.Context()
     try:
         _wait_bound(endpoint, proc)
-        out = {"rest_mib": rss_mib(proc.pid)}
-        attacker = _dealer(context, endpoint)
-        header = encode(Hello(PROTOCOL_VERSION, VOCAB, "x", "attacker", 4, 3, 2, 256))[0]
-        attacker.send_multipart([header, bytes(frame_mib << 20)], copy=False)
-        time.sleep(1.0)
-        attacker.close(0)
-        out[f"after_{frame_mib}_mib_frame_mib"] = rss_mib(proc.pid)
-        out["served_after_frame"] = _handshake(context, endpoint, [256])
-        out[f"after_{hellos}_hellos_mib"] = (_handshake(context, endpoint, [2 ** (13 + i) for i in range(hellos)])
-                                             and rss_mib(proc.pid))
-        out.update(many_frames_cost(endpoint, proc.pid))
-        out.update(long_ids_cost(endpoint, proc.pid))
-        out["served_after_ids"] = _handshake(context, endpoint, [256])
-        out["alive"] = proc.poll() is None
-        return out
+        if not _handshake(context, endpoint, [256]):  # it binds before loading: memory at rest is the loaded one
+            raise RuntimeError("the drafter did not answer a handshake")
+        yield endpoint, proc, context
     finally:
         context.destroy(0)
         proc.kill()
@@ -845,11 +839,35 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def many_frames_cost(endpoint: str, pid: int, count: int = 2_000_000) -> dict:
-    """One message of `count` frames from a raw ZMTP 3 peer: the drafter's RSS before, at its peak and after
-    its refusal, and the seconds from the last byte sent to the refusal received."""
-    sock = _raw_connect(endpoint, b"")
-    before, peak, done = rss_mib(pid), [0.0], threading.Event()
+def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
+    """A mock drafter process's RSS (MiB) at rest, after an oversized frame, after `hellos` Hellos of growing
+    capacity (the last at its request limit), under Hellos beyond that limit, a many-frame message and long
+    routing ids; and whether it still served a handshake after each attack."""
+    with drafter_process() as (endpoint, proc, context):
+        out = {"rest_mib": rss_mib(proc.pid)}
+        attacker = _dealer(context, endpoint)
+        header = encode(Hello(PROTOCOL_VERSION, VOCAB, "x", "attacker", 4, 3, 2, 256))[0]
+        attacker.send_multipart([header, bytes(frame_mib << 20)], copy=False)
+        time.sleep(1.0)
+        attacker.close(0)
+        out[f"after_{frame_mib}_mib_frame_mib"] = rss_mib(proc.pid)
+        out["served_after_frame"] = _handshake(context, endpoint, [256])
+        out[f"after_{hellos}_hellos_mib"] = (_handshake(context, endpoint, [REQUEST_CONTEXT >> (hellos - 1 - i)
+                                                                            for i in range(hellos)])
+                                             and rss_mib(proc.pid))
+        out.update(memory_requests_cost(context, endpoint, proc.pid))
+        out["served_after_requests"] = _handshake(context, endpoint, [256])
+        out.update(many_frames_cost(endpoint, proc.pid))
+        out.update(long_ids_cost(endpoint, proc.pid))
+        out["served_after_ids"] = _handshake(context, endpoint, [256])
+        out["alive"] = proc.poll() is None
+        return out
+
+
+@contextmanager
+def peak_rss(pid: int) -> Iterator[list[float]]:
+    """The process's largest RSS (MiB) while the block runs, sampled every 10 ms, in the list yielded."""
+    peak, done = [rss_mib(pid)], threading.Event()
 
     def watch() -> None:
         while not done.is_set():
@@ -859,14 +877,51 @@ def many_frames_cost(endpoint: str, pid: int, count: int = 2_000_000) -> dict:
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        sock.sendall(empty_frames(encode(Error("x", "y"))[0], count))
-        t0, seen, wanted = time.perf_counter(), b"", f"got {count}".encode()
-        while wanted not in seen and (data := sock.recv(4096)):
-            seen = seen[-64:] + data
-        seconds = time.perf_counter() - t0
+        yield peak
     finally:
         done.set()
         watcher.join()
+
+
+def memory_requests_cost(context, endpoint: str, pid: int, count: int = 200) -> dict:
+    """`count` Hellos from one authorized peer asking for KV caches beyond the drafter's request limit, up to
+    the largest the protocol carries: the drafter's RSS before, at its peak and after, the seconds they took,
+    and how many were answered by a typed `limit` refusal."""
+    from protocol.codec import decode as decode_frames
+
+    fingerprint = MockTokenizer(VOCAB).fingerprint
+    capacities = np.linspace(REQUEST_CONTEXT + 1, MAX_CONTEXT, 8).astype(int).tolist()
+    sock, before, refused = _dealer(context, endpoint), rss_mib(pid), 0
+    t0 = time.perf_counter()
+    try:
+        with peak_rss(pid) as peak:
+            for i in range(count):
+                capacity = capacities[i % len(capacities)]
+                sock.send_multipart(encode(Hello(PROTOCOL_VERSION, VOCAB, fingerprint, "mock", 4, 3, 2, capacity)))
+                if not sock.poll(30_000):
+                    break
+                reply = decode_frames(sock.recv_multipart())
+                refused += isinstance(reply, Error) and reply.code == "limit" and str(REQUEST_CONTEXT) in reply.message
+    finally:
+        sock.close(0)
+    name = f"requests_{count}"
+    return {f"{name}_refused": refused, f"{name}_seconds": round(time.perf_counter() - t0, 2),
+            f"{name}_before_mib": before, f"{name}_peak_mib": peak[0], f"{name}_after_mib": rss_mib(pid)}
+
+
+def many_frames_cost(endpoint: str, pid: int, count: int = 2_000_000) -> dict:
+    """One message of `count` frames from a raw ZMTP 3 peer: the drafter's RSS before, at its peak and after
+    its refusal, and the seconds from the last byte sent to the refusal received."""
+    sock = _raw_connect(endpoint, b"")
+    before = rss_mib(pid)
+    try:
+        with peak_rss(pid) as peak:
+            sock.sendall(empty_frames(encode(Error("x", "y"))[0], count))
+            t0, seen, wanted = time.perf_counter(), b"", f"got {count}".encode()
+            while wanted not in seen and (data := sock.recv(4096)):
+                seen = seen[-64:] + data
+            seconds = time.perf_counter() - t0
+    finally:
         sock.close()
     return {f"frames_{count}_refused": wanted in seen, f"frames_{count}_seconds": round(seconds, 2),
             f"frames_{count}_before_mib": before, f"frames_{count}_peak_mib": peak[0],
@@ -924,7 +979,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutations", type=int, default=300, help="trials of the campaign (default: 300)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the campaign's choices (default: 0)")
     parser.add_argument("--memory", action="store_true",
-                        help="also measure a drafter process's memory under a 512 MiB frame and eight Hellos")
+                        help="also measure a drafter process's memory under a 512 MiB frame, Hellos within and "
+                             "beyond its request limit, two million frames and long routing ids")
     ns = parser.parse_args(argv)
     if ns.mutations < 0:
         parser.error(f"--mutations must be >= 0, got {ns.mutations}")

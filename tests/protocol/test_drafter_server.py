@@ -4,10 +4,12 @@ keeps serving, and leaves its state as it was: the next valid exchange gets a va
 from __future__ import annotations
 
 import re
+import time
 
 import msgpack
 import numpy as np
 import pytest
+import zmq
 
 from drafter_proc.drafter import Drafter
 from models.mock import MockModel, MockRunner
@@ -15,10 +17,10 @@ from models.options import ModelOptions
 from pipeline.pool import Pool
 from protocol.errors import (BadArray, HandshakeMismatch, LimitExceeded, MalformedMessage, StaleMessage,
                              TokenOutOfRange, UnexpectedMessage, UnknownMessage, VersionMismatch)
-from protocol.limits import MAX_CONTEXT
+from protocol.limits import MAX_CONTEXT, REQUEST_CONTEXT
 from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Kind, PoolMsg, Ready, Shutdown, Start
 
-from tests.protocol.wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S, hello
+from tests.protocol.wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S, RawPeer, hello
 
 PROMPT = np.array([5, 17, 3, 42], np.int32)
 
@@ -240,6 +242,39 @@ def test_hello_asking_for_an_impossible_cache_gets_an_error_and_the_server_survi
     assert_error(drafter_server.recv(), LimitExceeded,
                  rf"`capacity` {2**50} is beyond the protocol's {MAX_CONTEXT} KV slots")
     assert_still_serving(drafter_server)
+
+
+def test_hellos_beyond_the_request_limit_are_refused_naming_it_and_allocate_nothing(serving, drafter_server):
+    for capacity in (REQUEST_CONTEXT + 1, MAX_CONTEXT, MAX_CONTEXT):
+        drafter_server.send(hello(capacity=capacity))
+        assert_error(drafter_server.recv(), LimitExceeded,
+                     rf"`capacity` {capacity} is beyond this drafter's {REQUEST_CONTEXT} KV slots \(its "
+                     rf"--max-request-context\): lower the target's --max-context, or start the drafter with a "
+                     rf"larger --max-request-context")
+    assert serving.runner is None  # refused before any cache was made
+    drafter_server.send(hello(capacity=REQUEST_CONTEXT))  # the limit itself is granted
+    assert isinstance(drafter_server.recv(), Ready)
+    assert_still_serving(drafter_server)
+
+
+def test_remembered_routing_ids_cost_sixteen_bytes_however_long(serving, endpoint):
+    from drafter_proc.server import DEPARTED_KEPT
+    from tests.protocol.wire_peers import raw_socket
+
+    for i in range(12):
+        sock = raw_socket()
+        sock.setsockopt(zmq.ROUTING_ID, bytes([i + 1]) * 255)  # the longest id libzmq lets a socket name
+        sock.connect(endpoint)
+        peer = RawPeer(sock)
+        peer.send(Error("x", "y"))  # speaks (an Error gets no reply), then leaves
+        assert peer.silent(0.05)
+        peer.close()
+    deadline = time.monotonic() + WAIT_S
+    while len(serving.departed) < 12 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(serving.departed) == 12 and serving.departed.maxlen == DEPARTED_KEPT
+    assert {len(tag) for tag in serving.departed} == {16}
+    assert all(len(tag) == 16 for tag in list(serving.connections.values()))
 
 
 def test_error_from_the_target_gets_no_reply(drafter_server):

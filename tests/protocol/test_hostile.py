@@ -8,7 +8,9 @@ import threading
 
 import pytest
 
-from tests.protocol.hostile import ATTACKS, HARD_S, OUTCOMES, TYPES, Arena, Campaign
+from protocol.limits import REQUEST_CONTEXT
+from tests.protocol.hostile import (ATTACKS, HARD_S, OUTCOMES, TYPES, Arena, Campaign, _handshake, drafter_process,
+                                    memory_requests_cost)
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +57,13 @@ def test_a_campaign_of_tampered_messages_never_crashes_hangs_or_changes_the_outp
     assert set(result["tampered_types"]) == {*TYPES, "injected"}  # every message type, and extra messages
     assert sum(result[o] for o in OUTCOMES) + result["untouched"] == 300
     assert result["untouched"] < 15
+
+
+@pytest.mark.slow
+def test_hellos_beyond_the_request_limit_are_refused_and_leave_the_drafter_process_memory_flat():
+    with drafter_process() as (endpoint, proc, context):
+        assert _handshake(context, endpoint, [REQUEST_CONTEXT])  # the limit's own cache, once
+        cost = memory_requests_cost(context, endpoint, proc.pid, count=100)
+        assert cost["requests_100_refused"] == 100  # each a typed `limit` error naming the limit
+        assert cost["requests_100_peak_mib"] - cost["requests_100_before_mib"] < 20
+        assert _handshake(context, endpoint, [256]) and proc.poll() is None  # serving on

@@ -150,12 +150,12 @@ def test_hellos_keep_one_kv_cache_replaced_only_by_a_larger_one(drafter_server, 
 
 
 def test_a_cache_beyond_the_free_memory_is_refused_before_it_is_made(drafter_server, monkeypatch):
-    monkeypatch.setattr(server_module, "free_bytes", lambda device: 1 << 20)
-    drafter_server.send(hello(capacity=100_000))
+    monkeypatch.setattr(server_module, "free_bytes", lambda device: 1 << 16)
+    drafter_server.send(hello(capacity=10_000))  # within the request limit, beyond the memory
     reply = drafter_server.recv()
     assert isinstance(reply, Error) and reply.code == "drafter"
-    assert reply.message == (f"the drafter cannot allocate a KV cache of {100_000 + POOL.n_expanded} slots: it "
-                             f"needs 0.01 GiB and cpu has 0.00 GiB free (lower `max_context`)")
+    assert reply.message == (f"the drafter cannot allocate a KV cache of {10_000 + POOL.n_expanded} slots: it "
+                             f"needs 0.00 GiB and cpu has 0.00 GiB free (lower `max_context`)")
 
 
 def test_a_refused_end_leaves_the_open_request_open(drafter_server):

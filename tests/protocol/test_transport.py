@@ -153,3 +153,34 @@ def test_an_endpoint_that_cannot_be_connected_to_is_a_usage_error():
 
     with pytest.raises(EndpointError, match=r"cannot connect to `endpoint` tcp://no such host:5555: "):
         Channel.connect("tcp://no such host:5555", peer="drafter")
+
+
+@pytest.mark.parametrize("where", ["tcp", "ipc"])
+def test_an_address_where_nothing_listens_is_said_within_the_connect_timeout(where, endpoint):
+    import time
+
+    from protocol.transport import Channel, NothingAnswers
+
+    address = loopback_tcp_endpoint() if where == "tcp" else endpoint  # a free port; a socket file never made
+    channel = Channel.connect(address, peer="drafter")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(NothingAnswers, match=rf"^nothing answers at {address} within 0.5 s: no drafter listens "
+                                                 rf"there \(start it, or check the address; raise `connect_timeout`"):
+            channel.wait_answer(0.5)
+    finally:
+        channel.close()
+    assert time.monotonic() - t0 < 2
+
+
+def test_a_listening_address_answers_before_anything_is_sent(endpoint):
+    from protocol.transport import Channel
+
+    listener = Listener.bind(endpoint)  # a drafter still loading its model: bound, not yet reading
+    channel = Channel.connect(endpoint, peer="drafter")
+    try:
+        channel.wait_answer(5.0)
+        assert channel.answered
+    finally:
+        channel.close()
+        listener.close()

@@ -12,8 +12,8 @@ def test_one_schema_for_a_decode_run_a_sweep_and_a_benchmark(tmp_path, mock_sess
     from programs.target_program import run_decodes
 
     run = RunOptions(decode=DecodeConfig(max_new_tokens=24), decoders="root-draw")
-    (decoded,) = run_decodes(mock_session(), [Prompt("builtin/0", "builtin", "Write a short poem about the sea "
-                                                      "at night.")], run)
+    prompt = Prompt("builtin/0", "builtin", "Write a short poem about the sea at night.")
+    (decoded,) = list(run_decodes(mock_session(), [prompt], run))
     store = sweep(mock_session(), make_options(tmp_path, decoders="root-draw", temperatures="0", budgets="8",
                                                warmup=0))
     (swept,) = [r for r in store.records if r["prompt_id"] == "builtin/0"]

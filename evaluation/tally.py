@@ -1,0 +1,85 @@
+"""A run's summary as running sums, a record at a time: what evaluation.summary.analyse gives for the run's
+records, without keeping them, so that a long run's memory does not grow with its decodes.
+
+What is kept grows with the run's prompts (each prompt's tokens and seconds per decoder, the unit the
+bootstrap resamples) and with its (decoder, seed) pairs, never with its decodes or rounds. A run decodes each
+(prompt, decoder, seed) once, so a prompt is complete (holds every pair) when it holds as many conversations
+(turn-0 records) as the run has pairs. Rounds' phase times, which only the timing report reads, are not kept.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evaluation.summary import (SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group, counted_tokens,
+                                setting_budget, with_gains)
+from pipeline.metrics import RoundCounts
+from pipeline.rules import DECODERS
+
+
+@dataclass(slots=True)
+class _Sums:
+    """One decoder's decodes of one prompt."""
+
+    decodes: int = 0
+    tokens: float = 0.0
+    seconds: float = 0.0
+    passes: int = 0
+    budgets: set = field(default_factory=set)
+    rounds: RoundCounts = field(default_factory=RoundCounts)
+    budget_rounds: Counter = field(default_factory=Counter)
+    ahead: tuple[int, int, float] = (0, 0, 0.0)  # drafting ahead: rounds that tried, hits, seconds hidden
+
+
+class Tally:
+    """The summary of one setting (T, B, and optionally a category group) of a run, record by record."""
+
+    def __init__(self, temperature: float, budget, category: str | None = None, *,
+                 speed_tokens: str = "round") -> None:
+        assert speed_tokens in SPEED_TOKENS, speed_tokens
+        self.temperature, self.budget, self.category, self.speed_tokens = temperature, budget, category, speed_tokens
+        self.pairs: set[tuple[str, int]] = set()  # (decoder, seed) pairs seen: the run's configurations
+        self.conversations: Counter = Counter()  # prompt -> (decoder, seed) conversations begun
+        self.sums: dict[str, dict[str, _Sums]] = {}  # prompt -> decoder -> sums
+
+    def add(self, record: dict) -> None:
+        """Count one decode record; those of other settings and warm-ups are skipped, as analyse skips them."""
+        if (float(record["temperature"]) != self.temperature or setting_budget(record) != self.budget
+                or record.get("warmup")
+                or (self.category is not None and category_group(record["category"]) != self.category)):
+            return
+        self.pairs.add((record["decoder"], record["seed"]))
+        self.conversations[record["prompt_id"]] += record["turn"] == 0
+        s = self.sums.setdefault(record["prompt_id"], {}).setdefault(record["decoder"], _Sums())
+        s.decodes += 1
+        s.tokens += counted_tokens(record, self.speed_tokens)
+        s.seconds += record["seconds"]
+        s.passes += record["target_passes"]
+        s.budgets.add(record["budget"])
+        s.rounds.add(record["accept_lengths"], record["accepted"], record["tried"], record["tree_sizes"])
+        s.budget_rounds.update(record["budgets"])
+        s.ahead = tuple(a + b for a, b in zip(s.ahead, ahead_counts([record])))
+
+    def setting(self, *, n_resamples: int = 2000, confidence_level: float = 0.95, rng: int = 0) -> Setting:
+        """The setting's speeds, round metrics and gains over its complete prompts (see analyse)."""
+        prompt_ids = sorted(p for p in self.sums if self.conversations[p] == len(self.pairs))
+        names = [d for d in DECODERS if any(d in by_decoder for by_decoder in self.sums.values())]
+        stats = {d: self._decoder_stats(d, prompt_ids) for d in names}
+        setting = Setting(self.temperature, self.budget, self.category, prompt_ids, len(self.sums),
+                          sorted({seed for _, seed in self.pairs}), stats)
+        return with_gains(setting, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+
+    def _decoder_stats(self, decoder: str, prompt_ids: list[str]) -> DecoderStats:
+        mine = [self.sums[p].get(decoder, _Sums()) for p in prompt_ids]
+        rounds, budget_rounds = RoundCounts(), Counter()
+        for s in mine:
+            rounds.merge(s.rounds)
+            budget_rounds.update(s.budget_rounds)
+        return DecoderStats(decoder, sorted(set().union(*(s.budgets for s in mine)), key=str),
+                            sum(s.decodes for s in mine), np.array([s.tokens for s in mine], float),
+                            np.array([s.seconds for s in mine], float), sum(s.passes for s in mine), rounds.stats(),
+                            dict(budget_rounds), None,
+                            tuple(sum(x) for x in zip((0, 0, 0.0), *(s.ahead for s in mine))))
