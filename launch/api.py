@@ -195,20 +195,19 @@ class Pair:
     def _stream_here(self, request: dict) -> Iterator[dict]:
         """Streaming with the target in this process: the decode runs on a worker thread, its rounds' tokens
         reach the caller through a queue; a caller that stops reading stops the decode at its next round."""
-        from programs.target_program import TextStream, request_records
+        from programs.target_program import request_records
 
         chunks: queue.Queue = queue.Queue()
         stopped = threading.Event()
-        text = TextStream(self.session.tokenizer)
 
-        def on_tokens(tokens: list[int]) -> None:
+        def on_text(chunk: dict) -> None:
             if stopped.is_set():
                 raise _StreamLeft
-            chunks.put({"kind": "tokens", **text.add(tokens)})
+            chunks.put({"kind": "tokens", **chunk})
 
         def work() -> None:
             try:
-                for record in request_records(self.session, request, on_tokens):
+                for record in request_records(self.session, request, on_text):
                     chunks.put(record)
                 chunks.put(None)
             except BaseException as e:  # handed to the caller's thread, which raises it
