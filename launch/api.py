@@ -9,8 +9,13 @@
 
 The drafter always runs in a process of its own; the target runs in the caller's process (the default) or
 in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
-Records are evaluation.record's, as `launch/pair.sh --json` prints them. Settings are DecodeConfig's
-fields by name (temperature, budget, max_new_tokens, seed); a bad value raises ConfigError naming it.
+Records are evaluation.record's, as `launch/pair.sh --json` prints them: the prompt's text, the output's
+ids and text, and how it ended, as vLLM says it (`finish_reason` "stop" or "length", `stop_reason` the stop
+string or stop token id that matched). Settings are DecodeConfig's fields by name (temperature, top_k,
+top_p, min_p, stop, stop_token_ids, budget, max_new_tokens, seed); a bad value raises ConfigError naming
+it. Stops follow vLLM's defaults: `stop` strings end the output at the token that completes one, its text
+cut before the string; a token of `stop_token_ids` ends it as an end-of-sequence token does, kept as the
+ids' last, its text left out.
 Importing this module starts nothing and changes nothing process-wide.
 
 A pair's children never outlive it: they get SIGTERM when the caller dies however it dies (a parent-death
