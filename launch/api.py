@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from evaluation.prompts import Prompt
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import to_argv
@@ -102,7 +102,7 @@ class Pair:
 
         # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
         child = dict(cwd=PROJECT, preexec_fn=_die_with(os.getpid()), process_group=0)
-        drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options),
+        drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options, skip=TARGET_ONLY),
                    "--endpoint", self.endpoint, "--exit-with-target", "--log-level", self.log_level]
         self._procs.append(subprocess.Popen(drafter, stdin=subprocess.DEVNULL, **child))
         self._wait_for_drafter()

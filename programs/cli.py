@@ -2,7 +2,8 @@
 
 A field `max_new_tokens: int = 256` becomes `--max-new-tokens N` (with an optional prefix); a bool field
 defaulting to True becomes `--no-NAME`, one defaulting to False `--NAME`; a `tuple[str, ...]` field is
-repeatable; a `tuple[int, ...]` field takes a comma-separated list. A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
+repeatable; a `tuple[int, ...]` field takes a comma-separated list; a field with metadata `{"required":
+True}` is a required option (usage and help say so). A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
 those fields of it as options of their own (so RunOptions embeds DecodeConfig's `--temperature`,
 `--budget`, ... without repeating them).
 
@@ -96,6 +97,10 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
         elif f.type in ("tuple[str, ...]", "list[str]"):
             group.add_argument(option, dest=dest, action="append", default=None,
                                metavar=f.metadata.get("metavar", "TEXT"), help=help_text)
+        elif f.metadata.get("required"):  # shown as required in usage and help; its check stays the field's
+            kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
+            group.add_argument(option, dest=dest, type=kind, required=True, help=help_text + " (required)",
+                               metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
         else:
             kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
             shown = f" (default: {default})" if default not in (None, "", (), dataclasses.MISSING) else ""
@@ -168,7 +173,8 @@ def to_argv(obj: Any, *, prefix: str = "", skip: tuple[str, ...] = ()) -> list[s
 
 
 def add_endpoint(parser: argparse.ArgumentParser, help_text: str, required: bool = True) -> None:
-    parser.add_argument("--endpoint", required=required, metavar="ADDR", help=help_text)
+    parser.add_argument("--endpoint", required=required, metavar="ADDR",
+                        help=help_text + (" (required)" if required else ""))
     flags_of(parser)["endpoint"] = "--endpoint"
 
 
