@@ -1,8 +1,11 @@
 """The one record of a decode, as every program writes it: the decode run's --json lines, sweep records
 (which add where in the schedule the decode ran), the benchmarks, the GPU check and the Python API.
 
-A record holds one turn of one prompt: the output (ids and text, at most `max_new_tokens` tokens), how
-many tokens the last round produced beyond the limit, its time, and per-round columns (accept lengths
+A record holds one turn of one prompt: the prompt's text (the context the decode continued, chat template
+included), the output (ids and text, at most `max_new_tokens` tokens), how it ended (`finish_reason` "stop"
+at an end-of-sequence token, a stop token id or a stop string, "length" at the limit; `stop_reason` the
+stop string or stop token id that matched, else None; `stop` which of the four, as pipeline.result's
+FINISHES), how many tokens the last round produced beyond the limit, its time, and per-round columns (accept lengths
 with the bonus token, accepted tree nodes, depths tried, tree sizes, the budget each round ran with (0: a
 plain round), phase times). Multi-turn prompts give one record per turn (target_proc.conversation decodes
 them in one conversation with the decoder's own earlier answers).
@@ -15,19 +18,25 @@ import time
 from pipeline.result import PHASES, DecodeResult
 from pipeline.settings import DecodeConfig
 
-SCHEMA = 2  # 1: records before the output limit was exact (no `schema` field)
+SCHEMA = 3
+# Schemas still read: 2 lacks `prompt`, `finish_reason`, `stop_reason`, `stop_strings` and `stop_token_ids`
+# (finish_reason() derives the reason from `stop`); 1, before the output limit was exact (no `schema`
+# field), is refused.
+READABLE = (2, 3)
 
 
 def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str, category: str, turn: int,
-                  prompt_tokens: int, text: str) -> dict:
+                  prompt_tokens: int, text: str, prompt: str = "", stop_reason: str | int | None = None) -> dict:
     rounds = result.rounds
     return {
         "kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,
         "decoder": config.decoder, "temperature": config.temperature, "top_k": config.top_k,
-        "top_p": config.top_p, "min_p": config.min_p, "budget": config.budget,
-        "seed": config.seed, "max_new_tokens": config.max_new_tokens, "prompt_tokens": prompt_tokens,
+        "top_p": config.top_p, "min_p": config.min_p, "stop_strings": list(config.stop),
+        "stop_token_ids": list(config.stop_token_ids), "budget": config.budget,
+        "seed": config.seed, "max_new_tokens": config.max_new_tokens, "prompt": prompt, "prompt_tokens": prompt_tokens,
         "new_tokens": len(result.tokens), "token_ids": list(result.tokens), "text": text,
-        "overshoot": result.overshoot, "stop": "limit" if result.hit_limit else "eos",
+        "finish_reason": "length" if result.hit_limit else "stop", "stop_reason": stop_reason,
+        "overshoot": result.overshoot, "stop": result.finish,
         "seconds": result.seconds, "prefill_seconds": result.prefill_seconds,
         "tokens_per_second": result.tokens_per_second, "rounds": len(rounds), "target_passes": result.target_passes,
         "accept_lengths": [r.emitted for r in rounds], "accepted": [r.accepted for r in rounds],
@@ -38,3 +47,8 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         "ahead_seconds": [r.ahead_seconds for r in rounds],
         "finished": time.time(),
     }
+
+
+def finish_reason(record: dict) -> str:
+    """A record's finish_reason, "stop" or "length", from schema 2's `stop` where it has none."""
+    return record.get("finish_reason") or ("length" if record["stop"] == "limit" else "stop")

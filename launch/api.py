@@ -9,8 +9,13 @@
 
 The drafter always runs in a process of its own; the target runs in the caller's process (the default) or
 in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
-Records are evaluation.record's, as `launch/pair.sh --json` prints them. Settings are DecodeConfig's
-fields by name (temperature, budget, max_new_tokens, seed); a bad value raises ConfigError naming it.
+Records are evaluation.record's, as `launch/pair.sh --json` prints them: the prompt's text, the output's
+ids and text, and how it ended, as vLLM says it (`finish_reason` "stop" or "length", `stop_reason` the stop
+string or stop token id that matched). Settings are DecodeConfig's fields by name (temperature, top_k,
+top_p, min_p, stop, stop_token_ids, budget, max_new_tokens, seed); a bad value raises ConfigError naming
+it. Stops follow vLLM's defaults: `stop` strings end the output at the token that completes one, its text
+cut before the string; a token of `stop_token_ids` ends it as an end-of-sequence token does, kept as the
+ids' last, its text left out.
 Importing this module starts nothing and changes nothing process-wide.
 
 A pair's children never outlive it: they get SIGTERM when the caller dies however it dies (a parent-death
@@ -40,7 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from evaluation.prompts import Prompt
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import to_argv
@@ -98,9 +103,9 @@ class Pair:
 
         # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
         child = dict(cwd=PROJECT, preexec_fn=_die_with(os.getpid()), process_group=0)
-        drafter = [sys.executable, "-P", "-m", "programs.drafter_program", *to_argv(self.drafter_options),
-                   "--endpoint", self.endpoint, "--exit-with-target", "--max-request-context",
-                   str(self.target_options.max_context), "--log-level", self.log_level]
+        drafter = [sys.executable, "-P", "-m", "programs.drafter_program",
+                   *to_argv(self.drafter_options, skip=TARGET_ONLY), "--endpoint", self.endpoint, "--exit-with-target",
+                   "--max-request-context", str(self.target_options.max_context), "--log-level", self.log_level]
         self._procs.append(subprocess.Popen(drafter, stdin=subprocess.DEVNULL, **child))
         self._wait_for_drafter()
         try:
@@ -206,20 +211,19 @@ class Pair:
     def _stream_here(self, request: dict) -> Iterator[dict]:
         """Streaming with the target in this process: the decode runs on a worker thread, its rounds' tokens
         reach the caller through a queue; a caller that stops reading stops the decode at its next round."""
-        from programs.target_program import TextStream, request_records
+        from programs.target_program import request_records
 
         chunks: queue.Queue = queue.Queue()
         stopped = threading.Event()
-        text = TextStream(self.session.tokenizer)
 
-        def on_tokens(tokens: list[int]) -> None:
+        def on_text(chunk: dict) -> None:
             if stopped.is_set():
                 raise _StreamLeft
-            chunks.put({"kind": "tokens", **text.add(tokens)})
+            chunks.put({"kind": "tokens", **chunk})
 
         def work() -> None:
             try:
-                for record in request_records(self.session, request, on_tokens):
+                for record in request_records(self.session, request, on_text):
                     chunks.put(record)
                 chunks.put(None)
             except BaseException as e:  # handed to the caller's thread, which raises it

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from evaluation.prompts import BUILTIN
-from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import add_log_level, add_options, flags_of, from_options, to_argv
@@ -152,8 +152,9 @@ def plan(argv: list[str]) -> LaunchPlan:
         keys = dataclasses.replace(keys, curve=keys.curve or private_dir is None)
         if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
             connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
-        drafter = PY + ["programs.drafter_program", *to_argv(models["drafter"]), "--endpoint", endpoint, *to_argv(keys),
-                        "--max-request-context", str(models["target"].max_context), "--log-level", ns.log_level]
+        drafter = PY + ["programs.drafter_program", *to_argv(models["drafter"], skip=TARGET_ONLY), "--endpoint",
+                        endpoint, *to_argv(keys), "--max-request-context", str(models["target"].max_context),
+                        "--log-level", ns.log_level]
     target = [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
     if mode == "sweep":

@@ -35,6 +35,10 @@ class MockTokenizer:
     def decode(self, ids) -> str:
         return "".join(_ALPHABET[(i - 1) % len(_ALPHABET)] for i in ids if i != EOS)
 
+    def prompt_text(self, ids) -> str:
+        """The text of prompt ids (the mock has no special tokens to keep)."""
+        return self.decode(ids)
+
 
 class HFTokenizer:
     """A transformers tokenizer; prompts are one user turn through the chat template, no system turn."""
@@ -74,3 +78,7 @@ class HFTokenizer:
 
     def decode(self, ids) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=True)
+
+    def prompt_text(self, ids) -> str:
+        """The text of prompt ids as the model reads it: chat template and special tokens included."""
+        return self.tok.decode(list(ids), skip_special_tokens=False)

@@ -75,6 +75,30 @@ def check_seconds(name: str, value) -> float:
     return float(value)
 
 
+def check_stop_strings(name: str, value) -> tuple[str, ...]:
+    """Stop strings: one string or a list of them, each non-empty -> a tuple."""
+    items = (value,) if isinstance(value, str) else value
+    if not (isinstance(items, (list, tuple)) and all(isinstance(s, str) and s for s in items)):
+        raise ConfigError(name, f"must be a non-empty string or a list of them, got {value!r}")
+    return tuple(items)
+
+
+def check_token_ids(name: str, value) -> tuple[int, ...]:
+    """Token ids: one id or a list of them, each a non-negative integer -> a tuple. Whether they are in the
+    vocabulary is checked where the vocabulary is known."""
+    items = (value,) if is_int(value) else value
+    if not (isinstance(items, (list, tuple)) and all(is_int(t) and t >= 0 for t in items)):
+        raise ConfigError(name, f"must be a non-negative token id or a list of them, got {value!r}")
+    return tuple(int(t) for t in items)
+
+
+def parse_token_ids(text: str) -> tuple[int, ...] | str:
+    """Token ids as a command line spells them, comma-separated (checked by check_token_ids; text that is
+    not a list of integers is handed on as it is, for that check to name)."""
+    items = split_list(text)
+    return tuple(int(t) for t in items) if all(t.lstrip("-").isdigit() for t in items) else text
+
+
 def split_list(text: str) -> list[str]:
     """The non-empty items of a comma-separated option value."""
     return [item.strip() for item in text.split(",") if item.strip()]

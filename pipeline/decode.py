@@ -63,6 +63,14 @@ class Observer(Protocol):
         """See decode's `observe`: the round's step (its commit done), its root token and its budget."""
 
 
+class StopCheck(Protocol):
+    def __call__(self, output: Sequence[int], new: Sequence[int]) -> int | None:
+        """The index in `new` of the first token at which the output (`output`, then `new`) ends, or None.
+
+        Called with each round's tokens before they join `output`; decode passes no token twice.
+        """
+
+
 class DrafterClient(Protocol):
     def start(self, prompt: Sequence[int]) -> None:
         """Begin a request; the drafter grows the pool of round 0 from the whole prompt."""
@@ -133,9 +141,14 @@ class Step:
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
            eos: frozenset[int], generator: torch.Generator | None, *, sync_phases: bool = False,
            costs: PassCosts | None = None, experience: Experience | None = None,
-           observe: Observer | None = None, on_tokens: Callable[[list[int]], None] | None = None) -> DecodeResult:
+           observe: Observer | None = None, on_tokens: Callable[[list[int]], None] | None = None,
+           stop_check: StopCheck | None = None) -> DecodeResult:
     """One decode of `prompt` (token ids, at least one) by `config`'s rule: the paper's round until the limit.
 
+    The output ends at its first `eos` token or `config.stop_token_ids` token, or at the token from which
+    `stop_check` (the caller's stop strings, checked on the text) says it ends, that token included; the
+    round that reaches it is the last, and the tokens it verified after that stop are dropped, as after an
+    end-of-sequence token. Stopping changes no law: a decode stops at the same token whatever its rule.
     Budgets: pipeline.budget's policy (auto: from `costs`, this device's, and `experience`, the setting's
     earlier decodes). Phases end in a host read; `sync_phases` also waits for each commit (a sync a round).
     `observe` sees each round after its commit (a measurement, left out of the decode's time); `on_tokens`
@@ -146,6 +159,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
     rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe)
     feed = DrafterFeed(drafter)
+    stops = _Stops(eos, frozenset(config.stop_token_ids), stop_check)
     history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
     budget = policy.first(len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)
@@ -155,7 +169,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         policy.observe(step.on_path, budget, step.phases, feed)
         passes += step.passes
         emitted = step.emitted
-        stop = _extend(out, emitted, eos, config.max_new_tokens, on_tokens)
+        stop = _extend(out, emitted, stops, config.max_new_tokens, on_tokens)
         if stop is not None or len(out) >= config.max_new_tokens:
             break
         history += emitted
@@ -170,16 +184,35 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     return _result(out, config.max_new_tokens, stop, log, passes, seconds, prefill_seconds)
 
 
-def _extend(out: list[int], emitted: list[int], eos: frozenset[int], limit: int,
-            on_tokens: Callable[[list[int]], None] | None) -> int | None:
-    """Append a round's tokens, up to its first end-of-sequence token, to `out` -> that token's index in
-    `emitted`, or None. `on_tokens` gets what the output gains, cut at the limit."""
-    stop = next((i for i, t in enumerate(emitted) if t in eos), None)
-    new = emitted if stop is None else emitted[: stop + 1]
+@dataclass(frozen=True, slots=True)
+class _Stops:
+    """Where a round's tokens end the output: an end-of-sequence token, a stop token id, or `check`'s word."""
+
+    eos: frozenset[int]
+    ids: frozenset[int]
+    check: StopCheck | None
+
+    def first(self, output: list[int], emitted: list[int]) -> tuple[int, str] | None:
+        """(index in `emitted` of the first token the output ends with, its FINISHES reason), or None."""
+        found = next(((i, "eos" if t in self.eos else "stop_token_id") for i, t in enumerate(emitted)
+                      if t in self.eos or t in self.ids), None)
+        if self.check is not None:
+            within = emitted if found is None else emitted[: found[0]]  # a string completed before the token
+            if (i := self.check(output, within)) is not None:
+                return i, "stop_string"
+        return found
+
+
+def _extend(out: list[int], emitted: list[int], stops: _Stops, limit: int,
+            on_tokens: Callable[[list[int]], None] | None) -> str | None:
+    """Append a round's tokens, up to its first stop (included), to `out` -> that stop's FINISHES reason, or
+    None. `on_tokens` gets what the output gains, cut at the limit."""
+    stop = stops.first(out, emitted)
+    new = emitted if stop is None else emitted[: stop[0] + 1]
     if on_tokens is not None and (shown := new[: max(0, limit - len(out))]):
         on_tokens(shown)
     out.extend(new)
-    return stop
+    return None if stop is None else stop[1]
 
 
 def _prefill(target: TargetRunner, feed: DrafterFeed, history: list[int], budget: int, t_start: float) -> float:
@@ -199,12 +232,12 @@ def _check(rule: Rule, prompt: Sequence[int], drafter: DrafterClient | None) -> 
         raise ValueError(f"decoder {rule.name!r} needs a drafter")
 
 
-def _result(out: list[int], limit: int, stop: int | None, log: list[Round], passes: int, seconds: float,
+def _result(out: list[int], limit: int, stop: str | None, log: list[Round], passes: int, seconds: float,
             prefill_seconds: float) -> DecodeResult:
     """The last round is verified whole (the paper's protocol); the output stops at the limit, as generate's
-    max_new_tokens and every serving API do."""
-    hit_limit = len(out) >= limit and (stop is None or len(out) > limit)
-    return DecodeResult(out[:limit], log, passes, seconds, hit_limit, prefill_seconds, out[limit:])
+    max_new_tokens and every serving API do. A stop past the limit does not count: the limit cut first."""
+    finish = "limit" if stop is None or len(out) > limit else stop
+    return DecodeResult(out[:limit], log, passes, seconds, finish, prefill_seconds, out[limit:])
 
 
 class _Rounds:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+# How a decode's output ended: at an end-of-sequence token, at a stop token id, at a stop string (the
+# caller's check of the text), or at the limit (max_new_tokens).
+FINISHES = ("eos", "stop_token_id", "stop_string", "limit")
+
 # Phases of a round, in Round.phases: the drafter's own time growing the pool, then the target's steps.
 PHASES = ("draft", "root", "wait", "select", "tree", "commit")
 
@@ -26,14 +30,20 @@ class Round:
 
 @dataclass(slots=True)
 class DecodeResult:
-    tokens: list[int]  # the output: new tokens up to the first end-of-sequence token, at most the limit
+    tokens: list[int]  # the output: new tokens up to the first stop (an end-of-sequence token, a stop token id,
+    #                    the token that completes a stop string; included), at most the limit
     rounds: list[Round]
     target_passes: int  # target passes after the prefill
     seconds: float  # start of the prefill to the last commit
-    hit_limit: bool  # the output was cut by the limit, not ended by an end-of-sequence token
+    finish: str  # how the output ended, one of FINISHES
     prefill_seconds: float = 0.0
     beyond: list[int] = field(default_factory=list)  # what the last round produced past the limit (up to
-    #                                                  its end-of-sequence token): verified, not output
+    #                                                  its first stop): verified, not output
+
+    @property
+    def hit_limit(self) -> bool:
+        """The output was cut by the limit, not ended by a stop."""
+        return self.finish == "limit"
 
     @property
     def overshoot(self) -> int:

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from pipeline.config import (AUTO, BUDGET_PRIORS, CapacityError, ConfigError, Filters, check_budget, check_int,
-                             check_temperature)
+                             check_stop_strings, check_temperature, check_token_ids)
 from pipeline.rules import RULES
 
 
@@ -38,6 +38,12 @@ class DecodeConfig:
     min_p: float = field(default=0.0, metadata={
         "help": "at T > 0, sample among tokens at least P times as probable as the most probable (0: all)",
         "metavar": "P"})
+    stop: tuple[str, ...] = field(default=(), metadata={
+        "help": "end the output at the first of these strings in its text, which the text then stops just "
+                "before (repeatable)", "metavar": "TEXT"})
+    stop_token_ids: tuple[int, ...] = field(default=(), metadata={
+        "help": "end the output at the first of these token ids, as at an end-of-sequence token: the id is the "
+                "output's last, its text left out (comma-separated)", "metavar": "ID,ID", "parse": "token_ids"})
     ahead: bool = field(default=False, metadata={
         "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
                 "where the round most probably ends, and the next round takes it when the round ended there "
@@ -55,6 +61,8 @@ class DecodeConfig:
         if self.budget_prior not in BUDGET_PRIORS:
             raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
         self.filters  # checks top_k, top_p and min_p
+        object.__setattr__(self, "stop", check_stop_strings("stop", self.stop))
+        object.__setattr__(self, "stop_token_ids", check_token_ids("stop_token_ids", self.stop_token_ids))
         if not isinstance(self.ahead, bool):
             raise ConfigError("ahead", f"must be true or false, got {self.ahead!r}")
 

@@ -2,7 +2,8 @@
 
 A field `max_new_tokens: int = 256` becomes `--max-new-tokens N` (with an optional prefix); a bool field
 defaulting to True becomes `--no-NAME`, one defaulting to False `--NAME`; a `tuple[str, ...]` field is
-repeatable. A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
+repeatable; a `tuple[int, ...]` field takes a comma-separated list; a field with metadata `{"required":
+True}` is a required option (usage and help say so). A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
 those fields of it as options of their own (so RunOptions embeds DecodeConfig's `--temperature`,
 `--budget`, ... without repeating them).
 
@@ -28,7 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.config import ConfigError, InputError, parse_budget
+from pipeline.config import ConfigError, InputError, parse_budget, parse_token_ids
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
 from protocol.transport import check_endpoint
 
@@ -45,7 +46,7 @@ class Flags(dict):
         return re.sub(r"`(\w+)`", lambda m: self.get(m.group(1), m.group(0)), message)
 
 
-PARSERS = {"budget": parse_budget}  # option values of fields whose type is not one word
+PARSERS = {"budget": parse_budget, "token_ids": parse_token_ids}  # option values of fields whose type is not one word
 
 
 def flags_of(parser: argparse.ArgumentParser) -> Flags:
@@ -96,9 +97,13 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
         elif f.type in ("tuple[str, ...]", "list[str]"):
             group.add_argument(option, dest=dest, action="append", default=None,
                                metavar=f.metadata.get("metavar", "TEXT"), help=help_text)
+        elif f.metadata.get("required"):  # shown as required in usage and help; its check stays the field's
+            kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
+            group.add_argument(option, dest=dest, type=kind, required=True, help=help_text + " (required)",
+                               metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
         else:
             kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
-            shown = f" (default: {default})" if default not in (None, "", dataclasses.MISSING) else ""
+            shown = f" (default: {default})" if default not in (None, "", (), dataclasses.MISSING) else ""
             group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
                                metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
 
@@ -159,13 +164,17 @@ def to_argv(obj: Any, *, prefix: str = "", skip: tuple[str, ...] = ()) -> list[s
         elif f.type in ("tuple[str, ...]", "list[str]"):
             for item in value:
                 argv += [flag(f.name, prefix), str(item)]
+        elif f.type == "tuple[int, ...]":
+            if value:
+                argv += [flag(f.name, prefix), ",".join(str(v) for v in value)]
         else:
             argv += [flag(f.name, prefix), str(value)]
     return argv
 
 
 def add_endpoint(parser: argparse.ArgumentParser, help_text: str, required: bool = True) -> None:
-    parser.add_argument("--endpoint", required=required, metavar="ADDR", help=help_text)
+    parser.add_argument("--endpoint", required=required, metavar="ADDR",
+                        help=help_text + (" (required)" if required else ""))
     flags_of(parser)["endpoint"] = "--endpoint"
 
 

@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from models.options import ModelOptions
+from models.options import TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError
 from programs.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
                         from_options, run_program, setup_logging)
@@ -27,7 +27,7 @@ log = logging.getLogger("drafter")
 
 def build_parser(prog: str = "python -m programs.drafter_program") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="The drafter process: grows a candidate pool each round.")
-    add_options(parser, ModelOptions)
+    add_options(parser, ModelOptions, skip=TARGET_ONLY)
     add_endpoint(parser, "ipc://PATH or tcp://HOST:PORT to bind (tcp://0.0.0.0:PORT: every interface)")
     add_options(parser, KeyOptions)
     add_options(parser, ServeOptions)
@@ -78,7 +78,7 @@ def describe_keys(keys, options: KeyOptions) -> str:
 def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_program") -> int:
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
-    options = from_options(parser, ns, ModelOptions)
+    options = from_options(parser, ns, ModelOptions, skip=TARGET_ONLY)
     key_options = from_options(parser, ns, KeyOptions)
     serve = from_options(parser, ns, ServeOptions)
     endpoint = endpoint_option(parser, ns.endpoint)

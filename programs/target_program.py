@@ -33,6 +33,7 @@ from programs.cli import (add_endpoint, add_log_level, add_options, endpoint_opt
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from target_proc.conversation import decode_context, decode_conversation
 from target_proc.session import Session, open_session
+from target_proc.stops import StopStrings
 
 log = logging.getLogger("target")
 
@@ -128,9 +129,7 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
         try:
             request = json.loads(line)
             number = request.get("request") if isinstance(request, dict) else None
-            text = TextStream(session.tokenizer)
-            streamed = (lambda tokens: say({"kind": "tokens", **text.add(tokens)}, number)) \
-                if request.get("stream") else None
+            streamed = (lambda chunk: say({"kind": "tokens", **chunk}, number)) if request.get("stream") else None
             for record in request_records(session, request, streamed):
                 say(record, number)
         except (InputError, ValueError, KeyError, TypeError) as e:  # a bad request; the session goes on
@@ -140,33 +139,60 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
         say({"kind": "done"}, number)
 
 
-def request_records(session: Session, request: dict, on_tokens=None) -> Iterator[dict]:
+def request_records(session: Session, request: dict, on_text: Callable[[dict], None] | None = None
+                    ) -> Iterator[dict]:
     """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
-    "context": token ids or chat messages}), in the target process or in the caller's; `on_tokens` gets each
-    round's new tokens (streaming)."""
+    "context": token ids or chat messages}), in the target process or in the caller's; `on_text` gets
+    {"tokens", "text"} as each round commits tokens (streaming: TextStream's chunks)."""
     config = DecodeConfig(**request["config"])
+    stream = TextStream(session.tokenizer, config)
+    on_tokens = None if on_text is None else (lambda tokens: on_text(stream.add(tokens)))
     if "context" in request:
-        yield decode_context(session, request["context"], config, prompt_id=str(request["id"]),
-                             category=str(request["category"]), on_tokens=on_tokens)
+        records = [decode_context(session, request["context"], config, prompt_id=str(request["id"]),
+                                  category=str(request["category"]), on_tokens=on_tokens)]
     else:
         prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
-        yield from decode_conversation(session, prompt, config, on_tokens=on_tokens)
+        records = decode_conversation(session, prompt, config, on_tokens=on_tokens)
+    for record in records:
+        if on_text is not None and (rest := stream.rest(record["text"])):
+            on_text(rest)
+        stream = TextStream(session.tokenizer, config)  # the next turn's
+        yield record
 
 
 class TextStream:
-    """The text a stream of output tokens adds, round by round (decoding the whole output each time, so
-    that tokens that make up one character together are shown once complete)."""
+    """The text a stream of output tokens adds, round by round, as the record's text will hold it: decoding
+    the whole output each time, so that tokens that make up one character together are shown once complete;
+    a stop token id's text left out; text cut before a stop string, and a tail that may begin one held back
+    until the next tokens tell (`rest` gives what is held back once the record is there)."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, config: DecodeConfig) -> None:
         self.tokenizer, self.tokens, self.text = tokenizer, [], ""
+        self.stops, self.stop_ids = StopStrings(tokenizer, config.stop), frozenset(config.stop_token_ids)
 
     def add(self, tokens: list[int]) -> dict:
         self.tokens += tokens
-        text = self.tokenizer.decode(self.tokens).rstrip("\ufffd")  # a character still incomplete waits
+        ended = bool(self.tokens) and self.tokens[-1] in self.stop_ids  # only the output's last can be
+        text = self.stops.text(self.tokens[:-1] if ended else self.tokens)
+        if (found := self.stops.first(text)) is not None:
+            text = text[: found[0]]
+        else:
+            text = text[: len(text) - self._held(text)]
         if not text.startswith(self.text):  # a tokenizer that rewrites earlier text: nothing new to show yet
             return {"tokens": list(tokens), "text": ""}
         new, self.text = text[len(self.text):], text
         return {"tokens": list(tokens), "text": new}
+
+    def rest(self, final: str) -> dict | None:
+        """The chunk that completes the streamed text to the record's `final` text, or None."""
+        if len(final) <= len(self.text) or not final.startswith(self.text):
+            return None
+        new, self.text = final[len(self.text):], final
+        return {"tokens": [], "text": new}
+
+    def _held(self, text: str) -> int:
+        """The length of the longest end of `text` that begins a stop string (0: none)."""
+        return max((k for s in self.stops.strings for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
 
 
 def _turns(turns) -> tuple[str, tuple[str, ...]]:

@@ -12,6 +12,7 @@ from pipeline.config import InputError, is_int
 from pipeline.pool import out_of_vocab
 from pipeline.settings import DecodeConfig
 from target_proc.recorder import RoundRecorder
+from target_proc.stops import output_text
 
 
 class Conversation(Protocol):
@@ -42,7 +43,7 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
             recorder = RoundRecorder(session.target, config) if rounds else None
             result = session.decode(ids, config, key, **_given(observe=recorder, on_tokens=on_tokens))
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
-                                   prompt_tokens=len(ids), text=session.tokenizer.decode(result.tokens))
+                                   prompt_tokens=len(ids), **_texts(session.tokenizer, ids, result, config))
             if rounds:
                 rounds(record, recorder.rounds)
             yield record
@@ -78,7 +79,13 @@ def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, cat
     ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
     result = session.decode(ids, config, prompt_id, **_given(on_tokens=on_tokens))
     return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_tokens=len(ids),
-                         text=session.tokenizer.decode(result.tokens))
+                         **_texts(session.tokenizer, ids, result, config))
+
+
+def _texts(tokenizer, ids: list[int], result, config: DecodeConfig) -> dict:
+    """A record's texts: the prompt's, the output's (cut before a stop string) and the stop that matched."""
+    text, stop_reason = output_text(tokenizer, result, config)
+    return {"prompt": tokenizer.prompt_text(ids), "text": text, "stop_reason": stop_reason}
 
 
 def _given(**keywords) -> dict:

@@ -21,6 +21,7 @@ from protocol.transport import CONNECT_TIMEOUT_S, Channel, ClientKeys, is_loopba
 from target_proc import costs
 from target_proc.client import RemoteDrafter
 from target_proc.recorder import RoundRecorder
+from target_proc.stops import check_stop_ids, stop_check
 from target_proc.target import Target
 
 SHUTDOWN_WAIT_S = 2.0  # how long a clean exit waits for its Shutdown to leave
@@ -47,9 +48,11 @@ class Session:
         sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
         CPU the target switches torch's thread count between passes; the caller's count is restored.
         observe: see pipeline.decode.decode (a RoundRecorder, which needs room for a pass over the pool).
+        The config's stop strings are checked on the text this session's tokenizer gives (target_proc.stops).
         """
         extra = max(0, RoundRecorder.slots(self.pool.size) - config.largest_tree) if observe else 0  # see sweep
         config.check_fits(len(prompt_ids) + extra, self.target.capacity)
+        check_stop_ids(config, self.target.runner.vocab_size)
         generator = torch.Generator(device=self.target.device)
         generator.manual_seed(stream_seed(config.seed, prompt_key, config.decoder))
         threads = torch.get_num_threads()
@@ -61,7 +64,7 @@ class Session:
                     config.budget_prior == "session")
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
                           sync_phases=sync_phases, costs=pass_costs, experience=experience, observe=observe,
-                          on_tokens=on_tokens)
+                          on_tokens=on_tokens, stop_check=stop_check(self.tokenizer, config))
         finally:
             torch.set_num_threads(threads)
 

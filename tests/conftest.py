@@ -67,9 +67,10 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
     n = len(tree_sizes)
     return {"kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,
             "decoder": decoder, "temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-            "budget": budget, "seed": seed, "max_new_tokens": 64,
-            "prompt_tokens": 5, "new_tokens": tokens, "token_ids": [1] * tokens, "text": "x" * tokens,
-            "overshoot": overshoot, "stop": "limit", "seconds": seconds, "prefill_seconds": 0.1,
+            "stop_strings": [], "stop_token_ids": [], "budget": budget, "seed": seed, "max_new_tokens": 64,
+            "prompt": "p" * 5, "prompt_tokens": 5, "new_tokens": tokens, "token_ids": [1] * tokens,
+            "text": "x" * tokens, "finish_reason": "length", "stop_reason": None, "overshoot": overshoot,
+            "stop": "limit", "seconds": seconds, "prefill_seconds": 0.1,
             "tokens_per_second": tokens / seconds, "rounds": n, "target_passes": n,
             "accept_lengths": [a + 1 for a in accepted], "accepted": list(accepted), "tried": list(accepted),
             "tree_sizes": list(tree_sizes), "available": list(available) if available is not None else [0] * n,

@@ -1,7 +1,8 @@
 """python -m timing export RUN_DIR OUT_DIR --format spec-bench: a sweep's records as Spec-Bench model answers.
 
-One JSONL file per (decoder, T, B), one line per question, in the format Spec-Bench's inference writes and
-its `evaluation/speed.py` (`speed`, `get_single_speedup`) reads:
+One JSONL file per (decoder, T, B), MODEL-DECODER-temperature-T-budget-B.jsonl (Spec-Bench's
+MODEL_ID-temperature-T.jsonl with the budget added), one line per question, in the format Spec-Bench's
+inference writes and its `evaluation/speed.py` (`speed`, `get_single_speedup`) reads:
 
     {"question_id": int, "category": str, "answer_id": str, "model_id": str, "tstamp": float,
      "choices": [{"index": i, "turns": [answer text per turn], "decoding_steps": [rounds per turn],

@@ -38,7 +38,8 @@ class SweepOptions:
         "help": "at T > 0, decode with sampling seeds S..S+N-1 (greedy decodes do not depend on the seed, "
                 "so T = 0 runs with S alone)"})
     out: str = field(default="", metadata={
-        "help": "output directory, required: records and config.json; rerun to resume", "metavar": "DIR"})
+        "help": "output directory: records and config.json; rerun to resume", "metavar": "DIR",
+        "required": True})
     shard: str = field(default="1/1", metadata={
         "help": "run shard I of N (1-based): every N-th prompt of the seeded order", "metavar": "I/N"})
     warmup: int = field(default=2, metadata={

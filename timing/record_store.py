@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from evaluation.record import SCHEMA
+from evaluation.record import READABLE
 from evaluation.rounds import files_by_shard
 from pipeline.config import InputError
 
@@ -81,9 +81,10 @@ def read_records(path: Path, repair: bool = False) -> list[dict]:
             record = json.loads(line)
             if number == len(lines):  # complete JSON but no newline yet: the write was cut before it
                 raise ValueError("no newline")
-            if isinstance(record, dict) and record.get("schema", 1) != SCHEMA:
+            if isinstance(record, dict) and record.get("schema", 1) not in READABLE:
                 raise OldSchema(f"{path}:{number}: a record of schema {record.get('schema', 1)}, written before "
-                                f"outputs were cut at the limit (schema {SCHEMA}); sweep again into a new directory")
+                                f"outputs were cut at the limit (this version reads schemas "
+                                f"{', '.join(map(str, READABLE))}); sweep again into a new directory")
             record_key(record)
         except OldSchema:
             raise

@@ -146,10 +146,48 @@ def check_stream(pair) -> None:
     assert pair.decode("again", decoder="root-draw", max_new_tokens=16)["token_ids"] == expected["token_ids"]
 
 
+def check_stops(pair) -> None:
+    """A stop string and a stop token id end decode, decode_many and stream alike, where the greedy output
+    meets them; a stream's text never shows the stop string, and adds up to the record's."""
+    whole = pair.decode("Once upon a time", decoder="ar", max_new_tokens=40)
+    tokenizer = MockTokenizer(64)  # its 64 ids wrap its alphabet: the text of the ids the mock target read
+    prompt = tokenizer.decode(tokenizer.prompt_ids("Once upon a time"))
+    assert (whole["finish_reason"], whole["stop_reason"], whole["prompt"]) == ("length", None, prompt)
+    stop, token = whole["text"][12:15], whole["token_ids"][20]
+    cut, ids = whole["text"][: whole["text"].index(stop)], whole["token_ids"][: whole["token_ids"].index(token) + 1]
+    settings = dict(max_new_tokens=40, stop=stop)
+    by_string = [pair.decode("Once upon a time", decoder="draft", **settings),
+                 *pair.decode_many(["Once upon a time"], decoders="root-draw,pearl", **settings)]
+    chunks = list(pair.stream("Once upon a time", decoder="root", **settings))
+    by_string.append(chunks[-1])
+    assert all((r["text"], r["finish_reason"], r["stop_reason"]) == (cut, "stop", stop) for r in by_string)
+    assert "".join(c["text"] for c in chunks[:-1]) == cut
+    assert all(stop not in "".join(c["text"] for c in chunks[: i + 1]) for i in range(len(chunks) - 1))
+    chunks = list(pair.stream("Once upon a time", decoder="root-draw", max_new_tokens=40, stop_token_ids=[token]))
+    record = chunks[-1]
+    assert (record["token_ids"], record["finish_reason"], record["stop_reason"]) == (ids, "stop", token)
+    assert "".join(c["text"] for c in chunks[:-1]) == record["text"] == whole["text"][: len(ids) - 1]
+
+
 def test_a_stream_gives_each_rounds_tokens_then_the_record(pair):
     check_stream(pair)
+
+
+def test_stop_strings_and_stop_token_ids_end_decodes_and_streams(pair):
+    check_stops(pair)
 
 
 def test_a_stream_from_a_target_process_too():
     with Pair("mock", target_process=True) as remote:
         check_stream(remote)
+        check_stops(remote)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"stop": ""}, r"^`stop` must be a non-empty string or a list of them, got ''"),
+    ({"stop": ["a", None]}, r"^`stop` must be a non-empty string or a list of them"),
+    ({"stop_token_ids": [-1]}, r"^`stop_token_ids` must be a non-negative token id or a list of them, got \[-1\]"),
+    ({"stop_token_ids": [64]}, r"^`stop_token_ids` holds 64, outside the target's vocabulary \[0, 64\)")])
+def test_bad_stops_are_refused_naming_the_setting(pair, settings, message):
+    with pytest.raises(InputError, match=message):
+        pair.decode("x", max_new_tokens=4, **settings)

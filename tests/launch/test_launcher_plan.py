@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -56,3 +57,26 @@ def test_budget_auto_and_its_cap_reach_the_target(cuda_usable):
     p = planned(["--target", "mock", "--budget", "auto", "--budget-max", "16"])
     assert p.target[p.target.index("--budget") + 1] == "auto"
     assert p.target[p.target.index("--budget-max") + 1] == "16"
+
+
+def test_stop_strings_and_stop_token_ids_reach_the_targets_decodes():
+    from programs.options import RunOptions
+    from programs.target_program import build_parser, parse
+
+    p = plan(["--target", "mock", "--stop", "###", "--stop", "\n\n", "--stop-token-ids", "2, 7"])
+    try:
+        argv = p.target[p.target.index("programs.target_program") + 1:]
+        run = parse(build_parser("t", "t", RunOptions), argv, RunOptions).run
+    finally:
+        shutil.rmtree(p.private_dir, ignore_errors=True)
+    assert all(c.stop == ("###", "\n\n") and c.stop_token_ids == (2, 7) for c in run.configs())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stop", ""], r"--stop must be a non-empty string or a list of them, got \(''"),
+    (["--stop-token-ids", "2,x"], r"--stop-token-ids must be a non-negative token id or a list of them, got '2,x'"),
+    (["--stop-token-ids", "-3"], r"--stop-token-ids must be a non-negative token id or a list of them, got \(-3,\)")])
+def test_bad_stops_are_usage_errors_naming_the_flag(capsys, argv, message):
+    with pytest.raises(SystemExit):
+        planned(["--target", "mock", *argv])
+    assert re.search(message, capsys.readouterr().err)

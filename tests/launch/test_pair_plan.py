@@ -198,3 +198,35 @@ def test_the_sweeps_help_describes_the_sweep(capsys):
         plan(["sweep", "--help"])
     out = capsys.readouterr().out
     assert out.startswith("usage: launch/pair.sh sweep ") and "Run a timing sweep with its own drafter" in out
+
+
+def test_the_drafters_help_lists_no_target_only_option_and_its_launch_passes_none(capsys):
+    from launch.pair import main
+    from models.options import TARGET_ONLY
+
+    with pytest.raises(SystemExit):
+        main(["drafter", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: launch/pair.sh drafter ") and "--threads" in out
+    assert not [name for name in TARGET_ONLY if "--" + name.replace("_", "-") in out]
+    p = plan(["--target", "mock", "--solo-threads", "2", "--max-context", "512"])
+    try:
+        assert "--solo-threads" not in p.drafter and "--max-context" not in p.drafter
+        assert option(p.target, "--solo-threads") == "2" and option(p.target, "--max-context") == "512"
+    finally:
+        import shutil
+
+        shutil.rmtree(p.private_dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("argv, required", [(["sweep", "--help"], "--out DIR"), (["drafter", "--help"], "--endpoint ADDR")])
+def test_required_options_are_shown_as_required(capsys, argv, required):
+    from launch.pair import main
+
+    with pytest.raises(SystemExit):
+        main(argv)
+    out = capsys.readouterr().out
+    usage = out[: out.index("\n\n")]
+    assert f" {required} " in usage.replace("\n", " ") and f"[{required}]" not in usage
+    described = re.search(rf"\n  {re.escape(required)}\s(.*?)(?=\n  -|\n\n)", out[len(usage):], re.S).group(1)
+    assert " ".join(described.split()).endswith("(required)")

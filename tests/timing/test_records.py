@@ -93,3 +93,21 @@ def test_records_are_one_json_document_per_line(tmp_path, make_record):
     fill(path, make_record, 2)
     lines = path.read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(line)["decoder"] == "draft" for line in lines)
+
+
+def test_records_of_the_schema_before_stops_are_still_read_and_the_first_schema_is_refused(tmp_path, make_record):
+    from evaluation.record import finish_reason
+    from timing.record_store import OldSchema
+
+    new_fields = ("prompt", "finish_reason", "stop_reason", "stop_strings", "stop_token_ids")
+    old = [{k: v for k, v in make_record(f"p/{i}", "draft").items() if k not in new_fields} | {"schema": 2}
+           for i in range(2)]
+    old[1]["stop"] = "eos"
+    path = records_path(tmp_path, 1, 1)
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    assert read_records(path) == old
+    assert [finish_reason(r) for r in old] == ["length", "stop"]
+    first = {k: v for k, v in old[0].items() if k != "schema"}
+    path.write_text(json.dumps(first) + "\n" + json.dumps(old[1]) + "\n")
+    with pytest.raises(OldSchema, match=r":1: a record of schema 1, written before outputs were cut at the limit"):
+        read_records(path)

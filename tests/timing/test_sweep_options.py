@@ -108,4 +108,4 @@ def test_launcher_starts_the_sweep_process_with_forwarded_options(tmp_path):
 def test_launcher_refuses_a_sweep_without_out(capsys):
     with pytest.raises(SystemExit):
         plan(["sweep", "--target", "mock"])
-    assert "--out must name the output directory" in capsys.readouterr().err
+    assert "the following arguments are required: --out" in capsys.readouterr().err
