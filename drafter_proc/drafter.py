@@ -20,15 +20,22 @@ from pipeline.tree import ancestor_matrix
 
 
 class Drafter:
-    def __init__(self, runner, config: PoolConfig) -> None:
+    """prompt_window: 0, or how many of a prompt's last tokens the drafter sees (a bounded drafting context:
+    a shorter prefill and cheaper passes for fewer accepted tokens). Its positions restart at 0 at the
+    window's first token; rotary attention depends on position differences only, so the rows are those of
+    the window as a prompt of its own."""
+
+    def __init__(self, runner, config: PoolConfig, prompt_window: int = 0) -> None:
+        assert prompt_window >= 0, prompt_window
         self.runner = runner
         self.config = config
+        self.prompt_window = prompt_window
         self.through_root = 0  # L: committed tokens in the cache, the root last (Target.before_root: without it)
 
     def start(self, prompt: Sequence[int]) -> tuple[Pool, float]:
-        """New request: the pool of round 0 from the whole prompt -> (pool, seconds)."""
+        """New request: the pool of round 0 from the prompt (its last prompt_window tokens) -> (pool, seconds)."""
         self.through_root = 0
-        return self.commit(prompt)
+        return self.commit(prompt[-self.prompt_window:] if self.prompt_window else prompt)
 
     def commit(self, tokens: Sequence[int]) -> tuple[Pool, float]:
         """Append newly committed tokens and grow the next pool -> (pool, seconds)."""
