@@ -49,3 +49,10 @@ def pass_bytes(shape: str, slots: int, rows: int = 1, itemsize: int = 2) -> Pass
 def captured_pass_bytes(shape: str, capacity: int, rows: int = 1, itemsize: int = 2) -> PassBytes:
     """A captured pass of a runner with `capacity` logical slots: it attends over every physical slot."""
     return pass_bytes(shape, aligned_slots(capacity), rows, itemsize)
+
+
+def attention_flop_share(shape: str, slots: int) -> float:
+    """Attention's multiply-adds per query row over `slots` slots (scores and weighted values), as a share of
+    the row's weight multiply-adds: what a compute-bound pass (a large tree) gains over an empty context."""
+    _, _, _, layers, heads, _, head_dim, _ = SHAPES[shape]
+    return 2 * layers * heads * head_dim * slots / weight_count(shape)

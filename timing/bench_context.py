@@ -9,7 +9,8 @@ path is timed once per repetition, in turn, so that drift on a shared machine fa
 a ratio is the median of the per-repetition ratios last context / first context, with its quartiles.
 Paths: `split` is the runner's eager CPU path (an unmasked prefix and a small tail mask), `whole` the
 padded-bucket path over the used span under one whole mask (the eager path before the split). Then the
-model of models.pass_bytes for a captured pass of Llama-3.1-8B shapes at 8k and 32k capacity. The load
+model of models.pass_bytes for a captured pass of Llama-3.1-8B shapes at 8k and 32k capacity, and for
+the eager CPU passes timed here (what the context adds to a memory-bound and to a compute-bound pass). The load
 average is printed before and after. The last line of the output is one JSON document.
 """
 
@@ -24,16 +25,17 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from models.hf import CPU_BUCKETS, HFRunner
+from models.hf import CPU_BUCKETS, SPAN_STEP, HFRunner
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
-from models.pass_bytes import captured_pass_bytes
+from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes
 from target_proc.target import Target
 from timing.bench_pair import bushy_tree
 
 PATHS = {"split": None, "whole": CPU_BUCKETS}  # path -> HFRunner buckets (given buckets: the whole-mask path)
 COMMITTED = [5, 6, 7]  # tokens a drafter step commits before growing its pool
 GPU_SHAPE, GPU_CAPACITIES, GPU_ROWS = "llama-3.1-8b", (8192, 32768), (1, 72)
+CPU_SHAPE = "smollm2-135m"
 
 
 def load_average() -> list[float]:
@@ -112,6 +114,19 @@ def gpu_model() -> dict:
     return out
 
 
+def cpu_model(contexts: list[int]) -> dict:
+    """Per context, what an eager pass of the default pair's target (float32) adds over no context at all:
+    K/V bytes over weight bytes (a memory-bound one-token pass) and attention over weight multiply-adds
+    (a compute-bound large tree)."""
+    out = {}
+    for c in contexts:
+        span = -(-(c + 1) // SPAN_STEP) * SPAN_STEP  # the used slots rounded up, as models.hf reads them
+        b = pass_bytes(CPU_SHAPE, span, itemsize=4)
+        out[c] = {"span": span, "kv_over_weights": b.kv_over_weights,
+                  "attention_flop_share": attention_flop_share(CPU_SHAPE, span)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", default="40,2000", help="context lengths, comma-separated, ascending")
@@ -135,8 +150,13 @@ def main() -> None:
     for name, g in gpu.items():
         print(f"  {name:<26} slots {g['slots']:6d}  weights {g['weights_gb']:6.2f} GB  K/V {g['kv_gb']:5.2f} GB "
               f"({100 * g['kv_over_weights']:4.1f}% of weights)  mask {g['mask_gb']:5.3f} GB")
+    cpu = cpu_model(contexts)
+    print(f"eager pass of {CPU_SHAPE} (float32) over the used slots rounded up: what the context adds")
+    for c, m in cpu.items():
+        print(f"  {c:6d} tokens, span {m['span']:5d}: K/V {100 * m['kv_over_weights']:5.1f}% of weight bytes, "
+              f"attention {100 * m['attention_flop_share']:5.1f}% of weight multiply-adds")
     if args.model_only:
-        print(json.dumps({"gpu_model": gpu}))
+        print(json.dumps({"gpu_model": gpu, "cpu_model": cpu}))
         return
 
     torch.set_num_threads(args.threads)
@@ -157,7 +177,8 @@ def main() -> None:
             print(f"  {name:<16}{cells}   ratio {ratio['median']:.3f} [{ratio['q1']:.3f}, {ratio['q3']:.3f}]")
     print(f"load average after: {load_after}")
     print(json.dumps({"contexts": contexts, "threads": args.threads, "reps": args.reps, "passes": results,
-                      "load_average": {"before": load_before, "after": load_after}, "gpu_model": gpu}))
+                      "load_average": {"before": load_before, "after": load_after}, "gpu_model": gpu,
+                      "cpu_model": cpu}))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from models.hf import aligned_slots
-from models.pass_bytes import captured_pass_bytes, pass_bytes, weight_count
+from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes, weight_count
 
 
 def test_llama_8b_weights_are_its_parameters_less_the_input_embedding():
@@ -25,3 +25,13 @@ def test_a_captured_pass_reads_the_whole_physical_cache():
 def test_the_mask_grows_with_the_rows_and_the_group():
     one, many = pass_bytes("llama-3.1-8b", 512, rows=1), pass_bytes("llama-3.1-8b", 512, rows=72)
     assert many.mask == 72 * one.mask == 72 * 32 * 4 * 512 * 2  # layers, query heads per KV head, bf16
+
+
+def test_smollm2_weights_are_its_parameters_less_the_input_embedding():
+    assert weight_count("smollm2-135m") == 134_515_008  # the tied embedding counted once, as the output head
+
+
+def test_attention_flops_per_row_grow_with_the_slots_against_fixed_weight_flops():
+    share = attention_flop_share("llama-3.1-8b", 2048)
+    assert share == 2 * 32 * 32 * 128 * 2048 / weight_count("llama-3.1-8b")
+    assert attention_flop_share("llama-3.1-8b", 4096) == 2 * share

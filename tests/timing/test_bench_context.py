@@ -16,3 +16,11 @@ def test_paired_ratios_cancel_drift_shared_by_a_repetition():
 def test_spread_is_ordered_quartiles_around_the_median():
     s = spread([5.0, 1.0, 3.0, 2.0, 4.0])
     assert s == {"median": 3.0, "q1": 2.0, "q3": 4.0}
+
+
+def test_the_cpu_model_reads_the_used_slots_rounded_up():
+    from timing.bench_context import cpu_model
+
+    model = cpu_model([40, 2000])
+    assert model[40]["span"] == 64 and model[2000]["span"] == 2048
+    assert model[2000]["kv_over_weights"] == 32 * model[40]["kv_over_weights"]
