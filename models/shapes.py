@@ -11,6 +11,7 @@ SHAPES = {
     # name: (vocab, hidden, intermediate, layers, heads, kv heads, head dim, tied embeddings)
     "llama-3.2-1b": (128256, 2048, 8192, 16, 32, 8, 64, True),
     "llama-3.1-8b": (128256, 4096, 14336, 32, 32, 8, 128, False),
+    "smollm2-135m": (49152, 576, 1536, 30, 9, 3, 64, True),  # the embedded default's shape
     "tiny": (512, 64, 128, 2, 4, 2, 16, True),
 }
 PREFIX = "random:"

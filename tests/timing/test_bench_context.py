@@ -1,0 +1,26 @@
+"""The context benchmark's statistics: paired ratios cancel drift shared by a repetition."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from timing.bench_context import paired_ratios, spread
+
+
+def test_paired_ratios_cancel_drift_shared_by_a_repetition():
+    drift = np.array([1.0, 3.0, 0.5, 2.0, 1.5])  # a machine slowing down and speeding up between repetitions
+    ratio = paired_ratios(list(0.1 * drift), list(0.13 * drift))
+    assert abs(ratio["median"] - 1.3) < 1e-12 and abs(ratio["q3"] - ratio["q1"]) < 1e-12
+
+
+def test_spread_is_ordered_quartiles_around_the_median():
+    s = spread([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert s == {"median": 3.0, "q1": 2.0, "q3": 4.0}
+
+
+def test_the_cpu_model_reads_the_used_slots_rounded_up():
+    from timing.bench_context import cpu_model
+
+    model = cpu_model([40, 2000])
+    assert model[40]["span"] == 64 and model[2000]["span"] == 2048
+    assert model[2000]["kv_over_weights"] == 32 * model[40]["kv_over_weights"]

@@ -1,0 +1,22 @@
+"""The prefill benchmark's in-process drafter feed keeps pipeline.decode's DrafterClient contract."""
+
+from __future__ import annotations
+
+from drafter_proc.drafter import Drafter
+from models.mock import MockModel, MockRunner
+from pipeline.config import PoolConfig
+from timing.bench_prefill import LocalFeed
+
+POOL = PoolConfig(topk=3, depth=2, expand=2)
+
+
+def test_a_pool_is_handed_out_once_and_commit_times_are_kept():
+    feed = LocalFeed(Drafter(MockRunner(MockModel(32, 0, 1.0), 128), POOL))
+    feed.start([1, 2, 3])
+    assert feed.has_pool()
+    pool, seconds = feed.pool()
+    assert len(pool.token) == POOL.size and seconds >= 0 and not feed.has_pool()
+    feed.commit([4, 5])
+    assert feed.has_pool() and len(feed.seconds) == 1
+    feed.end()
+    assert not feed.has_pool()

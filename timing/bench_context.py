@@ -1,0 +1,185 @@
+"""How pass costs grow with the context, on the CPU default pair; and what a captured GPU pass reads.
+
+python -m timing.bench_context [--contexts 40,2000] [--trees 8,59] [--reps 9] [--threads 1] [--paths split,whole]
+
+Times, at each context: the target's one-token (root) pass, its tree passes of each size in --trees
+(bushy trees over the root, as in timing.bench_pair) and a drafter step of the int8 drafter: committing
+three tokens and growing a full CPU pool (models.options.EMBEDDED_POOL). Every pass of every context and
+path is timed once per repetition, in turn, so that drift on a shared machine falls on all of them alike;
+a ratio is the median of the per-repetition ratios last context / first context, with its quartiles.
+Paths: `split` is the runner's eager CPU path (an unmasked prefix and a small tail mask), `whole` the
+padded-bucket path over the used span under one whole mask (the eager path before the split). Then the
+model of models.pass_bytes for a captured pass of Llama-3.1-8B shapes at 8k and 32k capacity, and for
+the eager CPU passes timed here (what the context adds to a memory-bound and to a compute-bound pass). The load
+average is printed before and after. The last line of the output is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import torch
+
+from drafter_proc.drafter import Drafter
+from models.hf import CPU_BUCKETS, SPAN_STEP, HFRunner
+from models.load import load
+from models.options import EMBEDDED_POOL, ModelOptions
+from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes
+from target_proc.target import Target
+from timing.bench_pair import bushy_tree
+
+PATHS = {"split": None, "whole": CPU_BUCKETS}  # path -> HFRunner buckets (given buckets: the whole-mask path)
+COMMITTED = [5, 6, 7]  # tokens a drafter step commits before growing its pool
+GPU_SHAPE, GPU_CAPACITIES, GPU_ROWS = "llama-3.1-8b", (8192, 32768), (1, 72)
+CPU_SHAPE = "smollm2-135m"
+
+
+def load_average() -> list[float]:
+    return [float(x) for x in os.getloadavg()]
+
+
+def spread(values) -> dict:
+    """Median and quartiles of a sample."""
+    q1, med, q3 = np.percentile(np.asarray(values, float), [25, 50, 75])
+    return {"median": float(med), "q1": float(q1), "q3": float(q3)}
+
+
+def paired_ratios(first: list[float], last: list[float]) -> dict:
+    """Spread of last[i] / first[i]: timings taken in the same repetition, so shared drift cancels."""
+    return spread(np.asarray(last, float) / np.asarray(first, float))
+
+
+def target_passes(model, context: int, capacity: int, buckets, trees: list[int]) -> dict:
+    """name -> a call that runs one pass and reads its result back (the pass is done when it returns)."""
+    rng = np.random.default_rng(context)
+    ids = rng.integers(100, 40000, context).tolist()
+    target = Target(HFRunner(model, capacity, graphs=False, buckets=buckets))
+    target.prefill(ids[:-1])
+    target.root_pass(ids[-1])  # the root's K/V in slot P: tree passes below hang off it
+    passes = {"root pass": lambda: float(target.root_pass(ids[-1])[0])}
+    for b in trees:
+        tree = bushy_tree(b)
+        passes[f"tree pass B={b}"] = lambda tree=tree: float(target.tree_pass(tree, None)[0, 0])
+    return passes
+
+
+def drafter_step(model, context: int, capacity: int, buckets) -> dict:
+    rng = np.random.default_rng(context + 1)
+    drafter = Drafter(HFRunner(model, capacity, graphs=False, buckets=buckets), EMBEDDED_POOL)
+    drafter.start(rng.integers(100, 40000, context).tolist())
+    length = drafter.through_root
+
+    def step() -> None:
+        drafter.commit(COMMITTED)  # grow_pool reads the pool back: the passes are done
+        drafter.through_root = length
+
+    return {"drafter step": step}
+
+
+def measure(contexts: list[int], trees: list[int], paths: list[str], reps: int) -> dict:
+    """(path, pass, context) -> seconds of each repetition."""
+    target_model = load(ModelOptions(), "target").model
+    drafter_model = load(ModelOptions(model="smollm2:int8"), "drafter").model
+    capacity = max(contexts) + max(trees + [EMBEDDED_POOL.n_expanded]) + len(COMMITTED) + 8
+    calls = {}
+    for path in paths:
+        for c in contexts:
+            for name, fn in {**target_passes(target_model, c, capacity, PATHS[path], trees),
+                             **drafter_step(drafter_model, c, capacity, PATHS[path])}.items():
+                calls[(path, name, c)] = fn
+    for fn in calls.values():  # warm-up
+        fn(), fn()
+    times = {key: [] for key in calls}
+    for _ in range(reps):
+        for key, fn in calls.items():
+            t0 = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t0)
+    return times
+
+
+def gpu_model() -> dict:
+    """Bytes a captured pass of GPU_SHAPE reads at each capacity (bf16), from models.pass_bytes."""
+    out = {}
+    for cap in GPU_CAPACITIES:
+        for rows in GPU_ROWS:
+            b = captured_pass_bytes(GPU_SHAPE, cap, rows)
+            out[f"{cap} capacity, {rows} rows"] = {"slots": b.slots, "weights_gb": b.weights / 1e9,
+                                                   "kv_gb": b.kv / 1e9, "mask_gb": b.mask / 1e9,
+                                                   "kv_over_weights": b.kv_over_weights}
+    return out
+
+
+def cpu_model(contexts: list[int]) -> dict:
+    """Per context, what an eager pass of the default pair's target (float32) adds over no context at all:
+    K/V bytes over weight bytes (a memory-bound one-token pass) and attention over weight multiply-adds
+    (a compute-bound large tree)."""
+    out = {}
+    for c in contexts:
+        span = -(-(c + 1) // SPAN_STEP) * SPAN_STEP  # the used slots rounded up, as models.hf reads them
+        b = pass_bytes(CPU_SHAPE, span, itemsize=4)
+        out[c] = {"span": span, "kv_over_weights": b.kv_over_weights,
+                  "attention_flop_share": attention_flop_share(CPU_SHAPE, span)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contexts", default="40,2000", help="context lengths, comma-separated, ascending")
+    parser.add_argument("--trees", default="8,59", help="tree pass sizes (59: budget auto's largest by default)")
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of every pass")
+    parser.add_argument("--paths", default="split,whole", help=f"runner paths: {', '.join(PATHS)}")
+    parser.add_argument("--model-only", action="store_true", help="print the GPU byte model alone")
+    args = parser.parse_args()
+    contexts = sorted(int(c) for c in args.contexts.split(","))
+    trees = [int(b) for b in args.trees.split(",")]
+    paths = args.paths.split(",")
+    if unknown := set(paths) - set(PATHS):
+        parser.error(f"`--paths`: unknown {', '.join(sorted(unknown))}")
+    if len(contexts) < 2 or contexts[0] < 2 or max(trees) > CPU_BUCKETS[-1] or args.reps < 1:
+        parser.error("`--contexts` needs two or more lengths >= 2, `--trees` sizes up to "
+                     f"{CPU_BUCKETS[-1]}, `--reps` >= 1")
+
+    gpu = gpu_model()
+    print(f"captured pass of {GPU_SHAPE} (bf16): it attends over the whole cache")
+    for name, g in gpu.items():
+        print(f"  {name:<26} slots {g['slots']:6d}  weights {g['weights_gb']:6.2f} GB  K/V {g['kv_gb']:5.2f} GB "
+              f"({100 * g['kv_over_weights']:4.1f}% of weights)  mask {g['mask_gb']:5.3f} GB")
+    cpu = cpu_model(contexts)
+    print(f"eager pass of {CPU_SHAPE} (float32) over the used slots rounded up: what the context adds")
+    for c, m in cpu.items():
+        print(f"  {c:6d} tokens, span {m['span']:5d}: K/V {100 * m['kv_over_weights']:5.1f}% of weight bytes, "
+              f"attention {100 * m['attention_flop_share']:5.1f}% of weight multiply-adds")
+    if args.model_only:
+        print(json.dumps({"gpu_model": gpu, "cpu_model": cpu}))
+        return
+
+    torch.set_num_threads(args.threads)
+    load_before = load_average()
+    print(f"load average before: {load_before}, {args.threads} thread(s), {os.cpu_count()} cores")
+    times = measure(contexts, trees, paths, args.reps)
+    load_after = load_average()
+    lo, hi = contexts[0], contexts[-1]
+    results = {}
+    print(f"\nmedian ms [quartiles] over {args.reps} repetitions; ratio {hi}/{lo} per repetition")
+    for path in paths:
+        print(f"path {path}")
+        for name in dict.fromkeys(k[1] for k in times if k[0] == path):
+            row = {c: spread(1e3 * np.asarray(times[(path, name, c)])) for c in contexts}
+            ratio = paired_ratios(times[(path, name, lo)], times[(path, name, hi)])
+            results[f"{path}: {name}"] = {"ms": row, f"ratio_{hi}_{lo}": ratio}
+            cells = "".join(f"{c:>6}: {r['median']:7.1f} [{r['q1']:6.1f},{r['q3']:6.1f}]" for c, r in row.items())
+            print(f"  {name:<16}{cells}   ratio {ratio['median']:.3f} [{ratio['q1']:.3f}, {ratio['q3']:.3f}]")
+    print(f"load average after: {load_after}")
+    print(json.dumps({"contexts": contexts, "threads": args.threads, "reps": args.reps, "passes": results,
+                      "load_average": {"before": load_before, "after": load_after}, "gpu_model": gpu,
+                      "cpu_model": cpu}))
+
+
+if __name__ == "__main__":
+    main()

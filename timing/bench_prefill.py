@@ -1,0 +1,177 @@
+"""What the drafter's prompt prefill adds to the target's on long prompts, and a bounded drafting context.
+
+python -m timing.bench_prefill [--prompts spec-bench:PATH] [--categories summarization,rag] [--limit 2]
+                               [--windows 0,128,256] [--reps 3] [--max-new-tokens 48] [--budget 8]
+
+On the CPU default pair with the deployed threads (the target: one thread while the drafter works, every
+core after; the drafter: one thread, in its own process), for each long prompt: the target's prefill
+alone, and beside the drafter's first round (its prefill and first pool) as pipeline.decode runs them,
+with the drafter seeing the whole prompt or its last K tokens (Drafter's prompt_window, --windows; 0:
+the whole prompt). Then, in one process, greedy `draft` decodes with each window: tokens per round (tau)
+and the drafter's seconds per round. The load average is printed before and after. The last line of the
+output is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+import torch
+
+from drafter_proc.drafter import Drafter
+from evaluation.prompts import load_prompts
+from models.load import load
+from models.options import EMBEDDED_POOL, ModelOptions
+from pipeline.decode import decode
+from pipeline.settings import DecodeConfig
+from target_proc.target import Target
+from timing.bench_context import load_average, spread
+
+DRAFTER = ModelOptions(model="smollm2:int8")
+SPEC_BENCH = "spec-bench:/work/shared/data/spec_bench/question.jsonl"
+
+
+def drafter_worker(jobs, done, results) -> None:
+    """A drafter process: for each (prompt, window) job, its first round; sets `done` when the pool is there."""
+    torch.set_num_threads(1)
+    model = load(DRAFTER, "drafter")
+    drafter_of = {}
+    results.put("ready")
+    while (job := jobs.get()) is not None:
+        prompt, window = job
+        if window not in drafter_of:
+            drafter_of[window] = Drafter(model.runner(len(prompt) + EMBEDDED_POOL.n_expanded + 8), EMBEDDED_POOL,
+                                         prompt_window=window)
+        t0 = time.perf_counter()
+        drafter_of[window].start(prompt)
+        done.set()
+        results.put(time.perf_counter() - t0)
+
+
+def prefill_times(target: Target, prompts: list[list[int]], windows: list[int], reps: int) -> dict:
+    """Seconds of the target's prefill alone and beside the drafter's first round of each window."""
+    ctx = mp.get_context("spawn")
+    jobs, results, done = ctx.Queue(), ctx.Queue(), ctx.Event()
+    worker = ctx.Process(target=drafter_worker, args=(jobs, done, results), daemon=True)
+    worker.start()
+    assert results.get(timeout=600) == "ready"
+    times = {"alone": [], **{f"beside drafter, window {w}": [] for w in windows},
+             **{f"drafter first round, window {w}": [] for w in windows}}
+    try:
+        for rep in range(reps + 1):  # the first repetition warms up
+            for prompt in prompts:
+                t0 = time.perf_counter()
+                target.prefill(prompt[:-1])
+                alone = time.perf_counter() - t0
+                for w in windows:
+                    done.clear()
+                    jobs.put((prompt, w))
+                    t0 = time.perf_counter()
+                    target.prefill(prompt[:-1], overlapped=lambda: not done.is_set())
+                    beside = time.perf_counter() - t0
+                    drafted = results.get(timeout=600)
+                    if rep:
+                        times[f"beside drafter, window {w}"].append(beside)
+                        times[f"drafter first round, window {w}"].append(drafted)
+                if rep:
+                    times["alone"].append(alone)
+    finally:
+        jobs.put(None)
+        worker.join(timeout=60)
+    return times
+
+
+class LocalFeed:
+    """The drafter in this process, one call after another (pipeline.decode's DrafterClient)."""
+
+    def __init__(self, drafter: Drafter) -> None:
+        self.drafter, self.pending, self.seconds = drafter, None, []
+
+    def start(self, prompt) -> None:
+        self.pending = self.drafter.start(prompt)
+
+    def commit(self, tokens) -> None:
+        self.pending = self.drafter.commit(tokens)
+        self.seconds.append(self.pending.seconds)
+
+    def pool(self):
+        pending, self.pending = self.pending, None
+        return pending
+
+    def has_pool(self) -> bool:
+        return self.pending is not None
+
+    def end(self) -> None:
+        self.pending = None
+
+
+def acceptance(target_model, prompts: list[list[int]], windows: list[int], max_new: int, budget: int) -> dict:
+    """Per window: tokens per round of greedy `draft` decodes and the drafter's median seconds per round."""
+    drafter_model = load(DRAFTER, "drafter")
+    config = DecodeConfig(decoder="draft", temperature=0.0, budget=budget, max_new_tokens=max_new)
+    eos = frozenset(target_model.tokenizer.eos)
+    torch.set_num_threads(1)
+    out = {}
+    for w in windows:
+        tokens = rounds = 0
+        seconds = []
+        for prompt in prompts:
+            cap = config.kv_slots(len(prompt)) + EMBEDDED_POOL.n_expanded + 8
+            target = Target(target_model.runner(cap))
+            feed = LocalFeed(Drafter(drafter_model.runner(cap), EMBEDDED_POOL, prompt_window=w))
+            result = decode(target, feed, prompt, config, eos, None)
+            tokens += sum(r.emitted for r in result.rounds)
+            rounds += len(result.rounds)
+            seconds += feed.seconds
+        out[f"window {w}"] = {"tau": tokens / rounds, "rounds": rounds,
+                              "drafter_round_ms": spread(1e3 * np.asarray(seconds))}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", default=SPEC_BENCH)
+    parser.add_argument("--categories", default="summarization,rag")
+    parser.add_argument("--limit", type=int, default=1, help="prompts per category")
+    parser.add_argument("--windows", default="0,128,256")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--budget", type=int, default=8)
+    args = parser.parse_args()
+    windows = [int(w) for w in args.windows.split(",")]
+    target_model = load(ModelOptions(), "target")
+    prompts = []
+    for category in args.categories.split(","):
+        chosen = [p for p in load_prompts(args.prompts) if p.category == category][: args.limit]
+        prompts += [target_model.tokenizer.prompt_ids(p.text) for p in chosen]
+    if not prompts:
+        parser.error(f"`--categories`: no prompt of {args.categories} in {args.prompts}")
+    lengths = [len(p) for p in prompts]
+    load_before = load_average()
+    print(f"{len(prompts)} prompts of {lengths} tokens; load average before: {load_before}, {os.cpu_count()} cores")
+    options = ModelOptions()
+    target = Target(target_model.runner(max(lengths) + 8), options.cpu_threads)
+    times = prefill_times(target, prompts, windows, args.reps)
+    rows = {name: spread(1e3 * np.asarray(t)) for name, t in times.items()}
+    print(f"\nprefill, median ms [quartiles] over {args.reps} repetitions of every prompt")
+    for name, r in rows.items():
+        print(f"  {name:<32}{r['median']:8.0f} [{r['q1']:6.0f}, {r['q3']:6.0f}]")
+    accepted = acceptance(target_model, prompts, windows, args.max_new_tokens, args.budget)
+    print(f"\ngreedy draft decodes, B={args.budget}, {args.max_new_tokens} new tokens, one thread each")
+    for name, a in accepted.items():
+        print(f"  {name:<12} tau {a['tau']:.2f} over {a['rounds']} rounds, drafter round "
+              f"{a['drafter_round_ms']['median']:.0f} ms [{a['drafter_round_ms']['q1']:.0f}, "
+              f"{a['drafter_round_ms']['q3']:.0f}]")
+    load_after = load_average()
+    print(f"load average after: {load_after}")
+    print(json.dumps({"prompt_tokens": lengths, "prefill_ms": rows, "acceptance": accepted,
+                      "load_average": {"before": load_before, "after": load_after}}))
+
+
+if __name__ == "__main__":
+    main()
