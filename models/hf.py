@@ -12,13 +12,8 @@ such as 2049 makes them copy the bias into an aligned one on every call, or reje
 
 Passes after the prefill go through per-bucket static buffers (ids, positions, slots, visible columns):
 the pass is padded up to a bucket size, the mask is built on the device from those buffers, and on CUDA
-the whole step is a captured graph replayed after `copy_`-ing new inputs in. On the CPU, passes run
-eagerly and attend only over the used part of the cache, split in two: the prefix every row sees, without a
-mask, and the few slots after it under a small (rows, tail) mask built on the host; the two parts' softmaxes
-are merged by their log-sum-exps (prefix_tail_attention). So neither the mask's size nor the work of
-building it grows with the context; only reading K/V does. Buckets given on the CPU (tests rehearsing the
-graph code path) attend over the used span under one whole mask, as the graphs do over the whole cache. On
-CUDA, attention runs in the SDPA
+the whole step is a captured graph replayed after `copy_`-ing new inputs in. On the CPU the same step
+runs eagerly, attending only over the used part of the cache. On CUDA, attention runs in the SDPA
 backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and its plan do not change with the
 shape (cuDNN's would be re-planned for each new shape, inside timed regions).
 """
@@ -60,10 +55,7 @@ class StaticKV:
         self.v = torch.zeros_like(self.k)
         self.slots: torch.Tensor | None = None  # (n,) physical write slots of this pass
         self.span = slots  # attend over physical slots [0, span)
-        # None: `mask` covers [0, span). An int P: every row sees slots [1, 1 + P) unmasked and `mask`
-        # covers the tail [1 + P, span) (prefix_tail_attention).
-        self.prefix: int | None = None
-        self.mask: torch.Tensor | None = None  # (1, 1, group * n, span or tail) additive mask, heads grouped
+        self.mask: torch.Tensor | None = None  # (1, 1, group * n, span) additive mask, heads grouped
 
 
 def _static_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -87,34 +79,9 @@ def _static_tree_attention(module, query, key, value, attention_mask, scaling=No
     _, heads, n, dim = query.shape
     kv_heads = k_all.shape[1]
     q = query.reshape(1, kv_heads, (heads // kv_heads) * n, dim)  # heads h = j * group + g share K/V head j
-    if kv.prefix is None:
-        out = F.scaled_dot_product_attention(q, k_all[:, :, : kv.span], v_all[:, :, : kv.span],
-                                             attn_mask=kv.mask, scale=scaling)
-    else:
-        out = prefix_tail_attention(q, k_all, v_all, kv.prefix, kv.span, kv.mask, scaling)
+    out = F.scaled_dot_product_attention(q, k_all[:, :, : kv.span], v_all[:, :, : kv.span],
+                                         attn_mask=kv.mask, scale=scaling)
     return out.reshape(1, heads, n, dim).transpose(1, 2).contiguous(), None
-
-
-def prefix_tail_attention(q, k, v, prefix: int, span: int, tail_mask, scale=None) -> torch.Tensor:
-    """q: (1, Hkv, R, D); k, v: (1, Hkv, S, D); tail_mask: (1, 1, R, span - 1 - prefix) additive -> (1, Hkv, R, D).
-
-    One softmax over slots [1, span): [1, 1 + prefix) unmasked and [1 + prefix, span) under tail_mask,
-    computed as two attentions merged by their log-sum-exps (CPU flash attention returns them), so the
-    mask of a long context's pass stays as small as its tail.
-    """
-    parts = []
-    if prefix:
-        parts.append(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k[:, :, 1:1 + prefix], v[:, :, 1:1 + prefix], scale=scale))
-    if span > 1 + prefix:
-        parts.append(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k[:, :, 1 + prefix:span], v[:, :, 1 + prefix:span], attn_mask=tail_mask, scale=scale))
-    if len(parts) == 1:
-        return parts[0][0]
-    (head, head_lse), (tail, tail_lse) = parts  # lse: (1, Hkv, R) float32
-    lse = torch.logaddexp(head_lse, tail_lse)
-    out = head.float() * (head_lse - lse).exp_()[..., None] + tail.float() * (tail_lse - lse).exp_()[..., None]
-    return out.to(q.dtype)
 
 
 AttentionInterface.register(ATTENTION, _static_tree_attention)
@@ -174,9 +141,6 @@ class HFRunner:
         model.set_attn_implementation(ATTENTION)
         on_cuda = self.device.type == "cuda"
         self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if on_cuda else CPU_BUCKETS)))
-        # Eager CPU passes go through _dense (a host-built tail mask) unless buckets were given, which makes
-        # the CPU rehearse the graph code path (padded buckets, a device-built whole mask).
-        self.host_masks = not on_cuda and buckets is None
         self.buffers = {b: _Buffers(b, self.device, on_cuda) for b in self.buckets}
         self.arange = torch.arange(self.slots, device=self.device)
         self.sdpa_backends = CUDA_SDPA_BACKENDS if on_cuda else None  # None: torch's own choice
@@ -201,8 +165,6 @@ class HFRunner:
         if n > self.buckets[-1] or m > MAX_COLS:
             return self._dense(tokens, positions, slots, prefix, cols, vis, last_only)
         b = self.buckets[np.searchsorted(self.buckets, n)]
-        if self.host_masks:  # eager, every size its own bucket: no static buffers to go through
-            return self._dense(tokens, positions, slots, prefix, cols, vis, last_only)
         self.buffers[b].stage(tokens, positions, slots, prefix, cols, vis)
         if b in self.graphs:
             graph, out = self.graphs[b]
@@ -226,28 +188,28 @@ class HFRunner:
         return self._run(buf.ids, buf.pos, buf.slots, visible, span)
 
     def _dense(self, tokens, positions, slots, prefix, cols, vis, last_only) -> torch.Tensor:
-        """An unpadded pass with a host-built mask (every eager CPU pass; on CUDA, prefill chunks and passes
-        beyond the buckets). On the CPU the mask covers only the tail after the prefix."""
+        """An unpadded pass with a host-built mask (prefill chunks and passes beyond the buckets)."""
         span = self._span(prefix, slots, cols)
-        split = prefix if self.device.type == "cpu" else None
-        visible = visible_columns(len(tokens), span, prefix, cols, vis, split is not None)
+        visible = np.zeros((len(tokens), span), bool)
+        visible[:, 1:1 + prefix] = True
+        rows, k = np.nonzero(np.asarray(vis))
+        visible[rows, np.asarray(cols)[k] + 1] = True
         as_long = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.long, device=self.device)
-        return self._run(as_long(tokens), as_long(positions), as_long(np.asarray(slots) + 1),
-                         torch.as_tensor(visible, device=self.device), span, last_only, split)
+        out = self._run(as_long(tokens), as_long(positions), as_long(np.asarray(slots) + 1),
+                        torch.as_tensor(visible, device=self.device), span, last_only)
+        return out
 
     def _span(self, prefix: int, slots, cols) -> int:
         """Physical slots a pass attends over: the used ones, rounded up to SPAN_STEP (aligned rows)."""
         used = 1 + max(prefix, int(np.max(slots)) + 1, int(np.max(cols)) + 1 if len(cols) else 0)
         return min(-(-used // SPAN_STEP) * SPAN_STEP, self.slots)
 
-    def _run(self, ids, pos, slots, visible, span: int, last_only: bool = False,
-             prefix: int | None = None) -> torch.Tensor:
-        """ids, pos, slots: (n,); visible: (n, span) bool, or with `prefix` (n, span - 1 - prefix) over the
-        tail after it (StaticKV.prefix) -> (n or 1, V) float32 logits."""
+    def _run(self, ids, pos, slots, visible, span: int, last_only: bool = False) -> torch.Tensor:
+        """ids, pos, slots: (n,); visible: (n, span) bool -> (n or 1, V) float32 logits."""
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
         self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
-        self.kv.slots, self.kv.span, self.kv.prefix = slots, span, prefix
+        self.kv.slots, self.kv.span = slots, span
         backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
         with backends:
             out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
@@ -290,21 +252,6 @@ class HFRunner:
                 out = self._step(b, span)
             self.graphs[b] = (graph, out)
         torch.cuda.synchronize(self.device)
-
-
-def visible_columns(n: int, span: int, prefix: int, cols, vis, tail_only: bool) -> np.ndarray:
-    """cols: (m,) logical slots; vis: (n, m) bool -> which physical slots each row sees: (n, span) bool over
-    [0, span), or with tail_only (n, span - 1 - prefix) over the tail [1 + prefix, span), the prefix
-    [1, 1 + prefix) being seen by every row. Columns inside the prefix add nothing to the tail."""
-    start = 1 + prefix if tail_only else 0
-    visible = np.zeros((n, span - start), bool)
-    if not tail_only:
-        visible[:, 1:1 + prefix] = True
-    rows, k = np.nonzero(np.asarray(vis))
-    at = np.asarray(cols, np.int64)[k] + 1 - start
-    keep = at >= 0
-    visible[rows[keep], at[keep]] = True
-    return visible
 
 
 def attention_shape(cfg) -> tuple[int, int, int]:

@@ -1,15 +1,13 @@
 """How pass costs grow with the context, on the CPU default pair; and what a captured GPU pass reads.
 
-python -m timing.bench_context [--contexts 40,2000] [--trees 8,59] [--reps 9] [--threads 1] [--paths split,whole]
+python -m timing.bench_context [--contexts 40,2000] [--trees 8,59] [--reps 9] [--threads 1]
 
 Times, at each context: the target's one-token (root) pass, its tree passes of each size in --trees
 (bushy trees over the root, as in timing.bench_pair) and a drafter step of the int8 drafter: committing
 three tokens and growing a full CPU pool (models.options.EMBEDDED_POOL). Every pass of every context and
 path is timed once per repetition, in turn, so that drift on a shared machine falls on all of them alike;
 a ratio is the median of the per-repetition ratios last context / first context, with its quartiles.
-Paths: `split` is the runner's eager CPU path (an unmasked prefix and a small tail mask), `whole` the
-padded-bucket path over the used span under one whole mask (the eager path before the split). Then the
-model of models.pass_bytes for a captured pass of Llama-3.1-8B shapes at 8k and 32k capacity, and for
+Then the model of models.pass_bytes for a captured pass of Llama-3.1-8B shapes at 8k and 32k capacity, and for
 the eager CPU passes timed here (what the context adds to a memory-bound and to a compute-bound pass). The load
 average is printed before and after. The last line of the output is one JSON document.
 """
@@ -32,7 +30,7 @@ from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_by
 from target_proc.target import Target
 from timing.bench_pair import bushy_tree
 
-PATHS = {"split": None, "whole": CPU_BUCKETS}  # path -> HFRunner buckets (given buckets: the whole-mask path)
+PATHS = {"eager": CPU_BUCKETS}  # path -> HFRunner buckets: the runner's eager CPU path
 COMMITTED = [5, 6, 7]  # tokens a drafter step commits before growing its pool
 GPU_SHAPE, GPU_CAPACITIES, GPU_ROWS = "llama-3.1-8b", (8192, 32768), (1, 72)
 CPU_SHAPE = "smollm2-135m"
@@ -133,7 +131,7 @@ def main() -> None:
     parser.add_argument("--trees", default="8,59", help="tree pass sizes (59: budget auto's largest by default)")
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every pass")
-    parser.add_argument("--paths", default="split,whole", help=f"runner paths: {', '.join(PATHS)}")
+    parser.add_argument("--paths", default="eager", help=f"runner paths: {', '.join(PATHS)}")
     parser.add_argument("--model-only", action="store_true", help="print the GPU byte model alone")
     args = parser.parse_args()
     contexts = sorted(int(c) for c in args.contexts.split(","))

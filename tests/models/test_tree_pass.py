@@ -120,8 +120,8 @@ def test_drafter_pool_rows_equal_sequential_rows():
     rng = np.random.default_rng(4)
     prompt = rng.integers(1, VOCAB, 15).tolist()
     drafter = Drafter(HFRunner(model, 256), PoolConfig(topk=4, depth=4, expand=3))
-    pool, _ = drafter.start(prompt)
-    pool, _ = drafter.commit([5, 7])  # a second round reuses the committed cache and a fresh scratch
+    drafter.start(prompt)
+    pool = drafter.commit([5, 7]).pool  # a second round reuses the committed cache and a fresh scratch
     context = prompt + [5, 7]
     logp = torch.log_softmax(reference_rows(model, [context] + [
         context + pool.token[_ancestry(pool, i)].tolist() for i in np.flatnonzero(pool.expanded)]), -1)
