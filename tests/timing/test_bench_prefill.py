@@ -14,7 +14,8 @@ def test_a_pool_is_handed_out_once_and_commit_times_are_kept():
     feed = LocalFeed(Drafter(MockRunner(MockModel(32, 0, 1.0), 128), POOL))
     feed.start([1, 2, 3])
     assert feed.has_pool()
-    pool, seconds = feed.pool()
+    drafted = feed.pool()
+    pool, seconds = drafted.pool, drafted.seconds
     assert len(pool.token) == POOL.size and seconds >= 0 and not feed.has_pool()
     feed.commit([4, 5])
     assert feed.has_pool() and len(feed.seconds) == 1

@@ -1,4 +1,4 @@
-"""python -m timing.bench_ahead: drafting ahead against drafting after the commit, side by side, per prompt.
+"""python -m launch.bench_ahead: drafting ahead against drafting after the commit, side by side, per prompt.
 
 One pair (the embedded default on the CPU unless --target/--drafter say otherwise) decodes each prompt
 with `ar`, and with the decoder at each budget with drafting ahead off and on, in an order that alternates
@@ -24,7 +24,7 @@ from launch.api import Pair
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m timing.bench_ahead", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m launch.bench_ahead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", required=True, metavar="SOURCE",
                         help="a prompt source as the sweep takes it (spec-bench:PATH, humaneval, FILE.jsonl)")
     parser.add_argument("--limit-prompts", type=int, default=12, metavar="N",
