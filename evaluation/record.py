@@ -43,7 +43,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         "tried": [r.tried for r in rounds], "tree_sizes": [r.tree_size for r in rounds],
         "available": [r.available for r in rounds], "budgets": [r.budget for r in rounds],
         "phases": {name: [r.phases.get(name, 0.0) for r in rounds] for name in PHASES},
-        "ahead": config.ahead, "ahead_hits": [r.ahead for r in rounds],  # per round: 1 hit, 0 missed, -1 not tried
+        "lend_cores": config.lend_cores, "ahead": config.ahead, "ahead_hits": [r.ahead for r in rounds],  # per round: 1 hit, 0 missed, -1 not tried
         "ahead_seconds": [r.ahead_seconds for r in rounds],
         "finished": time.time(),
     }

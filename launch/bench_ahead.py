@@ -1,11 +1,14 @@
-"""python -m launch.bench_ahead: drafting ahead against drafting after the commit, side by side, per prompt.
+"""python -m launch.bench_ahead: the drafter's idle halves used, each way against none, side by side per prompt.
 
-One pair (the embedded default on the CPU unless --target/--drafter say otherwise) decodes each prompt
-with `ar`, and with the decoder at each budget with drafting ahead off and on, in an order that alternates
-from prompt to prompt, so both see the same machine state. Prints, per budget, the summed speed of each
-variant, the paired per-prompt ratio (median and the range), each variant's median wait for the drafter
-per round, the hit rate and the drafting hidden per hit; and per prompt group. The load average is printed
-at the start and the end. The last line of stdout is one JSON document.
+Variants of the decoder: `none` (the paper's deployment: the target keeps its cores, the drafter drafts
+after each commit), `lend` (a target on the CPU lends the drafter its cores while it waits for a pool: the
+default) and `ahead` (lending, and drafting ahead during verification). One pair (the embedded default on
+the CPU unless --target/--drafter say otherwise) decodes each prompt with `ar`, then with each variant at
+each budget, in an order rotated from prompt to prompt, so all see the same machine state. Prints, per
+budget, the summed speed of each variant (and over `ar`), the paired per-prompt ratio of each variant
+over `none` (median and range), each variant's median wait for the drafter per round, the hit rate and the
+drafting hidden per hit; and speeds per prompt group. The load average is printed at the start and the
+end. The last line of stdout is one JSON document.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import numpy as np
 from evaluation.prompts import load_prompts, stratified_subset
 from evaluation.summary import category_group
 from launch.api import Pair
+
+VARIANTS = {"none": {"lend_cores": False, "ahead": False}, "lend": {"lend_cores": True, "ahead": False},
+            "ahead": {"lend_cores": True, "ahead": True}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,11 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         for i, prompt in enumerate(prompts):
             text, group = prompt.turns[0], category_group(prompt.category)
             run = lambda decoder, **kw: pair.decode(text, decoder, prompt_id=prompt.id, **settings, **kw)  # noqa: E731
-            rows.append({"prompt": prompt.id, "group": group, "budget": None, "ahead": None, **_numbers(run("ar"))})
+            rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None, **_numbers(run("ar"))})
             for budget in budgets:
-                for ahead in ((False, True) if i % 2 == 0 else (True, False)):
-                    rows.append({"prompt": prompt.id, "group": group, "budget": budget, "ahead": ahead,
-                                 **_numbers(run(ns.decoder, budget=budget, ahead=ahead))})
+                for k in range(len(VARIANTS)):
+                    name = list(VARIANTS)[(i + k) % len(VARIANTS)]
+                    rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
+                                 **_numbers(run(ns.decoder, budget=budget, **VARIANTS[name]))})
             print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
     load_end = os.getloadavg()
     summary = summarize(rows, budgets)
@@ -75,33 +82,32 @@ def _numbers(record: dict) -> dict:
 
 
 def summarize(rows: list[dict], budgets: list) -> dict:
-    """Per budget: both variants' speeds, the paired ratio on-over-off per prompt, waits, hits; per group."""
+    """Per budget: each variant's speed, its paired ratio over `none` per prompt, waits, hits; per group."""
     out = {"budgets": {}}
     ar = {r["prompt"]: r for r in rows if r["budget"] is None}
     for budget in budgets:
-        variants = {ahead: {r["prompt"]: r for r in rows if r["budget"] == budget and r["ahead"] is ahead}
-                    for ahead in (False, True)}
-        prompts = sorted(variants[False])
-        ratio = [_speed([variants[True][p]]) / _speed([variants[False][p]]) for p in prompts]
+        variants = {v: {r["prompt"]: r for r in rows if r["budget"] == budget and r["variant"] == v}
+                    for v in VARIANTS}
+        variants = {v: by_prompt for v, by_prompt in variants.items() if by_prompt}
+        prompts = sorted(variants["none"])
         entry = {}
-        for ahead, by_prompt in variants.items():
+        for v, by_prompt in variants.items():
             got = list(by_prompt.values())
             waits = [w for r in got for w in r["wait"]]
             tried = sum(r["tried"] for r in got)
-            entry["on" if ahead else "off"] = {
+            hidden = [h for r in got for h in r["hidden"]]
+            ratio = [_speed([by_prompt[p]]) / _speed([variants["none"][p]]) for p in prompts]
+            entry[v] = {
                 "tokens_per_second": _speed(got), "over_ar": _speed(got) / _speed(list(ar.values())),
+                "over_none_median": float(np.median(ratio)), "over_none_range": [float(min(ratio)), float(max(ratio))],
                 "wait_ms_median": 1000 * float(np.median(waits)) if waits else None,
                 "hit_rate": sum(r["hits"] for r in got) / tried if tried else None,
-                "hidden_ms_median": 1000 * float(np.median([h for r in got for h in r["hidden"]]))
-                if any(r["hidden"] for r in got) else None}
-        entry["ratio_median"] = float(np.median(ratio))
-        entry["ratio_range"] = [float(min(ratio)), float(max(ratio))]
+                "hidden_ms_median": 1000 * float(np.median(hidden)) if hidden else None}
         entry["by_group"] = {}
         for group in sorted({r["group"] for r in rows}):
-            mine = [p for p in prompts if variants[False][p]["group"] == group]
-            entry["by_group"][group] = {
-                "prompts": len(mine), "ar": _speed([ar[p] for p in mine]),
-                "off": _speed([variants[False][p] for p in mine]), "on": _speed([variants[True][p] for p in mine])}
+            mine = [p for p in prompts if variants["none"][p]["group"] == group]
+            entry["by_group"][group] = {"prompts": len(mine), "ar": _speed([ar[p] for p in mine]),
+                                        **{v: _speed([by_prompt[p] for p in mine]) for v, by_prompt in variants.items()}}
         out["budgets"][str(budget)] = entry
     out["ar_tokens_per_second"] = _speed(list(ar.values()))
     return out
@@ -116,16 +122,16 @@ def render(s: dict) -> list[str]:
              f"ar {s['ar_tokens_per_second']:.2f} tok/s; load average {s['load_average_start']:.2f} at start, "
              f"{s['load_average_end']:.2f} at the end"]
     for budget, e in s["budgets"].items():
-        for key in ("off", "on"):
-            v = e[key]
-            lines.append(f"  B={budget} ahead {key:>3}: {v['tokens_per_second']:.2f} tok/s ({v['over_ar']:.3f}x ar), "
-                         f"wait median {_ms(v['wait_ms_median'])} ms, hit rate {_pct(v['hit_rate'])}, "
-                         f"hidden per hit {_ms(v['hidden_ms_median'])} ms")
-        lines.append(f"  B={budget} on/off per prompt: median {e['ratio_median']:.3f} "
-                     f"[{e['ratio_range'][0]:.3f}, {e['ratio_range'][1]:.3f}]")
+        for v in VARIANTS:
+            if v in e:
+                x = e[v]
+                lines.append(f"  B={budget} {v:>5}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x ar; over "
+                             f"none per prompt {x['over_none_median']:.3f} [{x['over_none_range'][0]:.3f}, "
+                             f"{x['over_none_range'][1]:.3f}]), wait median {_ms(x['wait_ms_median'])} ms, hit rate "
+                             f"{_pct(x['hit_rate'])}, hidden per hit {_ms(x['hidden_ms_median'])} ms")
         for group, g in e["by_group"].items():
-            lines.append(f"    {group} ({g['prompts']}): ar {g['ar']:.2f}, off {g['off']:.2f} ({g['off'] / g['ar']:.3f}x), "
-                         f"on {g['on']:.2f} ({g['on'] / g['ar']:.3f}x)")
+            lines.append(f"    {group} ({g['prompts']}): ar {g['ar']:.2f} tok/s; "
+                         + ", ".join(f"{v} {g[v] / g['ar']:.3f}x" for v in VARIANTS if v in g))
     return lines
 
 

@@ -254,6 +254,7 @@ class _Rounds:
         self.track = track  # record which ranks were accepted (budget auto)
         self.sync = sync
         self.ahead = config.ahead and drafter is not None
+        self.lend = config.lend_cores and self.lazy  # on the CPU: the drafter may share this side's cores
 
     def run(self, root: int, budget: int) -> Step:
         """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""
@@ -322,7 +323,7 @@ class _Rounds:
 
     def _pool(self) -> Drafted:
         """Wait for the round's pool; on the CPU the drafter is told first, so it can take this side's cores."""
-        if self.lazy and not self.drafter.has_pool():
+        if self.lend and not self.drafter.has_pool():
             self.drafter.waiting()
         return self.drafter.pool()
 

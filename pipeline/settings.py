@@ -44,6 +44,9 @@ class DecodeConfig:
     stop_token_ids: tuple[int, ...] = field(default=(), metadata={
         "help": "end the output at the first of these token ids, as at an end-of-sequence token: the id is the "
                 "output's last, its text left out (comma-separated)", "metavar": "ID,ID", "parse": "token_ids"})
+    lend_cores: bool = field(default=True, metadata={
+        "help": "keep the target's CPU cores to itself while it waits for a pool (by default a target on the CPU "
+                "tells the drafter it waits, and a drafter sharing its CPU takes them until it sends the pool)"})
     ahead: bool = field(default=False, metadata={
         "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
                 "where the round most probably ends, and the next round takes it when the round ended there "
@@ -63,8 +66,9 @@ class DecodeConfig:
         self.filters  # checks top_k, top_p and min_p
         object.__setattr__(self, "stop", check_stop_strings("stop", self.stop))
         object.__setattr__(self, "stop_token_ids", check_token_ids("stop_token_ids", self.stop_token_ids))
-        if not isinstance(self.ahead, bool):
-            raise ConfigError("ahead", f"must be true or false, got {self.ahead!r}")
+        for name in ("ahead", "lend_cores"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
 
     @property
     def filters(self) -> Filters:

@@ -35,8 +35,9 @@ log = logging.getLogger("timing")
 CONFIG = "config.json"
 # Sweep fields that change where or how patiently a run works, not what it times.
 _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
-_SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "ahead": DecodeConfig().ahead}  # sweep settings
-#                                                                                  added since the first config.json
+# Sweep settings added since the first config.json, at their defaults
+_SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "ahead": DecodeConfig().ahead,
+                   "lend_cores": DecodeConfig().lend_cores}
 
 
 class ConfigMismatch(InputError):

@@ -134,3 +134,14 @@ def test_a_round_hits_exactly_when_the_round_before_ended_where_predicted(mock_p
     assert hits == [p == e for p, e in zip(predictions, emitted)][: len(hits)]
     assert 0 < sum(hits) < len(hits)
     assert all(r.ahead == MISSED for r in result.rounds[1:] if r.ahead != HIT)
+
+
+@pytest.mark.parametrize("lend", [True, False])
+def test_a_cpu_target_tells_a_drafter_it_waits_unless_told_not_to(mock_pair, lend):
+    pair = mock_pair(VOCAB, 2, 0.7, CONFIG)
+    told = []
+    pair.drafter.has_pool = lambda: False  # as a drafter in another process still growing
+    pair.drafter.waiting = lambda: told.append(1)
+    result = decode(pair.target, pair.drafter, [3, 9, 4], DecodeConfig("root-draw", 0.0, 4, 20, lend_cores=lend),
+                    frozenset(), None)
+    assert len(told) == (len(result.rounds) if lend else 0)
