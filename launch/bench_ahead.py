@@ -1,8 +1,8 @@
 """python -m launch.bench_ahead: the drafter's idle halves used, each way against none, side by side per prompt.
 
-Variants of the decoder: `none` (the paper's deployment: the target keeps its cores, the drafter drafts
-after each commit), `lend` (a target on the CPU lends the drafter its cores while it waits for a pool: the
-default) and `ahead` (lending, and drafting ahead during verification). One pair (the embedded default on
+Variants of the decoder: `none` (the paper's deployment and the default: the target keeps its cores, the
+drafter drafts after each commit), `lend` (`--lend-cores`: a target on the CPU lends the drafter its cores
+while it waits for a pool) and `ahead` (lending, and `--ahead`: drafting ahead during verification). One pair (the embedded default on
 the CPU unless --target/--drafter say otherwise) decodes each prompt with `ar`, then with each variant at
 each budget, in an order rotated from prompt to prompt, so all see the same machine state. Prints, per
 budget, the summed speed of each variant (and over `ar`), the paired per-prompt ratio of each variant

@@ -44,9 +44,9 @@ class DecodeConfig:
     stop_token_ids: tuple[int, ...] = field(default=(), metadata={
         "help": "end the output at the first of these token ids, as at an end-of-sequence token: the id is the "
                 "output's last, its text left out (comma-separated)", "metavar": "ID,ID", "parse": "token_ids"})
-    lend_cores: bool = field(default=True, metadata={
-        "help": "keep the target's CPU cores to itself while it waits for a pool (by default a target on the CPU "
-                "tells the drafter it waits, and a drafter sharing its CPU takes them until it sends the pool)"})
+    lend_cores: bool = field(default=False, metadata={
+        "help": "on the CPU, while the target waits for a pool it tells the drafter, and a drafter sharing its "
+                "CPU takes every core until it sends the pool"})
     ahead: bool = field(default=False, metadata={
         "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
                 "where the round most probably ends, and the next round takes it when the round ended there "

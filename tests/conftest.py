@@ -76,7 +76,7 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
             "tree_sizes": list(tree_sizes), "available": list(available) if available is not None else [0] * n,
             "budgets": list(budgets) if budgets is not None else [budget if budget != "auto" else 8] * n,
             "phases": {p: list((phases or {}).get(p, [0.001] * n)) for p in PHASES},
-            "lend_cores": True, "ahead": ahead_hits is not None, "ahead_hits": list(ahead_hits) if ahead_hits is not None else [-1] * n,
+            "lend_cores": False, "ahead": ahead_hits is not None, "ahead_hits": list(ahead_hits) if ahead_hits is not None else [-1] * n,
             "ahead_seconds": list(ahead_seconds) if ahead_seconds is not None else [0.0] * n,
             "finished": 0.0, "warmup": warmup,
             **({} if grid_budget is None else {"grid_budget": grid_budget})}
