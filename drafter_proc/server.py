@@ -44,6 +44,7 @@ from protocol.transport import Left, Listener, Received
 log = logging.getLogger("drafter")
 
 
+STASHED_MAX = 64  # messages taken during one growth, at most: the rest wait in the socket's bounded queue
 DEPARTED_KEPT = 256  # routing ids of closed connections remembered, to ignore messages they left queued
 
 
@@ -278,7 +279,7 @@ class DrafterServer:
         """Between two levels of a growth: take what came meanwhile -> whether to abandon the growth (one
         ahead, for anything but its Commit). A Waiting for the pool being grown takes the solo threads; the
         rest is stashed for the serve loop, in order."""
-        while (event := self.listener.recv(timeout=0)) is not None:
+        while len(self.stashed) < STASHED_MAX and (event := self.listener.recv(timeout=0)) is not None:
             now = time.perf_counter()
             msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
             growing = self.round + 1 if ahead is None or any(_is(m, Commit) for m in self._stashed()) else None
