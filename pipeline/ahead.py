@@ -8,8 +8,10 @@ The prediction is the draft's greedy path through the tree: from the root (or th
 drafter's most probable child while the tree holds it; the round is predicted to accept that path and to
 continue with the drafter's most probable token after it (which the tree does not hold, or the path would
 go on). The target sends the path; the drafter appends that token itself, from the row it computes anyway.
-A target that agrees with the drafter's first choice with probability a at each step hits with probability
-a^(k+1) on a path of k tokens; no other end is as probable under that model when a > 1/2.
+A target that agrees with the drafter's first choice with probability a at each step makes it right with
+probability a^(k+1) on a path of k tokens. An end before the path's last node would need the target to
+pick some other token there, which the drafter can name less surely; how often the prediction is right is
+measured, not assumed: records count its hits, and hit_probability gives it exactly on recorded rounds.
 """
 
 from __future__ import annotations
