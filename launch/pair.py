@@ -322,15 +322,22 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(p.private_dir, ignore_errors=True)
 
 
+DRAFTER_FIRST_S = 1.0  # after a failed target, how long the drafter may take to show it failed first
+
+
 def _supervise(target: subprocess.Popen, drafter: subprocess.Popen) -> int:
     """Wait until either process ends -> the pair's exit status (the failing process's)."""
     while True:
         if target.poll() is not None:
-            if target.returncode == 0:  # it asked the drafter to shut down: let it exit by itself
-                try:
-                    drafter.wait(GRACE_SECONDS)
-                except subprocess.TimeoutExpired:
-                    pass
+            # Exit 0: it asked the drafter to shut down, so let it exit by itself. A failure: the drafter may
+            # have died first (the target then reports the closed connection); its status says why.
+            try:
+                drafter.wait(GRACE_SECONDS if target.returncode == 0 else DRAFTER_FIRST_S)
+            except subprocess.TimeoutExpired:
+                pass
+            if target.returncode != 0 and drafter.returncode not in (None, 0):
+                print(f"[launch] the drafter exited with status {_status(drafter.returncode)}", file=sys.stderr)
+                return _status(drafter.returncode)
             _stop(drafter, GRACE_SECONDS)
             return _status(target.returncode)
         if drafter.poll() is not None:

@@ -3,13 +3,11 @@ socket folder outlives the pair, however the script ends."""
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -62,13 +60,10 @@ def test_an_interrupted_decode_leaves_the_in_process_pair_answering_correctly():
 
 def test_an_interrupted_decode_leaves_the_target_process_pair_answering_correctly():
     with Pair("mock", target_process=True) as pair:
-        timer = threading.Timer(0.5, _thread.interrupt_main)  # a Ctrl-C while the reply is awaited
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                pair.chat(["long"] * 6, decoder="root-draw", max_new_tokens=200)
-        finally:
-            timer.cancel()
+        # A Ctrl-C while the second turn's reply is awaited: the rest of the request's lines are still to come.
+        _interrupted_in(pair, "_answer", 2)
+        with pytest.raises(KeyboardInterrupt):
+            pair.chat(["long"] * 6, decoder="root-draw", max_new_tokens=200)
         records = [pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16) for i in range(2)]
         for i, record in enumerate(records):
             assert (record["decoder"], record["max_new_tokens"], record["turn"]) == ("ar", 16, 0)
