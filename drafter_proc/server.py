@@ -282,8 +282,7 @@ class DrafterServer:
         while len(self.stashed) < STASHED_MAX and (event := self.listener.recv(timeout=0)) is not None:
             now = time.perf_counter()
             msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
-            growing = self.round + 1 if ahead is None or any(_is(m, Commit) for m in self._stashed()) else None
-            if isinstance(msg, Waiting) and msg.request == self.request and msg.round == growing:
+            if isinstance(msg, Waiting) and msg.request == self.request and msg.round == self.round + 1:
                 self._use_threads(solo=True)
                 continue
             self.stashed.append((event, now))
@@ -292,9 +291,6 @@ class DrafterServer:
                                           and np.array_equal(msg.tokens, self.drafter.written)):
                 return True
         return False
-
-    def _stashed(self):
-        return (_peek(e) for e, _ in self.stashed if isinstance(e, Received))
 
     def _use_threads(self, solo: bool) -> None:
         if self.threads is not None:
@@ -321,10 +317,6 @@ def _peek(event: Received) -> Message | None:
         return decode(event.frames)
     except ProtocolError:
         return None
-
-
-def _is(msg: Message | None, kind: type) -> bool:
-    return isinstance(msg, kind)
 
 
 def _request_of(msg: Message | None, default: int) -> int:
