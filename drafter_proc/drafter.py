@@ -44,15 +44,15 @@ class Drafter:
         self.written: np.ndarray = np.zeros(0, np.int64)  # tokens drafting ahead wrote at slots [L, L + k)
         self.held: Drafted | None = None  # the pool grown ahead from `written`, until the next commit
 
-    def start(self, prompt: Sequence[int]) -> Drafted:
+    def start(self, prompt: Sequence[int], between: Callable[[], bool] | None = None) -> Drafted:
         """New request: the pool of round 0 from the prompt (its last prompt_window tokens)."""
         self.through_root = 0
         self._drop_ahead()
-        return self.commit(prompt[-self.prompt_window:] if self.prompt_window else prompt)
+        return self.commit(prompt[-self.prompt_window:] if self.prompt_window else prompt, between)
 
     def commit(self, tokens: Sequence[int], between: Callable[[], bool] | None = None) -> Drafted:
         """Append newly committed tokens and grow the next pool (or take the one grown ahead from them).
-        between: called between levels (its answer is ignored: a committed round's pool is always grown)."""
+        between: called between levels; when it answers true the pool ends at the levels grown (a cut pool)."""
         t0 = time.perf_counter()
         tokens = np.asarray(tokens, np.int64)
         tried, held, written = self.held is not None or len(self.written) > 0, self.held, self.written
@@ -66,15 +66,15 @@ class Drafter:
         kept = min(_shared_prefix(tokens, written), len(tokens) - 1)
         root_row = prefill(self.runner, tokens[kept:], base + kept)
         self.through_root = base + len(tokens)
-        pool = grow_pool(torch.log_softmax(root_row.float(), -1),
-                         self._expander(self.through_root, None if between is None else lambda: between() and False),
-                         self.config)  # grow_pool read the last ids back, so the device is idle
+        pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(self.through_root), self.config,
+                         between)  # grow_pool read the last ids back, so the device is idle
         return Drafted(pool, time.perf_counter() - t0, MISSED if tried else NOT_TRIED)
 
-    def ahead(self, path: Sequence[int], abandon: Callable[[], bool] | None = None) -> bool:
+    def ahead(self, path: Sequence[int], between: Callable[[], bool] | None = None) -> bool:
         """Grow the pool that committing `path` and then this drafter's most probable next token would ask
         for, without committing them (pipeline.ahead) -> whether it was grown (not when the cache cannot
-        hold it, or when `abandon()` turned true between levels)."""
+        hold it, or when `between()`, called between levels, raised Abandoned; when it answers true the
+        pool ends at the levels grown, as commit's)."""
         t0 = time.perf_counter()
         path = np.asarray(path, np.int64)
         self._drop_ahead()
@@ -86,7 +86,7 @@ class Drafter:
         root_row = prefill(self.runner, tokens[-1:], length - 1)
         self.written = tokens
         try:
-            pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(length, abandon), self.config)
+            pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(length), self.config, between)
         except Abandoned:
             return False
         self.held = Drafted(pool, 0.0, HIT, time.perf_counter() - t0)
@@ -101,15 +101,13 @@ class Drafter:
                                 f"{committed} committed tokens and a pool's "
                                 f"{self.config.n_expanded} scratch slots (raise `max_context`)")
 
-    def _expander(self, length: int, abandon: Callable[[], bool] | None = None):
+    def _expander(self, length: int):
         """The expand callback of grow_pool for a pool grown after `length` cached tokens, with its scratch
-        bookkeeping; with `abandon`, it raises Abandoned before a level when abandon() is true."""
+        bookkeeping."""
         slot_of: dict[int, int] = {}
         fed_parent: list[int] = []  # per fed candidate: the fed index of its parent, -1 for the root
 
         def expand(nodes: np.ndarray, tokens: np.ndarray, parents: np.ndarray, depth: int) -> torch.Tensor:
-            if abandon is not None and abandon():
-                raise Abandoned
             start = len(fed_parent)
             for node, parent in zip(nodes.tolist(), parents.tolist()):
                 fed_parent.append(slot_of[parent] - length if parent >= 0 else -1)

@@ -10,9 +10,13 @@ device cannot hold.
 
 Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says
 the target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core
-until it sends the pool. An Ahead (no reply) has the drafter grow the next round's pool from the predicted
-tokens at once; the Commit the prediction serves lets that growth go on (its reply is that pool), and any
-other message ends it. Other messages wait until the growth is done and are then handled as ever.
+until it sends the pool, and a Waiting with `cut` asks for the pool now: it ends at the levels grown. Once
+a request's target has asked so (the target asks every round, once its root pass is done), the drafter
+also ends a pool before a level that would end after the time the target asked at in recent rounds,
+counted from their Commits, so that the pool is there when asked for. An Ahead (no reply) has the drafter
+grow the next round's pool from the predicted tokens at once; the Commit the prediction serves lets that
+growth go on (its reply is that pool), and any other message ends it. Other messages wait until the growth
+is done and are then handled as ever.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from drafter_proc.drafter import Drafter
+from drafter_proc.drafter import Abandoned, Drafter
 from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
@@ -45,6 +49,7 @@ log = logging.getLogger("drafter")
 
 
 STASHED_MAX = 64  # messages taken during one growth, at most: the rest wait in the socket's bounded queue
+TIMINGS_KEPT = 8  # recent rounds whose timings (when the target asked, a level's pass) a cut is timed by
 DEPARTED_KEPT = 256  # routing ids of closed connections remembered, to ignore messages they left queued
 
 
@@ -77,6 +82,14 @@ class DrafterServer:
         self.arrived = 0.0
         self.threads = threads  # CPU threads (while the target works, while it waits for a pool); None: keep
         self.ahead_finished = 0.0  # when the last pool grown ahead was done (perf_counter)
+        self.cut_asked = False  # a Waiting with `cut` came for the pool being grown: end it at the next level
+        # Timing cut pools: when the growth being answered began (its Start's or Commit's arrival), when the
+        # last level ended, and of recent rounds of this request how long after its Commit the target asked
+        # for the pool and how long a level's pass took (seconds).
+        self.grown_from = 0.0
+        self.level_ended: float | None = None
+        self.asked_after: deque[float] = deque(maxlen=TIMINGS_KEPT)
+        self.pass_seconds: deque[float] = deque(maxlen=TIMINGS_KEPT)
 
     def serve(self) -> None:
         """Serve until the served target sends Shutdown (with `persist`, forever)."""
@@ -179,7 +192,9 @@ class DrafterServer:
         if isinstance(msg, Start):
             self._check_tokens(msg.prompt, "prompt")
             self.request, self.round = msg.request, -1
-            drafted = self.drafter.start(msg.prompt)
+            self.asked_after.clear()
+            self._growing()
+            drafted = self.drafter.start(msg.prompt, lambda: self._between(None))
             self.round = 0
             return self._pool_msg(drafted)
         if isinstance(msg, (Commit, Ahead)):
@@ -194,6 +209,7 @@ class DrafterServer:
             if isinstance(msg, Ahead):
                 self._ahead(msg)
                 return None
+            self._growing()
             drafted = self.drafter.commit(msg.tokens, lambda: self._between(None))
             self.round = msg.round
             return self._pool_msg(drafted)
@@ -201,6 +217,8 @@ class DrafterServer:
             if msg.request != self.request or not 0 <= msg.round <= self.round:
                 raise StaleMessage(f"waiting for request {msg.request} round {msg.round}, but the drafter "
                                    f"serves request {self.request} round {self.round}")
+            if msg.cut == 1 and msg.round == self.round:
+                self._asked(msg.round, self.arrived)
             return None
         if isinstance(msg, End):
             if msg.request != self.request or self.request < 0:
@@ -276,21 +294,45 @@ class DrafterServer:
         self.ahead_finished = time.perf_counter()
 
     def _between(self, ahead: Ahead | None) -> bool:
-        """Between two levels of a growth: take what came meanwhile -> whether to abandon the growth (one
-        ahead, for anything but its Commit). A Waiting for the pool being grown takes the solo threads; the
-        rest is stashed for the serve loop, in order."""
+        """Between two levels of a growth: take what came meanwhile -> whether to end the pool at the levels
+        grown (a Waiting with `cut` came for it, or, for a committed round's pool, the next level would end
+        after the time the target asks at). A Waiting for the pool being grown takes the solo threads; the
+        rest is stashed for the serve loop, in order, and anything but its Commit abandons a growth ahead
+        (Abandoned)."""
         while len(self.stashed) < STASHED_MAX and (event := self.listener.recv(timeout=0)) is not None:
             now = time.perf_counter()
             msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
             if isinstance(msg, Waiting) and msg.request == self.request and msg.round == self.round + 1:
                 self._use_threads(solo=True)
+                if msg.cut == 1:
+                    self.cut_asked = True
+                    if ahead is None:
+                        self._asked(msg.round, now)
                 continue
             self.stashed.append((event, now))
             if ahead is not None and not (isinstance(msg, Commit) and (msg.request, msg.round) ==
                                           (ahead.request, ahead.round)
                                           and np.array_equal(msg.tokens, self.drafter.written)):
-                return True
-        return False
+                raise Abandoned
+        if ahead is not None or self.cut_asked:
+            return self.cut_asked
+        now = time.perf_counter()
+        if self.level_ended is not None:
+            self.pass_seconds.append(now - self.level_ended)
+        self.level_ended = now
+        if not (self.asked_after and self.pass_seconds and self.round >= 0):
+            return False
+        return now - self.grown_from + float(np.median(self.pass_seconds)) > float(np.median(self.asked_after))
+
+    def _growing(self) -> None:
+        """A Start's or Commit's pool is grown from now (the event's arrival)."""
+        self.grown_from, self.level_ended = self.arrived, None
+
+    def _asked(self, round_: int, at: float) -> None:
+        """The target asked for round `round_`'s pool at `at` (perf_counter): a timing for the cuts after it
+        (not round 0's, whose target prefilled the prompt first)."""
+        if round_ > 0:
+            self.asked_after.append(at - self.grown_from)
 
     def _use_threads(self, solo: bool) -> None:
         if self.threads is not None:
@@ -302,6 +344,7 @@ class DrafterServer:
         """The reply to a Start or Commit. Its seconds run from the message's arrival: the part of the drafting
         the target can have waited for; a pool grown ahead counts what it grew before that arrival apart."""
         self._use_threads(solo=False)  # the target works again once it has the pool
+        self.cut_asked = False
         now = time.perf_counter()
         ahead_seconds = 0.0
         if drafted.ahead == HIT:

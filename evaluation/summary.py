@@ -65,6 +65,7 @@ class DecoderStats:
     tree_sizes: np.ndarray | None = None  # (n_rounds,)
     chosen: np.ndarray | None = None  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
     accepted: np.ndarray | None = None  # (n_rounds,) tree nodes each round accepted
+    cut: tuple[int, int] = (0, 0)  # cut pools: rounds with a pool in decodes that cut them, their pools' levels
 
     def ahead_summary(self) -> dict | None:
         """Drafting ahead over the rounds that tried it: the share whose pool was grown ahead (hit rate), and
@@ -74,6 +75,11 @@ class DecoderStats:
             return None
         return {"ahead_tried": tried, "ahead_hit_rate": hits / tried,
                 "ahead_hidden_ms": 1000 * hidden / hits if hits else 0.0}
+
+    def cut_summary(self) -> dict | None:
+        """Cut pools: the rounds with a pool and their pools' mean depth; None when no decode cut its pools."""
+        rounds, levels = self.cut
+        return {"cut_rounds": rounds, "pool_depth_mean": levels / rounds} if rounds else None
 
     def budget_shares(self) -> dict[int, float]:
         """Share of rounds at each budget, smallest first."""
@@ -170,7 +176,8 @@ def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_
     return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
                         sum(r["target_passes"] for r in mine), rounds, dict(Counter(column("budgets"))),
                         _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
-                        np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64))
+                        np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64),
+                        cut_counts(mine))
 
 
 def ahead_counts(records: Sequence[dict]) -> tuple[int, int, float]:
@@ -183,6 +190,17 @@ def ahead_counts(records: Sequence[dict]) -> tuple[int, int, float]:
             hits += hit == 1
             hidden += seconds if hit == 1 else 0.0
     return tried, hits, hidden
+
+
+def cut_counts(records: Sequence[dict]) -> tuple[int, int]:
+    """(rounds with a pool, their pools' levels summed) over the records of decodes that cut pools."""
+    rounds = levels = 0
+    for r in records:
+        if r.get("cut_pools"):
+            depths = [d for d in r["pool_depths"] if d > 0]
+            rounds += len(depths)
+            levels += sum(depths)
+    return rounds, levels
 
 
 def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
@@ -208,7 +226,7 @@ def as_json(s: Setting) -> dict:
                              "seconds": float(st.seconds.sum()), "tokens_per_second": st.speed,
                              "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json(),
                              **({"budget_shares": st.budget_shares()} if "auto" in st.budgets else {}),
-                             **(st.ahead_summary() or {})}
+                             **(st.ahead_summary() or {}), **(st.cut_summary() or {})}
                          for d, st in s.decoders.items()},
             "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
                                  "high": g.high if g.has_interval else None, "prompts": g.n_prompts,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluation.summary import (SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group, counted_tokens,
-                                setting_budget, with_gains)
+                                cut_counts, setting_budget, with_gains)
 from pipeline.metrics import RoundCounts
 from pipeline.rules import DECODERS
 
@@ -32,6 +32,7 @@ class _Sums:
     rounds: RoundCounts = field(default_factory=RoundCounts)
     budget_rounds: Counter = field(default_factory=Counter)
     ahead: tuple[int, int, float] = (0, 0, 0.0)  # drafting ahead: rounds that tried, hits, seconds hidden
+    cut: tuple[int, int] = (0, 0)  # cut pools: rounds with a pool, their pools' levels
 
 
 class Tally:
@@ -62,6 +63,7 @@ class Tally:
         s.rounds.add(record["accept_lengths"], record["accepted"], record["tried"], record["tree_sizes"])
         s.budget_rounds.update(record["budgets"])
         s.ahead = tuple(a + b for a, b in zip(s.ahead, ahead_counts([record])))
+        s.cut = tuple(a + b for a, b in zip(s.cut, cut_counts([record])))
 
     def setting(self, *, n_resamples: int = 2000, confidence_level: float = 0.95, rng: int = 0) -> Setting:
         """The setting's speeds, round metrics and gains over its complete prompts (see analyse)."""
@@ -82,4 +84,5 @@ class Tally:
                             sum(s.decodes for s in mine), np.array([s.tokens for s in mine], float),
                             np.array([s.seconds for s in mine], float), sum(s.passes for s in mine), rounds.stats(),
                             dict(budget_rounds), None,
-                            tuple(sum(x) for x in zip((0, 0, 0.0), *(s.ahead for s in mine))))
+                            tuple(sum(x) for x in zip((0, 0, 0.0), *(s.ahead for s in mine))),
+                            cut=tuple(sum(x) for x in zip((0, 0), *(s.cut for s in mine))))

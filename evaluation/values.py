@@ -29,6 +29,7 @@ from pipeline.value import CEILINGS, Curve, Scored
 BUDGETS = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 VALUED = {**{name: rule.value for name, rule in RULES.items() if rule.value is not None}, **CEILINGS}
 AGREEMENT_TOKENS = 0.02  # a realized mean this far from its value, beyond its interval, is a bug somewhere
+CUT_RULES = ("draft", "root", "root-draw", "pearl")  # valued on pools cut after each level (--cut-pools)
 
 
 @dataclass
@@ -45,6 +46,8 @@ class RoundValues:
     off_pool: np.ndarray  # (R,) probability that the draw X1 is not on the pool's first level
     settings: dict[tuple[str, str], dict] = field(default_factory=dict)  # (decoder, budget) -> realized
     record_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (R,) each measurement pass
+    # rule (CUT_RULES) -> (R, D, K): the value from the round's pool cut after 1..D levels (cut_values)
+    by_depth: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def rounds(self) -> int:
@@ -74,6 +77,7 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
     rows: dict[str, list[np.ndarray]] = {name: [] for name in VALUED}
     sums = {name: np.zeros(largest) for name in VALUED}
     prompt_of, off_pool, seconds = [], [], []
+    by_depth: dict[str, list[np.ndarray]] = {name: [] for name in CUT_RULES}
     settings: dict[tuple[str, str], dict] = {}
     all_budgets = np.arange(1, largest + 1)
     for d in decodes:
@@ -91,6 +95,8 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
                 full = curve.at(all_budgets)
                 rows[name].append(full[kept - 1])
                 sums[name] += full
+            for name, values in cut_values(scored, kept, curves).items():
+                by_depth[name].append(values)
             prompt_of.append(prompts[pid])
             off_pool.append(scored.off_pool)
             seconds.append(rnd.seconds)
@@ -103,7 +109,32 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
     return RoundValues(temperature, kept, np.array(prompt_of), list(prompts), categories,
                        {name: np.array(r) for name, r in rows.items()}, {name: s / n for name, s in sums.items()},
                        np.array(off_pool), {k: {name: np.array(v) for name, v in s.items()}
-                                            for k, s in settings.items() if s["realized"]}, np.array(seconds))
+                                            for k, s in settings.items() if s["realized"]}, np.array(seconds),
+                       {name: _padded(v) for name, v in by_depth.items()})
+
+
+def cut_values(scored: Scored, budgets: np.ndarray, whole: dict[str, Curve]) -> dict[str, np.ndarray]:
+    """Each of CUT_RULES' values at `budgets` (K,) from the round's pool cut after 1..D levels, D its depth
+    (what --cut-pools sends when the target asks after that many) -> rule -> (D, K). `whole`: the rules'
+    curves on the whole pool."""
+    pool = scored.pool
+    depth = int(pool.depth.max())
+    out = {name: np.empty((depth, len(budgets))) for name in CUT_RULES}
+    for d in range(1, depth + 1):
+        if d < depth:
+            cut = Scored(pool.first_levels(d), scored.edge[pool.depth <= d])
+            curves = {name: VALUED[name](cut) for name in CUT_RULES}
+        else:
+            curves = whole
+        for name in CUT_RULES:
+            out[name][d - 1] = curves[name].at(budgets)
+    return out
+
+
+def _padded(per_round: list[np.ndarray]) -> np.ndarray:
+    """(R, D, K) from rounds' (D_r, K): a round's pool shallower than the deepest keeps its whole value."""
+    depth = max(v.shape[0] for v in per_round)
+    return np.stack([np.concatenate([v, np.repeat(v[-1:], depth - v.shape[0], 0)]) for v in per_round])
 
 
 def prediction_hit(rnd: RecordedRound, scored: Scored, decoder: str) -> float:

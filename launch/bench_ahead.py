@@ -2,7 +2,9 @@
 
 Variants of the decoder: `none` (the paper's deployment and the default: the target keeps its cores, the
 drafter drafts after each commit), `lend` (`--lend-cores`: a target on the CPU lends the drafter its cores
-while it waits for a pool) and `ahead` (lending, and `--ahead`: drafting ahead during verification). One pair (the embedded default on
+while it waits for a pool), `ahead` (lending, and `--ahead`: drafting ahead during verification), `cut`
+(`--cut-pools`: the pool is asked for once the root pass is done, and has the levels grown by then) and
+`cut+ahead` (both). One pair (the embedded default on
 the CPU unless --target/--drafter say otherwise) decodes each prompt with `ar`, then with each variant at
 each budget, in an order rotated from prompt to prompt, so all see the same machine state. Prints, per
 budget, the summed speed of each variant (and over `ar`), the paired per-prompt ratio of each variant
@@ -26,7 +28,8 @@ from evaluation.summary import category_group
 from launch.api import Pair
 
 VARIANTS = {"none": {"lend_cores": False, "ahead": False}, "lend": {"lend_cores": True, "ahead": False},
-            "ahead": {"lend_cores": True, "ahead": True}}
+            "ahead": {"lend_cores": True, "ahead": True}, "cut": {"cut_pools": True},
+            "cut+ahead": {"cut_pools": True, "ahead": True}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default=None, help="the pair's target (default: the embedded pair)")
     parser.add_argument("--drafter", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variants", default=",".join(VARIANTS), metavar="LIST",
+                        help=f"comma-separated, from {','.join(VARIANTS)} (none is always run: the others' baseline)")
     ns = parser.parse_args(argv)
+    variants = ["none"] + [v for v in ns.variants.split(",") if v and v != "none"]
+    if unknown := [v for v in variants if v not in VARIANTS]:
+        parser.error(f"--variants: unknown {', '.join(unknown)} (from {', '.join(VARIANTS)})")
     budgets = [b if b == "auto" else int(b) for b in ns.budgets.split(",")]
     prompts = stratified_subset(load_prompts(ns.prompts), ns.limit_prompts, ns.seed)
     load_start = os.getloadavg()
@@ -58,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             run = lambda decoder, **kw: pair.decode(text, decoder, prompt_id=prompt.id, **settings, **kw)  # noqa: E731
             rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None, **_numbers(run("ar"))})
             for budget in budgets:
-                for k in range(len(VARIANTS)):
-                    name = list(VARIANTS)[(i + k) % len(VARIANTS)]
+                for k in range(len(variants)):
+                    name = variants[(i + k) % len(variants)]
                     rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
                                  **_numbers(run(ns.decoder, budget=budget, **VARIANTS[name]))})
             print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
@@ -78,7 +86,9 @@ def _numbers(record: dict) -> dict:
     return {"tokens": record["new_tokens"], "seconds": record["seconds"], "rounds": record["rounds"],
             "wait": [float(w) for w, b in zip(record["phases"]["wait"], record["budgets"]) if b > 0],
             "tried": int((hits >= 0).sum()), "hits": int((hits == 1).sum()),
-            "hidden": [float(s) for s, h in zip(record["ahead_seconds"], hits) if h == 1]}
+            "hidden": [float(s) for s, h in zip(record["ahead_seconds"], hits) if h == 1],
+            "depths": [int(d) for d, b in zip(record["pool_depths"], record["budgets"]) if b > 0],
+            "accepted": [int(a) for a, b in zip(record["accept_lengths"], record["budgets"]) if b > 0]}
 
 
 def summarize(rows: list[dict], budgets: list) -> dict:
@@ -102,7 +112,9 @@ def summarize(rows: list[dict], budgets: list) -> dict:
                 "over_none_median": float(np.median(ratio)), "over_none_range": [float(min(ratio)), float(max(ratio))],
                 "wait_ms_median": 1000 * float(np.median(waits)) if waits else None,
                 "hit_rate": sum(r["hits"] for r in got) / tried if tried else None,
-                "hidden_ms_median": 1000 * float(np.median(hidden)) if hidden else None}
+                "hidden_ms_median": 1000 * float(np.median(hidden)) if hidden else None,
+                "pool_depth_mean": float(np.mean([d for r in got for d in r["depths"]] or [0])),
+                "tau": float(np.mean([a for r in got for a in r["accepted"]] or [0]))}
         entry["by_group"] = {}
         for group in sorted({r["group"] for r in rows}):
             mine = [p for p in prompts if variants["none"][p]["group"] == group]
@@ -125,9 +137,10 @@ def render(s: dict) -> list[str]:
         for v in VARIANTS:
             if v in e:
                 x = e[v]
-                lines.append(f"  B={budget} {v:>5}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x ar; over "
+                lines.append(f"  B={budget} {v:>9}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x ar; over "
                              f"none per prompt {x['over_none_median']:.3f} [{x['over_none_range'][0]:.3f}, "
-                             f"{x['over_none_range'][1]:.3f}]), wait median {_ms(x['wait_ms_median'])} ms, hit rate "
+                             f"{x['over_none_range'][1]:.3f}]), wait median {_ms(x['wait_ms_median'])} ms, tokens "
+                             f"per drafted round {x['tau']:.2f}, pool depth {x['pool_depth_mean']:.1f}, hit rate "
                              f"{_pct(x['hit_rate'])}, hidden per hit {_ms(x['hidden_ms_median'])} ms")
         for group, g in e["by_group"].items():
             lines.append(f"    {group} ({g['prompts']}): ar {g['ar']:.2f} tok/s; "

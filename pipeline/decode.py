@@ -82,9 +82,10 @@ class DrafterClient(Protocol):
         """The path this round will most probably accept (pipeline.ahead): the drafter may grow the next
         round's pool from there while the target verifies. Only called with DecodeConfig.ahead."""
 
-    def waiting(self) -> None:
+    def waiting(self, cut: bool = False) -> None:
         """This side is about to wait for the current round's pool with nothing else to do: a drafter that
-        shares its CPU may take its cores until it sends the pool."""
+        shares its CPU may take its cores until it sends the pool. With `cut` (DecodeConfig.cut_pools), it
+        asks for the pool now: the drafter ends it at the level in progress and sends its first levels."""
 
     def pool(self) -> Drafted:
         """Wait for the current round's pool, with the drafter's seconds on it."""
@@ -134,8 +135,9 @@ class Step:
 
     def round(self, budget: int) -> Round:
         tree_size = len(self.tree) if self.tree is not None else 0
+        pool_depth = int(self.pool.depth.max()) if self.pool is not None and len(self.pool) else 0
         return Round(len(self.accepted), tree_size, len(self.accepted) + 1, self.phases, self.available, self.tried,
-                     budget, self.ahead, self.ahead_seconds)
+                     budget, self.ahead, self.ahead_seconds, pool_depth)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -255,6 +257,7 @@ class _Rounds:
         self.sync = sync
         self.ahead = config.ahead and drafter is not None
         self.lend = config.lend_cores and self.lazy  # on the CPU: the drafter may share this side's cores
+        self.cut = config.cut_pools and drafter is not None  # the pool is asked for once the root pass is done
 
     def run(self, root: int, budget: int) -> Step:
         """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""
@@ -302,7 +305,7 @@ class _Rounds:
         with phase("root"):
             first = draw_root(self.target, root, self.temperature, self.generator)
         with phase("wait"):
-            drafted = self._pool()
+            drafted = self._pool(self.cut)
         pool, draft_seconds = drafted.pool, drafted.seconds
         with phase("select"):
             tree = self.rule.select(pool, budget, first)
@@ -321,10 +324,12 @@ class _Rounds:
                     self._on_path(pool, tree, accepted), pool=pool, root_row=first.row, ahead=drafted.ahead,
                     ahead_seconds=drafted.ahead_seconds)
 
-    def _pool(self) -> Drafted:
-        """Wait for the round's pool; on the CPU the drafter is told first, so it can take this side's cores."""
-        if self.lend and not self.drafter.has_pool():
-            self.drafter.waiting()
+    def _pool(self, cut: bool = False) -> Drafted:
+        """Wait for the round's pool. On the CPU (with lend_cores) the drafter is told first, so it can take
+        this side's cores; with `cut` it is asked for the pool at once, and sends the levels it has (told even
+        when the pool is there: when the target asks is what a drafter that cuts its pools times them by)."""
+        if cut or (self.lend and not self.drafter.has_pool()):
+            self.drafter.waiting(cut)
         return self.drafter.pool()
 
     def _ahead(self, pool: Pool, tree: Tree, first: int | None) -> bool:

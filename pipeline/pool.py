@@ -84,6 +84,15 @@ class Pool:
     def __len__(self) -> int:
         return self.token.shape[0]
 
+    def first_levels(self, depth: int) -> Pool:
+        """The pool cut after `depth` levels: its candidates that deep or shallower, the deepest of them not
+        expanded (what grow_pool's `stop` gives when it answers true before level depth + 1)."""
+        keep = self.depth <= depth
+        index = np.cumsum(keep) - 1  # new index of each kept candidate
+        parent = np.where(self.parent[keep] >= 0, index[np.maximum(self.parent[keep], 0)], ROOT)
+        return Pool.from_edges(self.token[keep], parent, self.logp[keep],
+                               self.expanded[keep] & (self.depth[keep] < depth))
+
     def first_level(self, token: int) -> int:
         """Pool index of the depth-1 candidate labelled `token`, or ROOT when there is none."""
         hit = np.flatnonzero((self.parent == ROOT) & (self.token == token))
@@ -135,13 +144,16 @@ def rank(score: np.ndarray, depth: np.ndarray, candidates: np.ndarray | None = N
 ExpandFn = Callable[[np.ndarray, np.ndarray, np.ndarray, int], "torch.Tensor"]
 
 
-def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig) -> Pool:
+def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig,
+              stop: Callable[[], bool] | None = None) -> Pool:
     """Grow a pool from the drafter's root row.
 
     root_logprobs: (V,) draft log-probs at the root.
     expand(nodes, tokens, parents, depth) -> (len(nodes), V) draft log-probs at those candidates; it is
     called once per level with that level's expanded candidates (pool indices, their tokens, their
     parents' pool indices), parents always expanded in an earlier call.
+    stop: asked before each level after the first; when it answers true the pool ends at the levels grown
+    (a cut pool: each level is the full pool's level, and the deepest is not expanded).
     """
     k = min(config.topk, root_logprobs.shape[-1])
     logp, token = _top_children(root_logprobs[None], k)
@@ -150,6 +162,8 @@ def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig)
     frontier = _best(np.arange(k), cum, config.expand)
     expanded = []
     for depth in range(1, config.depth):
+        if stop is not None and stop():
+            break
         if depth > 1:  # the frontier is the previous level's best new candidates
             new = np.arange(cum.shape[0] - len(tokens[-1]), cum.shape[0])
             frontier = _best(new, cum, config.expand)

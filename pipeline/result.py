@@ -26,6 +26,7 @@ class Round:
     budget: int = 0  # the budget this round ran with (budget auto's choice; 0: plain decoding)
     ahead: int = -1  # whether this round's pool was grown ahead (pipeline.ahead): 1 hit, 0 missed, -1 not tried
     ahead_seconds: float = 0.0  # on a hit, drafting that was done before the round started waiting for it
+    pool_depth: int = 0  # levels of the round's pool (fewer than the configured depth when cut); 0: no pool
 
 
 @dataclass(slots=True)

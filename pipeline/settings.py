@@ -47,6 +47,11 @@ class DecodeConfig:
     lend_cores: bool = field(default=False, metadata={
         "help": "on the CPU, while the target waits for a pool it tells the drafter, and a drafter sharing its "
                 "CPU takes every core until it sends the pool"})
+    cut_pools: bool = field(default=False, metadata={
+        "help": "decoders with a root pass (all but draft and ar) ask for the pool as soon as the root pass is "
+                "done, and the drafter sends the levels it has grown once the one in progress ends: the target "
+                "does not wait for whole pools, and shallower pools may accept fewer tokens (outputs follow the "
+                "same law; records give each round's pool depth)"})
     ahead: bool = field(default=False, metadata={
         "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
                 "where the round most probably ends, and the next round takes it when the round ended there "
@@ -66,7 +71,7 @@ class DecodeConfig:
         self.filters  # checks top_k, top_p and min_p
         object.__setattr__(self, "stop", check_stop_strings("stop", self.stop))
         object.__setattr__(self, "stop_token_ids", check_token_ids("stop_token_ids", self.stop_token_ids))
-        for name in ("ahead", "lend_cores"):
+        for name in ("ahead", "lend_cores", "cut_pools"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
 

@@ -13,7 +13,7 @@ from pipeline.config import pool_size
 from protocol.errors import BadArray, LimitExceeded, MalformedMessage
 from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
-PROTOCOL_VERSION = 3  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead
+PROTOCOL_VERSION = 4  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut
 
 
 class Kind(IntEnum):
@@ -130,11 +130,17 @@ class Ahead(Message):
 @dataclass(frozen=True, slots=True, eq=False)
 class Waiting(Message):
     """target -> drafter, no reply: the target waits for round `round`'s pool with nothing else to do; a
-    drafter on the target's CPU may take its cores too until it sends that pool."""
+    drafter on the target's CPU may take its cores too until it sends that pool. With `cut` 1 the target
+    asks for the pool now: the drafter ends it at the level in progress (a cut pool) and sends it."""
 
     KIND: ClassVar[Kind] = Kind.WAITING
     request: int
     round: int
+    cut: int = 0
+
+    def check(self) -> None:
+        if self.cut not in (0, 1):
+            raise MalformedMessage(f"`cut` must be 0 or 1, got {self.cut!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)

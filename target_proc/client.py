@@ -36,6 +36,7 @@ class RemoteDrafter:
         self.request = 0
         self.round = 0
         self.asked = 0  # pools asked for and not yet received: those of an abandoned request are drained
+        self.cut_asked = False  # the current round's pool was asked for early: it may be a cut pool
 
     def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float) -> Ready:
         """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models."""
@@ -68,6 +69,7 @@ class RemoteDrafter:
         self._check_quiet("Start")
         self.request += 1
         self.round = 0
+        self.cut_asked = False
         self.channel.send(Start(self.request, np.asarray(prompt, np.int32)))
         self.asked = 1
 
@@ -81,13 +83,16 @@ class RemoteDrafter:
         """The tokens this round will most probably emit: the drafter grows the next pool from them meanwhile."""
         self.channel.send(Ahead(self.request, self.round + 1, np.asarray(tokens, np.int32)))
 
-    def waiting(self) -> None:
-        """This side waits for the current round's pool with nothing else to do (the drafter may take its cores)."""
-        self.channel.send(Waiting(self.request, self.round))
+    def waiting(self, cut: bool = False) -> None:
+        """This side waits for the current round's pool with nothing else to do (the drafter may take its
+        cores); with `cut`, it asks for the pool now (a cut pool: its first levels)."""
+        self.channel.send(Waiting(self.request, self.round, int(cut)))
+        self.cut_asked = self.cut_asked or cut
 
     def pool(self) -> Drafted:
         msg = self._recv(self.timeout, "drafter_timeout", "pool", (PoolMsg, Error))
         self.asked -= 1
+        cut, self.cut_asked = self.cut_asked, False
         try:
             if isinstance(msg, Error):
                 raise PeerError(msg.code, msg.message)
@@ -101,7 +106,7 @@ class RemoteDrafter:
                                        max_depth=self.pool_config.depth)
             except InvalidPool as e:
                 raise InvalidPoolMessage(f"pool for round {msg.round}: {e}") from None
-            if problem := shape_problem(pool, self.pool_config):
+            if problem := shape_problem(pool, self.pool_config, cut):
                 raise InvalidPoolMessage(f"pool for round {msg.round}: {problem}")
         except ProtocolError as e:
             self._refuse(e)
@@ -159,18 +164,19 @@ class RemoteDrafter:
                 log.debug("could not send the error reply: %s", e)
 
 
-def shape_problem(pool: Pool, config: PoolConfig) -> str | None:
+def shape_problem(pool: Pool, config: PoolConfig, cut: bool = False) -> str | None:
     """Why a valid trie is not a full pool of the handshake's configuration: topk children at the root and
-    under each expanded candidate, expand candidates expanded at every level but the deepest, depth levels.
-    None when it is one."""
+    under each expanded candidate, expand candidates expanded at every level but the deepest, depth levels
+    (with `cut`, the target asked for the pool early: its first 1 to depth levels). None when it is one."""
     levels = np.bincount(pool.depth)[1:]  # candidates per depth
-    want = [config.topk] + [config.expand * config.topk] * (config.depth - 1)
+    depth = min(len(levels), config.depth) if cut and len(levels) else config.depth
+    want = [config.topk] + [config.expand * config.topk] * (depth - 1)
     if levels.tolist() != want:
         return (f"{pool.token.shape[0]} candidates on levels of {levels.tolist()[:8]}; the handshake's pool (topk "
                 f"{config.topk}, depth {config.depth}, expand {config.expand}) has {config.size} on levels of "
-                f"{want[:8]}")
-    expanded = np.bincount(pool.depth[pool.expanded], minlength=config.depth + 1)[1:]
-    if expanded.tolist() != [config.expand] * (config.depth - 1) + [0]:
+                f"{want[:8]}" + (" (or their first levels, asked for early)" if cut else ""))
+    expanded = np.bincount(pool.depth[pool.expanded], minlength=depth + 1)[1:]
+    if expanded.tolist() != [config.expand] * (depth - 1) + [0]:
         return f"expanded candidates per level {expanded.tolist()[:8]}, not {config.expand} above the deepest"
     children = np.bincount(pool.parent[pool.parent >= 0], minlength=len(pool))[pool.expanded]
     if np.any(children != config.topk):

@@ -57,10 +57,12 @@ def greedy():
 def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, budget=8, seed: int = 0, *,
                      tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
                      tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
-                     grid_budget=None, budgets=None, phases=None, ahead_hits=None, ahead_seconds=None) -> dict:
+                     grid_budget=None, budgets=None, phases=None, ahead_hits=None, ahead_seconds=None,
+                     pool_depths=None) -> dict:
     """A decode record of evaluation.record's schema with made-up numbers, as summaries and reports read.
     budgets: each round's budget (default: the budget, 8 under auto); phases: {phase: per-round seconds}
-    (default: 1 ms each); ahead_hits, ahead_seconds: drafting ahead per round (default: not tried)."""
+    (default: 1 ms each); ahead_hits, ahead_seconds: drafting ahead per round (default: not tried);
+    pool_depths: per round, with cut pools (default: whole pools of 3 levels, not cut)."""
     from evaluation.record import SCHEMA
     from pipeline.result import PHASES
 
@@ -78,6 +80,8 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
             "phases": {p: list((phases or {}).get(p, [0.001] * n)) for p in PHASES},
             "lend_cores": False, "ahead": ahead_hits is not None, "ahead_hits": list(ahead_hits) if ahead_hits is not None else [-1] * n,
             "ahead_seconds": list(ahead_seconds) if ahead_seconds is not None else [0.0] * n,
+            "cut_pools": pool_depths is not None, "pool_depths": list(pool_depths) if pool_depths is not None else
+            [3 if decoder != "ar" else 0] * n,
             "finished": 0.0, "warmup": warmup,
             **({} if grid_budget is None else {"grid_budget": grid_budget})}
 

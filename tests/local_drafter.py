@@ -27,8 +27,8 @@ class LocalDrafter:
         self.drafter.ahead(tokens)
         self.predictions.append(self.drafter.written.tolist())
 
-    def waiting(self) -> None:
-        pass  # grown in the caller's process already
+    def waiting(self, cut: bool = False) -> None:
+        pass  # grown in the caller's process already: whole
 
     def pool(self) -> Drafted:
         assert self._pending is not None, "pool() before start() or commit()"

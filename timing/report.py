@@ -193,6 +193,12 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         out += [f"| {d} | {a['ahead_tried']} | {100 * a['ahead_hit_rate']:.0f}% | {a['ahead_hidden_ms']:.2f} |"
                 for d, a in ahead.items()]
         out.append("")
+    cut = {d: summary for d, st in s.decoders.items() if (summary := st.cut_summary())}
+    if cut:
+        out += ["Cut pools: the mean depth of the pools the rounds verified from (the target asked for each "
+                "pool when its root pass was done).", "", "| decoder | rounds | mean pool depth |", "|---|---|---|"]
+        out += [f"| {d} | {c['cut_rounds']} | {c['pool_depth_mean']:.2f} |" for d, c in cut.items()]
+        out.append("")
     if s.gains:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
         for (a, b), g in s.gains.items():

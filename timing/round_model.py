@@ -1,4 +1,4 @@
-"""python -m timing.round_model: one pipelined round on two GPUs, with and without drafting ahead (a prediction).
+"""python -m timing.round_model: one pipelined round on two GPUs, plain, drafting ahead or cutting pools (a prediction).
 
 A model, not a measurement. A root-pass round (root-draw, root, pearl) runs the target's root pass R while
 the drafter drafts (D, from the previous round's commit), waits max(0, D - R), selects and commits (S) and
@@ -6,6 +6,12 @@ verifies the tree (V). Drafting ahead starts the next pool when the tree pass st
 prediction was right waits max(0, D - (V + S + R)); a wrong one waits as before plus the rest of the
 drafter level it was in when the commit came (half a level, L / 2, on average: L = D / levels). Tokens per
 round are unchanged: verification is the same, so a round's speedup is the ratio of round times.
+
+With cut pools the target asks for the pool when its root pass ends; the drafter finishes the pass in
+progress (each of its `levels` passes takes L = D / levels) and sends the levels grown: the round waits at
+most L, and its pool is shallower. Tokens per round then fall, by what `launch/pair.sh values` gives for
+the pools cut at that depth (its `cut` lines): the model says the share of tokens per round above which cut
+pools pay (the ratio of round times).
 
 The defaults are the paper's D.14 medians (two RTX A6000, Llama-3.1-8B with Llama-3.2-1B and Qwen3-8B with
 Qwen3-0.6B): drafting 50.5 ms a round, the one-token target pass 27 ms. The paper gives no tree-pass time;
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass
 
@@ -41,6 +48,16 @@ def round_ms(p: Phases, hit_rate: float | None) -> float:
     return p.root + p.between + p.tree + hit_rate * ahead_wait + (1 - hit_rate) * miss_wait
 
 
+def cut_round(p: Phases) -> tuple[float, int]:
+    """(ms of one steady round with cut pools, the depth the pool reaches): the drafter's pass in progress at
+    the end of the root pass is finished, and each finished pass is one level (the first: the prefill)."""
+    if p.draft <= p.root:
+        return round_ms(p, None), p.levels
+    pass_ms = p.draft / p.levels
+    passes = max(1, math.ceil(p.root / pass_ms - 1e-9))
+    return p.root + (passes * pass_ms - p.root) + p.between + p.tree, passes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m timing.round_model", description=__doc__.split("\n\n")[0])
     defaults = Phases()
@@ -61,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     even = next((h / 100 for h in range(101) if round_ms(phases, h / 100) <= base), None)
     print(f"  drafting ahead breaks even at a hit rate of {even:.0%}" if even is not None else
           "  drafting ahead never breaks even with these phases")
-    print(json.dumps({"phases_ms": asdict(phases), "round_ms": base, "with_ahead": rows, "break_even": even}))
+    cut_ms, depth = cut_round(phases)
+    print(f"  cut pools: the pool has {depth} of {phases.levels} levels when the root pass ends; a round takes "
+          f"{cut_ms:.1f} ms ({base / cut_ms:.3f}x as many rounds a second), so cut pools pay while the pool cut "
+          f"there keeps over {cut_ms / base:.0%} of the tokens per round")
+    print(json.dumps({"phases_ms": asdict(phases), "round_ms": base, "with_ahead": rows, "break_even": even,
+                      "cut": {"round_ms": cut_ms, "levels": depth, "tokens_share_to_pay": cut_ms / base}}))
     return 0
 
 

@@ -37,7 +37,7 @@ CONFIG = "config.json"
 _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
 # Sweep settings added since the first config.json, at their defaults
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "ahead": DecodeConfig().ahead,
-                   "lend_cores": DecodeConfig().lend_cores}
+                   "lend_cores": DecodeConfig().lend_cores, "cut_pools": DecodeConfig().cut_pools}
 
 
 class ConfigMismatch(InputError):

@@ -85,6 +85,12 @@ def json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) 
                           "rounds": rv.rounds, "prompts": avg.n_prompts, "value_per_round": float(per_round[k]),
                           "value_per_prompt": float(per_prompt[k]), "gain_over_draft": g.value,
                           "gain_low": g.low, "gain_high": g.high})
+    for rule, values in rv.by_depth.items():
+        means = values.mean(0)  # (D, K)
+        for level in range(means.shape[0]):
+            for k, budget in enumerate(rv.budgets.tolist()):
+                lines.append({"kind": "cut", "temperature": rv.temperature, "rule": rule, "budget": budget,
+                              "levels": level + 1, "rounds": rv.rounds, "value_per_round": float(means[level, k])})
     for a in agreements:
         lines.append({"kind": "agreement", "temperature": rv.temperature, "decoder": a.decoder, "budget": a.budget,
                       "rounds": a.rounds, "realized_per_round": a.realized, "value_per_round": a.expected,
@@ -149,6 +155,7 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
         out += [f"Recording: the measurement pass over a round's pool of {len(rv.mean_curves['draft'])} took a median of "
                 f"{1000 * float(np.median(rv.record_seconds)):.1f} ms (mean "
                 f"{1000 * float(rv.record_seconds.mean()):.1f} ms), outside the decode's timed phases.", ""]
+    out += _cut_table(rv)
     off = avg.off_pool_share()
     out += [f"The draw X1 is off the pool's first level in {_pct(off.value, 1, sign=False)} of rounds "
             f"[{_pct(off.low, 1, sign=False)}, {_pct(off.high, 1, sign=False)}] (expected, from the root row).", ""]
@@ -173,6 +180,28 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
                 + ("—" if math.isnan(a.ahead) else f"{100 * a.ahead:.1f}%") + " |" for a in agreements]
         out.append("")
     return out
+
+
+def _cut_table(rv: RoundValues) -> list[str]:
+    """Expected accepted tokens per round from pools cut after each level (`--cut-pools`), against the whole."""
+    if not rv.by_depth:
+        return []
+    budgets = rv.budgets.tolist()
+    picks = [b for b in (8, 59) if b in budgets] or budgets[:1]
+    ks = [budgets.index(b) for b in picks]
+    means = {rule: v.mean(0) for rule, v in rv.by_depth.items()}  # (D, K)
+    head = ["levels"] + [f"{rule} B = {b}" for b in picks for rule in means]
+    out = ["Pools cut after a number of levels (what `--cut-pools` sends when the target asks for the pool "
+           "then): expected accepted tokens per round, and in brackets the share of the whole pool's tokens per "
+           "round (accepted tokens and the continuation, value + 1), which the rounds a second must make up for "
+           "(`python -m timing.round_model`).", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    depth = next(iter(means.values())).shape[0]
+    for level in range(depth):
+        cells = [f"{means[rule][level, k]:.3f} ({(means[rule][level, k] + 1) / (means[rule][-1, k] + 1):.0%})"
+                 for k in ks for rule in means]
+        out.append(f"| {level + 1} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def _by_category(rv: RoundValues, options: ValuesOptions, level: str) -> list[str]:

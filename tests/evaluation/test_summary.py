@@ -144,3 +144,15 @@ def test_drafting_ahead_is_summarised_over_the_rounds_that_tried_it(make_record)
     assert got["root-draw"]["ahead_hit_rate"] == pytest.approx(2 / 3)
     assert got["root-draw"]["ahead_hidden_ms"] == pytest.approx(3.0)  # the mean of 4 and 2 ms
     assert "ahead_hit_rate" not in got["ar"]
+
+
+def test_cut_pools_are_summarised_by_their_mean_depth(make_record):
+    records = [make_record("p1", "root-draw", tree_sizes=(3, 4, 0), accepted=(1, 2, 0), budgets=(8, 8, 0),
+                           pool_depths=(1, 3, 0)),
+               make_record("p2", "root-draw", tree_sizes=(3, 4), accepted=(1, 2), pool_depths=(2, 2)),
+               make_record("p1", "ar"), make_record("p2", "ar")]
+    got = as_json(analyse(records, 0.0, 8))["decoders"]
+    assert got["root-draw"]["cut_rounds"] == 4 and got["root-draw"]["pool_depth_mean"] == pytest.approx(2.0)
+    assert "pool_depth_mean" not in got["ar"]
+    assert "pool_depth_mean" not in as_json(analyse([make_record("p1", "root-draw"), make_record("p1", "ar")],
+                                                    0.0, 8))["decoders"]["root-draw"]  # pools not cut

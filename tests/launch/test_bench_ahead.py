@@ -11,9 +11,11 @@ import pytest
 from launch.bench_ahead import summarize
 
 
-def row(prompt, group, budget, variant, tokens, seconds, wait=(0.01,), tried=0, hits=0, hidden=()):
+def row(prompt, group, budget, variant, tokens, seconds, wait=(0.01,), tried=0, hits=0, hidden=(), depths=(4,),
+        accepted=(2,)):
     return {"prompt": prompt, "group": group, "budget": budget, "variant": variant, "tokens": tokens,
-            "seconds": seconds, "rounds": 1, "wait": list(wait), "tried": tried, "hits": hits, "hidden": list(hidden)}
+            "seconds": seconds, "rounds": 1, "wait": list(wait), "tried": tried, "hits": hits, "hidden": list(hidden),
+            "depths": list(depths), "accepted": list(accepted)}
 
 
 def test_the_summary_pairs_each_prompt_with_itself():
@@ -21,13 +23,15 @@ def test_the_summary_pairs_each_prompt_with_itself():
             row("a", "qa", 8, "none", 20, 1.0, wait=(0.04, 0.06)),
             row("a", "qa", 8, "ahead", 20, 0.5, wait=(0.0,), tried=4, hits=1, hidden=(0.02,)),
             row("b", "code", 8, "none", 10, 1.0),
-            row("b", "code", 8, "ahead", 10, 2.0, tried=4, hits=3, hidden=(0.01, 0.03, 0.05))]
+            row("b", "code", 8, "ahead", 10, 2.0, tried=4, hits=3, hidden=(0.01, 0.03, 0.05), depths=(2, 3),
+                accepted=(1, 4))]
     s = summarize(rows, [8])["budgets"]["8"]
     assert "lend" not in s  # a variant not run is left out
     assert s["ahead"]["over_none_median"] == pytest.approx(1.25) and s["ahead"]["over_none_range"] == [0.5, 2.0]
     assert s["ahead"]["hit_rate"] == pytest.approx(0.5) and s["ahead"]["hidden_ms_median"] == pytest.approx(25.0)
     assert s["none"]["hit_rate"] is None and s["none"]["wait_ms_median"] == pytest.approx(40.0)
     assert s["none"]["over_ar"] == pytest.approx((30 / 2.0) / (20 / 3.0))
+    assert s["ahead"]["pool_depth_mean"] == pytest.approx(3.0) and s["ahead"]["tau"] == pytest.approx(7 / 3)
     assert s["by_group"]["qa"] == {"prompts": 1, "ar": 10.0, "none": 20.0, "ahead": 40.0}
 
 
@@ -41,5 +45,5 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout.splitlines()[-1])
-    assert doc["prompts"] == 2 and set(doc["budgets"]["4"]) == {"none", "lend", "ahead", "by_group"}
+    assert doc["prompts"] == 2 and set(doc["budgets"]["4"]) == {"none", "lend", "ahead", "cut", "cut+ahead", "by_group"}
     assert doc["budgets"]["4"]["ahead"]["hit_rate"] is not None and doc["budgets"]["4"]["none"]["hit_rate"] is None

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from drafter_proc.drafter import Abandoned
 from pipeline.ahead import HIT, MISSED, NOT_TRIED, hit_probability, predicted_tokens
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
@@ -79,7 +80,10 @@ def test_a_commit_after_drafting_ahead_grows_the_pool_a_plain_commit_grows(mock_
 def test_drafting_ahead_is_abandoned_when_asked(mock_pair):
     drafter = mock_pair(VOCAB, 3, 0.7, CONFIG).drafter.drafter
     drafter.start([5, 9, 2])
-    assert not drafter.ahead([4, 8], abandon=lambda: True)
+    def abandon():
+        raise Abandoned
+
+    assert not drafter.ahead([4, 8], abandon)
     assert drafter.commit([4, 8]).ahead == MISSED
 
 
@@ -141,7 +145,7 @@ def test_a_cpu_target_tells_a_drafter_it_waits_unless_told_not_to(mock_pair, len
     pair = mock_pair(VOCAB, 2, 0.7, CONFIG)
     told = []
     pair.drafter.has_pool = lambda: False  # as a drafter in another process still growing
-    pair.drafter.waiting = lambda: told.append(1)
+    pair.drafter.waiting = lambda cut=False: told.append(cut)
     result = decode(pair.target, pair.drafter, [3, 9, 4], DecodeConfig("root-draw", 0.0, 4, 20, lend_cores=lend),
                     frozenset(), None)
     assert len(told) == (len(result.rounds) if lend else 0)

@@ -12,7 +12,8 @@ from models.mock import MockModel, MockRunner
 from models.options import ModelOptions
 from pipeline.ahead import HIT, MISSED, NOT_TRIED
 from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
-from protocol.messages import Ahead, Commit, End, Start, Waiting
+from pipeline.pool import Pool
+from protocol.messages import Ahead, Commit, End, Error, PoolMsg, Start, Waiting
 
 from tests.protocol.test_drafter_server import PROMPT, assert_error, assert_valid_pool, open_request
 from tests.protocol.wire_peers import CAPACITY, POOL, VOCAB
@@ -128,8 +129,8 @@ def test_a_waiting_target_lends_its_cores_until_the_pool_is_sent(serving_with, m
 
     seen, expand = [], drafter_module.Drafter._expander
 
-    def watching(self, length, between=None):  # each level's pass runs with the threads in use then
-        inner = expand(self, length, between)
+    def watching(self, length):  # each level's pass runs with the threads in use then
+        inner = expand(self, length)
         return lambda *a: seen.append(torch.get_num_threads()) or inner(*a)
 
     monkeypatch.setattr(drafter_module.Drafter, "_expander", watching)
@@ -154,3 +155,71 @@ def test_a_waiting_for_another_request_is_refused(drafter_server):
     drafter_server.send(Waiting(2, 0))
     assert_error(drafter_server.recv(), StaleMessage, r"waiting for request 2 round 0, but the drafter serves "
                  r"request 1 round 0", request=2)
+
+
+@pytest.fixture
+def slow_levels(monkeypatch):
+    """Each level of a growth takes 0.1 s more, so that a message sent with a Commit comes mid-growth."""
+    import time
+
+    from drafter_proc import drafter as drafter_module
+
+    expand = drafter_module.Drafter._expander
+
+    def slowed(self, length):
+        inner = expand(self, length)
+        return lambda *a: time.sleep(0.1) or inner(*a)
+
+    monkeypatch.setattr(drafter_module.Drafter, "_expander", slowed)
+
+
+def test_a_waiting_with_cut_gets_the_levels_grown_at_once(drafter_server, slow_levels):
+    from target_proc.client import shape_problem
+
+    open_request(drafter_server)
+    tokens = np.array([4, 4], np.int32)
+    whole = local_drafter().commit(tokens).pool
+    drafter_server.send(Commit(1, 1, tokens))
+    drafter_server.send(Waiting(1, 1, cut=1))  # comes before the second level: the pool ends there
+    reply = drafter_server.recv()
+    assert isinstance(reply, PoolMsg) and (reply.request, reply.round) == (1, 1)
+    got = Pool.from_edges(reply.token, reply.parent, reply.logp, reply.expanded, max_depth=POOL.depth)
+    depth = int(got.depth.max())
+    assert depth < POOL.depth and shape_problem(got, POOL, cut=True) is None
+    want = whole.first_levels(depth)
+    np.testing.assert_array_equal(got.token, want.token)
+    np.testing.assert_array_equal(got.expanded, want.expanded)
+    np.testing.assert_allclose(got.logp, want.logp, rtol=1e-6, atol=1e-6)
+    # The target asked right after its Commit, and a level's pass takes 0.1 s (timed in round 0): the next
+    # pool ends before its second level, which would end after that, asked or not
+    drafter_server.send(Commit(1, 2, np.array([7], np.int32)))
+    reply = drafter_server.recv()
+    assert isinstance(reply, PoolMsg) and (reply.request, reply.round) == (1, 2)
+    assert np.bincount(Pool.from_edges(reply.token, reply.parent, reply.logp, reply.expanded).depth)[1:].tolist() \
+        == [POOL.topk]
+    drafter_server.send(Start(2, PROMPT))  # a new request forgets the timings: its pools are whole until asked
+    assert_valid_pool(drafter_server.recv(), 2, 0)
+    drafter_server.send(Commit(2, 1, np.array([7], np.int32)))
+    assert int(assert_valid_pool(drafter_server.recv(), 2, 1).depth.max()) == POOL.depth
+
+
+def test_a_waiting_with_cut_ends_a_pool_grown_ahead_which_its_commit_takes(drafter_server, slow_levels):
+    open_request(drafter_server)
+    tokens = predicted()
+    want = local_drafter().commit(tokens).pool
+    drafter_server.send(Ahead(1, 1, PATH))
+    drafter_server.send(Commit(1, 1, tokens))
+    drafter_server.send(Waiting(1, 1, cut=1))
+    reply = drafter_server.recv()
+    assert isinstance(reply, PoolMsg) and reply.ahead == HIT
+    got = Pool.from_edges(reply.token, reply.parent, reply.logp, reply.expanded, max_depth=POOL.depth)
+    assert int(got.depth.max()) < POOL.depth
+    want = want.first_levels(int(got.depth.max()))
+    np.testing.assert_allclose(got.logp, want.logp, rtol=1e-6, atol=1e-6)
+    assert drafter_server.silent(0.2)
+
+
+def test_a_waiting_with_another_cut_is_refused(drafter_server):
+    open_request(drafter_server)
+    drafter_server.send(Waiting(1, 0, cut=2))
+    assert isinstance(drafter_server.recv(), Error)

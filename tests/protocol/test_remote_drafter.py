@@ -19,7 +19,7 @@ from protocol.codec import encode
 from protocol.errors import (BadArray, HandshakeMismatch, InvalidPoolMessage, MalformedMessage, PeerDied,
                              PeerError, PeerTimeout, StaleMessage, TokenOutOfRange, UnexpectedMessage,
                              UnknownMessage, VersionMismatch)
-from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown, Start
+from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown, Start, Waiting
 from protocol.transport import Channel, Listener
 from target_proc.client import RemoteDrafter
 
@@ -284,3 +284,22 @@ def test_remote_drafter_against_the_real_server(endpoint):
             thread.join(WAIT_S)
             channel.close()
         listener.close()
+
+
+def test_a_cut_pool_is_taken_only_when_it_was_asked_for(fake_drafter):
+    peer, channel = fake_drafter
+    client = remote(channel)
+    shake(peer, client)
+    client.start(PROMPT)
+    assert isinstance(peer.recv(), Start)
+    first_level = pool_msg(token=[3, 9], parent=[-1, -1], logp=[-0.1, -2.0], expanded=[False, False])
+    client.waiting(cut=True)
+    waiting = peer.recv()
+    assert isinstance(waiting, Waiting) and (waiting.request, waiting.round, waiting.cut) == (1, 0, 1)
+    peer.send(first_level)
+    assert client.pool().pool.depth.tolist() == [1, 1]
+    client.commit([9, 1])
+    assert isinstance(peer.recv(), Commit)
+    peer.send(pool_msg(1, 1, token=[3, 9], parent=[-1, -1], logp=[-0.1, -2.0], expanded=[False, False]))
+    with pytest.raises(InvalidPoolMessage, match=r"2 candidates on levels of \[2\]; the handshake's pool"):
+        client.pool()  # not asked for early this round: only a whole pool is taken

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from timing.round_model import Phases, main, round_ms
+from timing.round_model import Phases, cut_round, main, round_ms
 
 
 def test_a_round_without_drafting_ahead_is_its_phases_with_the_wait_for_the_drafter():
@@ -27,3 +27,16 @@ def test_the_program_prints_a_json_document_last(capsys):
     assert [r["hit_rate"] for r in doc["with_ahead"]] == [0.0, 1.0]
     assert doc["with_ahead"][0]["speedup"] < 1 < doc["with_ahead"][1]["speedup"]
     assert 0 < doc["break_even"] < 1
+
+
+def test_a_cut_pool_waits_for_the_drafters_pass_in_progress_only():
+    p = Phases(draft=50, root=27, tree=30, between=1, levels=5)  # passes of 10 ms: the third ends at 30
+    assert cut_round(p) == (pytest.approx(27 + 3 + 1 + 30), 3)
+    assert cut_round(Phases(draft=50, root=30, tree=30, between=1, levels=5)) == (pytest.approx(61), 3)
+    assert cut_round(Phases(draft=20, root=27, tree=30, between=1, levels=5)) == (pytest.approx(58), 5)  # whole
+
+
+def test_the_json_document_has_the_cut_pools_break_even(capsys):
+    assert main([]) == 0
+    cut = json.loads(capsys.readouterr().out.splitlines()[-1])["cut"]
+    assert 1 <= cut["levels"] < 8 and 0 < cut["tokens_share_to_pay"] < 1

@@ -184,3 +184,45 @@ def test_values_of_a_killed_and_resumed_sweep_equal_the_whole_sweep(tmp_path, re
     sweep(mock_session(), options)
     key = lambda line: json.dumps(line, sort_keys=True)
     assert sorted(map(key, json_lines(capsys, str(tmp_path)))) == sorted(map(key, json_lines(capsys, str(recorded))))
+
+
+def test_a_cut_pool_is_valued_as_its_first_levels():
+    import torch
+
+    from evaluation.values import CUT_RULES, cut_values
+    from pipeline.config import PoolConfig
+    from pipeline.pool import grow_pool
+    from pipeline.value import Scored
+
+    gen = torch.Generator().manual_seed(1)
+    rows = lambda n: torch.log_softmax(torch.randn(n, 30, generator=gen), -1)  # noqa: E731
+    pool = grow_pool(rows(1)[0], lambda nodes, tokens, parents, depth: rows(len(nodes)), PoolConfig(4, 3, 2))
+    edge = np.random.default_rng(2).uniform(0, 0.25, len(pool))
+    scored = Scored(pool, edge)
+    budgets = np.array([1, 2, 4, 100])
+    whole = {name: VALUED[name](scored) for name in CUT_RULES}
+    got = cut_values(scored, budgets, whole)
+    first = np.flatnonzero(pool.depth == 1)
+    by_draft = first[np.argsort(-pool.logp[first], kind="stable")]
+    for name in CUT_RULES:
+        assert got[name].shape == (3, 4)
+        np.testing.assert_array_equal(got[name][-1], whole[name].at(budgets))  # three levels: the whole pool
+        second = Scored(pool.first_levels(2), edge[pool.depth <= 2])
+        np.testing.assert_allclose(got[name][1], VALUED[name](second).at(budgets))
+    # One level: draft keeps its B most draft-probable first tokens; a draw rule keeps X1 alone
+    np.testing.assert_allclose(got["draft"][0], [edge[by_draft[:b]].sum() for b in budgets])
+    np.testing.assert_allclose(got["root-draw"][0], 1.0)
+    assert got["root-draw"][1][0] == 1.0 and np.all(got["root-draw"][1][1:] > 1.0)  # B = 1 is X1 alone
+
+
+def test_values_json_has_each_rules_value_by_levels(recorded, capsys):
+    from evaluation.values import CUT_RULES
+
+    lines = json_lines(capsys, str(recorded), "--budgets", "2,4")
+    cut = {(c["temperature"], c["rule"], c["budget"], c["levels"]): c["value_per_round"]
+           for c in lines if c["kind"] == "cut"}
+    assert set(cut) == {(t, rule, b, d) for t in (0.0, 1.0) for rule in CUT_RULES for b in (2, 4) for d in (1, 2, 3)}
+    whole = {(v["temperature"], v["rule"], v["budget"]): v["value_per_round"] for v in lines if v["kind"] == "value"}
+    for (t, rule, b, d), value in cut.items():
+        if d == 3:
+            assert value == pytest.approx(whole[t, rule, b], rel=1e-12)
