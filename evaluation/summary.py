@@ -20,7 +20,7 @@ import numpy as np
 from evaluation.stats import GainResult, paired_gains
 from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
 from pipeline.result import PHASES
-from pipeline.rules import DECODERS, comparisons
+from pipeline.rules import DECODERS, RULES, comparisons
 
 SPEED_TOKENS = ("output", "round")
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -193,10 +193,11 @@ def ahead_counts(records: Sequence[dict]) -> tuple[int, int, float]:
 
 
 def cut_counts(records: Sequence[dict]) -> tuple[int, int]:
-    """(rounds with a pool, their pools' levels summed) over the records of decodes that cut pools."""
+    """(rounds with a pool, their pools' levels summed) over the records of decodes that cut pools (decoders
+    with a root pass: the others wait for whole pools)."""
     rounds = levels = 0
     for r in records:
-        if r.get("cut_pools"):
+        if r.get("cut_pools") and RULES[r["decoder"]].root_pass:
             depths = [d for d in r["pool_depths"] if d > 0]
             rounds += len(depths)
             levels += sum(depths)

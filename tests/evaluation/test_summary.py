@@ -154,5 +154,7 @@ def test_cut_pools_are_summarised_by_their_mean_depth(make_record):
     got = as_json(analyse(records, 0.0, 8))["decoders"]
     assert got["root-draw"]["cut_rounds"] == 4 and got["root-draw"]["pool_depth_mean"] == pytest.approx(2.0)
     assert "pool_depth_mean" not in got["ar"]
+    draft = [make_record("p1", "draft", pool_depths=(3, 3)), make_record("p1", "ar")]  # waits for whole pools
+    assert "pool_depth_mean" not in as_json(analyse(draft, 0.0, 8))["decoders"]["draft"]
     assert "pool_depth_mean" not in as_json(analyse([make_record("p1", "root-draw"), make_record("p1", "ar")],
                                                     0.0, 8))["decoders"]["root-draw"]  # pools not cut
