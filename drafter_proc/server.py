@@ -10,10 +10,10 @@ device cannot hold.
 
 Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says
 the target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core
-until it sends the pool, and a Waiting with `cut` asks for the pool now: it ends at the levels grown. Once
-a request's target has asked so (the target asks every round, once its root pass is done), the drafter
-also ends a pool before a level that would end after the time the target asked at in recent rounds,
-counted from their Commits, so that the pool is there when asked for. An Ahead (no reply) has the drafter
+until it sends the pool, and a Waiting with `cut` asks for the pool now: it ends at the levels grown. From
+the second round a request's target asked so in (it asks every round, once its root pass is done), the
+drafter also ends a committed round's pool before a level that would end after the time the target asked
+at in recent rounds, counted from their Commits, so that the pool is there when asked for. An Ahead (no reply) has the drafter
 grow the next round's pool from the predicted tokens at once; the Commit the prediction serves lets that
 growth go on (its reply is that pool), and any other message ends it. Other messages wait until the growth
 is done and are then handled as ever.
@@ -193,6 +193,7 @@ class DrafterServer:
             self._check_tokens(msg.prompt, "prompt")
             self.request, self.round = msg.request, -1
             self.asked_after.clear()
+            self.pass_seconds.clear()
             self._growing()
             drafted = self.drafter.start(msg.prompt, lambda: self._between(None))
             self.round = 0
@@ -218,7 +219,7 @@ class DrafterServer:
                 raise StaleMessage(f"waiting for request {msg.request} round {msg.round}, but the drafter "
                                    f"serves request {self.request} round {self.round}")
             if msg.cut == 1 and msg.round == self.round:
-                self._asked(msg.round, self.arrived)
+                self._asked(msg)
             return None
         if isinstance(msg, End):
             if msg.request != self.request or self.request < 0:
@@ -253,6 +254,7 @@ class DrafterServer:
         runner = self._runner(hello.capacity + config.n_expanded)  # committed context plus one pool's scratch
         self.drafter = Drafter(runner, config)
         self.request, self.round = -1, -1
+        self.pass_seconds.clear()  # another pool shape, perhaps
         log.info("handshake with target %s: pool topk=%d depth=%d expand=%d", printable(repr(hello.model), 200),
                  config.topk, config.depth, config.expand)
         who = self.loaded.identity
@@ -296,18 +298,18 @@ class DrafterServer:
     def _between(self, ahead: Ahead | None) -> bool:
         """Between two levels of a growth: take what came meanwhile -> whether to end the pool at the levels
         grown (a Waiting with `cut` came for it, or, for a committed round's pool, the next level would end
-        after the time the target asks at). A Waiting for the pool being grown takes the solo threads; the
-        rest is stashed for the serve loop, in order, and anything but its Commit abandons a growth ahead
-        (Abandoned)."""
+        after the time the target asks at). A Waiting for the pool being grown without `cut` takes the solo
+        threads; the rest is stashed for the serve loop, in order, and anything but its Commit abandons a
+        growth ahead (Abandoned)."""
         while len(self.stashed) < STASHED_MAX and (event := self.listener.recv(timeout=0)) is not None:
             now = time.perf_counter()
             msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
             if isinstance(msg, Waiting) and msg.request == self.request and msg.round == self.round + 1:
-                self._use_threads(solo=True)
-                if msg.cut == 1:
+                if msg.cut == 1:  # no level follows
                     self.cut_asked = True
-                    if ahead is None:
-                        self._asked(msg.round, now)
+                    self._asked(msg)
+                else:
+                    self._use_threads(solo=True)
                 continue
             self.stashed.append((event, now))
             if ahead is not None and not (isinstance(msg, Commit) and (msg.request, msg.round) ==
@@ -316,9 +318,9 @@ class DrafterServer:
                 raise Abandoned
         if ahead is not None or self.cut_asked:
             return self.cut_asked
-        now = time.perf_counter()
-        if self.level_ended is not None:
-            self.pass_seconds.append(now - self.level_ended)
+        now = time.perf_counter()  # a pass ended: the commit's prefill (the first call) or a level's
+        if self.level_ended is not None or self.round >= 0:  # not a prompt's prefill
+            self.pass_seconds.append(now - (self.grown_from if self.level_ended is None else self.level_ended))
         self.level_ended = now
         if not (self.asked_after and self.pass_seconds and self.round >= 0):
             return False
@@ -328,11 +330,11 @@ class DrafterServer:
         """A Start's or Commit's pool is grown from now (the event's arrival)."""
         self.grown_from, self.level_ended = self.arrived, None
 
-    def _asked(self, round_: int, at: float) -> None:
-        """The target asked for round `round_`'s pool at `at` (perf_counter): a timing for the cuts after it
-        (not round 0's, whose target prefilled the prompt first)."""
-        if round_ > 0:
-            self.asked_after.append(at - self.grown_from)
+    def _asked(self, waiting: Waiting) -> None:
+        """The target asked for a round's pool `waiting.after` seconds after its Commit: a timing for the cuts
+        after it (not round 0's, whose target prefilled the prompt first)."""
+        if waiting.round > 0:
+            self.asked_after.append(waiting.after)
 
     def _use_threads(self, solo: bool) -> None:
         if self.threads is not None:

@@ -46,7 +46,8 @@ class RoundValues:
     off_pool: np.ndarray  # (R,) probability that the draw X1 is not on the pool's first level
     settings: dict[tuple[str, str], dict] = field(default_factory=dict)  # (decoder, budget) -> realized
     record_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (R,) each measurement pass
-    # rule (CUT_RULES) -> (R, D, K): the value from the round's pool cut after 1..D levels (cut_values)
+    # rule (CUT_RULES) -> (R, D, K): the value from the round's pool cut after 1..D levels (cut_values);
+    # empty unless evaluate was asked for them
     by_depth: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
@@ -54,22 +55,25 @@ class RoundValues:
         return len(self.prompt)
 
 
-def evaluate(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS) -> list[RoundValues]:
-    """Values of every rule at every recorded round, one RoundValues per temperature (warm-ups left out)."""
+def evaluate(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS, *,
+             cut_levels: bool = False) -> list[RoundValues]:
+    """Values of every rule at every recorded round, one RoundValues per temperature (warm-ups left out);
+    with cut_levels, also CUT_RULES' values from the pools cut after each level (RoundValues.by_depth)."""
     by_t: dict[float, list[RecordedDecode]] = {}
     for d in sorted(decodes, key=lambda d: _order(decode_key(d.key))):  # the same order however the run was split
         if not d.key.get("warmup", False) and d.rounds:
             by_t.setdefault(float(d.key["temperature"]), []).append(d)
     if not by_t:
         raise InputError("the runs hold no recorded round (only warm-ups, or only plain rounds)")
-    return [_at_temperature(t, by_t[t], budgets) for t in sorted(by_t)]
+    return [_at_temperature(t, by_t[t], budgets, cut_levels) for t in sorted(by_t)]
 
 
 def _order(key: tuple) -> tuple:
     return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in key)
 
 
-def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: Sequence[int]) -> RoundValues:
+def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: Sequence[int],
+                    cut_levels: bool) -> RoundValues:
     largest = max(len(r.token) for d in decodes for r in d.rounds)
     kept = np.array(sorted({min(int(b), largest) for b in budgets}), np.int64)
     prompts: dict[str, int] = {}
@@ -95,8 +99,9 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
                 full = curve.at(all_budgets)
                 rows[name].append(full[kept - 1])
                 sums[name] += full
-            for name, values in cut_values(scored, kept, curves).items():
-                by_depth[name].append(values)
+            if cut_levels:
+                for name, values in cut_values(scored, kept, curves).items():
+                    by_depth[name].append(values)
             prompt_of.append(prompts[pid])
             off_pool.append(scored.off_pool)
             seconds.append(rnd.seconds)
@@ -110,7 +115,7 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
                        {name: np.array(r) for name, r in rows.items()}, {name: s / n for name, s in sums.items()},
                        np.array(off_pool), {k: {name: np.array(v) for name, v in s.items()}
                                             for k, s in settings.items() if s["realized"]}, np.array(seconds),
-                       {name: _padded(v) for name, v in by_depth.items()})
+                       {name: _padded(v) for name, v in by_depth.items() if v})
 
 
 def cut_values(scored: Scored, budgets: np.ndarray, whole: dict[str, Curve]) -> dict[str, np.ndarray]:

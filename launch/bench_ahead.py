@@ -88,7 +88,7 @@ def _numbers(record: dict) -> dict:
             "tried": int((hits >= 0).sum()), "hits": int((hits == 1).sum()),
             "hidden": [float(s) for s, h in zip(record["ahead_seconds"], hits) if h == 1],
             "depths": [int(d) for d, b in zip(record["pool_depths"], record["budgets"]) if b > 0],
-            "accepted": [int(a) for a, b in zip(record["accept_lengths"], record["budgets"]) if b > 0]}
+            "emitted": [int(a) for a, b in zip(record["accept_lengths"], record["budgets"]) if b > 0]}
 
 
 def summarize(rows: list[dict], budgets: list) -> dict:
@@ -114,7 +114,7 @@ def summarize(rows: list[dict], budgets: list) -> dict:
                 "hit_rate": sum(r["hits"] for r in got) / tried if tried else None,
                 "hidden_ms_median": 1000 * float(np.median(hidden)) if hidden else None,
                 "pool_depth_mean": float(np.mean([d for r in got for d in r["depths"]] or [0])),
-                "tau": float(np.mean([a for r in got for a in r["accepted"]] or [0]))}
+                "tau": float(np.mean([a for r in got for a in r["emitted"]] or [0]))}
         entry["by_group"] = {}
         for group in sorted({r["group"] for r in rows}):
             mine = [p for p in prompts if variants["none"][p]["group"] == group]

@@ -131,16 +131,21 @@ class Ahead(Message):
 class Waiting(Message):
     """target -> drafter, no reply: the target waits for round `round`'s pool with nothing else to do; a
     drafter on the target's CPU may take its cores too until it sends that pool. With `cut` 1 the target
-    asks for the pool now: the drafter ends it at the level in progress (a cut pool) and sends it."""
+    asks for the pool now: the drafter ends it at the level in progress (a cut pool) and sends it; `after`
+    is how long after sending the round's Start or Commit the target asked (seconds), which a drafter
+    times the next rounds' pools by."""
 
     KIND: ClassVar[Kind] = Kind.WAITING
     request: int
     round: int
     cut: int = 0
+    after: float = 0.0
 
     def check(self) -> None:
         if self.cut not in (0, 1):
             raise MalformedMessage(f"`cut` must be 0 or 1, got {self.cut!r}")
+        if not (math.isfinite(self.after) and self.after >= 0):
+            raise MalformedMessage(f"`after` must be a finite number >= 0, got {self.after!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,6 +38,7 @@ class RemoteDrafter:
         self.round = 0
         self.asked = 0  # pools asked for and not yet received: those of an abandoned request are drained
         self.cut_asked = False  # the current round's pool was asked for early: it may be a cut pool
+        self.sent_at = 0.0  # when the current round's Start or Commit was sent (perf_counter)
 
     def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float) -> Ready:
         """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models."""
@@ -71,12 +73,14 @@ class RemoteDrafter:
         self.round = 0
         self.cut_asked = False
         self.channel.send(Start(self.request, np.asarray(prompt, np.int32)))
+        self.sent_at = time.perf_counter()
         self.asked = 1
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._check_quiet("Commit")
         self.round += 1
         self.channel.send(Commit(self.request, self.round, np.asarray(tokens, np.int32)))
+        self.sent_at = time.perf_counter()
         self.asked += 1
 
     def ahead(self, tokens: Sequence[int]) -> None:
@@ -86,7 +90,7 @@ class RemoteDrafter:
     def waiting(self, cut: bool = False) -> None:
         """This side waits for the current round's pool with nothing else to do (the drafter may take its
         cores); with `cut`, it asks for the pool now (a cut pool: its first levels)."""
-        self.channel.send(Waiting(self.request, self.round, int(cut)))
+        self.channel.send(Waiting(self.request, self.round, int(cut), time.perf_counter() - self.sent_at))
         self.cut_asked = self.cut_asked or cut
 
     def pool(self) -> Drafted:

@@ -207,6 +207,9 @@ class ValuesOptions:
     confidence: float = field(default=0.95, metadata={"help": "interval coverage", "metavar": "P"})
     bootstrap_seed: int = field(default=0, metadata={"help": "seed of the resampled prompt indices", "metavar": "S"})
     by_category: bool = field(default=False, metadata={"help": "add the main figures per prompt group"})
+    cut_levels: bool = field(default=False, metadata={
+        "help": "add each rule's value from the pools cut after 1, 2, ... levels (what --cut-pools costs; "
+                "several times the work)"})
     plots: bool = field(default=True, metadata={"help": "do not draw values.png"})
 
     def __post_init__(self) -> None:

@@ -7,9 +7,10 @@ prediction was right waits max(0, D - (V + S + R)); a wrong one waits as before 
 drafter level it was in when the commit came (half a level, L / 2, on average: L = D / levels). Tokens per
 round are unchanged: verification is the same, so a round's speedup is the ratio of round times.
 
-With cut pools the target asks for the pool when its root pass ends; the drafter finishes the pass in
-progress (each of its `levels` passes takes L = D / levels) and sends the levels grown: the round waits at
-most L, and its pool is shallower. Tokens per round then fall, by what `launch/pair.sh values` gives for
+With cut pools the target asks for the pool when its root pass ends, and in steady rounds the drafter,
+timing its pools by when the target asked before, sends the levels whose passes end by then (each of its
+`levels` passes takes L = D / levels; at least the first level, which a pass longer than R makes the
+round wait for): the round does not wait, and its pool is shallower. Tokens per round then fall, by what `launch/pair.sh values` gives for
 the pools cut at that depth (its `cut` lines): the model says the share of tokens per round above which cut
 pools pay (the ratio of round times).
 
@@ -49,13 +50,13 @@ def round_ms(p: Phases, hit_rate: float | None) -> float:
 
 
 def cut_round(p: Phases) -> tuple[float, int]:
-    """(ms of one steady round with cut pools, the depth the pool reaches): the drafter's pass in progress at
-    the end of the root pass is finished, and each finished pass is one level (the first: the prefill)."""
+    """(ms of one steady round with cut pools, the depth the pool reaches): the passes that end by the end of
+    the root pass, at least one, each one level (the first: the prefill)."""
     if p.draft <= p.root:
         return round_ms(p, None), p.levels
     pass_ms = p.draft / p.levels
-    passes = max(1, math.ceil(p.root / pass_ms - 1e-9))
-    return p.root + (passes * pass_ms - p.root) + p.between + p.tree, passes
+    passes = max(1, math.floor(p.root / pass_ms + 1e-9))
+    return max(p.root, passes * pass_ms) + p.between + p.tree, passes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,8 @@ Per temperature: each rule's expected accepted tokens per round and per prompt a
 `draft` and of `root-draw` over `pearl` with paired prompt-bootstrap intervals, the share of the oracle's
 advantage that `root` recovers, the budgets at which `draft` and `root` reach each other's value at B = 8,
 how often the draw X1 falls off the pool's first level, the recording decoder's realized acceptance
-against its value on the same rounds, and (--by-category) the same per prompt group. Writes values.md
+against its value on the same rounds, (--cut-levels) the values of the pools cut after each level, and
+(--by-category) the same per prompt group. Writes values.md
 and values.png; with --json, stdout is one JSON line per (temperature, rule, budget) and per recorded
 decoder setting.
 """
@@ -53,7 +54,7 @@ def values(runs: Sequence[str], options: ValuesOptions) -> int:
     for path, prov, found in load_rounds(runs):
         provenance = provenance or prov
         decodes += found
-    tables = evaluate(decodes, options.budget_list)
+    tables = evaluate(decodes, options.budget_list, cut_levels=options.cut_levels)
     kw = dict(n_resamples=options.resamples, confidence=options.confidence, seed=options.bootstrap_seed)
     if options.json:
         for rv in tables:

@@ -12,10 +12,10 @@ from launch.bench_ahead import summarize
 
 
 def row(prompt, group, budget, variant, tokens, seconds, wait=(0.01,), tried=0, hits=0, hidden=(), depths=(4,),
-        accepted=(2,)):
+        emitted=(2,)):
     return {"prompt": prompt, "group": group, "budget": budget, "variant": variant, "tokens": tokens,
             "seconds": seconds, "rounds": 1, "wait": list(wait), "tried": tried, "hits": hits, "hidden": list(hidden),
-            "depths": list(depths), "accepted": list(accepted)}
+            "depths": list(depths), "emitted": list(emitted)}
 
 
 def test_the_summary_pairs_each_prompt_with_itself():
@@ -24,7 +24,7 @@ def test_the_summary_pairs_each_prompt_with_itself():
             row("a", "qa", 8, "ahead", 20, 0.5, wait=(0.0,), tried=4, hits=1, hidden=(0.02,)),
             row("b", "code", 8, "none", 10, 1.0),
             row("b", "code", 8, "ahead", 10, 2.0, tried=4, hits=3, hidden=(0.01, 0.03, 0.05), depths=(2, 3),
-                accepted=(1, 4))]
+                emitted=(1, 4))]
     s = summarize(rows, [8])["budgets"]["8"]
     assert "lend" not in s  # a variant not run is left out
     assert s["ahead"]["over_none_median"] == pytest.approx(1.25) and s["ahead"]["over_none_range"] == [0.5, 2.0]

@@ -15,7 +15,7 @@ from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
 from pipeline.pool import Pool
 from protocol.messages import Ahead, Commit, End, Error, PoolMsg, Start, Waiting
 
-from tests.protocol.test_drafter_server import PROMPT, assert_error, assert_valid_pool, open_request
+from tests.protocol.test_drafter_server import PROMPT, assert_error, assert_still_serving, assert_valid_pool, open_request
 from tests.protocol.wire_peers import CAPACITY, POOL, VOCAB
 
 PATH = np.array([9, 1, 30], np.int32)
@@ -219,7 +219,13 @@ def test_a_waiting_with_cut_ends_a_pool_grown_ahead_which_its_commit_takes(draft
     assert drafter_server.silent(0.2)
 
 
-def test_a_waiting_with_another_cut_is_refused(drafter_server):
+@pytest.mark.parametrize("waiting, match", [(Waiting(1, 0, cut=2), r"`cut` must be 0 or 1, got 2"),
+                                            (Waiting(1, 0, 1, float("nan")), r"`after` must be a finite number"),
+                                            (Waiting(1, 0, 1, -1.0), r"`after` must be a finite number")])
+def test_a_waiting_with_a_bad_cut_or_time_is_refused(drafter_server, waiting, match):
+    from protocol.errors import MalformedMessage
+
     open_request(drafter_server)
-    drafter_server.send(Waiting(1, 0, cut=2))
-    assert isinstance(drafter_server.recv(), Error)
+    drafter_server.send(waiting)
+    assert_error(drafter_server.recv(), MalformedMessage, match, request=1)
+    assert_still_serving(drafter_server)

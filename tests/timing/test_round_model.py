@@ -29,10 +29,11 @@ def test_the_program_prints_a_json_document_last(capsys):
     assert 0 < doc["break_even"] < 1
 
 
-def test_a_cut_pool_waits_for_the_drafters_pass_in_progress_only():
-    p = Phases(draft=50, root=27, tree=30, between=1, levels=5)  # passes of 10 ms: the third ends at 30
-    assert cut_round(p) == (pytest.approx(27 + 3 + 1 + 30), 3)
+def test_a_cut_pool_has_the_levels_whose_passes_end_within_the_root_pass():
+    p = Phases(draft=50, root=27, tree=30, between=1, levels=5)  # passes of 10 ms: two end by 27
+    assert cut_round(p) == (pytest.approx(27 + 1 + 30), 2)
     assert cut_round(Phases(draft=50, root=30, tree=30, between=1, levels=5)) == (pytest.approx(61), 3)
+    assert cut_round(Phases(draft=50, root=6, tree=30, between=1, levels=5)) == (pytest.approx(41), 1)  # waits
     assert cut_round(Phases(draft=20, root=27, tree=30, between=1, levels=5)) == (pytest.approx(58), 5)  # whole
 
 

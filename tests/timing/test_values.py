@@ -218,7 +218,8 @@ def test_a_cut_pool_is_valued_as_its_first_levels():
 def test_values_json_has_each_rules_value_by_levels(recorded, capsys):
     from evaluation.values import CUT_RULES
 
-    lines = json_lines(capsys, str(recorded), "--budgets", "2,4")
+    assert not [c for c in json_lines(capsys, str(recorded), "--budgets", "2,4") if c["kind"] == "cut"]  # not asked
+    lines = json_lines(capsys, str(recorded), "--budgets", "2,4", "--cut-levels")
     cut = {(c["temperature"], c["rule"], c["budget"], c["levels"]): c["value_per_round"]
            for c in lines if c["kind"] == "cut"}
     assert set(cut) == {(t, rule, b, d) for t in (0.0, 1.0) for rule in CUT_RULES for b in (2, 4) for d in (1, 2, 3)}
