@@ -8,15 +8,15 @@ changes on a refused message. The drafter keeps one KV cache, replaced only by a
 one; it never allocates one beyond `max_request_context` slots, whatever a peer asks, nor one that its
 device cannot hold.
 
-Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says
-the target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core
-until it sends the pool, and a Waiting with `cut` asks for the pool now: it ends at the levels grown. From
-the second round a request's target asked so in (it asks every round, once its root pass is done), the
-drafter also ends a committed round's pool before a level that would end after the time the target asked
-at in recent rounds, counted from their Commits, so that the pool is there when asked for. An Ahead (no reply) has the drafter
-grow the next round's pool from the predicted tokens at once; the Commit the prediction serves lets that
-growth go on (its reply is that pool), and any other message ends it. Other messages wait until the growth
-is done and are then handled as ever.
+Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says the
+target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core until
+it sends the pool, and a Waiting with `cut` asks for the pool now: it ends at the levels grown. From the
+second round a request's target asked so in (it asks every round, once its root pass is done), the drafter
+also ends a committed round's pool before a level that would end after the time the target asked at in
+recent rounds, counted from their Commits, so that the pool is there when asked for. An Ahead (no reply) has
+the drafter grow the next round's pool from the predicted tokens at once; the Commit the prediction serves
+lets that growth go on (its reply is that pool), and any other message ends it. Other messages wait until
+the growth is done and are then handled as ever.
 """
 
 from __future__ import annotations

@@ -4,13 +4,12 @@ Variants of the decoder: `none` (the paper's deployment and the default: the tar
 drafter drafts after each commit), `lend` (`--lend-cores`: a target on the CPU lends the drafter its cores
 while it waits for a pool), `ahead` (lending, and `--ahead`: drafting ahead during verification), `cut`
 (`--cut-pools`: the pool is asked for once the root pass is done, and has the levels grown by then) and
-`cut+ahead` (both). One pair (the embedded default on
-the CPU unless --target/--drafter say otherwise) decodes each prompt with `ar`, then with each variant at
-each budget, in an order rotated from prompt to prompt, so all see the same machine state. Prints, per
-budget, the summed speed of each variant (and over `ar`), the paired per-prompt ratio of each variant
-over `none` (median and range), each variant's median wait for the drafter per round, the hit rate and the
-drafting hidden per hit; and speeds per prompt group. The load average is printed at the start and the
-end. The last line of stdout is one JSON document.
+`cut+ahead` (both). One pair (the embedded default on the CPU unless --target/--drafter say otherwise)
+decodes each prompt with `ar`, then with each variant at each budget, in an order rotated from prompt to
+prompt, so all see the same machine state. Prints, per budget, the summed speed of each variant (and over
+`ar`), the paired per-prompt ratio of each variant over `none` (median and range), each variant's median
+wait for the drafter per round, the hit rate and the drafting hidden per hit; and speeds per prompt group.
+The load average is printed at the start and the end. The last line of stdout is one JSON document.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ round are unchanged: verification is the same, so a round's speedup is the ratio
 
 With cut pools the target asks for the pool when its root pass ends, and in steady rounds the drafter,
 timing its pools by when the target asked before, sends the levels whose passes end by then (each of its
-`levels` passes takes L = D / levels; at least the first level, which a pass longer than R makes the
-round wait for): the round does not wait, and its pool is shallower. Tokens per round then fall, by what `launch/pair.sh values` gives for
-the pools cut at that depth (its `cut` lines): the model says the share of tokens per round above which cut
-pools pay (the ratio of round times).
+`levels` passes takes L = D / levels; at least the first level, which a pass longer than R makes the round
+wait for): the round does not wait, and its pool is shallower. Tokens per round then fall, by what
+`launch/pair.sh values` gives for the pools cut at that depth (its `cut` lines): the model says the share of
+tokens per round above which cut pools pay (the ratio of round times).
 
 The defaults are the paper's D.14 medians (two RTX A6000, Llama-3.1-8B with Llama-3.2-1B and Qwen3-8B with
 Qwen3-0.6B): drafting 50.5 ms a round, the one-token target pass 27 ms. The paper gives no tree-pass time;

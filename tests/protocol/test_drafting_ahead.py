@@ -15,7 +15,8 @@ from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
 from pipeline.pool import Pool
 from protocol.messages import Ahead, Commit, End, Error, PoolMsg, Start, Waiting
 
-from tests.protocol.test_drafter_server import PROMPT, assert_error, assert_still_serving, assert_valid_pool, open_request
+from tests.protocol.test_drafter_server import (PROMPT, assert_error, assert_still_serving, assert_valid_pool,
+                                                 open_request)
 from tests.protocol.wire_peers import CAPACITY, POOL, VOCAB
 
 PATH = np.array([9, 1, 30], np.int32)
