@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from pipeline.budget import candidate_sizes
 from pipeline.settings import DecodeConfig
 from target_proc.conversation import decode_conversation
 
@@ -68,6 +69,12 @@ def test_the_record_keeps_the_output_at_the_limit_and_what_the_last_round_made_b
 @pytest.mark.parametrize("prior", ["session", "decode"])
 def test_budget_auto_learns_across_a_sessions_decodes_only_with_the_session_prior(mock_session, prior):
     session = mock_session()
+    # pass times under which speculation pays from the first round (timed ones vary with the machine's load,
+    # and a decode of plain rounds only would verify nothing to learn from)
+    sizes = [b for b in candidate_sizes(8) if b]
+    fast = dict.fromkeys(sizes, 1e-3)
+    session.budgets.measure = lambda cap: {"plain": 1.0, "overlapped": 1e-3, "tree": fast, "tree_with_root": fast,
+                                           "prefill": 0.0, "prefill_shared": 0.0}
     config = DecodeConfig("root-draw", 0.0, "auto", 16, budget_max=8, budget_prior=prior)
     session.decode([3, 4, 5], config, "a")
     session.decode([3, 4, 6], config, "b")
