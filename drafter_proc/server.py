@@ -34,7 +34,8 @@ from drafter_proc.drafter import Abandoned, Drafter
 from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
-from pipeline.pool import out_of_vocab
+from pipeline.cut import LevelValues, reached
+from pipeline.pool import Pool, out_of_vocab
 from protocol.codec import MAX_FRAMES, decode
 from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage,
                              ProtocolError, StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch,
@@ -49,7 +50,7 @@ log = logging.getLogger("drafter")
 
 
 STASHED_MAX = 64  # messages taken during one growth, at most: the rest wait in the socket's bounded queue
-TIMINGS_KEPT = 8  # recent rounds whose timings (when the target asked, a level's pass) a cut is timed by
+TIMINGS_KEPT = 8  # recent rounds whose timings (when the target asked, a level's pass, a round) cuts weigh
 DEPARTED_KEPT = 256  # routing ids of closed connections remembered, to ignore messages they left queued
 
 
@@ -82,14 +83,21 @@ class DrafterServer:
         self.arrived = 0.0
         self.threads = threads  # CPU threads (while the target works, while it waits for a pool); None: keep
         self.ahead_finished = 0.0  # when the last pool grown ahead was done (perf_counter)
-        self.cut_asked = False  # a Waiting with `cut` came for the pool being grown: end it at the next level
-        # Timing cut pools: when the growth being answered began (its Start's or Commit's arrival), when the
-        # last level ended, and of recent rounds of this request how long after its Commit the target asked
-        # for the pool and how long a level's pass took (seconds).
+        self.cut_asked = False  # a Waiting with `cut` came for the pool being grown: the target waits for it
+        # Cut pools (pipeline.cut): when the growth being answered began (its Start's or Commit's arrival),
+        # when its last level ended and how many it grew; when the target asked for the round's pool (None:
+        # it did not, or not yet) and when and which pool was sent; of recent rounds of this request how
+        # long after its Commit the target asked for the pool, how long a level's pass took and a round
+        # took without its wait for the pool (seconds); and what each level brought in recent rounds.
         self.grown_from = 0.0
         self.level_ended: float | None = None
+        self.levels = 0
+        self.asked_at: float | None = None
+        self.sent: tuple[Pool, float] | None = None
         self.asked_after: deque[float] = deque(maxlen=TIMINGS_KEPT)
         self.pass_seconds: deque[float] = deque(maxlen=TIMINGS_KEPT)
+        self.round_seconds: deque[float] = deque(maxlen=TIMINGS_KEPT)
+        self.values = LevelValues()
 
     def serve(self) -> None:
         """Serve until the served target sends Shutdown (with `persist`, forever)."""
@@ -192,8 +200,9 @@ class DrafterServer:
         if isinstance(msg, Start):
             self._check_tokens(msg.prompt, "prompt")
             self.request, self.round = msg.request, -1
-            self.asked_after.clear()
-            self.pass_seconds.clear()
+            for timings in (self.asked_after, self.pass_seconds, self.round_seconds):
+                timings.clear()
+            self.asked_at, self.sent = None, None
             self._growing()
             drafted = self.drafter.start(msg.prompt, lambda: self._between(None))
             self.round = 0
@@ -210,6 +219,7 @@ class DrafterServer:
             if isinstance(msg, Ahead):
                 self._ahead(msg)
                 return None
+            self._round_ended(msg.tokens)
             self._growing()
             drafted = self.drafter.commit(msg.tokens, lambda: self._between(None))
             self.round = msg.round
@@ -219,13 +229,14 @@ class DrafterServer:
                 raise StaleMessage(f"waiting for request {msg.request} round {msg.round}, but the drafter "
                                    f"serves request {self.request} round {self.round}")
             if msg.cut == 1 and msg.round == self.round:
-                self._asked(msg)
+                self._asked(msg, self.arrived)
             return None
         if isinstance(msg, End):
             if msg.request != self.request or self.request < 0:
                 raise StaleMessage(f"end of request {msg.request}, but "
                                    + (f"request {self.request} is open" if self.request >= 0 else "no request is open"))
             self.request, self.round = -1, -1
+            self.asked_at, self.sent = None, None
             return None
         raise UnexpectedMessage(f"the drafter does not take {type(msg).__name__} messages")
 
@@ -255,6 +266,7 @@ class DrafterServer:
         self.drafter = Drafter(runner, config)
         self.request, self.round = -1, -1
         self.pass_seconds.clear()  # another pool shape, perhaps
+        self.values.clear()
         log.info("handshake with target %s: pool topk=%d depth=%d expand=%d", printable(repr(hello.model), 200),
                  config.topk, config.depth, config.expand)
         who = self.loaded.identity
@@ -297,17 +309,18 @@ class DrafterServer:
 
     def _between(self, ahead: Ahead | None) -> bool:
         """Between two levels of a growth: take what came meanwhile -> whether to end the pool at the levels
-        grown (a Waiting with `cut` came for it, or, for a committed round's pool, the next level would end
-        after the time the target asks at). A Waiting for the pool being grown without `cut` takes the solo
-        threads; the rest is stashed for the serve loop, in order, and anything but its Commit abandons a
-        growth ahead (Abandoned)."""
+        grown. A pool grown ahead ends there when a Waiting with `cut` came for it. A committed round's pool
+        ends there when the next level would make the target wait (it asked, with a Waiting with `cut`, or
+        the level would end after the time it asked at in recent rounds) for more than that level brings
+        (pipeline.cut). A Waiting for the pool being grown without `cut` takes the solo threads; the rest is
+        stashed for the serve loop, in order, and anything but its Commit abandons a growth ahead (Abandoned)."""
         while len(self.stashed) < STASHED_MAX and (event := self.listener.recv(timeout=0)) is not None:
             now = time.perf_counter()
             msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
             if isinstance(msg, Waiting) and msg.request == self.request and msg.round == self.round + 1:
-                if msg.cut == 1:  # no level follows
+                if msg.cut == 1:
                     self.cut_asked = True
-                    self._asked(msg)
+                    self._asked(msg, now)
                 else:
                     self._use_threads(solo=True)
                 continue
@@ -316,25 +329,50 @@ class DrafterServer:
                                           (ahead.request, ahead.round)
                                           and np.array_equal(msg.tokens, self.drafter.written)):
                 raise Abandoned
-        if ahead is not None or self.cut_asked:
+        if ahead is not None:
             return self.cut_asked
         now = time.perf_counter()  # a pass ended: the commit's prefill (the first call) or a level's
         if self.level_ended is not None or self.round >= 0:  # not a prompt's prefill
             self.pass_seconds.append(now - (self.grown_from if self.level_ended is None else self.level_ended))
         self.level_ended = now
-        if not (self.asked_after and self.pass_seconds and self.round >= 0):
+        self.levels += 1
+        if self.round < 0 or not self.pass_seconds:  # round 0's pool: the target is still in its prefill
+            return self.cut_asked
+        step = float(np.median(self.pass_seconds))
+        if self.cut_asked:
+            wait = step
+        elif self.asked_after:
+            wait = max(0.0, now + step - self.grown_from - float(np.median(self.asked_after)))
+        else:
             return False
-        return now - self.grown_from + float(np.median(self.pass_seconds)) > float(np.median(self.asked_after))
+        if wait == 0.0:
+            return False
+        if not self.round_seconds:  # no round timed yet: what a level is worth cannot be weighed
+            return True
+        return not self.values.worth(self.levels, wait, float(np.median(self.round_seconds)))
 
     def _growing(self) -> None:
         """A Start's or Commit's pool is grown from now (the event's arrival)."""
-        self.grown_from, self.level_ended = self.arrived, None
+        self.grown_from, self.level_ended, self.levels = self.arrived, None, 0
 
-    def _asked(self, waiting: Waiting) -> None:
-        """The target asked for a round's pool `waiting.after` seconds after its Commit: a timing for the cuts
-        after it (not round 0's, whose target prefilled the prompt first)."""
+    def _asked(self, waiting: Waiting, at: float) -> None:
+        """The target asked for a round's pool at `at`, `waiting.after` seconds after its Commit: a timing for
+        the cuts after it (not round 0's, whose target prefilled the prompt first)."""
+        if self.asked_at is None:
+            self.asked_at = at
         if waiting.round > 0:
             self.asked_after.append(waiting.after)
+
+    def _round_ended(self, tokens: np.ndarray) -> None:
+        """A Commit came: the round before it ended. When the target asked for that round's pool (a round with
+        a tree, in a decode that cuts pools), what the pool's levels brought and how long the round took
+        without its wait for the pool count for the cuts after it."""
+        if self.asked_at is not None and self.sent is not None:
+            pool, sent_at = self.sent
+            self.values.observe(int(pool.depth.max()), reached(pool, tokens))
+            if self.round > 0:  # round 0 began with the target's prefill
+                self.round_seconds.append(self.arrived - self.grown_from - max(0.0, sent_at - self.asked_at))
+        self.asked_at, self.sent = None, None
 
     def _use_threads(self, solo: bool) -> None:
         if self.threads is not None:
@@ -352,6 +390,7 @@ class DrafterServer:
         if drafted.ahead == HIT:
             ahead_seconds = max(0.0, drafted.ahead_seconds - max(0.0, self.ahead_finished - self.arrived))
         pool = drafted.pool
+        self.sent = (pool, now)
         return PoolMsg(self.request, self.round, now - self.arrived, drafted.ahead, ahead_seconds,
                        pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp, pool.expanded)
 

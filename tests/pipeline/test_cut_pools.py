@@ -12,8 +12,9 @@ from models.mock import EOS
 from pipeline.ahead import Drafted
 from pipeline.budget import PassCosts
 from pipeline.config import PoolConfig
+from pipeline.cut import PRIOR_ACCEPT, PRIOR_ROUNDS, LevelValues, reached
 from pipeline.decode import decode
-from pipeline.pool import grow_pool
+from pipeline.pool import ROOT, Pool, grow_pool
 from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig
 from target_proc.client import shape_problem
@@ -119,3 +120,55 @@ def test_outputs_from_cut_pools_follow_the_target_law(case, mock_pair, softmax):
         depths.update(r.pool_depth for r in result.rounds if r.budget > 0)
     assert depths == set(range(1, POOL.depth + 1))  # every cut was met
     assert goodness_of_fit(outcomes, law) >= CUT_ALPHA
+
+
+def chain_pool(tokens: list[list[int]]) -> Pool:
+    """A pool of one candidate list per level, every level's candidates the children of the first one before."""
+    token, parent, first = [], [], ROOT
+    for level in tokens:
+        start = len(token)
+        token += level
+        parent += [first] * len(level)
+        first = start
+    n = len(token)
+    return Pool.from_edges(np.array(token), np.array(parent), np.full(n, -1.0, np.float32),
+                           np.isin(np.arange(n), [i for i in range(n) if i in parent]))
+
+
+@pytest.mark.parametrize("tokens, levels", [([5, 9], 1), ([5, 9, 2, 8], 3), ([5, 9, 2, 7, 1], 3), ([6, 9, 2], 1),
+                                            ([5, 8, 2], 2), ([7, 9], 0), ([5], 0), ([5, 7], 1)])
+def test_reached_counts_the_levels_a_commit_ran_through_its_last_token_left_out(tokens, levels):
+    pool = chain_pool([[5, 6], [9, 8], [2, 3]])  # 8's children: none; 9's: 2 and 3
+    assert reached(pool, tokens) == levels
+
+
+def test_level_values_start_at_the_prior_and_learn_each_levels_chance_from_the_rounds_that_had_it():
+    values = LevelValues()
+    np.testing.assert_allclose(values.gains(3), PRIOR_ACCEPT ** np.arange(1, 4))
+    for _ in range(30):  # pools of 2 levels: the first always run through, the second in half the rounds
+        values.observe(2, 1)
+        values.observe(2, 2)
+    a1, a2 = 1.0, 0.5
+    want = [(PRIOR_ACCEPT * PRIOR_ROUNDS + 32 * a1) / (PRIOR_ROUNDS + 32),
+            (PRIOR_ACCEPT * PRIOR_ROUNDS + 32 * a2) / (PRIOR_ROUNDS + 32), PRIOR_ACCEPT]  # 32 rounds kept
+    np.testing.assert_allclose(values.gains(3), np.cumprod(want))
+    values = LevelValues()  # a round that did not run through level 1 could not run through level 2
+    for seen in [(2, 1), (2, 2)] * 5 + [(2, 0)]:
+        values.observe(*seen)
+    prior = PRIOR_ACCEPT * PRIOR_ROUNDS
+    a1, a2 = (prior + 10) / (PRIOR_ROUNDS + 11), (prior + 5) / (PRIOR_ROUNDS + 10)
+    np.testing.assert_allclose(values.gains(2), [a1, a1 * a2])
+
+
+def test_a_level_is_worth_its_wait_exactly_when_tokens_per_second_grow():
+    values = LevelValues()
+    for _ in range(32):
+        values.observe(3, 3)
+    g = values.gains(3)
+    for levels in (1, 2):
+        tau, gain, round_seconds = 1 + g[:levels].sum(), g[levels], 0.2
+        even = gain * round_seconds / tau  # the wait at which both rates are equal
+        for wait in (0.5 * even, 0.99 * even, 1.01 * even, 2 * even):
+            faster = (tau + gain) / (round_seconds + wait) > tau / round_seconds
+            assert values.worth(levels, wait, round_seconds) == faster
+    assert values.worth(1, 0.0, 0.2)

@@ -230,3 +230,53 @@ def test_a_waiting_with_a_bad_cut_or_time_is_refused(drafter_server, waiting, ma
     drafter_server.send(waiting)
     assert_error(drafter_server.recv(), MalformedMessage, match, request=1)
     assert_still_serving(drafter_server)
+
+
+@pytest.fixture
+def slow_passes(monkeypatch, slow_levels):
+    """A commit's prefill takes 0.1 s more too: every pass the drafter times for its cuts takes about 0.1 s."""
+    import time
+
+    from drafter_proc import drafter as drafter_module
+
+    inner = drafter_module.prefill
+    monkeypatch.setattr(drafter_module, "prefill", lambda *a: time.sleep(0.1) or inner(*a))
+
+
+def deepest_path(pool: Pool) -> list[int]:
+    """The tokens of a path to one of the pool's deepest candidates."""
+    node, path = int(np.argmax(pool.depth)), []
+    while node >= 0:
+        path.append(int(pool.token[node]))
+        node = int(pool.parent[node])
+    return path[::-1]
+
+
+@pytest.mark.parametrize("pause, depths", [(0.0, [1, 1, 1, 1]), (0.6, [1] + [POOL.depth] * 3)],
+                         ids=["rounds-of-the-growth-alone", "rounds-of-0.6-s"])
+def test_a_pool_asked_for_grows_on_while_a_level_brings_more_than_its_wait_costs(drafter_server, slow_passes,
+                                                                                pause, depths):
+    """Each round the target asks for its pool right after its Commit, then works `pause` seconds, and its
+    Commit runs through the whole pool. A level (0.1 s) pays in rounds of 0.6 s: once a round is timed (round
+    1, when round 2's Commit comes), asked pools are whole; in rounds as short as their wait, cut at once."""
+    import time
+
+    from protocol.messages import Ready
+
+    from tests.protocol.wire_peers import hello
+
+    drafter_server.send(hello())
+    assert isinstance(drafter_server.recv(), Ready)
+    drafter_server.send(Start(1, PROMPT))
+    pool = assert_valid_pool(drafter_server.recv(), 1, 0)
+    drafter_server.send(Waiting(1, 0, cut=1))
+    got = []
+    for round_ in range(1, len(depths) + 1):
+        time.sleep(pause)
+        drafter_server.send(Commit(1, round_, np.array(deepest_path(pool) + [7], np.int32)))
+        drafter_server.send(Waiting(1, round_, cut=1))
+        reply = drafter_server.recv()
+        assert isinstance(reply, PoolMsg) and (reply.request, reply.round) == (1, round_)
+        pool = Pool.from_edges(reply.token, reply.parent, reply.logp, reply.expanded, max_depth=POOL.depth)
+        got.append(int(pool.depth.max()))
+    assert got == depths
