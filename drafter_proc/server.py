@@ -10,10 +10,11 @@ device cannot hold.
 
 Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says the
 target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core until
-it sends the pool, and a Waiting with `cut` asks for the pool now: it ends at the levels grown. From the
-second round a request's target asked so in (it asks every round, once its root pass is done), the drafter
-also ends a committed round's pool before a level that would end after the time the target asked at in
-recent rounds, counted from their Commits, so that the pool is there when asked for. An Ahead (no reply) has
+it sends the pool, and a Waiting with `cut` asks for the pool now: it grows a further level only while what
+the level brings outweighs the wait it adds (pipeline.cut), or with `cut` NOW none. From the second round a
+request's target asked so in (it asks every round, once its root pass is done), the drafter weighs so, before
+the target asks, a level that would end after the time the target asked at in recent rounds, counted from
+their Commits, so that the pool is there when asked for unless a level pays for the wait. An Ahead (no reply) has
 the drafter grow the next round's pool from the predicted tokens at once; the Commit the prediction serves
 lets that growth go on (its reply is that pool), and any other message ends it. Other messages wait until
 the growth is done and are then handled as ever.
@@ -34,7 +35,7 @@ from drafter_proc.drafter import Abandoned, Drafter
 from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
-from pipeline.cut import LevelValues, reached
+from pipeline.cut import NOW, LevelValues, reached
 from pipeline.pool import Pool, out_of_vocab
 from protocol.codec import MAX_FRAMES, decode
 from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage,
@@ -83,7 +84,8 @@ class DrafterServer:
         self.arrived = 0.0
         self.threads = threads  # CPU threads (while the target works, while it waits for a pool); None: keep
         self.ahead_finished = 0.0  # when the last pool grown ahead was done (perf_counter)
-        self.cut_asked = False  # a Waiting with `cut` came for the pool being grown: the target waits for it
+        self.cut_asked = 0  # the `cut` of a Waiting that came for the pool being grown (0: none came)
+        self.cut_now = False  # the target's last Waiting with `cut` said NOW: no level it would wait for
         # Cut pools (pipeline.cut): when the growth being answered began (its Start's or Commit's arrival),
         # when its last level ended and how many it grew; when the target asked for the round's pool (None:
         # it did not, or not yet) and when and which pool was sent; of recent rounds of this request how
@@ -202,7 +204,7 @@ class DrafterServer:
             self.request, self.round = msg.request, -1
             for timings in (self.asked_after, self.pass_seconds, self.round_seconds):
                 timings.clear()
-            self.asked_at, self.sent = None, None
+            self.asked_at, self.sent, self.cut_now = None, None, False
             self._growing()
             drafted = self.drafter.start(msg.prompt, lambda: self._between(None))
             self.round = 0
@@ -228,7 +230,7 @@ class DrafterServer:
             if msg.request != self.request or not 0 <= msg.round <= self.round:
                 raise StaleMessage(f"waiting for request {msg.request} round {msg.round}, but the drafter "
                                    f"serves request {self.request} round {self.round}")
-            if msg.cut == 1 and msg.round == self.round:
+            if msg.cut and msg.round == self.round:
                 self._asked(msg, self.arrived)
             return None
         if isinstance(msg, End):
@@ -318,8 +320,8 @@ class DrafterServer:
             now = time.perf_counter()
             msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
             if isinstance(msg, Waiting) and msg.request == self.request and msg.round == self.round + 1:
-                if msg.cut == 1:
-                    self.cut_asked = True
+                if msg.cut:
+                    self.cut_asked = msg.cut
                     self._asked(msg, now)
                 else:
                     self._use_threads(solo=True)
@@ -330,14 +332,14 @@ class DrafterServer:
                                           and np.array_equal(msg.tokens, self.drafter.written)):
                 raise Abandoned
         if ahead is not None:
-            return self.cut_asked
+            return bool(self.cut_asked)
         now = time.perf_counter()  # a pass ended: the commit's prefill (the first call) or a level's
         if self.level_ended is not None or self.round >= 0:  # not a prompt's prefill
             self.pass_seconds.append(now - (self.grown_from if self.level_ended is None else self.level_ended))
         self.level_ended = now
         self.levels += 1
         if self.round < 0 or not self.pass_seconds:  # round 0's pool: the target is still in its prefill
-            return self.cut_asked
+            return bool(self.cut_asked)
         step = float(np.median(self.pass_seconds))
         if self.cut_asked:
             wait = step
@@ -347,6 +349,8 @@ class DrafterServer:
             return False
         if wait == 0.0:
             return False
+        if self.cut_asked == NOW or (not self.cut_asked and self.cut_now):
+            return True
         if not self.round_seconds:  # no round timed yet: what a level is worth cannot be weighed
             return True
         return not self.values.worth(self.levels, wait, float(np.median(self.round_seconds)))
@@ -360,6 +364,7 @@ class DrafterServer:
         the cuts after it (not round 0's, whose target prefilled the prompt first)."""
         if self.asked_at is None:
             self.asked_at = at
+        self.cut_now = waiting.cut == NOW
         if waiting.round > 0:
             self.asked_after.append(waiting.after)
 
@@ -384,7 +389,7 @@ class DrafterServer:
         """The reply to a Start or Commit. Its seconds run from the message's arrival: the part of the drafting
         the target can have waited for; a pool grown ahead counts what it grew before that arrival apart."""
         self._use_threads(solo=False)  # the target works again once it has the pool
-        self.cut_asked = False
+        self.cut_asked = 0
         now = time.perf_counter()
         ahead_seconds = 0.0
         if drafted.ahead == HIT:

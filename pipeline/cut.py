@@ -11,6 +11,9 @@ j once it ran through level j - 1 and its pool had level j, is counted over rece
 PRIOR_ACCEPT weighing PRIOR_ROUNDS rounds (so a level that no recent pool had keeps the prior, and a pool
 cut too early grows that level again to learn it). Then g_j = a_1 ... a_j, and tau_k = 1 + g_1 + ... + g_k:
 a round commits the tree tokens it accepts and one token of the target's after them.
+
+A target that asks with NOW (DecodeConfig.cut_now) takes the levels grown when it asks, the level in
+progress ended: it never waits for more than that level, whatever a further level would bring.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from pipeline.pool import ROOT, Pool
 
+WEIGH, NOW = 1, 2  # how a target asks for its pool early (Waiting.cut): a further level while it pays, or none
 PRIOR_ACCEPT = 0.8  # a level's chance of being run through, before rounds show it (optimistic: levels get tried)
 PRIOR_ROUNDS = 2.0  # the rounds that prior weighs
 ROUNDS_KEPT = 32  # recent rounds a level's chance is counted over

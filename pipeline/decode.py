@@ -22,6 +22,7 @@ import torch
 
 from pipeline.ahead import NOT_TRIED, Drafted, predicted_tokens
 from pipeline.budget import DrafterFeed, Experience, PassCosts, budget_policy, ranks_on_path
+from pipeline.cut import NOW, WEIGH
 from pipeline.pool import ROOT, Pool
 from pipeline.result import DecodeResult, Round
 from pipeline.rules import RULES, RootDraw, Rule
@@ -82,10 +83,11 @@ class DrafterClient(Protocol):
         """The path this round will most probably accept (pipeline.ahead): the drafter may grow the next
         round's pool from there while the target verifies. Only called with DecodeConfig.ahead."""
 
-    def waiting(self, cut: bool = False) -> None:
+    def waiting(self, cut: int = 0) -> None:
         """This side is about to wait for the current round's pool with nothing else to do: a drafter that
-        shares its CPU may take its cores until it sends the pool. With `cut` (DecodeConfig.cut_pools), it
-        asks for the pool now: the drafter ends it at the level in progress and sends its first levels."""
+        shares its CPU may take its cores until it sends the pool. With `cut` (DecodeConfig.cut_pools:
+        pipeline.cut's WEIGH, or NOW with cut_now), it asks for the pool now and takes its first levels: the
+        drafter grows on while a level pays (WEIGH), or ends it at the level in progress (NOW)."""
 
     def pool(self) -> Drafted:
         """Wait for the current round's pool, with the drafter's seconds on it."""
@@ -257,7 +259,8 @@ class _Rounds:
         self.sync = sync
         self.ahead = config.ahead and drafter is not None
         self.lend = config.lend_cores and self.lazy  # on the CPU: the drafter may share this side's cores
-        self.cut = config.cut_pools and drafter is not None  # the pool is asked for once the root pass is done
+        # with cut pools the pool is asked for once the root pass is done (0: not)
+        self.cut = (NOW if config.cut_now else WEIGH) if config.cut_pools and drafter is not None else 0
 
     def run(self, root: int, budget: int) -> Step:
         """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""
@@ -324,7 +327,7 @@ class _Rounds:
                     self._on_path(pool, tree, accepted), pool=pool, root_row=first.row, ahead=drafted.ahead,
                     ahead_seconds=drafted.ahead_seconds)
 
-    def _pool(self, cut: bool = False) -> Drafted:
+    def _pool(self, cut: int = 0) -> Drafted:
         """Wait for the round's pool. On the CPU (with lend_cores) the drafter is told first, so it can take
         this side's cores; with `cut` it is asked for the pool at once, and sends the levels it has (told even
         when the pool is there: when the target asks is what a drafter that cuts its pools times them by)."""

@@ -10,10 +10,12 @@ from typing import ClassVar
 import numpy as np
 
 from pipeline.config import pool_size
+from pipeline.cut import NOW, WEIGH
 from protocol.errors import BadArray, LimitExceeded, MalformedMessage
 from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
-PROTOCOL_VERSION = 4  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut
+PROTOCOL_VERSION = 5  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
+# 5: Waiting.cut 2
 
 
 class Kind(IntEnum):
@@ -131,9 +133,11 @@ class Ahead(Message):
 class Waiting(Message):
     """target -> drafter, no reply: the target waits for round `round`'s pool with nothing else to do; a
     drafter on the target's CPU may take its cores too until it sends that pool. With `cut` 1 the target
-    asks for the pool now: the drafter ends it at the level in progress (a cut pool) and sends it; `after`
-    is how long after sending the round's Start or Commit the target asked (seconds), which a drafter
-    times the next rounds' pools by."""
+    asks for the pool now, and takes it with the levels grown (a cut pool): the drafter ends it after the
+    level in progress unless a further level brings more than its wait costs (pipeline.cut); with `cut` 2,
+    after the level in progress; `after` is how long after
+    sending the round's Start or Commit the target asked (seconds), which a drafter times the next rounds'
+    pools by."""
 
     KIND: ClassVar[Kind] = Kind.WAITING
     request: int
@@ -142,8 +146,8 @@ class Waiting(Message):
     after: float = 0.0
 
     def check(self) -> None:
-        if self.cut not in (0, 1):
-            raise MalformedMessage(f"`cut` must be 0 or 1, got {self.cut!r}")
+        if self.cut not in (0, WEIGH, NOW):
+            raise MalformedMessage(f"`cut` must be 0, {WEIGH} or {NOW}, got {self.cut!r}")
         if not (math.isfinite(self.after) and self.after >= 0):
             raise MalformedMessage(f"`after` must be a finite number >= 0, got {self.after!r}")
 

@@ -87,11 +87,12 @@ class RemoteDrafter:
         """The tokens this round will most probably emit: the drafter grows the next pool from them meanwhile."""
         self.channel.send(Ahead(self.request, self.round + 1, np.asarray(tokens, np.int32)))
 
-    def waiting(self, cut: bool = False) -> None:
+    def waiting(self, cut: int = 0) -> None:
         """This side waits for the current round's pool with nothing else to do (the drafter may take its
-        cores); with `cut`, it asks for the pool now (a cut pool: its first levels)."""
-        self.channel.send(Waiting(self.request, self.round, int(cut), time.perf_counter() - self.sent_at))
-        self.cut_asked = self.cut_asked or cut
+        cores); with `cut` (pipeline.cut's WEIGH or NOW), it asks for the pool now (a cut pool: its first
+        levels)."""
+        self.channel.send(Waiting(self.request, self.round, cut, time.perf_counter() - self.sent_at))
+        self.cut_asked = self.cut_asked or bool(cut)
 
     def pool(self) -> Drafted:
         msg = self._recv(self.timeout, "drafter_timeout", "pool", (PoolMsg, Error))

@@ -22,7 +22,8 @@ class SweepOptions:
     """Sweep"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("max_new_tokens", "seed", "budget_max", "budget_prior", "ahead", "lend_cores", "cut_pools"),
+        "embed": ("max_new_tokens", "seed", "budget_max", "budget_prior", "ahead", "lend_cores", "cut_pools",
+                  "cut_now"),
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompts", "categories", "limit_prompts", "turns")})

@@ -12,7 +12,9 @@ timing its pools by when the target asked before, sends the levels whose passes 
 `levels` passes takes L = D / levels; at least the first level, which a pass longer than R makes the round
 wait for): the round does not wait, and its pool is shallower. Tokens per round then fall, by what
 `launch/pair.sh values` gives for the pools cut at that depth (its `cut` lines): the model says the share of
-tokens per round above which cut pools pay (the ratio of round times).
+tokens per round above which cut pools pay (the ratio of round times). The drafter grows a level further
+while what it brings outweighs the wait it adds (pipeline.cut); the model gives, for each depth from that
+first cut to the whole pool, the round time and the share of tokens per round at which it pays.
 
 The defaults are the paper's D.14 medians (two RTX A6000, Llama-3.1-8B with Llama-3.2-1B and Qwen3-8B with
 Qwen3-0.6B): drafting 50.5 ms a round, the one-token target pass 27 ms. The paper gives no tree-pass time;
@@ -49,13 +51,14 @@ def round_ms(p: Phases, hit_rate: float | None) -> float:
     return p.root + p.between + p.tree + hit_rate * ahead_wait + (1 - hit_rate) * miss_wait
 
 
-def cut_round(p: Phases) -> tuple[float, int]:
-    """(ms of one steady round with cut pools, the depth the pool reaches): the passes that end by the end of
-    the root pass, at least one, each one level (the first: the prefill)."""
-    if p.draft <= p.root:
+def cut_round(p: Phases, depth: int | None = None) -> tuple[float, int]:
+    """(ms of one steady round with cut pools, the depth the pool reaches): by default the passes that end by
+    the end of the root pass, at least one, each one level (the first: the prefill); or `depth` levels, the
+    target waiting for those that end after its root pass."""
+    if depth is None and p.draft <= p.root:
         return round_ms(p, None), p.levels
     pass_ms = p.draft / p.levels
-    passes = max(1, math.floor(p.root / pass_ms + 1e-9))
+    passes = max(1, math.floor(p.root / pass_ms + 1e-9)) if depth is None else depth
     return max(p.root, passes * pass_ms) + p.between + p.tree, passes
 
 
@@ -83,8 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  cut pools: the pool has {depth} of {phases.levels} levels when the root pass ends; a round takes "
           f"{cut_ms:.1f} ms ({base / cut_ms:.3f}x as many rounds a second), so cut pools pay while the pool cut "
           f"there keeps over {cut_ms / base:.0%} of the tokens per round")
+    deeper = [{"levels": d, "round_ms": cut_round(phases, d)[0], "tokens_share_to_pay": cut_round(phases, d)[0] / base}
+              for d in range(depth + 1, phases.levels)]
+    for r in deeper:
+        print(f"    or {r['levels']} levels: {r['round_ms']:.1f} ms a round, paying while they keep over "
+              f"{r['tokens_share_to_pay']:.0%} of the tokens per round")
     print(json.dumps({"phases_ms": asdict(phases), "round_ms": base, "with_ahead": rows, "break_even": even,
-                      "cut": {"round_ms": cut_ms, "levels": depth, "tokens_share_to_pay": cut_ms / base}}))
+                      "cut": {"round_ms": cut_ms, "levels": depth, "tokens_share_to_pay": cut_ms / base,
+                              "deeper": deeper}}))
     return 0
 
 

@@ -12,7 +12,7 @@ from models.mock import EOS
 from pipeline.ahead import Drafted
 from pipeline.budget import PassCosts
 from pipeline.config import PoolConfig
-from pipeline.cut import PRIOR_ACCEPT, PRIOR_ROUNDS, LevelValues, reached
+from pipeline.cut import NOW, PRIOR_ACCEPT, PRIOR_ROUNDS, WEIGH, LevelValues, reached
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool, grow_pool
 from pipeline.rules import RULES
@@ -33,7 +33,7 @@ class CuttingDrafter:
 
     def __init__(self, inner, seed: int) -> None:
         self.inner, self.rng = inner, np.random.default_rng(seed)
-        self.told: list[bool] = []  # per waiting() call, whether it asked for a cut pool
+        self.told: list[int] = []  # per waiting() call, how it asked for a cut pool (0: it did not)
         self.cut = False
 
     def start(self, prompt) -> None:
@@ -45,7 +45,7 @@ class CuttingDrafter:
     def ahead(self, tokens) -> None:
         self.inner.ahead(tokens)
 
-    def waiting(self, cut: bool = False) -> None:
+    def waiting(self, cut: int = 0) -> None:
         self.told.append(cut)
         self.cut = cut
 
@@ -80,20 +80,21 @@ def test_a_cut_pool_is_the_whole_pools_first_levels(levels):
     assert (shape_problem(cut, CONFIG) is None) == (levels == CONFIG.depth)  # unasked, only a whole pool passes
 
 
+@pytest.mark.parametrize("now", [False, True], ids=["weigh", "now"])
 @pytest.mark.parametrize("decoder", DRAFTED)
 @pytest.mark.parametrize("budget", [1, 6, "auto"])
-def test_cut_pools_keep_greedy_outputs_and_are_asked_for_after_the_root_pass(mock_pair, decoder, budget):
+def test_cut_pools_keep_greedy_outputs_and_are_asked_for_after_the_root_pass(mock_pair, decoder, budget, now):
     prompt = [3, 1, 4, 1, 5]
     want = decode(mock_pair(48, 11, 0.6, CONFIG).target, None, prompt, DecodeConfig("ar", 0.0, 1, 40),
                   frozenset(), None)
     pair = mock_pair(48, 11, 0.6, CONFIG)
     drafter = CuttingDrafter(pair.drafter, 0)
-    got = decode(pair.target, drafter, prompt, DecodeConfig(decoder, 0.0, budget, 40, budget_max=4, cut_pools=True),
-                 frozenset(), None, costs=COSTS)
+    config = DecodeConfig(decoder, 0.0, budget, 40, budget_max=4, cut_pools=True, cut_now=now)
+    got = decode(pair.target, drafter, prompt, config, frozenset(), None, costs=COSTS)
     assert got.tokens == want.tokens
     drafted = [r for r in got.rounds if r.budget > 0]
     if RULES[decoder].root_pass:  # asked for each pool once the root pass is done; depths as sent
-        assert drafter.told == [True] * len(drafted)
+        assert drafter.told == [NOW if now else WEIGH] * len(drafted)
         assert {r.pool_depth for r in drafted} > {1} and max(r.pool_depth for r in drafted) <= CONFIG.depth
     else:  # nothing to do before the pool: it is waited for whole
         assert drafter.told == [] and {r.pool_depth for r in drafted} == {CONFIG.depth}

@@ -11,6 +11,7 @@ from drafter_proc.drafter import Drafter
 from models.mock import MockModel, MockRunner
 from models.options import ModelOptions
 from pipeline.ahead import HIT, MISSED, NOT_TRIED
+from pipeline.cut import NOW, WEIGH
 from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
 from pipeline.pool import Pool
 from protocol.messages import Ahead, Commit, End, Error, PoolMsg, Start, Waiting
@@ -220,7 +221,7 @@ def test_a_waiting_with_cut_ends_a_pool_grown_ahead_which_its_commit_takes(draft
     assert drafter_server.silent(0.2)
 
 
-@pytest.mark.parametrize("waiting, match", [(Waiting(1, 0, cut=2), r"`cut` must be 0 or 1, got 2"),
+@pytest.mark.parametrize("waiting, match", [(Waiting(1, 0, cut=3), r"`cut` must be 0, 1 or 2, got 3"),
                                             (Waiting(1, 0, 1, float("nan")), r"`after` must be a finite number"),
                                             (Waiting(1, 0, 1, -1.0), r"`after` must be a finite number")])
 def test_a_waiting_with_a_bad_cut_or_time_is_refused(drafter_server, waiting, match):
@@ -252,13 +253,15 @@ def deepest_path(pool: Pool) -> list[int]:
     return path[::-1]
 
 
-@pytest.mark.parametrize("pause, depths", [(0.0, [1, 1, 1, 1]), (0.6, [1] + [POOL.depth] * 3)],
-                         ids=["rounds-of-the-growth-alone", "rounds-of-0.6-s"])
+@pytest.mark.parametrize("pause, cut, depths", [(0.0, WEIGH, [1, 1, 1, 1]), (0.6, WEIGH, [1] + [POOL.depth] * 3),
+                                                (0.6, NOW, [1, 1, 1, 1])],
+                         ids=["rounds-of-the-growth-alone", "rounds-of-0.6-s", "rounds-of-0.6-s-cut-now"])
 def test_a_pool_asked_for_grows_on_while_a_level_brings_more_than_its_wait_costs(drafter_server, slow_passes,
-                                                                                pause, depths):
+                                                                                pause, cut, depths):
     """Each round the target asks for its pool right after its Commit, then works `pause` seconds, and its
     Commit runs through the whole pool. A level (0.1 s) pays in rounds of 0.6 s: once a round is timed (round
-    1, when round 2's Commit comes), asked pools are whole; in rounds as short as their wait, cut at once."""
+    1, when round 2's Commit comes), asked pools are whole; in rounds as short as their wait, cut at once.
+    Asked with NOW, they are cut at once whatever a level would bring."""
     import time
 
     from protocol.messages import Ready
@@ -269,12 +272,12 @@ def test_a_pool_asked_for_grows_on_while_a_level_brings_more_than_its_wait_costs
     assert isinstance(drafter_server.recv(), Ready)
     drafter_server.send(Start(1, PROMPT))
     pool = assert_valid_pool(drafter_server.recv(), 1, 0)
-    drafter_server.send(Waiting(1, 0, cut=1))
+    drafter_server.send(Waiting(1, 0, cut=cut))
     got = []
     for round_ in range(1, len(depths) + 1):
         time.sleep(pause)
         drafter_server.send(Commit(1, round_, np.array(deepest_path(pool) + [7], np.int32)))
-        drafter_server.send(Waiting(1, round_, cut=1))
+        drafter_server.send(Waiting(1, round_, cut=cut))
         reply = drafter_server.recv()
         assert isinstance(reply, PoolMsg) and (reply.request, reply.round) == (1, round_)
         pool = Pool.from_edges(reply.token, reply.parent, reply.logp, reply.expanded, max_depth=POOL.depth)

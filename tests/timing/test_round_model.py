@@ -35,9 +35,14 @@ def test_a_cut_pool_has_the_levels_whose_passes_end_within_the_root_pass():
     assert cut_round(Phases(draft=50, root=30, tree=30, between=1, levels=5)) == (pytest.approx(61), 3)
     assert cut_round(Phases(draft=50, root=6, tree=30, between=1, levels=5)) == (pytest.approx(41), 1)  # waits
     assert cut_round(Phases(draft=20, root=27, tree=30, between=1, levels=5)) == (pytest.approx(58), 5)  # whole
+    assert cut_round(p, 4) == (pytest.approx(40 + 1 + 30), 4)  # the target waits 13 ms for the third and fourth
 
 
 def test_the_json_document_has_the_cut_pools_break_even(capsys):
     assert main([]) == 0
     cut = json.loads(capsys.readouterr().out.splitlines()[-1])["cut"]
     assert 1 <= cut["levels"] < 8 and 0 < cut["tokens_share_to_pay"] < 1
+    deeper = cut["deeper"]
+    assert [r["levels"] for r in deeper] == list(range(cut["levels"] + 1, 8))
+    shares = [cut["tokens_share_to_pay"]] + [r["tokens_share_to_pay"] for r in deeper]
+    assert shares == sorted(shares) and shares[-1] < 1  # a deeper pool must keep more, and 7 of 8 levels less than all
