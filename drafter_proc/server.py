@@ -9,15 +9,15 @@ one; it never allocates one beyond `max_request_context` slots, whatever a peer 
 device cannot hold.
 
 Between the levels of a pool's growth the drafter looks for the next message. A Waiting (no reply) says the
-target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core until
-it sends the pool, and a Waiting with `cut` asks for the pool now: it grows a further level only while what
-the level brings outweighs the wait it adds (pipeline.cut), or with `cut` NOW none. From the second round a
-request's target asked so in (it asks every round, once its root pass is done), the drafter weighs so, before
-the target asks, a level that would end after the time the target asked at in recent rounds, counted from
-their Commits, so that the pool is there when asked for unless a level pays for the wait. An Ahead (no reply) has
-the drafter grow the next round's pool from the predicted tokens at once; the Commit the prediction serves
-lets that growth go on (its reply is that pool), and any other message ends it. Other messages wait until
-the growth is done and are then handled as ever.
+target waits for this pool with nothing else to do: on a shared CPU the drafter then takes every core until it
+sends the pool, and a Waiting with `cut` asks for the pool now: it ends at the level in progress, or with
+`cut` WEIGH grows a further level only while what the level brings outweighs the wait it adds (pipeline.cut).
+From the second round a request's target asked so in (it asks every round, once its root pass is done), the
+drafter also ends a committed round's pool before a level that would end after the time the target asked at in
+recent rounds, counted from their Commits, so that the pool is there when asked for (with WEIGH, unless the
+level pays for the wait). An Ahead (no reply) has the drafter grow the next round's pool from the predicted
+tokens at once; the Commit the prediction serves lets that growth go on (its reply is that pool), and any
+other message ends it. Other messages wait until the growth is done and are then handled as ever.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from drafter_proc.drafter import Abandoned, Drafter
 from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
-from pipeline.cut import NOW, LevelValues, reached
+from pipeline.cut import NOW, WEIGH, LevelValues, reached
 from pipeline.pool import Pool, out_of_vocab
 from protocol.codec import MAX_FRAMES, decode
 from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage,
@@ -85,7 +85,7 @@ class DrafterServer:
         self.threads = threads  # CPU threads (while the target works, while it waits for a pool); None: keep
         self.ahead_finished = 0.0  # when the last pool grown ahead was done (perf_counter)
         self.cut_asked = 0  # the `cut` of a Waiting that came for the pool being grown (0: none came)
-        self.cut_now = False  # the target's last Waiting with `cut` said NOW: no level it would wait for
+        self.cut_weigh = False  # the target's last Waiting with `cut` said WEIGH: levels it waits for, weighed
         # Cut pools (pipeline.cut): when the growth being answered began (its Start's or Commit's arrival),
         # when its last level ended and how many it grew; when the target asked for the round's pool (None:
         # it did not, or not yet) and when and which pool was sent; of recent rounds of this request how
@@ -204,7 +204,7 @@ class DrafterServer:
             self.request, self.round = msg.request, -1
             for timings in (self.asked_after, self.pass_seconds, self.round_seconds):
                 timings.clear()
-            self.asked_at, self.sent, self.cut_now = None, None, False
+            self.asked_at, self.sent, self.cut_weigh = None, None, False
             self._growing()
             drafted = self.drafter.start(msg.prompt, lambda: self._between(None))
             self.round = 0
@@ -312,10 +312,11 @@ class DrafterServer:
     def _between(self, ahead: Ahead | None) -> bool:
         """Between two levels of a growth: take what came meanwhile -> whether to end the pool at the levels
         grown. A pool grown ahead ends there when a Waiting with `cut` came for it. A committed round's pool
-        ends there when the next level would make the target wait (it asked, with a Waiting with `cut`, or
-        the level would end after the time it asked at in recent rounds) for more than that level brings
-        (pipeline.cut). A Waiting for the pool being grown without `cut` takes the solo threads; the rest is
-        stashed for the serve loop, in order, and anything but its Commit abandons a growth ahead (Abandoned)."""
+        ends there when the next level would make the target wait (it asked, with a Waiting with `cut`, or the
+        level would end after the time it asked at in recent rounds) for more than that level brings
+        (pipeline.cut), or at all unless it asks with WEIGH. A Waiting for the pool being grown without `cut`
+        takes the solo threads; the rest is stashed for the serve loop, in order, and anything but its Commit
+        abandons a growth ahead (Abandoned)."""
         while len(self.stashed) < STASHED_MAX and (event := self.listener.recv(timeout=0)) is not None:
             now = time.perf_counter()
             msg = _peek(event) if isinstance(event, Received) and event.peer == self.peer else None
@@ -349,7 +350,7 @@ class DrafterServer:
             return False
         if wait == 0.0:
             return False
-        if self.cut_asked == NOW or (not self.cut_asked and self.cut_now):
+        if self.cut_asked == NOW or (not self.cut_asked and not self.cut_weigh):
             return True
         if not self.round_seconds:  # no round timed yet: what a level is worth cannot be weighed
             return True
@@ -364,7 +365,7 @@ class DrafterServer:
         the cuts after it (not round 0's, whose target prefilled the prompt first)."""
         if self.asked_at is None:
             self.asked_at = at
-        self.cut_now = waiting.cut == NOW
+        self.cut_weigh = waiting.cut == WEIGH
         if waiting.round > 0:
             self.asked_after.append(waiting.after)
 

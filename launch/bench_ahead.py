@@ -3,14 +3,14 @@
 Variants of the decoder: `none` (the paper's deployment and the default: the target keeps its cores, the
 drafter drafts after each commit), `lend` (`--lend-cores`: a target on the CPU lends the drafter its cores
 while it waits for a pool), `ahead` (lending, and `--ahead`: drafting ahead during verification), `cut`
-(`--cut-pools`: the pool is asked for once the root pass is done, and grows on while a level pays), `cut-now`
-(`--cut-pools --cut-now`: the level in progress ends it) and `cut+ahead` (`--cut-pools --ahead`). One pair
-(the embedded default on the CPU unless --target/--drafter say otherwise) decodes each prompt with `ar`, then
-with each variant at each budget, in an order rotated from prompt to prompt, so all see the same machine
-state. Prints, per budget, the summed speed of each variant (and over `ar`), the paired per-prompt ratio of
-each variant over `none` (median and range), each variant's median wait for the drafter per round, the hit
-rate and the drafting hidden per hit; and speeds per prompt group. The load average is printed at the start
-and the end. The last line of stdout is one JSON document. """
+(`--cut-pools`: the pool is asked for once the root pass is done, and has the levels grown by then),
+`cut-weigh` (`--cut-pools --cut-weigh`: it grows on while a level pays for its wait) and `cut+ahead`
+(`--cut-pools --ahead`). One pair (the embedded default on the CPU unless --target/--drafter say otherwise)
+decodes each prompt with `ar`, then with each variant at each budget, in an order rotated from prompt to
+prompt, so all see the same machine state. Prints, per budget, the summed speed of each variant (and over
+`ar`), the paired per-prompt ratio of each variant over `none` (median and range), each variant's median wait
+for the drafter per round, the hit rate and the drafting hidden per hit; and speeds per prompt group. The load
+average is printed at the start and the end. The last line of stdout is one JSON document. """
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from launch.api import Pair
 
 VARIANTS = {"none": {"lend_cores": False, "ahead": False}, "lend": {"lend_cores": True, "ahead": False},
             "ahead": {"lend_cores": True, "ahead": True}, "cut": {"cut_pools": True},
-            "cut-now": {"cut_pools": True, "cut_now": True}, "cut+ahead": {"cut_pools": True, "ahead": True}}
+            "cut-weigh": {"cut_pools": True, "cut_weigh": True}, "cut+ahead": {"cut_pools": True, "ahead": True}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,9 @@
-"""Cut pools (DESIGN.md section 10): whether one more level of a pool pays for the wait it makes.
+"""Cut pools (DESIGN.md section 10): how a pool asked for early ends, and whether one more level of it pays
+for the wait it makes.
 
-A target that asks for its pool once its root pass is done waits for each level the drafter still grows.
+A target that asks with NOW (DecodeConfig.cut_pools) takes the levels grown when it asks, the level in
+progress ended: it never waits for more than that level. With WEIGH (and DecodeConfig.cut_weigh) it waits
+for each level the drafter still grows while that level pays, as follows.
 A round of R seconds (its waits left out) that commits tau_k tokens on average with a pool of k levels
 commits tau_k + g_{k+1} with one level more, and takes R + w when that level adds w seconds of waiting: the
 level pays when (tau_k + g_{k+1}) / (R + w) > tau_k / R, that is when g_{k+1} R > tau_k w.
@@ -11,9 +14,6 @@ j once it ran through level j - 1 and its pool had level j, is counted over rece
 PRIOR_ACCEPT weighing PRIOR_ROUNDS rounds (so a level that no recent pool had keeps the prior, and a pool
 cut too early grows that level again to learn it). Then g_j = a_1 ... a_j, and tau_k = 1 + g_1 + ... + g_k:
 a round commits the tree tokens it accepts and one token of the target's after them.
-
-A target that asks with NOW (DecodeConfig.cut_now) takes the levels grown when it asks, the level in
-progress ended: it never waits for more than that level, whatever a further level would bring.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.pool import ROOT, Pool
 
-WEIGH, NOW = 1, 2  # how a target asks for its pool early (Waiting.cut): a further level while it pays, or none
+NOW, WEIGH = 1, 2  # how a target asks for its pool early (Waiting.cut): the levels grown, or more while they pay
 PRIOR_ACCEPT = 0.8  # a level's chance of being run through, before rounds show it (optimistic: levels get tried)
 PRIOR_ROUNDS = 2.0  # the rounds that prior weighs
 ROUNDS_KEPT = 32  # recent rounds a level's chance is counted over

@@ -86,8 +86,8 @@ class DrafterClient(Protocol):
     def waiting(self, cut: int = 0) -> None:
         """This side is about to wait for the current round's pool with nothing else to do: a drafter that
         shares its CPU may take its cores until it sends the pool. With `cut` (DecodeConfig.cut_pools:
-        pipeline.cut's WEIGH, or NOW with cut_now), it asks for the pool now and takes its first levels: the
-        drafter grows on while a level pays (WEIGH), or ends it at the level in progress (NOW)."""
+        pipeline.cut's NOW, or WEIGH with cut_weigh), it asks for the pool now and takes its first levels: the
+        drafter ends it at the level in progress (NOW), or grows on while a level pays (WEIGH)."""
 
     def pool(self) -> Drafted:
         """Wait for the current round's pool, with the drafter's seconds on it."""
@@ -260,7 +260,7 @@ class _Rounds:
         self.ahead = config.ahead and drafter is not None
         self.lend = config.lend_cores and self.lazy  # on the CPU: the drafter may share this side's cores
         # with cut pools the pool is asked for once the root pass is done (0: not)
-        self.cut = (NOW if config.cut_now else WEIGH) if config.cut_pools and drafter is not None else 0
+        self.cut = (WEIGH if config.cut_weigh else NOW) if config.cut_pools and drafter is not None else 0
 
     def run(self, root: int, budget: int) -> Step:
         """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""

@@ -49,12 +49,13 @@ class DecodeConfig:
                 "CPU takes every core until it sends the pool"})
     cut_pools: bool = field(default=False, metadata={
         "help": "decoders with a root pass (all but draft and ar) ask for the pool as soon as the root pass is "
-                "done, and the drafter grows a further level only while it brings more tokens than its wait "
-                "costs: the target does not wait for whole pools, and shallower pools may accept fewer tokens "
-                "(outputs follow the same law; records give each round's pool depth)"})
-    cut_now: bool = field(default=False, metadata={
-        "help": "with --cut-pools: the drafter ends the pool at the level in progress when asked, and grows "
-                "no level the target would wait for (the wait stays under one drafter level)"})
+                "done, and the drafter sends the levels it has grown once the one in progress ends: the target "
+                "does not wait for whole pools, and shallower pools may accept fewer tokens (outputs follow the "
+                "same law; records give each round's pool depth)"})
+    cut_weigh: bool = field(default=False, metadata={
+        "help": "with --cut-pools: the drafter grows a further level the target waits for while it brings more "
+                "tokens than its wait costs, learnt from recent rounds (for a drafter on a device of its own: "
+                "on a shared CPU its levels also slow the target)"})
     ahead: bool = field(default=False, metadata={
         "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
                 "where the round most probably ends, and the next round takes it when the round ended there "
@@ -74,11 +75,11 @@ class DecodeConfig:
         self.filters  # checks top_k, top_p and min_p
         object.__setattr__(self, "stop", check_stop_strings("stop", self.stop))
         object.__setattr__(self, "stop_token_ids", check_token_ids("stop_token_ids", self.stop_token_ids))
-        for name in ("ahead", "lend_cores", "cut_pools", "cut_now"):
+        for name in ("ahead", "lend_cores", "cut_pools", "cut_weigh"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
-        if self.cut_now and not self.cut_pools:
-            raise ConfigError("cut_now", "says how pools are cut: it needs cut_pools")
+        if self.cut_weigh and not self.cut_pools:
+            raise ConfigError("cut_weigh", "says how pools are cut: it needs cut_pools")
 
     @property
     def filters(self) -> Filters:

@@ -15,7 +15,7 @@ from protocol.errors import BadArray, LimitExceeded, MalformedMessage
 from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
 PROTOCOL_VERSION = 5  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
-# 5: Waiting.cut 2
+# 5: Waiting.cut 2 (weighed cuts)
 
 
 class Kind(IntEnum):
@@ -134,8 +134,8 @@ class Waiting(Message):
     """target -> drafter, no reply: the target waits for round `round`'s pool with nothing else to do; a
     drafter on the target's CPU may take its cores too until it sends that pool. With `cut` 1 the target
     asks for the pool now, and takes it with the levels grown (a cut pool): the drafter ends it after the
-    level in progress unless a further level brings more than its wait costs (pipeline.cut); with `cut` 2,
-    after the level in progress; `after` is how long after
+    level in progress; with `cut` 2, it grows a further level while that brings more than its wait costs
+    (pipeline.cut); `after` is how long after
     sending the round's Start or Commit the target asked (seconds), which a drafter times the next rounds'
     pools by."""
 
@@ -146,8 +146,8 @@ class Waiting(Message):
     after: float = 0.0
 
     def check(self) -> None:
-        if self.cut not in (0, WEIGH, NOW):
-            raise MalformedMessage(f"`cut` must be 0, {WEIGH} or {NOW}, got {self.cut!r}")
+        if self.cut not in (0, NOW, WEIGH):
+            raise MalformedMessage(f"`cut` must be 0, {NOW} or {WEIGH}, got {self.cut!r}")
         if not (math.isfinite(self.after) and self.after >= 0):
             raise MalformedMessage(f"`after` must be a finite number >= 0, got {self.after!r}")
 

@@ -27,7 +27,7 @@ class LocalDrafter:
         self.drafter.ahead(tokens)
         self.predictions.append(self.drafter.written.tolist())
 
-    def waiting(self, cut: bool = False) -> None:
+    def waiting(self, cut: int = 0) -> None:
         pass  # grown in the caller's process already: whole
 
     def pool(self) -> Drafted:

@@ -80,21 +80,21 @@ def test_a_cut_pool_is_the_whole_pools_first_levels(levels):
     assert (shape_problem(cut, CONFIG) is None) == (levels == CONFIG.depth)  # unasked, only a whole pool passes
 
 
-@pytest.mark.parametrize("now", [False, True], ids=["weigh", "now"])
+@pytest.mark.parametrize("weigh", [False, True], ids=["now", "weigh"])
 @pytest.mark.parametrize("decoder", DRAFTED)
 @pytest.mark.parametrize("budget", [1, 6, "auto"])
-def test_cut_pools_keep_greedy_outputs_and_are_asked_for_after_the_root_pass(mock_pair, decoder, budget, now):
+def test_cut_pools_keep_greedy_outputs_and_are_asked_for_after_the_root_pass(mock_pair, decoder, budget, weigh):
     prompt = [3, 1, 4, 1, 5]
     want = decode(mock_pair(48, 11, 0.6, CONFIG).target, None, prompt, DecodeConfig("ar", 0.0, 1, 40),
                   frozenset(), None)
     pair = mock_pair(48, 11, 0.6, CONFIG)
     drafter = CuttingDrafter(pair.drafter, 0)
-    config = DecodeConfig(decoder, 0.0, budget, 40, budget_max=4, cut_pools=True, cut_now=now)
+    config = DecodeConfig(decoder, 0.0, budget, 40, budget_max=4, cut_pools=True, cut_weigh=weigh)
     got = decode(pair.target, drafter, prompt, config, frozenset(), None, costs=COSTS)
     assert got.tokens == want.tokens
     drafted = [r for r in got.rounds if r.budget > 0]
     if RULES[decoder].root_pass:  # asked for each pool once the root pass is done; depths as sent
-        assert drafter.told == [NOW if now else WEIGH] * len(drafted)
+        assert drafter.told == [WEIGH if weigh else NOW] * len(drafted)
         assert {r.pool_depth for r in drafted} > {1} and max(r.pool_depth for r in drafted) <= CONFIG.depth
     else:  # nothing to do before the pool: it is waited for whole
         assert drafter.told == [] and {r.pool_depth for r in drafted} == {CONFIG.depth}
@@ -173,3 +173,11 @@ def test_a_level_is_worth_its_wait_exactly_when_tokens_per_second_grow():
             faster = (tau + gain) / (round_seconds + wait) > tau / round_seconds
             assert values.worth(levels, wait, round_seconds) == faster
     assert values.worth(1, 0.0, 0.2)
+
+
+def test_weighed_cuts_need_cut_pools():
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match="cut_weigh"):
+        DecodeConfig("root-draw", cut_weigh=True)
+    assert DecodeConfig("root-draw", cut_pools=True, cut_weigh=True).cut_weigh

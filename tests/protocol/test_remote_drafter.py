@@ -14,7 +14,7 @@ from drafter_proc.server import DrafterServer
 from models.load import load
 from models.options import ModelOptions
 from pipeline.config import PoolConfig
-from pipeline.cut import WEIGH
+from pipeline.cut import NOW
 from pipeline.pool import Pool
 from protocol.codec import encode
 from protocol.errors import (BadArray, HandshakeMismatch, InvalidPoolMessage, MalformedMessage, PeerDied,
@@ -294,7 +294,7 @@ def test_a_cut_pool_is_taken_only_when_it_was_asked_for(fake_drafter):
     client.start(PROMPT)
     assert isinstance(peer.recv(), Start)
     first_level = pool_msg(token=[3, 9], parent=[-1, -1], logp=[-0.1, -2.0], expanded=[False, False])
-    client.waiting(cut=WEIGH)
+    client.waiting(cut=NOW)
     waiting = peer.recv()
     assert isinstance(waiting, Waiting) and (waiting.request, waiting.round, waiting.cut) == (1, 0, 1)
     peer.send(first_level)
