@@ -10,7 +10,8 @@ decodes each prompt with `ar`, then with each variant at each budget, in an orde
 prompt, so all see the same machine state. Prints, per budget, the summed speed of each variant (and over
 `ar`), the paired per-prompt ratio of each variant over `none` (median and range), each variant's median wait
 for the drafter per round, the hit rate and the drafting hidden per hit; and speeds per prompt group. The load
-average is printed at the start and the end. The last line of stdout is one JSON document. """
+average is printed at the start and the end. The last line of stdout is one JSON document.
+"""
 
 from __future__ import annotations
 

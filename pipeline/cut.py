@@ -4,6 +4,7 @@ for the wait it makes.
 A target that asks with NOW (DecodeConfig.cut_pools) takes the levels grown when it asks, the level in
 progress ended: it never waits for more than that level. With WEIGH (and DecodeConfig.cut_weigh) it waits
 for each level the drafter still grows while that level pays, as follows.
+
 A round of R seconds (its waits left out) that commits tau_k tokens on average with a pool of k levels
 commits tau_k + g_{k+1} with one level more, and takes R + w when that level adds w seconds of waiting: the
 level pays when (tau_k + g_{k+1}) / (R + w) > tau_k / R, that is when g_{k+1} R > tau_k w.

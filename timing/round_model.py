@@ -12,9 +12,10 @@ timing its pools by when the target asked before, sends the levels whose passes 
 `levels` passes takes L = D / levels; at least the first level, which a pass longer than R makes the round
 wait for): the round does not wait, and its pool is shallower. Tokens per round then fall, by what
 `launch/pair.sh values` gives for the pools cut at that depth (its `cut` lines): the model says the share of
-tokens per round above which cut pools pay (the ratio of round times). The drafter grows a level further
-while what it brings outweighs the wait it adds (pipeline.cut); the model gives, for each depth from that
-first cut to the whole pool, the round time and the share of tokens per round at which it pays.
+tokens per round above which cut pools pay (the ratio of round times). With `--cut-weigh` the drafter
+grows a level further while what it brings outweighs the wait it adds (pipeline.cut); the model gives, for
+each depth from that first cut to the whole pool, the round time and the share of tokens per round at which
+it pays.
 
 The defaults are the paper's D.14 medians (two RTX A6000, Llama-3.1-8B with Llama-3.2-1B and Qwen3-8B with
 Qwen3-0.6B): drafting 50.5 ms a round, the one-token target pass 27 ms. The paper gives no tree-pass time;
