@@ -253,15 +253,16 @@ def deepest_path(pool: Pool) -> list[int]:
     return path[::-1]
 
 
-@pytest.mark.parametrize("pause, cut, depths", [(0.0, WEIGH, [1, 1, 1, 1]), (0.6, WEIGH, [1] + [POOL.depth] * 3),
-                                                (0.6, NOW, [1, 1, 1, 1])],
-                         ids=["rounds-of-the-growth-alone", "rounds-of-0.6-s", "rounds-of-0.6-s-asked-now"])
+@pytest.mark.parametrize("pause, cut, depths", [(0.0, WEIGH, [1, 1, 1, 1]), (1.0, WEIGH, [1] + [POOL.depth] * 3),
+                                                (1.0, NOW, [1, 1, 1, 1])],
+                         ids=["rounds-of-the-growth-alone", "rounds-of-1-s", "rounds-of-1-s-asked-now"])
 def test_a_pool_asked_for_grows_on_while_a_level_brings_more_than_its_wait_costs(drafter_server, slow_passes,
                                                                                 pause, cut, depths):
     """Each round the target asks for its pool right after its Commit (weighed cuts, or NOW), then works
-    `pause` seconds, and its Commit runs through the whole pool. A level (0.1 s) pays in rounds of 0.6 s: once a round is timed (round
-    1, when round 2's Commit comes), asked pools are whole; in rounds as short as their wait, cut at once.
-    Asked with NOW, they are cut at once whatever a level would bring."""
+    `pause` seconds, and its Commit runs through the whole pool. A level (0.1 s) pays in rounds of 1 s (with
+    the prior's chances, while its wait stays under 0.2 s): once a round is timed (round 1, when round 2's
+    Commit comes), asked pools are whole; in rounds as short as their wait, cut at once. Asked with NOW, they
+    are cut at once whatever a level would bring."""
     import time
 
     from protocol.messages import Ready
