@@ -45,5 +45,6 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout.splitlines()[-1])
-    assert doc["prompts"] == 2 and set(doc["budgets"]["4"]) == {"none", "lend", "ahead", "cut", "cut+ahead", "by_group"}
+    assert doc["prompts"] == 2
+    assert set(doc["budgets"]["4"]) == {"none", "lend", "ahead", "cut", "cut-weigh", "cut+ahead", "by_group"}
     assert doc["budgets"]["4"]["ahead"]["hit_rate"] is not None and doc["budgets"]["4"]["none"]["hit_rate"] is None
