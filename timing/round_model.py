@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  cut pools: the pool has {depth} of {phases.levels} levels when the root pass ends; a round takes "
           f"{cut_ms:.1f} ms ({base / cut_ms:.3f}x as many rounds a second), so cut pools pay while the pool cut "
           f"there keeps over {cut_ms / base:.0%} of the tokens per round")
-    deeper = [{"levels": d, "round_ms": cut_round(phases, d)[0], "tokens_share_to_pay": cut_round(phases, d)[0] / base}
-              for d in range(depth + 1, phases.levels)]
+    deeper = [{"levels": d, "round_ms": ms, "tokens_share_to_pay": ms / base}
+              for d in range(depth + 1, phases.levels) for ms in [cut_round(phases, d)[0]]]
     for r in deeper:
         print(f"    or {r['levels']} levels: {r['round_ms']:.1f} ms a round, paying while they keep over "
               f"{r['tokens_share_to_pay']:.0%} of the tokens per round")
