@@ -162,7 +162,7 @@ def gather(options, seed: int) -> list[Prompt]:
     if options.limit_prompts > len(prompts):
         log.warning("`limit_prompts` %d is more than the %d prompts there are: all %d run", options.limit_prompts,
                     len(prompts), len(prompts))
-    chosen = stratified_subset(prompts, options.limit_prompts, seed)
+    chosen = stratified_subset(prompts, options.limit_prompts, seed, options.stratify)
     skipped = sum(len(p.later) for p in chosen)
     if options.turns == "first" and skipped:
         log.warning("%d later turns of %d multi-turn questions are skipped (the paper's protocol: first turns "
@@ -171,18 +171,25 @@ def gather(options, seed: int) -> list[Prompt]:
     return chosen
 
 
-def stratified_subset(prompts: Sequence[Prompt], limit: int, seed: int) -> list[Prompt]:
-    """`limit` prompts spread evenly over categories (0 or >= len keeps all), in their original order.
+STRATA = ("category", "group")  # what a subset spreads its prompts over: categories, or Spec-Bench's groups
 
-    Categories take turns in a seeded order, each giving its next prompt in a seeded shuffle, until
-    `limit` are taken: category counts differ by at most one unless a category runs out.
+
+def stratified_subset(prompts: Sequence[Prompt], limit: int, seed: int, by: str = "category") -> list[Prompt]:
+    """`limit` prompts spread evenly over categories, or over their groups with `by` "group" (the eight
+    MT-bench categories one group), in their original order (0 or >= len keeps all).
+
+    Strata take turns in a seeded order, each giving its next prompt in a seeded shuffle, until `limit` are
+    taken: stratum counts differ by at most one unless a stratum runs out.
     """
+    if by not in STRATA:
+        raise ValueError(f"`by` must be one of {', '.join(STRATA)}, got {by!r}")
     if limit <= 0 or limit >= len(prompts):
         return list(prompts)
     rng = np.random.default_rng((seed, _SUBSET_STREAM))
+    stratum = category_group if by == "group" else (lambda category: category)
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(prompts):
-        groups.setdefault(p.category, []).append(i)
+        groups.setdefault(stratum(p.category), []).append(i)
     names = sorted(groups)
     names = [names[j] for j in rng.permutation(len(names))]
     queues = {name: [groups[name][j] for j in rng.permutation(len(groups[name]))] for name in names}

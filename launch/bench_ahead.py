@@ -23,7 +23,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from evaluation.prompts import load_prompts, stratified_subset
+from evaluation.prompts import STRATA, load_prompts, stratified_subset
 from evaluation.summary import category_group
 from launch.api import Pair
 
@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a prompt source as the sweep takes it (spec-bench:PATH, humaneval, FILE.jsonl)")
     parser.add_argument("--limit-prompts", type=int, default=12, metavar="N",
                         help="a subset stratified by category (default 12)")
+    parser.add_argument("--stratify", choices=STRATA, default="category",
+                        help="spread --limit-prompts over categories or over Spec-Bench's groups")
     parser.add_argument("--decoder", default="root-draw")
     parser.add_argument("--budgets", default="8,auto", metavar="LIST")
     parser.add_argument("--temperature", type=float, default=0.0, metavar="T")
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [v for v in variants if v not in VARIANTS]:
         parser.error(f"--variants: unknown {', '.join(unknown)} (from {', '.join(VARIANTS)})")
     budgets = [b if b == "auto" else int(b) for b in ns.budgets.split(",")]
-    prompts = stratified_subset(load_prompts(ns.prompts), ns.limit_prompts, ns.seed)
+    prompts = stratified_subset(load_prompts(ns.prompts), ns.limit_prompts, ns.seed, ns.stratify)
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
     pair = Pair(**({"target": ns.target} if ns.target else {}), **({"drafter": ns.drafter} if ns.drafter else {}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from evaluation.prompts import STRATA
 from pipeline.config import ConfigError, check_int, check_seconds, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
@@ -37,7 +38,11 @@ class PromptOptions:
         "help": "keep only these prompt categories, comma-separated; Spec-Bench's group mt_bench names its eight "
                 "MT-bench categories (default: all)", "metavar": "LIST"})
     limit_prompts: int = field(default=0, metadata={
-        "help": "0 runs every prompt; N runs N prompts drawn evenly across categories under --seed"})
+        "help": "0 runs every prompt; N runs N prompts drawn evenly across categories (or groups: --stratify) "
+                "under --seed"})
+    stratify: str = field(default="category", metadata={
+        "help": "what --limit-prompts spreads its prompts over: category, or group (Spec-Bench's groups, where "
+                "the eight MT-bench categories are one, mt_bench)", "metavar": "category|group"})
     turns: str = field(default="first", metadata={
         "help": "first: each question's first turn (the paper's protocol); all: every turn of multi-turn "
                 "questions, each answered in context of the earlier turns and this decoder's own answers",
@@ -47,6 +52,8 @@ class PromptOptions:
         if not all(isinstance(p, str) and p for p in self.prompt + self.prompts):
             raise ConfigError("prompts", f"must name non-empty sources and prompts, got {self.prompts!r}")
         check_int("limit_prompts", self.limit_prompts, 0)
+        if self.stratify not in STRATA:
+            raise ConfigError("stratify", f"must be category or group, got {self.stratify!r}")
         if self.turns not in ("first", "all"):
             raise ConfigError("turns", f"must be first or all, got {self.turns!r}")
 
@@ -82,7 +89,7 @@ class RunOptions:
                   "cut_weigh"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
-        "embed": ("prompt", "prompts", "categories", "limit_prompts", "turns")})
+        "embed": ("prompt", "prompts", "categories", "limit_prompts", "stratify", "turns")})
     decoders: str = field(default="ar,draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     num_seeds: int = field(default=1, metadata={"help": "repeat each decode with seeds S..S+N-1"})

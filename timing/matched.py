@@ -127,6 +127,12 @@ def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, 
     argv += to_argv(PoolConfig(**config["pool"]), prefix="pool-")
     for source in sweep["prompts"]:
         argv += ["--prompts", source]
+    if sweep.get("categories"):
+        argv += ["--categories", sweep["categories"]]
+    if sweep.get("stratify", "category") != "category":
+        argv += ["--stratify", sweep["stratify"]]
+    if sweep.get("turns", "first") != "first":
+        argv += ["--turns", sweep["turns"]]
     argv += ["--limit-prompts", str(sweep["limit_prompts"]), "--decoders", "pearl,root-draw",
              "--temperatures", ",".join(f"{t:g}" for t in temperatures), "--budgets", str(budget),
              "--budget-overrides", f"root-draw@{budget}={cap}", "--max-new-tokens", str(sweep["max_new_tokens"]),

@@ -26,7 +26,7 @@ class SweepOptions:
                   "cut_weigh"),
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
-        "embed": ("prompts", "categories", "limit_prompts", "turns")})
+        "embed": ("prompts", "categories", "limit_prompts", "stratify", "turns")})
     decoders: str = field(default="draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     temperatures: str = field(default="0,1", metadata={"help": "comma-separated; 0 is greedy", "metavar": "LIST"})

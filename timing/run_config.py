@@ -27,6 +27,7 @@ from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import option_values
+from programs.options import PromptOptions
 from timing.options import SweepOptions
 from timing.record_store import read_records, shard_files
 
@@ -38,7 +39,7 @@ _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_ti
 # Sweep settings added since the first config.json, at their defaults
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "ahead": DecodeConfig().ahead,
                    "lend_cores": DecodeConfig().lend_cores, "cut_pools": DecodeConfig().cut_pools,
-                   "cut_weigh": DecodeConfig().cut_weigh}
+                   "cut_weigh": DecodeConfig().cut_weigh, "stratify": PromptOptions().stratify}
 
 
 class ConfigMismatch(InputError):

@@ -9,6 +9,8 @@ from collections import Counter
 import pytest
 
 from evaluation.prompts import Prompt, PromptError, gather, load_prompts, stratified_subset
+from evaluation.summary import MT_BENCH, category_group
+from pipeline.config import ConfigError
 from programs.options import PromptOptions
 
 
@@ -24,6 +26,34 @@ def test_stratified_subset_balances_categories():
     assert counts["rare"] == 1  # a small category gives what it has ...
     assert max(counts.values()) - min(v for c, v in counts.items() if c != "rare") <= 1  # ... the rest even
     assert [p.id for p in chosen] == [p.id for p in ps if p in chosen]  # original order kept
+
+
+def spec_bench_like() -> list[Prompt]:
+    """Ten prompts in each MT-bench category and in each of three other groups, as Spec-Bench's file has them."""
+    categories = [*MT_BENCH, "translation", "qa", "rag"]
+    return [Prompt(f"p/{c}/{i}", c, f"{c} {i}") for c in categories for i in range(10)]
+
+
+def test_a_subset_stratified_by_group_gives_each_group_an_even_share():
+    ps = spec_bench_like()
+    by_group = Counter(category_group(p.category) for p in stratified_subset(ps, 8, seed=3, by="group"))
+    assert by_group == Counter({"mt_bench": 2, "translation": 2, "qa": 2, "rag": 2})
+    # by category, the eight MT-bench categories take eight of every eleven prompts
+    by_category = Counter(category_group(p.category) for p in stratified_subset(ps, 11, seed=3))
+    assert by_category == Counter({"mt_bench": 8, "translation": 1, "qa": 1, "rag": 1})
+
+
+def test_gather_spreads_over_groups_when_asked_and_refuses_another_stratum(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": p.text, "id": p.id, "category": p.category})
+                              for p in spec_bench_like()))
+    got = gather(PromptOptions(prompts=(str(path),), limit_prompts=12, stratify="group"), seed=1)
+    assert Counter(category_group(p.category) for p in got) == Counter({"mt_bench": 3, "translation": 3, "qa": 3,
+                                                                        "rag": 3})
+    with pytest.raises(ConfigError, match="`stratify` must be category or group, got 'prompt'"):
+        PromptOptions(stratify="prompt")
+    with pytest.raises(ValueError, match="`by` must be one of category, group"):
+        stratified_subset(spec_bench_like(), 4, 0, by="prompt")
 
 
 def test_stratified_subset_is_deterministic_under_the_seed():

@@ -75,6 +75,19 @@ def test_matched_command_is_accepted_by_the_launcher(shards, capsys):
         assert ns.pool_topk == 4 and ns.model == "mock" and ns.max_new_tokens == 24
 
 
+def test_the_matched_command_draws_the_sweeps_prompts(shards):
+    """A sweep whose prompts were cut to categories, spread over groups and run with every turn gets a matched
+    command that draws the same prompts."""
+    config = json.loads((shards / "s1" / "config.json").read_text())
+    config["sweep"].update(categories="builtin", stratify="group", turns="all")
+    argv = shlex.split(matched.command(config, [0.0], 59, 41, 1, "/tmp/m"))
+    p = plan(argv[1:])
+    shutil.rmtree(p.private_dir, ignore_errors=True)
+    ns = build_parser().parse_args(p.target[p.target.index("sweep") + 1:])
+    assert (ns.categories, ns.stratify, ns.turns, ns.limit_prompts) == ("builtin", "group", "all",
+                                                                      config["sweep"]["limit_prompts"])
+
+
 def test_report_of_an_empty_directory_says_what_is_missing(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
