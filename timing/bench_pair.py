@@ -1,6 +1,7 @@
 """Benchmark of the default pair on this machine: per-pass latencies, every decoder, and transformers.
 
-python -m timing.bench_pair [--prompts SOURCE] [--limit N] [--max-new-tokens N] [--budget B]
+python -m timing.bench_pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
+                           [--budget B|auto] [--decoders LIST]
 
 In one run on the same prompts: (1) per-pass latencies of the target and drafter runners with the
 threads they get when deployed (the drafter one; the target one while the drafter works, every core for
@@ -24,14 +25,15 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from evaluation.prompts import load_prompts
+from evaluation.prompts import STRATA, load_prompts, stratified_subset
 from evaluation.summary import analyse
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
-from pipeline.config import PoolConfig
+from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, parse_budget
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
+from programs.options import check_decoders
 from target_proc.costs import timed
 from target_proc.target import Target
 
@@ -105,8 +107,8 @@ def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
     return {"top1": top1 / positions, "target_argmax_in_drafter_top10": top10 / positions, "positions": positions}
 
 
-def pair_run(prompts: list[str], max_new: int, budget: int) -> list[dict]:
-    cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", ",".join(DECODERS), "--max-new-tokens", str(max_new),
+def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list[str]) -> list[dict]:
+    cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", ",".join(decoders), "--max-new-tokens", str(max_new),
            "--budget", str(budget), "--json"]
     for p in [prompts[0]] + prompts:  # the first prompt again as a warm-up, dropped below
         cmd += ["--prompt", p]
@@ -140,17 +142,48 @@ def transformers_baselines(prompts: list[str], max_new: int) -> dict:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default="builtin")
-    parser.add_argument("--limit", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--budget", type=int, default=8)
-    args = parser.parse_args()
-    prompts = [p.text for p in load_prompts(args.prompts)[: args.limit]]
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m timing.bench_pair", description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", action="append", metavar="SOURCE",
+                        help="prompt source, repeatable, as a sweep takes it (default: builtin)")
+    parser.add_argument("--limit", type=int, default=4, metavar="N",
+                        help="N prompts: the first N of one source, else spread as --stratify says (default 4)")
+    parser.add_argument("--stratify", choices=STRATA, default=None,
+                        help="spread --limit over categories or Spec-Bench's groups (under seed 0)")
+    parser.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
+    parser.add_argument("--budget", type=parse_budget, default=8, metavar="B|auto")
+    parser.add_argument("--decoders", default=",".join(DECODERS), metavar="LIST",
+                        help="decoders of the pair run, ar among them (default: all)")
+    args = parser.parse_args(argv)
+    try:
+        check_int("limit", args.limit, 1)
+        check_int("max_new_tokens", args.max_new_tokens, 1)
+        check_budget("budget", args.budget)
+        args.decoders = check_decoders("decoders", args.decoders)
+    except ConfigError as e:
+        parser.error(str(e))
+    if "ar" not in args.decoders or len(args.decoders) < 2:
+        parser.error("`decoders` must hold ar and at least one other decoder (the ratios compare them)")
+    return args
+
+
+def bench_prompts(sources: list[str], limit: int, stratify: str | None) -> list[str]:
+    """The texts of `limit` prompts: the first ones of the sources' prompts, or a subset spread over
+    `stratify`'s strata (seed 0)."""
+    prompts = [p for source in sources for p in load_prompts(source)]
+    chosen = prompts[:limit] if stratify is None else stratified_subset(prompts, limit, 0, stratify)
+    return [p.text for p in chosen]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        prompts = bench_prompts(args.prompts or ["builtin"], args.limit, args.stratify)
+    except InputError as e:
+        raise SystemExit(f"python -m timing.bench_pair: {e}") from None
     target_tok = load(ModelOptions(), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
-    records = pair_run(prompts, args.max_new_tokens, args.budget)
+    records = pair_run(prompts, args.max_new_tokens, args.budget, args.decoders)
     baselines = transformers_baselines(prompts, args.max_new_tokens)
     agreement = drafter_agreement(records, prompts)
 

@@ -1,0 +1,43 @@
+"""python -m timing.bench_pair's command line: budget auto, a subset spread over groups, and bad values refused
+with the flag named (the benchmark itself loads the embedded pair and is run by hand)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from evaluation.summary import MT_BENCH, category_group
+from timing.bench_pair import bench_prompts, parse_args
+
+
+def test_the_budget_may_be_auto_and_the_decoders_a_subset():
+    args = parse_args(["--budget", "auto", "--decoders", "ar,root-draw", "--stratify", "group", "--limit", "8"])
+    assert (args.budget, args.decoders, args.stratify, args.limit) == ("auto", ["ar", "root-draw"], "group", 8)
+    assert parse_args([]).budget == 8 and parse_args([]).stratify is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "0"], "`budget` must be a positive integer or auto, got 0"),
+    (["--budget", "eight"], "`budget` must be a positive integer or auto, got 'eight'"),
+    (["--limit", "0"], "`limit` must be a positive integer, got 0"),
+    (["--decoders", "ar,nope"], "`decoders` must list distinct names"),
+    (["--decoders", "root-draw"], "`decoders` must hold ar and at least one other decoder"),
+    (["--stratify", "prompt"], "invalid choice: 'prompt'"),
+])
+def test_bad_values_are_refused_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as done:
+        parse_args(argv)
+    assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_prompts_are_the_first_ones_or_spread_over_groups(tmp_path):
+    path = tmp_path / "q.jsonl"
+    rows = [{"prompt": f"{c} {i}", "id": f"{c}{i}", "category": c} for c in (*MT_BENCH, "qa", "rag") for i in range(3)]
+    path.write_text("\n".join(map(json.dumps, rows)))
+    assert bench_prompts([str(path)], 3, None) == ["writing 0", "writing 1", "writing 2"]
+    texts = bench_prompts([str(path), "builtin"], 6, "group")
+    category = {r["prompt"]: r["category"] for r in rows}
+    groups = Counter(category_group(category[t]) if t in category else "builtin" for t in texts)
+    assert set(groups) == {"mt_bench", "qa", "rag", "builtin"} and sorted(groups.values()) == [1, 1, 2, 2]
