@@ -86,10 +86,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
 
     def body() -> int:
         keys = server_keys(endpoint, key_options, serve.clear)  # before the model loads: a key problem stops here
+        from protocol.limits import request_frame_bytes
         from protocol.transport import Listener
 
         try:  # before the model loads too: a target that connects meanwhile is answered, and waits for Ready
-            listener = Listener.bind(endpoint, keys)
+            listener = Listener.bind(endpoint, keys, request_frame_bytes(serve.max_request_context))
         except OSError as e:
             log.error("%s", e.strerror or e)
             return EXIT_USAGE

@@ -2,7 +2,7 @@
 allocated for it.
 
 Both sockets refuse a frame over MAX_FRAME_BYTES at the transport (the peer is disconnected before the
-frame is read), the codec refuses headers over MAX_HEADER_BYTES or nested deeper than MAX_NESTING, and the
+frame is read; a drafter refuses one over request_frame_bytes of the KV slots it grants at most), the codec refuses headers over MAX_HEADER_BYTES or nested deeper than MAX_NESTING, and the
 messages refuse handshake values beyond the pool and context limits below.
 """
 
@@ -17,3 +17,10 @@ REQUEST_CONTEXT = 1 << 14  # KV cache slots a drafter grants a Hello unless told
 MAX_POOL_DEPTH = 64  # levels of a pool: each costs the drafter one pass per round
 MAX_POOL_CANDIDATES = 1 << 16  # candidates of a full pool: topk + (depth - 1) * expand * topk
 MAX_TEXT = 1000  # characters of peer-provided text (an Error's message, a model name) that reach a log
+
+
+def request_frame_bytes(context: int) -> int:
+    """The largest frame a drafter that grants at most `context` KV slots is sent: a header, or an int32 array
+    of at most that many tokens (a prompt, a commit). Its transport refuses any longer, a peer's routing id
+    too, which libzmq keeps for as long as the peer stays connected."""
+    return max(MAX_HEADER_BYTES, 4 * context)

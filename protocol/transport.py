@@ -275,8 +275,9 @@ class Listener:
         self.poller.register(sock, zmq.POLLIN)
 
     @classmethod
-    def bind(cls, endpoint: str, keys: ServerKeys | None = None) -> Listener:
-        """Bind `endpoint`; OSError naming it when it is taken (an ipc socket in use is never taken over)."""
+    def bind(cls, endpoint: str, keys: ServerKeys | None = None, frame_bytes: int = MAX_FRAME_BYTES) -> Listener:
+        """Bind `endpoint`; OSError naming it when it is taken (an ipc socket in use is never taken over).
+        A peer that sends a frame over `frame_bytes` (at most MAX_FRAME_BYTES) is disconnected."""
         if endpoint.startswith("ipc://") and (reason := endpoint_in_use(endpoint)):
             raise OSError(errno.EADDRINUSE, f"cannot bind {endpoint}: {reason}")
         context = zmq.Context()
@@ -292,6 +293,7 @@ class Listener:
                 auth.configure_curve_callback(ZAP_DOMAIN.decode(),
                                               credentials_provider=_Trust(keys.trusted, throttle))
             sock = _bounded(context.socket(zmq.ROUTER))
+            sock.setsockopt(zmq.MAXMSGSIZE, min(frame_bytes, MAX_FRAME_BYTES))
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that has gone fails, not vanishes
             sock.zap_domain = ZAP_DOMAIN
             if keys is not None:

@@ -52,7 +52,7 @@ from pipeline.settings import DecodeConfig
 from protocol.codec import encode
 from protocol.errors import (AccessDenied, BadArray, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied,
                              PeerError, PeerTimeout, ProtocolError, UnexpectedMessage)
-from protocol.limits import MAX_CONTEXT, MAX_FRAME_BYTES, REQUEST_CONTEXT
+from protocol.limits import MAX_CONTEXT, MAX_FRAME_BYTES, REQUEST_CONTEXT, request_frame_bytes
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
 from protocol.transport import Channel, EndpointError, Listener, private_ipc_endpoint
 from target_proc.client import RemoteDrafter
@@ -669,11 +669,14 @@ def _raw_connect(endpoint: str, identity: bytes | None = None):
     sock.connect(endpoint[len("ipc://"):])
     if identity is not None:
         greeting, ready = zmtp3_null_dealer(identity)
-        sock.sendall(greeting)
-        sock.sendall(ready)
         got = b""  # the drafter's greeting, then its READY once its ZAP handler admitted this peer
-        while b"READY" not in got[64:] and (data := sock.recv(4096)):
-            got += data
+        try:
+            sock.sendall(greeting)
+            sock.sendall(ready)
+            while b"READY" not in got[64:] and (data := sock.recv(4096)):
+                got += data
+        except ConnectionError:  # refused at the handshake: the caller finds the connection closed
+            pass
     return sock
 
 
@@ -858,7 +861,8 @@ def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
         out.update(memory_requests_cost(context, endpoint, proc.pid))
         out["served_after_requests"] = _handshake(context, endpoint, [256])
         out.update(many_frames_cost(endpoint, proc.pid))
-        out.update(long_ids_cost(endpoint, proc.pid))
+        out.update(long_ids_cost(endpoint, proc.pid))  # beyond the frame limit of its request limit
+        out.update(long_ids_cost(endpoint, proc.pid, id_bytes=request_frame_bytes(REQUEST_CONTEXT) - 64))  # within
         out["served_after_ids"] = _handshake(context, endpoint, [256])
         out["alive"] = proc.poll() is None
         return out
@@ -929,17 +933,41 @@ def many_frames_cost(endpoint: str, pid: int, count: int = 2_000_000) -> dict:
 
 
 def long_ids_cost(endpoint: str, pid: int, peers: int = 300, id_bytes: int = 1 << 20) -> dict:
-    """`peers` raw peers in turn, each with a routing id of `id_bytes`, sending one message and leaving: the
-    drafter's RSS before and after (it remembers departed peers)."""
-    before = rss_mib(pid)
-    for i in range(peers):
-        sock = _raw_connect(endpoint, i.to_bytes(4, "big") * (id_bytes // 4))
-        sock.sendall(empty_frames(encode(Error("x", "y"))[0], 2))
-        time.sleep(0.005)
-        sock.close()
+    """`peers` raw peers, each with a routing id of `id_bytes`, connected at once and each sending one
+    message, then leaving: how many the drafter kept connected, and its RSS before, at its peak (all
+    connected) and after (it remembers departed peers)."""
+    before, held = rss_mib(pid), []
+    name = f"ids_{peers}x{id_bytes >> 10}_kib"
+    try:
+        with peak_rss(pid) as peak:
+            for i in range(peers):
+                sock = _raw_connect(endpoint, i.to_bytes(4, "big") * (id_bytes // 4))
+                held.append(sock)
+                try:
+                    sock.sendall(empty_frames(encode(Error("x", "y"))[0], 2))
+                except OSError:  # the drafter closed the connection at its handshake
+                    pass
+            time.sleep(1.0)
+            kept = sum(_still_open(sock) for sock in held)
+    finally:
+        for sock in held:
+            sock.close()
     time.sleep(1.0)
-    name = f"ids_{peers}x{id_bytes >> 20}_mib"
-    return {f"{name}_before_mib": before, f"{name}_after_mib": rss_mib(pid)}
+    return {f"{name}_kept": kept, f"{name}_before_mib": before, f"{name}_peak_mib": peak[0],
+            f"{name}_after_mib": rss_mib(pid)}
+
+
+def _still_open(sock) -> bool:
+    """Whether the other end has not closed the connection (what it sent is read, without waiting)."""
+    sock.setblocking(False)
+    try:
+        while sock.recv(1 << 16):
+            pass
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 def _dealer(context, endpoint: str):

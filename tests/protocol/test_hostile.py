@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from protocol.limits import REQUEST_CONTEXT
+from protocol.limits import REQUEST_CONTEXT, request_frame_bytes
 from tests.protocol.hostile import (ATTACKS, HARD_S, OUTCOMES, TYPES, Arena, Campaign, _handshake, drafter_process,
-                                    memory_requests_cost)
+                                    long_ids_cost, memory_requests_cost)
 
 
 @pytest.fixture(scope="module")
@@ -66,4 +66,19 @@ def test_hellos_beyond_the_request_limit_are_refused_and_leave_the_drafter_proce
         cost = memory_requests_cost(context, endpoint, proc.pid, count=100)
         assert cost["requests_100_refused"] == 100  # each a typed `limit` error naming the limit
         assert cost["requests_100_peak_mib"] - cost["requests_100_before_mib"] < 20
+        assert _handshake(context, endpoint, [256]) and proc.poll() is None  # serving on
+
+
+@pytest.mark.slow
+def test_routing_ids_beyond_the_frame_limit_are_refused_and_ids_within_it_cost_bounded_memory():
+    """libzmq keeps each connected peer's routing id: the drafter refuses one over its frame limit at the
+    handshake, so 100 peers connected at once with 1 MiB ids cost nothing, and with ids just within the
+    limit of the default request limit (64 KiB) a few MiB."""
+    with drafter_process() as (endpoint, proc, context):
+        long = long_ids_cost(endpoint, proc.pid, peers=100, id_bytes=1 << 20)
+        assert long["ids_100x1024_kib_kept"] == 0
+        assert long["ids_100x1024_kib_peak_mib"] - long["ids_100x1024_kib_before_mib"] < 20
+        within = long_ids_cost(endpoint, proc.pid, peers=100, id_bytes=request_frame_bytes(REQUEST_CONTEXT) - 64)
+        assert within["ids_100x63_kib_kept"] == 100
+        assert within["ids_100x63_kib_peak_mib"] - within["ids_100x63_kib_before_mib"] < 100
         assert _handshake(context, endpoint, [256]) and proc.poll() is None  # serving on

@@ -4,6 +4,7 @@ refused whole and the next one arrives intact; warnings a peer can cause are rat
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import zmq
@@ -22,6 +23,15 @@ def _received(listener: Listener) -> Received:
     return got
 
 
+def _messages_within(listener: Listener, seconds: float) -> list[Received]:
+    """The messages that arrive within `seconds` (departures skipped)."""
+    deadline, got = time.monotonic() + seconds, []
+    while (left := deadline - time.monotonic()) > 0:
+        if isinstance(event := listener.recv(timeout=left), Received):
+            got.append(event)
+    return got
+
+
 def test_a_message_of_too_many_frames_keeps_at_most_the_limit_and_the_next_arrives_whole(endpoint):
     listener = Listener.bind(endpoint)
     context = zmq.Context()
@@ -36,6 +46,30 @@ def test_a_message_of_too_many_frames_keeps_at_most_the_limit_and_the_next_arriv
         assert second.frames == [b"next", b"a"] and second.count == 2
     finally:
         sock.close(0)
+        context.term()
+        listener.close()
+
+
+def test_a_peer_whose_routing_id_is_longer_than_a_frame_may_be_is_disconnected_at_its_handshake(endpoint):
+    """libzmq keeps a peer's routing id while it stays connected: the drafter's frame limit bounds it too."""
+    listener = Listener.bind(endpoint, frame_bytes=128)  # a READY command carries the id with 41 bytes more
+    context = zmq.Context()
+    peers = []
+    try:
+        for routing_id in (b"L" * 200, b"s" * 32):
+            sock = context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.ROUTING_ID, routing_id)
+            sock.connect(endpoint)
+            sock.send_multipart([routing_id[:1], b"x" * 64])
+            peers.append(sock)
+        # the short id's message; the long id's never arrives ...
+        assert [got.frames for got in _messages_within(listener, 1.0)] == [[b"s", b"x" * 64]]
+        peers[1].send_multipart([b"s", b"y" * 129])  # ... and a frame over the limit is not read either
+        assert _messages_within(listener, 0.5) == []
+    finally:
+        for sock in peers:
+            sock.close(0)
         context.term()
         listener.close()
 
