@@ -20,7 +20,9 @@ decode (`RECALL`), brings it back, the later the more rounds had shown it losing
 `front` is what a steady speculative round spends before its tree pass (the root pass and the wait for the
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
 from passes timed at start-up, then follow what rounds take (costs outlive a decode: they are the
-device's). b = 0 rounds do not ask the drafter for a pool at all, so speculation switched off costs a plain
+device's). A plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root
+pass of speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so
+that a plain cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds do not ask the drafter for a pool at all, so speculation switched off costs a plain
 round. Switching speculation on costs more than a steady round: before a decode's first round the
 drafter's prefill shares the device with the target's (`start`), after plain rounds the drafter ingests
 the tokens it missed before it grows a pool (`catch_up`). The catch-up is spread over the rounds it is
@@ -49,6 +51,8 @@ TYPICAL = 64  # the recent timings whose median is a speculative cost's typical 
 RUN_RATE = 0.2  # weight of a finished run of speculative rounds in the mean run length
 EXPERIENCE = 8.0  # at most, the rounds' worth of earlier decodes in a decode's prior
 RECALL = 0.8  # per decode, the weight that what the decodes before it showed keeps in the session prior
+ROOT_RATE = 0.05  # weight of a speculative round's root pass (scaled) in the plain cost: a plain round's is
+                  # COST_RATE, the root pass, which runs beside the drafter, is a less direct witness
 
 
 def candidate_sizes(cap: int) -> tuple[int, ...]:
@@ -83,6 +87,7 @@ class PassCosts:
     prefill: float = 0.0
     prefill_shared: float = 0.0
     catch_up: float = 0.0
+    solo: float = 1.0  # a plain pass over a root pass beside the drafter, timed at start-up (both one token)
     recent: dict[str | int, deque] = field(default_factory=dict, repr=False)  # "front" or b -> timings
     typical: dict[str | int, float] = field(default_factory=dict, repr=False)  # their medians, once asked
 
@@ -99,8 +104,11 @@ class PassCosts:
         """What a speculative round adds to a steady one's wait when the drafter missed `missed` tokens."""
         return self.catch_up * missed
 
-    def follow(self, front: float | None, b: int, tree: float | None) -> None:
-        """A speculative round's timings (None: not a steady one's, or not run)."""
+    def follow(self, front: float | None, b: int, tree: float | None, root: float | None = None) -> None:
+        """A speculative round's timings (None: not a steady one's, or not run); its root pass, scaled by
+        `solo`, moves the plain cost ROOT_RATE of the way."""
+        if root is not None:
+            self.plain += ROOT_RATE * (self.solo * root - self.plain)
         if front is not None:
             self.front += COST_RATE * (front - self.front)
             self._remember("front", front)
@@ -166,10 +174,12 @@ class AutoBudget:
         return self.sizes[int(np.argmax(rates))]
 
     def observe(self, on_path: np.ndarray, b: int, *, front: float | None = None, tree: float | None = None,
-                plain: float | None = None, caught_up: tuple[float, int] | None = None) -> None:
+                plain: float | None = None, caught_up: tuple[float, int] | None = None,
+                root: float | None = None) -> None:
         """One round that ran at budget b: on_path (n,) bool, whether its tree's node of rank k was accepted
         (n <= b: a tree may hold fewer nodes than its budget), and its timings (None: not run): `front` of a
-        steady round, or `caught_up`, the front of a round after plain ones and the tokens the drafter missed."""
+        steady round, or `caught_up`, the front of a round after plain ones and the tokens the drafter missed;
+        `root`, a speculative round's root pass with its commit (what a plain round's pass would be)."""
         n = len(on_path)
         assert n <= max(b, 1) and n <= self.cap, (n, b)
         keep = 1 - (DECAY if b else FORGET)
@@ -184,7 +194,7 @@ class AutoBudget:
         else:
             self.end_run()
         c = self.costs
-        c.follow(front, b, tree)
+        c.follow(front, b, tree, root if b else None)
         if not b:
             c.relax(FORGET)
         if plain is not None:
@@ -248,7 +258,8 @@ def costs_for(root_pass: bool, measured: dict) -> PassCosts:
     its tree pass and waits for the drafter first."""
     prefill = measured["prefill"], measured["prefill_shared"]
     if root_pass:
-        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]), *prefill)
+        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]), *prefill,
+                         solo=measured["plain"] / measured["overlapped"] if measured["overlapped"] > 0 else 1.0)
     return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]), *prefill)
 
 
@@ -337,8 +348,9 @@ class AutoPolicy:
         front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
         hit = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
         hit[: len(on_path)] = on_path                # a budget buys them only when the pool has them
+        root = times["root"] + times["commit"] if times.get("root") else None  # rules with a root pass
         auto.observe(hit, budget, front=front if feed.previous else None, tree=times.get("tree"),
-                     caught_up=(front, feed.missed) if feed.previous == 0 else None)
+                     caught_up=(front, feed.missed) if feed.previous == 0 else None, root=root)
 
     def end(self) -> None:
         if self.experience is not None:

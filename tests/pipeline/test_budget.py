@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from models.mock import EOS
-from pipeline.budget import (DECAY, EXPERIENCE, FORGET, PRIOR_WEIGHT, RECALL, RUN_RATE, AutoBudget, Experience,
-                             PassCosts, candidate_sizes, prior, ranks_on_path)
+from pipeline.budget import (COST_RATE, DECAY, EXPERIENCE, FORGET, PRIOR_WEIGHT, RECALL, ROOT_RATE, RUN_RATE,
+                             AutoBudget, Experience, PassCosts, candidate_sizes, costs_for, prior, ranks_on_path)
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
@@ -97,6 +97,37 @@ def test_a_cost_spike_when_speculation_went_off_does_not_stay_frozen():
         auto.observe(np.zeros(0, bool), 0, plain=0.04)
         rounds_off += 1
     assert rounds_off < 16 and auto.costs.front < 0.2
+
+
+def test_a_plain_cost_inflated_by_one_slow_moment_is_brought_back_by_the_root_passes():
+    """Plain rounds alone time a plain round, so plain rounds made slow by a moment's load would, once
+    speculation is on, keep it on for good. The root pass of a speculative round is the same one-token
+    pass: scaled by the ratio timed at start-up, it brings the plain cost back, and speculation that does
+    not pay switches off."""
+    def speculating_rounds(root: float | None) -> int:
+        auto = AutoBudget(costs(plain=200, front=100), 8)  # plain rounds really take 40 ms; 200 was a spike
+        auto.costs.solo = 0.8  # a plain pass takes 0.8 of a root pass beside the drafter
+        auto.prior[:] = [1.0] + [0.0] * 7  # only the drawn token: 2 tokens in 142 ms (14/s) against 25/s
+        rounds = 0
+        while auto.choose() > 0 and rounds < 200:
+            auto.observe(np.array([True]), 1, front=0.1, tree=0.042, root=root)
+            rounds += 1
+        return rounds
+
+    assert speculating_rounds(root=None) == 200  # timed by plain rounds alone: trapped
+    assert speculating_rounds(root=0.05) < 40  # 0.8 * 50 ms: 40 ms, below the 71 ms a token costs
+
+
+def test_the_start_up_ratio_of_plain_to_root_pass_scales_the_root_passes():
+    measured = {"plain": 0.06, "overlapped": 0.05, "tree": {1: 0.07}, "tree_with_root": {1: 0.09},
+                "prefill": 0.001, "prefill_shared": 0.002}
+    assert costs_for(True, measured).solo == pytest.approx(1.2)
+    assert costs_for(False, measured).solo == 1.0  # `draft` has no root pass to scale
+    auto = AutoBudget(costs_for(True, measured), 1)
+    auto.observe(np.array([True]), 1, front=0.1, tree=0.07, root=0.1)
+    assert auto.costs.plain == pytest.approx(0.06 + ROOT_RATE * (1.2 * 0.1 - 0.06))
+    auto.observe(np.zeros(0, bool), 0, plain=0.05, root=0.5)  # a plain round times itself; no root pass
+    assert auto.costs.plain == pytest.approx(0.063 + COST_RATE * (0.05 - 0.063))
 
 
 def test_a_decode_that_stopped_speculating_tries_again():

@@ -4,6 +4,8 @@ each round's pool reached."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -90,7 +92,7 @@ def test_cut_pools_keep_greedy_outputs_and_are_asked_for_after_the_root_pass(moc
     pair = mock_pair(48, 11, 0.6, CONFIG)
     drafter = CuttingDrafter(pair.drafter, 0)
     config = DecodeConfig(decoder, 0.0, budget, 40, budget_max=4, cut_pools=True, cut_weigh=weigh)
-    got = decode(pair.target, drafter, prompt, config, frozenset(), None, costs=COSTS)
+    got = decode(pair.target, drafter, prompt, config, frozenset(), None, costs=copy.deepcopy(COSTS))
     assert got.tokens == want.tokens
     drafted = [r for r in got.rounds if r.budget > 0]
     if RULES[decoder].root_pass:  # asked for each pool once the root pass is done; depths as sent
@@ -116,7 +118,7 @@ def test_outputs_from_cut_pools_follow_the_target_law(case, mock_pair, softmax):
     outcomes, depths = [], set()
     for i in range(N_DECODES):
         result = decode(pair.target, drafter, PROMPT, config, frozenset({EOS}),
-                        torch.Generator().manual_seed(2_000_003 * case + i), costs=COSTS)
+                        torch.Generator().manual_seed(2_000_003 * case + i), costs=copy.deepcopy(COSTS))
         outcomes.append(tuple(result.tokens))
         depths.update(r.pool_depth for r in result.rounds if r.budget > 0)
     assert depths == set(range(1, POOL.depth + 1))  # every cut was met
