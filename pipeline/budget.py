@@ -22,8 +22,8 @@ drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain d
 from passes timed at start-up, then follow what rounds take (costs outlive a decode: they are the
 device's). A plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root
 pass of speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so
-that a plain cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds do not ask the drafter for a pool at all, so speculation switched off costs a plain
-round. Switching speculation on costs more than a steady round: before a decode's first round the
+that a plain cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds
+do not ask the drafter for a pool at all, so speculation switched off costs a plain round. Switching speculation on costs more than a steady round: before a decode's first round the
 drafter's prefill shares the device with the target's (`start`), after plain rounds the drafter ingests
 the tokens it missed before it grows a pool (`catch_up`). The catch-up is spread over the rounds it is
 expected to serve: as many as the setting's speculative runs have lasted (a running mean, `run`), at most

@@ -238,10 +238,11 @@ def _ipc_in_use(path: str) -> str | None:
 
 # -- sockets ------------------------------------------------------------------------------------------------
 
-def _bounded(sock: zmq.Socket) -> zmq.Socket:
-    """Socket options of both ends: linger 0, the frame limit, short queues and heartbeats."""
+def _bounded(sock: zmq.Socket, frame_bytes: int = MAX_FRAME_BYTES) -> zmq.Socket:
+    """Socket options of both ends: linger 0, the frame limit (at most MAX_FRAME_BYTES), short queues and
+    heartbeats."""
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+    sock.setsockopt(zmq.MAXMSGSIZE, min(frame_bytes, MAX_FRAME_BYTES))
     sock.setsockopt(zmq.RCVHWM, QUEUED_MESSAGES)
     sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
@@ -292,8 +293,7 @@ class Listener:
             if keys is not None:
                 auth.configure_curve_callback(ZAP_DOMAIN.decode(),
                                               credentials_provider=_Trust(keys.trusted, throttle))
-            sock = _bounded(context.socket(zmq.ROUTER))
-            sock.setsockopt(zmq.MAXMSGSIZE, min(frame_bytes, MAX_FRAME_BYTES))
+            sock = _bounded(context.socket(zmq.ROUTER), frame_bytes)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that has gone fails, not vanishes
             sock.zap_domain = ZAP_DOMAIN
             if keys is not None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from evaluation.prompts import STRATA, load_prompts, stratified_subset
+from evaluation.prompts import STRATA, gather
 from evaluation.summary import analyse
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
@@ -33,7 +33,7 @@ from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, c
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from pipeline.tree import Tree
-from programs.options import check_decoders
+from programs.options import PromptOptions, check_decoders
 from target_proc.costs import timed
 from target_proc.target import Target
 
@@ -169,10 +169,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def bench_prompts(sources: list[str], limit: int, stratify: str | None) -> list[str]:
     """The texts of `limit` prompts: the first ones of the sources' prompts, or a subset spread over
-    `stratify`'s strata (seed 0)."""
-    prompts = [p for source in sources for p in load_prompts(source)]
-    chosen = prompts[:limit] if stratify is None else stratified_subset(prompts, limit, 0, stratify)
-    return [p.text for p in chosen]
+    `stratify`'s strata as a sweep under seed 0 draws it."""
+    options = PromptOptions(prompts=tuple(sources), limit_prompts=0 if stratify is None else limit,
+                            stratify=stratify or "category")
+    return [p.text for p in gather(options, 0)[: limit]]
 
 
 def main(argv: list[str] | None = None) -> None:
