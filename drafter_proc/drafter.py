@@ -30,25 +30,21 @@ class Abandoned(Exception):
 
 
 class Drafter:
-    """prompt_window: 0, or how many of a prompt's last tokens the drafter sees (a bounded drafting context:
-    a shorter prefill and cheaper passes for fewer accepted tokens). Its positions restart at 0 at the
-    window's first token; rotary attention depends on position differences only, so the rows are those of
-    the window as a prompt of its own."""
+    """A drafter started on the context's last tokens only (DecodeConfig.drafter_window) puts the first of
+    them at position 0: its rows are those of those tokens as a prompt of their own."""
 
-    def __init__(self, runner, config: PoolConfig, prompt_window: int = 0) -> None:
-        assert prompt_window >= 0, prompt_window
+    def __init__(self, runner, config: PoolConfig) -> None:
         self.runner = runner
         self.config = config
-        self.prompt_window = prompt_window
         self.through_root = 0  # L: committed tokens in the cache, the root last (Target.before_root: without it)
         self.written: np.ndarray = np.zeros(0, np.int64)  # tokens drafting ahead wrote at slots [L, L + k)
         self.held: Drafted | None = None  # the pool grown ahead from `written`, until the next commit
 
     def start(self, prompt: Sequence[int], between: Callable[[], bool] | None = None) -> Drafted:
-        """New request: the pool of round 0 from the prompt (its last prompt_window tokens)."""
+        """New request: the pool of round 0 from the prompt."""
         self.through_root = 0
         self._drop_ahead()
-        return self.commit(prompt[-self.prompt_window:] if self.prompt_window else prompt, between)
+        return self.commit(prompt, between)
 
     def commit(self, tokens: Sequence[int], between: Callable[[], bool] | None = None) -> Drafted:
         """Append newly committed tokens and grow the next pool (or take the one grown ahead from them).

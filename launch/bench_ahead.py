@@ -4,13 +4,15 @@ Variants of the decoder: `none` (the paper's deployment and the default: the tar
 drafter drafts after each commit), `lend` (`--lend-cores`: a target on the CPU lends the drafter its cores
 while it waits for a pool), `ahead` (lending, and `--ahead`: drafting ahead during verification), `cut`
 (`--cut-pools`: the pool is asked for once the root pass is done, and has the levels grown by then),
-`cut-weigh` (`--cut-pools --cut-weigh`: it grows on while a level pays for its wait) and `cut+ahead`
-(`--cut-pools --ahead`). One pair (the embedded default on the CPU unless --target/--drafter say otherwise)
-decodes each prompt with `ar`, then with each variant at each budget, in an order rotated from prompt to
-prompt, so all see the same machine state. Prints, per budget, the summed speed of each variant (and over
-`ar`), the paired per-prompt ratio of each variant over `none` (median and range), each variant's median wait
-for the drafter per round, the hit rate and the drafting hidden per hit; and speeds per prompt group. The load
-average is printed at the start and the end. The last line of stdout is one JSON document.
+`cut-weigh` (`--cut-pools --cut-weigh`: it grows on while a level pays for its wait), `cut+ahead`
+(`--cut-pools --ahead`), and `window-N` and `cut+window-N` (`--drafter-window N`: the drafter starts on the
+prompt's last N tokens only, alone or with cut pools). One pair (the embedded default on the CPU unless
+--target/--drafter say otherwise) decodes each prompt with `ar`, then with each variant at each budget, in an
+order rotated from prompt to prompt, so all see the same machine state. Prints, per budget, the summed speed
+of each variant (and over `ar`), the paired per-prompt ratio of each variant over `none` (median and range),
+each variant's median wait for the drafter per round, the hit rate and the drafting hidden per hit; and speeds
+per prompt group. The load average is printed at the start and the end. The last line of stdout is one JSON
+document.
 """
 
 from __future__ import annotations
@@ -23,13 +25,26 @@ from collections import defaultdict
 
 import numpy as np
 
-from evaluation.prompts import STRATA, load_prompts, stratified_subset
+from evaluation.prompts import STRATA, PromptError, gather
 from evaluation.summary import category_group
 from launch.api import Pair
+from pipeline.config import ConfigError
+from programs.options import PromptOptions
 
 VARIANTS = {"none": {"lend_cores": False, "ahead": False}, "lend": {"lend_cores": True, "ahead": False},
             "ahead": {"lend_cores": True, "ahead": True}, "cut": {"cut_pools": True},
             "cut-weigh": {"cut_pools": True, "cut_weigh": True}, "cut+ahead": {"cut_pools": True, "ahead": True}}
+WINDOWED = {"window": {}, "cut+window": {"cut_pools": True}}  # NAME-N: with drafter_window N
+
+
+def variant_settings(name: str) -> dict | None:
+    """The decode settings of a variant's name, or None when it names none."""
+    if name in VARIANTS:
+        return VARIANTS[name]
+    base, _, n = name.rpartition("-")
+    if base in WINDOWED and n.isdigit() and int(n) > 0:
+        return {**WINDOWED[base], "drafter_window": int(n)}
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a subset stratified by category (default 12)")
     parser.add_argument("--stratify", choices=STRATA, default="category",
                         help="spread --limit-prompts over categories or over Spec-Bench's groups")
+    parser.add_argument("--categories", default="", metavar="LIST",
+                        help="only prompts of these categories or Spec-Bench groups (comma-separated)")
     parser.add_argument("--decoder", default="root-draw")
     parser.add_argument("--budgets", default="8,auto", metavar="LIST")
     parser.add_argument("--temperature", type=float, default=0.0, metavar="T")
@@ -48,13 +65,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafter", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variants", default=",".join(VARIANTS), metavar="LIST",
-                        help=f"comma-separated, from {','.join(VARIANTS)} (none is always run: the others' baseline)")
+                        help=f"comma-separated, from {','.join(VARIANTS)}, window-N and cut+window-N (none is always "
+                             "run: the others' baseline)")
     ns = parser.parse_args(argv)
-    variants = ["none"] + [v for v in ns.variants.split(",") if v and v != "none"]
-    if unknown := [v for v in variants if v not in VARIANTS]:
-        parser.error(f"--variants: unknown {', '.join(unknown)} (from {', '.join(VARIANTS)})")
+    variants = list(dict.fromkeys(["none"] + [v for v in ns.variants.split(",") if v and v != "none"]))
+    if unknown := [v for v in variants if variant_settings(v) is None]:
+        parser.error(f"--variants: unknown {', '.join(unknown)} (from {', '.join(VARIANTS)}, window-N and "
+                     "cut+window-N, N a positive number of tokens)")
     budgets = [b if b == "auto" else int(b) for b in ns.budgets.split(",")]
-    prompts = stratified_subset(load_prompts(ns.prompts), ns.limit_prompts, ns.seed, ns.stratify)
+    try:
+        prompts = gather(PromptOptions(prompts=(ns.prompts,), categories=ns.categories,
+                                       limit_prompts=ns.limit_prompts, stratify=ns.stratify), ns.seed)
+    except (PromptError, ConfigError) as e:
+        parser.error(str(e))
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
     pair = Pair(**({"target": ns.target} if ns.target else {}), **({"drafter": ns.drafter} if ns.drafter else {}))
@@ -71,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 for k in range(len(variants)):
                     name = variants[(i + k) % len(variants)]
                     rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
-                                 **_numbers(run(ns.decoder, budget=budget, **VARIANTS[name]))})
+                                 **_numbers(run(ns.decoder, budget=budget, **variant_settings(name)))})
             print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
     load_end = os.getloadavg()
     summary = summarize(rows, budgets)
@@ -97,9 +120,10 @@ def summarize(rows: list[dict], budgets: list) -> dict:
     """Per budget: each variant's speed, its paired ratio over `none` per prompt, waits, hits; per group."""
     out = {"budgets": {}}
     ar = {r["prompt"]: r for r in rows if r["budget"] is None}
+    names = list(dict.fromkeys(["none"] + [r["variant"] for r in rows if r["variant"]]))
     for budget in budgets:
         variants = {v: {r["prompt"]: r for r in rows if r["budget"] == budget and r["variant"] == v}
-                    for v in VARIANTS}
+                    for v in names}
         variants = {v: by_prompt for v, by_prompt in variants.items() if by_prompt}
         prompts = sorted(variants["none"])
         entry = {}
@@ -136,9 +160,8 @@ def render(s: dict) -> list[str]:
              f"ar {s['ar_tokens_per_second']:.2f} tok/s; load average {s['load_average_start']:.2f} at start, "
              f"{s['load_average_end']:.2f} at the end"]
     for budget, e in s["budgets"].items():
-        for v in VARIANTS:
-            if v in e:
-                x = e[v]
+        for v, x in e.items():
+            if v != "by_group":
                 lines.append(f"  B={budget} {v:>9}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x ar; over "
                              f"none per prompt {x['over_none_median']:.3f} [{x['over_none_range'][0]:.3f}, "
                              f"{x['over_none_range'][1]:.3f}]), wait median {_ms(x['wait_ms_median'])} ms, tokens "
@@ -146,7 +169,7 @@ def render(s: dict) -> list[str]:
                              f"{_pct(x['hit_rate'])}, hidden per hit {_ms(x['hidden_ms_median'])} ms")
         for group, g in e["by_group"].items():
             lines.append(f"    {group} ({g['prompts']}): ar {g['ar']:.2f} tok/s; "
-                         + ", ".join(f"{v} {g[v] / g['ar']:.3f}x" for v in VARIANTS if v in g))
+                         + ", ".join(f"{v} {x / g['ar']:.3f}x" for v, x in g.items() if v not in ("prompts", "ar")))
     return lines
 
 

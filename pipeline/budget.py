@@ -266,18 +266,23 @@ def costs_for(root_pass: bool, measured: dict) -> PassCosts:
 class DrafterFeed:
     """What the drafter has been told of a decode's committed context: `told` tokens (0: not started), the
     budget of the round before (`previous`, None before the first) and the tokens it missed while rounds
-    were plain (`missed`, as of the current round's request)."""
+    were plain (`missed`, as of the current round's request). With a `window` (DecodeConfig.drafter_window)
+    the drafter starts on the context's last `window` tokens and is told every token after them."""
 
-    def __init__(self, drafter) -> None:
-        self.drafter = drafter
+    def __init__(self, drafter, window: int = 0) -> None:
+        self.drafter, self.window = drafter, window
         self.told, self.previous, self.missed = 0, None, 0
+
+    def start_tokens(self, context: int) -> int:
+        """How many tokens the drafter's prefill takes when it starts on `context` tokens."""
+        return min(context, self.window) if self.window else context
 
     def ask(self, history: Sequence[int]) -> None:
         """Ask for the next round's pool, with every token of `history` the drafter has not seen."""
         if self.told:
             self.drafter.commit(history[self.told:])
-        else:
-            self.drafter.start(history)  # the drafter's prefill; its first pool follows
+        else:  # the drafter's prefill; its first pool follows
+            self.drafter.start(history[len(history) - self.start_tokens(len(history)):])
         self.told = len(history)
 
     def waiting(self) -> bool:
@@ -301,7 +306,7 @@ class FixedBudget:
     def __init__(self, budget: int) -> None:
         self.budget = budget
 
-    def first(self, context: int, left: int) -> int:
+    def first(self, feed: DrafterFeed, context: int, left: int) -> int:
         return self.budget
 
     def next(self, feed: DrafterFeed, context: int, left: int) -> int:
@@ -324,16 +329,16 @@ class AutoPolicy:
         self.auto = AutoBudget(costs, cap, experience)
         self.experience = experience
 
-    def first(self, context: int, left: int) -> int:
+    def first(self, feed: DrafterFeed, context: int, left: int) -> int:
         """Before the prefill of `context` tokens: starting the drafter now shares the prefill's device."""
-        return self.auto.choose(0.0, left, self.auto.costs.start(context))
+        return self.auto.choose(0.0, left, self.auto.costs.start(feed.start_tokens(context)))
 
     def next(self, feed: DrafterFeed, context: int, left: int) -> int:
         """After a round: in a decode that started plain the drafter's start serves the rest of it; after
         plain rounds the drafter first ingests what it missed, which serves a run of rounds."""
         costs = self.auto.costs
         if not feed.told:
-            return self.auto.choose(0.0, left, costs.start(context, late=True))
+            return self.auto.choose(0.0, left, costs.start(feed.start_tokens(context), late=True))
         return self.auto.choose(costs.switch(feed.missed) if feed.previous == 0 else 0.0, left, 0.0)
 
     def observe(self, on_path: np.ndarray | None, budget: int, times: dict[str, float], feed: DrafterFeed) -> None:

@@ -162,10 +162,10 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     _check(rule, prompt, drafter)
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
     rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe)
-    feed = DrafterFeed(drafter)
+    feed = DrafterFeed(drafter, config.drafter_window)
     stops = _Stops(eos, frozenset(config.stop_token_ids), stop_check)
     history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
-    budget = policy.first(len(history) - 1, config.max_new_tokens)
+    budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)
     while True:
         step = rounds.run(history[-1], budget)

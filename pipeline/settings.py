@@ -60,6 +60,10 @@ class DecodeConfig:
         "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
                 "where the round most probably ends, and the next round takes it when the round ended there "
                 "(outputs are unchanged; records say how often it was right)"})
+    drafter_window: int = field(default=0, metadata={
+        "help": "the drafter starts on the context's last N tokens only (0: all of it): on long prompts a "
+                "shorter drafter prefill and cheaper drafter passes, for pools that may accept fewer tokens "
+                "(outputs follow the same law)", "metavar": "N"})
 
     def __post_init__(self) -> None:
         if self.decoder not in RULES:
@@ -70,6 +74,7 @@ class DecodeConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_int("seed", self.seed, 0)
         check_int("budget_max", self.budget_max, 1)
+        check_int("drafter_window", self.drafter_window, 0)
         if self.budget_prior not in BUDGET_PRIORS:
             raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
         self.filters  # checks top_k, top_p and min_p

@@ -1,12 +1,12 @@
 """What the drafter's prompt prefill adds to the target's on long prompts, and a bounded drafting context.
 
-python -m timing.bench_prefill [--prompts spec-bench:PATH] [--categories summarization,rag] [--limit 2]
+python -m timing.bench_prefill --prompts spec-bench:PATH [--categories summarization,rag] [--limit 2]
                                [--windows 0,128,256] [--reps 3] [--max-new-tokens 48] [--budget 8]
 
 On the CPU default pair with the deployed threads (the target: one thread while the drafter works, every
 core after; the drafter: one thread, in its own process), for each long prompt: the target's prefill
 alone, and beside the drafter's first round (its prefill and first pool) as pipeline.decode runs them,
-with the drafter seeing the whole prompt or its last K tokens (Drafter's prompt_window, --windows; 0:
+with the drafter seeing the whole prompt or its last K tokens (DecodeConfig.drafter_window, --windows; 0:
 the whole prompt). Then, in one process, greedy `draft` decodes with each window: tokens per round (tau)
 and the drafter's seconds per round. The load average is printed before and after. The last line of the
 output is one JSON document.
@@ -33,7 +33,6 @@ from target_proc.target import Target
 from timing.bench_context import load_average, spread
 
 DRAFTER = ModelOptions(model="smollm2:int8")
-SPEC_BENCH = "spec-bench:/work/shared/data/spec_bench/question.jsonl"
 
 
 def drafter_worker(jobs, done, results) -> None:
@@ -45,10 +44,9 @@ def drafter_worker(jobs, done, results) -> None:
     while (job := jobs.get()) is not None:
         prompt, window = job
         if window not in drafter_of:
-            drafter_of[window] = Drafter(model.runner(len(prompt) + EMBEDDED_POOL.n_expanded + 8), EMBEDDED_POOL,
-                                         prompt_window=window)
+            drafter_of[window] = Drafter(model.runner(len(prompt) + EMBEDDED_POOL.n_expanded + 8), EMBEDDED_POOL)
         t0 = time.perf_counter()
-        drafter_of[window].start(prompt)
+        drafter_of[window].start(prompt[-window:] if window else prompt)
         done.set()
         results.put(time.perf_counter() - t0)
 
@@ -113,17 +111,18 @@ class LocalFeed:
 def acceptance(target_model, prompts: list[list[int]], windows: list[int], max_new: int, budget: int) -> dict:
     """Per window: tokens per round of greedy `draft` decodes and the drafter's median seconds per round."""
     drafter_model = load(DRAFTER, "drafter")
-    config = DecodeConfig(decoder="draft", temperature=0.0, budget=budget, max_new_tokens=max_new)
     eos = frozenset(target_model.tokenizer.eos)
     torch.set_num_threads(1)
     out = {}
     for w in windows:
+        config = DecodeConfig(decoder="draft", temperature=0.0, budget=budget, max_new_tokens=max_new,
+                              drafter_window=w)
         tokens = rounds = 0
         seconds = []
         for prompt in prompts:
             cap = config.kv_slots(len(prompt)) + EMBEDDED_POOL.n_expanded + 8
             target = Target(target_model.runner(cap))
-            feed = LocalFeed(Drafter(drafter_model.runner(cap), EMBEDDED_POOL, prompt_window=w))
+            feed = LocalFeed(Drafter(drafter_model.runner(cap), EMBEDDED_POOL))
             result = decode(target, feed, prompt, config, eos, None)
             tokens += sum(r.emitted for r in result.rounds)
             rounds += len(result.rounds)
@@ -135,7 +134,7 @@ def acceptance(target_model, prompts: list[list[int]], windows: list[int], max_n
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default=SPEC_BENCH)
+    parser.add_argument("--prompts", required=True, metavar="SOURCE", help="spec-bench:PATH, or another source")
     parser.add_argument("--categories", default="summarization,rag")
     parser.add_argument("--limit", type=int, default=1, help="prompts per category")
     parser.add_argument("--windows", default="0,128,256")

@@ -111,7 +111,7 @@ def match(records: Sequence[dict], temperature: float) -> dict:
 
 def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, num_seeds: int, out: str) -> str:
     """The launch/pair.sh sweep command timing pearl at `budget` and root-draw at `cap` with the first
-    sweep's models, pool, prompts and output limit."""
+    sweep's models, pool, prompts, output limit and drafting options."""
     models, sweep = config["models"], config["sweep"]
     target = ModelOptions(**models["target"])
     drafter = ModelOptions(**models["drafter"]) if models.get("drafter") else None
@@ -133,6 +133,10 @@ def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, 
         argv += ["--stratify", sweep["stratify"]]
     if sweep.get("turns", "first") != "first":
         argv += ["--turns", sweep["turns"]]
+    argv += [f"--{name.replace('_', '-')}" for name in ("ahead", "lend_cores", "cut_pools", "cut_weigh")
+             if sweep.get(name)]
+    if sweep.get("drafter_window"):
+        argv += ["--drafter-window", str(sweep["drafter_window"])]
     argv += ["--limit-prompts", str(sweep["limit_prompts"]), "--decoders", "pearl,root-draw",
              "--temperatures", ",".join(f"{t:g}" for t in temperatures), "--budgets", str(budget),
              "--budget-overrides", f"root-draw@{budget}={cap}", "--max-new-tokens", str(sweep["max_new_tokens"]),

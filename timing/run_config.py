@@ -39,7 +39,8 @@ _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_ti
 # Sweep settings added since the first config.json, at their defaults
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "ahead": DecodeConfig().ahead,
                    "lend_cores": DecodeConfig().lend_cores, "cut_pools": DecodeConfig().cut_pools,
-                   "cut_weigh": DecodeConfig().cut_weigh, "stratify": PromptOptions().stratify}
+                   "cut_weigh": DecodeConfig().cut_weigh, "stratify": PromptOptions().stratify,
+                   "drafter_window": DecodeConfig().drafter_window}
 
 
 class ConfigMismatch(InputError):

@@ -133,7 +133,8 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
             config = DecodeConfig(c.decoder, c.temperature, options.cap(c.decoder, c.budget), options.max_new_tokens,
                                   c.seed, options.decode.budget_max, options.decode.budget_prior,
                                   ahead=options.decode.ahead, lend_cores=options.decode.lend_cores,
-                                  cut_pools=options.decode.cut_pools, cut_weigh=options.decode.cut_weigh)
+                                  cut_pools=options.decode.cut_pools, cut_weigh=options.decode.cut_weigh,
+                                  drafter_window=options.decode.drafter_window)
             where = {"grid_budget": c.budget, "position": task.position, "warmup": task.warmup, "shard": shard}
             keep = None if rounds is None or task.warmup else \
                 (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from launch.bench_ahead import summarize
+from launch.bench_ahead import summarize, variant_settings
 
 
 def row(prompt, group, budget, variant, tokens, seconds, wait=(0.01,), tried=0, hits=0, hidden=(), depths=(4,),
@@ -33,6 +33,20 @@ def test_the_summary_pairs_each_prompt_with_itself():
     assert s["none"]["over_ar"] == pytest.approx((30 / 2.0) / (20 / 3.0))
     assert s["ahead"]["pool_depth_mean"] == pytest.approx(3.0) and s["ahead"]["tau"] == pytest.approx(7 / 3)
     assert s["by_group"]["qa"] == {"prompts": 1, "ar": 10.0, "none": 20.0, "ahead": 40.0}
+
+
+def test_window_variants_name_their_window():
+    assert variant_settings("window-256") == {"drafter_window": 256}
+    assert variant_settings("cut+window-64") == {"cut_pools": True, "drafter_window": 64}
+    assert variant_settings("cut") == {"cut_pools": True}
+    assert [variant_settings(v) for v in ("window-0", "window-x", "window", "lend+window-8")] == [None] * 4
+
+
+def test_the_summary_keeps_the_variants_as_run():
+    rows = [row("a", "qa", None, None, 10, 1.0), row("a", "qa", 8, "none", 20, 1.0),
+            row("a", "qa", 8, "window-64", 30, 1.0, emitted=(3,))]
+    s = summarize(rows, [8])["budgets"]["8"]
+    assert list(s) == ["none", "window-64", "by_group"] and s["window-64"]["over_none_median"] == pytest.approx(1.5)
 
 
 @pytest.mark.slow

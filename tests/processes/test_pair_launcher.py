@@ -141,6 +141,19 @@ def test_drafting_ahead_between_processes_changes_no_output_and_records_its_hits
         assert all(s == 0 for s, hit in zip(on["ahead_seconds"], on["ahead_hits"]) if hit != 1)
 
 
+def test_a_drafting_window_between_processes_changes_no_output_and_is_recorded():
+    runs = {}
+    for window in ("0", "6"):
+        done = pair("--target", "mock", "--json", "--decoders", "root-draw", "--max-new-tokens", "24",
+                    "--drafter-window", window, "--prompt", "Once upon a time, in a land far away, there lived")
+        assert done.returncode == 0, done.stderr
+        (runs[window],) = [json.loads(line) for line in done.stdout.splitlines()][1:-1]
+    assert runs["6"]["token_ids"] == runs["0"]["token_ids"]
+    assert (runs["0"]["drafter_window"], runs["6"]["drafter_window"]) == (0, 6)
+    done = pair("--target", "mock", "--drafter-window", "-3", "--prompt", "x")
+    assert done.returncode == 2 and "drafter-window" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_table_shows_the_fields_metrics():
     done = pair("--target", "mock", "--decoders", "ar,root-draw", "--prompt", "Once upon a time", "--prompt",
                 "def fib(n):", "--max-new-tokens", "30")
