@@ -51,9 +51,15 @@ def recv_frames(sock: zmq.Socket, limit: int) -> Frames:
 def _discard_rest(sock: zmq.Socket) -> int:
     """Receive and drop the remaining frames of the message being read -> how many there were."""
     count = _discard_native(sock) if _LIBZMQ is not None else _discard_python(sock)
-    if count >= TRIM_AFTER and _TRIM is not None:
-        _TRIM(0)  # libzmq's queue of small frames is freed piecemeal; glibc keeps it unless asked
+    if count >= TRIM_AFTER:
+        hand_back_memory()  # libzmq's queue of small frames is freed piecemeal; glibc keeps it unless asked
     return count
+
+
+def hand_back_memory() -> None:
+    """Return the heap's free pages to the system (glibc's malloc_trim; nothing elsewhere)."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def _discard_python(sock: zmq.Socket) -> int:

@@ -935,7 +935,7 @@ def many_frames_cost(endpoint: str, pid: int, count: int = 2_000_000) -> dict:
 def long_ids_cost(endpoint: str, pid: int, peers: int = 300, id_bytes: int = 1 << 20) -> dict:
     """`peers` raw peers, each with a routing id of `id_bytes`, connected at once and each sending one
     message, then leaving: how many the drafter kept connected, and its RSS before, at its peak (all
-    connected) and after (it remembers departed peers)."""
+    connected) and after (2.5 s after they left: a quiet second after many departures hands memory back)."""
     before, held = rss_mib(pid), []
     name = f"ids_{peers}x{id_bytes >> 10}_kib"
     try:
@@ -952,7 +952,7 @@ def long_ids_cost(endpoint: str, pid: int, peers: int = 300, id_bytes: int = 1 <
     finally:
         for sock in held:
             sock.close()
-    time.sleep(1.0)
+    time.sleep(2.5)
     return {f"{name}_kept": kept, f"{name}_before_mib": before, f"{name}_peak_mib": peak[0],
             f"{name}_after_mib": rss_mib(pid)}
 

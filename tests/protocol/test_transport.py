@@ -184,3 +184,29 @@ def test_a_listening_address_answers_before_anything_is_sent(endpoint):
     finally:
         channel.close()
         listener.close()
+
+
+def test_many_departures_hand_memory_back_once_the_listener_is_idle(endpoint, monkeypatch):
+    import protocol.transport as transport
+    from protocol.messages import Error
+    from protocol.transport import Channel, Left
+
+    handed = []
+    monkeypatch.setattr(transport, "hand_back_memory", lambda: handed.append(1))
+    monkeypatch.setattr(transport, "TRIM_DEPARTURES", 2)
+    monkeypatch.setattr(transport, "IDLE_S", 0.05)
+    listener = Listener.bind(endpoint)
+    try:
+        for _ in range(2):
+            channel = Channel.connect(endpoint, peer="drafter")
+            channel.send(Error("x", "y"))
+            assert listener.recv(timeout=10) is not None  # the message
+            channel.close()
+            while not isinstance(listener.recv(timeout=10), Left):
+                pass
+        assert handed == [] and listener.departed == 2  # not while departures come in
+        assert listener.recv(timeout=0) is None and handed == []  # a poll that does not wait is not idle
+        assert listener.recv(timeout=0.5) is None and handed == [1] and listener.departed == 0
+        assert listener.recv(timeout=0.2) is None and handed == [1]  # once per batch of departures
+    finally:
+        listener.close()
