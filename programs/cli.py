@@ -26,7 +26,8 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pipeline.config import ConfigError, InputError, parse_budget, parse_token_ids
@@ -247,6 +248,23 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+
+
+@contextmanager
+def uninterrupted(*signums: int) -> Iterator[None]:
+    """Run the block whole (main thread only): these signals, arriving meanwhile, take effect as it ends.
+
+    A stop request raised inside ZeroMQ's teardown leaves a context half shut, and the interpreter's exit
+    then waits on it forever."""
+    arrived: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 def parse_program(parser: argparse.ArgumentParser, argv: list[str] | None, cls: type, prog: str):

@@ -19,7 +19,7 @@ from pathlib import Path
 from models.options import TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError
 from programs.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
-                        from_options, run_program, setup_logging)
+                        from_options, run_program, setup_logging, uninterrupted)
 from programs.options import KeyOptions, ServeOptions
 
 log = logging.getLogger("drafter")
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
             DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target,
                           max_request_context=serve.max_request_context, threads=threads).serve()
         finally:
-            listener.close()
+            with uninterrupted(signal.SIGTERM, signal.SIGINT):
+                listener.close()
         return 0
 
     signal.signal(signal.SIGTERM, _interrupt)  # a stop request closes the socket (an ipc file is removed)
