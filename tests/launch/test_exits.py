@@ -1,5 +1,5 @@
 """Command-line endings that once were tracebacks: a reader of stdout that leaves ends the program quietly,
-an unknown random model shape or a directory that holds no checkpoint is a usage error naming the option, and
+an unknown random model shape or a directory that holds no checkpoint is a usage error naming the option,
 a drafter's address where nothing listens is said within seconds, not after the ready timeout, and a stop
 request during a drafter's close takes effect once it is closed instead of leaving it hanging."""
 
