@@ -42,7 +42,7 @@ def variant_settings(name: str) -> dict | None:
     if name in VARIANTS:
         return VARIANTS[name]
     base, _, n = name.rpartition("-")
-    if base in WINDOWED and n.isdigit() and int(n) > 0:
+    if base in WINDOWED and n.isdecimal() and n.isascii() and int(n) > 0:
         return {**WINDOWED[base], "drafter_window": int(n)}
     return None
 
@@ -160,9 +160,10 @@ def render(s: dict) -> list[str]:
              f"ar {s['ar_tokens_per_second']:.2f} tok/s; load average {s['load_average_start']:.2f} at start, "
              f"{s['load_average_end']:.2f} at the end"]
     for budget, e in s["budgets"].items():
+        width = max(len(v) for v in e if v != "by_group")
         for v, x in e.items():
             if v != "by_group":
-                lines.append(f"  B={budget} {v:>9}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x ar; over "
+                lines.append(f"  B={budget} {v:>{width}}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x ar; over "
                              f"none per prompt {x['over_none_median']:.3f} [{x['over_none_range'][0]:.3f}, "
                              f"{x['over_none_range'][1]:.3f}]), wait median {_ms(x['wait_ms_median'])} ms, tokens "
                              f"per drafted round {x['tau']:.2f}, pool depth {x['pool_depth_mean']:.1f}, hit rate "

@@ -377,21 +377,24 @@ def budget_policy(speculative: bool, budget: int | str, cap: int, costs: PassCos
 
 class SessionBudgets:
     """What budget auto keeps across a session's decodes: this device's pass times per cap (timed once, by
-    `measure(cap)`), the costs per (decoder, cap) that rounds refresh, and each setting's Experience."""
+    `measure(cap)`), the costs per (decoder, cap, drafting) that rounds refresh, and each setting's Experience.
+    `drafting` (DecodeConfig.drafting: how the drafter works) changes what rounds cost and accept, so decodes
+    drafting otherwise learn apart."""
 
     def __init__(self, measure: Callable[[int], dict]) -> None:
         self.measure = measure
         self.measured: dict[int, dict] = {}  # cap -> pass times
-        self.costs: dict[tuple[str, int], PassCosts] = {}  # (decoder, cap) -> costs
-        self.experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap) -> earlier decodes
+        self.costs: dict[tuple, PassCosts] = {}  # (decoder, cap, drafting) -> costs
+        self.experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap, drafting) -> earlier decodes
 
-    def for_decode(self, decoder: str, root_pass: bool, temperature: float, cap: int,
-                   session_prior: bool) -> tuple[PassCosts, Experience | None]:
+    def for_decode(self, decoder: str, root_pass: bool, temperature: float, cap: int, session_prior: bool,
+                   drafting: tuple = ()) -> tuple[PassCosts, Experience | None]:
         """The costs a decode of budget auto starts from, and with the session prior its setting's Experience."""
         if cap not in self.measured:
             self.measured[cap] = self.measure(cap)
-        if (decoder, cap) not in self.costs:
-            self.costs[decoder, cap] = costs_for(root_pass, self.measured[cap])
+        if (decoder, cap, drafting) not in self.costs:
+            self.costs[decoder, cap, drafting] = costs_for(root_pass, self.measured[cap])
+        costs = self.costs[decoder, cap, drafting]
         if not session_prior:
-            return self.costs[decoder, cap], None
-        return self.costs[decoder, cap], self.experience.setdefault((decoder, temperature, cap), Experience(cap))
+            return costs, None
+        return costs, self.experience.setdefault((decoder, temperature, cap, drafting), Experience(cap))

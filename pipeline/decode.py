@@ -74,7 +74,8 @@ class StopCheck(Protocol):
 
 class DrafterClient(Protocol):
     def start(self, prompt: Sequence[int]) -> None:
-        """Begin a request; the drafter grows the pool of round 0 from the whole prompt."""
+        """Begin a request; the drafter grows its first pool from these tokens (the context, or its last
+        DecodeConfig.drafter_window tokens), as a prompt of their own."""
 
     def commit(self, tokens: Sequence[int]) -> None:
         """Send the tokens the last round emitted; the drafter grows the next round's pool."""

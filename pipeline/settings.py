@@ -92,6 +92,11 @@ class DecodeConfig:
         return Filters(self.top_k, self.top_p, self.min_p)
 
     @property
+    def drafting(self) -> tuple:
+        """How the drafter works with the target: the options that change what rounds cost and accept."""
+        return self.ahead, self.lend_cores, self.cut_pools, self.cut_weigh, self.drafter_window
+
+    @property
     def auto(self) -> bool:
         """Budget auto is on: budget "auto" with a rule that has a drafter (`ar` has no tree to size)."""
         return self.budget == AUTO and RULES[self.decoder].select is not None

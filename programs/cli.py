@@ -262,7 +262,7 @@ def uninterrupted(*signums: int) -> Iterator[None]:
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: a handler set outside Python
         if arrived:
             signal.raise_signal(arrived[0])
 

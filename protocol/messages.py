@@ -87,7 +87,8 @@ class Ready(Message):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Start(Message):
-    """target -> drafter: a new request; grow round 0's pool from the whole prompt."""
+    """target -> drafter: a new request; grow the first pool from `prompt` (the context, or its last tokens
+    with a drafting window), read as a prompt of its own."""
 
     KIND: ClassVar[Kind] = Kind.START
     request: int

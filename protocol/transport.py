@@ -321,8 +321,8 @@ class Listener:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            trim = self.departed >= TRIM_DEPARTURES and timeout != 0
-            wait = IDLE_S if trim and (left is None or left > IDLE_S) else left
+            trim = self.departed >= TRIM_DEPARTURES and (left is None or left > IDLE_S)  # a whole idle second
+            wait = IDLE_S if trim else left
             ready = dict(self.poller.poll(None if wait is None else 0 if timeout == 0 else int(wait * 1000) + 1))
             if not ready and trim:
                 hand_back_memory()

@@ -61,7 +61,7 @@ class Session:
             if config.auto:
                 pass_costs, experience = self.budgets.for_decode(
                     config.decoder, RULES[config.decoder].root_pass, config.temperature, config.budget_max,
-                    config.budget_prior == "session")
+                    config.budget_prior == "session", config.drafting)
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
                           sync_phases=sync_phases, costs=pass_costs, experience=experience, observe=observe,
                           on_tokens=on_tokens, stop_check=stop_check(self.tokenizer, config))

@@ -39,7 +39,7 @@ def test_window_variants_name_their_window():
     assert variant_settings("window-256") == {"drafter_window": 256}
     assert variant_settings("cut+window-64") == {"cut_pools": True, "drafter_window": 64}
     assert variant_settings("cut") == {"cut_pools": True}
-    assert [variant_settings(v) for v in ("window-0", "window-x", "window", "lend+window-8")] == [None] * 4
+    assert [variant_settings(v) for v in ("window-0", "window-x", "window", "lend+window-8", "window-²")] == [None] * 5
 
 
 def test_the_summary_keeps_the_variants_as_run():

@@ -10,7 +10,7 @@ import pytest
 
 from drafter_proc.drafter import Drafter
 from models.hf import HFRunner
-from pipeline.budget import DrafterFeed, PassCosts
+from pipeline.budget import AutoPolicy, DrafterFeed, PassCosts
 from pipeline.config import ConfigError, PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES
@@ -95,10 +95,26 @@ def test_a_windowed_drafter_needs_only_the_window_in_its_cache():
 
 
 def test_budget_auto_prices_the_drafters_start_by_the_window():
+    """Before the prefill, and in a decode that started plain, the start costs the tokens the drafter is given."""
     feed, whole = DrafterFeed(None, 16), DrafterFeed(None)
     assert (feed.start_tokens(90), feed.start_tokens(10), whole.start_tokens(90)) == (16, 10, 90)
-    costs = PassCosts(0.04, 0.045, {1: 0.042}, prefill=0.001, prefill_shared=0.003)
-    assert costs.start(feed.start_tokens(1000)) == pytest.approx(0.002 * 16)
+    priced = []
+
+    class Pricing:  # budget auto's choice, reduced to noting what a start is priced at
+        costs = COSTS
+
+        def choose(self, switch: float, left: int, start: float) -> int:
+            priced.append(start)
+            return 0
+
+    policy = AutoPolicy(copy.deepcopy(COSTS), 4, None)
+    policy.auto = Pricing()
+    for f in (feed, whole):
+        policy.first(f, 1000, 64)
+        policy.next(f, 1000, 64)  # the drafter not started yet: a late start
+    assert priced == pytest.approx([COSTS.start(16), COSTS.start(16, late=True),
+                                    COSTS.start(1000), COSTS.start(1000, late=True)])
+    assert COSTS.start(16) < COSTS.start(1000)
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, "8", True])

@@ -3,6 +3,7 @@ build them; multi-turn prompts decode in one conversation with the decoder's own
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -78,8 +79,12 @@ def test_budget_auto_learns_across_a_sessions_decodes_only_with_the_session_prio
     config = DecodeConfig("root-draw", 0.0, "auto", 16, budget_max=8, budget_prior=prior)
     session.decode([3, 4, 5], config, "a")
     session.decode([3, 4, 6], config, "b")
+    session.decode([3, 4, 7], dataclasses.replace(config, drafter_window=2), "c")  # drafting otherwise: apart
     learnt = {key: float(e.seen.sum()) for key, e in session.budgets.experience.items()}
+    drafting, windowed = config.drafting, dataclasses.replace(config, drafter_window=2).drafting
     if prior == "session":
-        assert list(learnt) == [("root-draw", 0.0, 8)] and learnt[("root-draw", 0.0, 8)] > 0
+        assert list(learnt) == [("root-draw", 0.0, 8, drafting), ("root-draw", 0.0, 8, windowed)]
+        assert min(learnt.values()) > 0
     else:
         assert learnt == {}
+    assert set(session.budgets.costs) == {("root-draw", 8, drafting), ("root-draw", 8, windowed)}
