@@ -163,8 +163,8 @@ def render(s: dict) -> list[str]:
         width = max(len(v) for v in e if v != "by_group")
         for v, x in e.items():
             if v != "by_group":
-                lines.append(f"  B={budget} {v:>{width}}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x ar; over "
-                             f"none per prompt {x['over_none_median']:.3f} [{x['over_none_range'][0]:.3f}, "
+                lines.append(f"  B={budget} {v:>{width}}: {x['tokens_per_second']:.2f} tok/s ({x['over_ar']:.3f}x "
+                             f"ar; over none per prompt {x['over_none_median']:.3f} [{x['over_none_range'][0]:.3f}, "
                              f"{x['over_none_range'][1]:.3f}]), wait median {_ms(x['wait_ms_median'])} ms, tokens "
                              f"per drafted round {x['tau']:.2f}, pool depth {x['pool_depth_mean']:.1f}, hit rate "
                              f"{_pct(x['hit_rate'])}, hidden per hit {_ms(x['hidden_ms_median'])} ms")

@@ -19,19 +19,19 @@ decode (`RECALL`), brings it back, the later the more rounds had shown it losing
 
 `front` is what a steady speculative round spends before its tree pass (the root pass and the wait for the
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
-from passes timed at start-up, then follow what rounds take (costs outlive a decode: they are the
-device's). A plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root
-pass of speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so
-that a plain cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds
-do not ask the drafter for a pool at all, so speculation switched off costs a plain round. Switching speculation on costs more than a steady round: before a decode's first round the
-drafter's prefill shares the device with the target's (`start`), after plain rounds the drafter ingests
-the tokens it missed before it grows a pool (`catch_up`). The catch-up is spread over the rounds it is
-expected to serve: as many as the setting's speculative runs have lasted (a running mean, `run`), at most
-as many as the rest of the decode takes. Where speculation pays throughout (a run lasts the decode) a
-switch is nearly free; where runs end after a round or two, a switch must pay for itself almost at once.
-Starting the drafter (before the first round, or later in a decode that started plain) is paid once for
-the rest of the decode, so it is spread over all the rounds left. Any tree is verified exactly, so the
-choice never changes the output's law.
+from passes timed at start-up, then follow what rounds take (costs outlive a decode: they are the device's). A
+plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root pass of
+speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so that a plain
+cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds do not ask the
+drafter for a pool at all, so speculation switched off costs a plain round. Switching speculation on costs
+more than a steady round: before a decode's first round the drafter's prefill shares the device with the
+target's (`start`), after plain rounds the drafter ingests the tokens it missed before it grows a pool
+(`catch_up`). The catch-up is spread over the rounds it is expected to serve: as many as the setting's
+speculative runs have lasted (a running mean, `run`), at most as many as the rest of the decode takes. Where
+speculation pays throughout (a run lasts the decode) a switch is nearly free; where runs end after a round or
+two, a switch must pay for itself almost at once. Starting the drafter (before the first round, or later in a
+decode that started plain) is paid once for the rest of the decode, so it is spread over all the rounds left.
+Any tree is verified exactly, so the choice never changes the output's law.
 """
 
 from __future__ import annotations

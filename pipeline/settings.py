@@ -10,6 +10,9 @@ from pipeline.config import (AUTO, BUDGET_PRIORS, CapacityError, ConfigError, Fi
 from pipeline.rules import RULES
 
 
+DRAFTING = ("ahead", "lend_cores", "cut_pools", "cut_weigh", "drafter_window")  # how the drafter works
+
+
 @dataclass(frozen=True, slots=True)
 class DecodeConfig:
     """Decoding
@@ -94,7 +97,7 @@ class DecodeConfig:
     @property
     def drafting(self) -> tuple:
         """How the drafter works with the target: the options that change what rounds cost and accept."""
-        return self.ahead, self.lend_cores, self.cut_pools, self.cut_weigh, self.drafter_window
+        return tuple(getattr(self, name) for name in DRAFTING)
 
     @property
     def auto(self) -> bool:

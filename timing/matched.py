@@ -21,6 +21,7 @@ import numpy as np
 from evaluation.summary import setting_budget
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
+from pipeline.settings import DRAFTING, DecodeConfig
 from programs.cli import EXIT_USAGE, files_program, run_files_program, to_argv
 from timing import prog
 from timing.options import MatchedOptions
@@ -133,10 +134,8 @@ def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, 
         argv += ["--stratify", sweep["stratify"]]
     if sweep.get("turns", "first") != "first":
         argv += ["--turns", sweep["turns"]]
-    argv += [f"--{name.replace('_', '-')}" for name in ("ahead", "lend_cores", "cut_pools", "cut_weigh")
-             if sweep.get(name)]
-    if sweep.get("drafter_window"):
-        argv += ["--drafter-window", str(sweep["drafter_window"])]
+    argv += _changed(DecodeConfig(**{name: sweep[name] for name in DRAFTING if name in sweep}), DecodeConfig(),
+                     skip=())
     argv += ["--limit-prompts", str(sweep["limit_prompts"]), "--decoders", "pearl,root-draw",
              "--temperatures", ",".join(f"{t:g}" for t in temperatures), "--budgets", str(budget),
              "--budget-overrides", f"root-draw@{budget}={cap}", "--max-new-tokens", str(sweep["max_new_tokens"]),

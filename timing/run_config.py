@@ -25,7 +25,7 @@ from evaluation import provenance
 from evaluation.prompts import Prompt
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
-from pipeline.settings import DecodeConfig
+from pipeline.settings import DRAFTING, DecodeConfig
 from programs.cli import option_values
 from programs.options import PromptOptions
 from timing.options import SweepOptions
@@ -37,10 +37,8 @@ CONFIG = "config.json"
 # Sweep fields that change where or how patiently a run works, not what it times.
 _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
 # Sweep settings added since the first config.json, at their defaults
-_SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "ahead": DecodeConfig().ahead,
-                   "lend_cores": DecodeConfig().lend_cores, "cut_pools": DecodeConfig().cut_pools,
-                   "cut_weigh": DecodeConfig().cut_weigh, "stratify": PromptOptions().stratify,
-                   "drafter_window": DecodeConfig().drafter_window}
+_SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "stratify": PromptOptions().stratify,
+                   **{name: getattr(DecodeConfig(), name) for name in DRAFTING}}
 
 
 class ConfigMismatch(InputError):

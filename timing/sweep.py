@@ -10,6 +10,7 @@ one JSON document summarising the shard.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -130,11 +131,8 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
                                 refresh=False)
             rerun = task.warmup and _done(task, store)
             done = {} if rerun else {k[1]: store.records_by_key[k] for k in _keys(task) if k in store}
-            config = DecodeConfig(c.decoder, c.temperature, options.cap(c.decoder, c.budget), options.max_new_tokens,
-                                  c.seed, options.decode.budget_max, options.decode.budget_prior,
-                                  ahead=options.decode.ahead, lend_cores=options.decode.lend_cores,
-                                  cut_pools=options.decode.cut_pools, cut_weigh=options.decode.cut_weigh,
-                                  drafter_window=options.decode.drafter_window)
+            config = dataclasses.replace(options.decode, decoder=c.decoder, temperature=c.temperature,
+                                         budget=options.cap(c.decoder, c.budget), seed=c.seed)
             where = {"grid_budget": c.budget, "position": task.position, "warmup": task.warmup, "shard": shard}
             keep = None if rounds is None or task.warmup else \
                 (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded))

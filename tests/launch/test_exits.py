@@ -135,7 +135,6 @@ def test_the_launcher_against_a_drafter_address_where_nothing_listens_ends_in_se
     assert done.stderr.strip().splitlines()[-1].startswith(f"[target] error: nothing answers at {address} within 5 s")
 
 
-
 CLOSE_UNDER_SIGNAL = """
 import contextlib, os, random, signal, sys, time
 from programs.cli import uninterrupted
