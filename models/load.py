@@ -8,7 +8,7 @@ import importlib.util
 import os
 import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -36,6 +36,7 @@ class Loaded:
     tokenizer: object  # models.tokenizers.HFTokenizer or MockTokenizer
     graphs: bool
     revision: str  # what the weights are: a hub snapshot, a digest of the checkpoint's files, or a recipe
+    linear_kernels: dict = field(default_factory=dict)  # shape -> CPU linear kernel per row class (cpu_linear)
 
     @property
     def identity(self) -> dict:
@@ -44,9 +45,12 @@ class Loaded:
             return {"model": self.name, "revision": self.revision, "dtype": "float32", "device": "cpu"}
         param = next(self.model.parameters())
         quantized = self.name.endswith(INT8_SUFFIX)
-        return {"model": self.name, "revision": self.revision,
-                "dtype": "qint8 linear layers" if quantized else str(param.dtype).removeprefix("torch."),
-                "device": str(param.device)}
+        out = {"model": self.name, "revision": self.revision,
+               "dtype": "qint8 linear layers" if quantized else str(param.dtype).removeprefix("torch."),
+               "device": str(param.device)}
+        if self.linear_kernels:
+            out["linear_kernels"] = self.linear_kernels
+        return out
 
     @property
     def vocab_size(self) -> int:
@@ -78,7 +82,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
     if spec.startswith(shapes.PREFIX):
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)
-        return Loaded(options.model, model, tokenizer, options.graphs, f"{spec} seed=0")
+        return Loaded(options.model, model, tokenizer, options.graphs, f"{spec} seed=0", _tune(model, options))
     model, tokenizer, path = _load_hf(spec, dtype, options.allow_download)
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic
@@ -88,7 +92,16 @@ def load(options: ModelOptions, role: str) -> Loaded:
             model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model = model.to(options.device).eval()
     return Loaded(options.model, model, HFTokenizer(tokenizer, model.generation_config), options.graphs,
-                  checkpoint_revision(path))
+                  checkpoint_revision(path), _tune(model, options))
+
+
+def _tune(model, options: ModelOptions) -> dict:
+    """The CPU linear kernels models.cpu_linear chose for `model` (float32 layers on the CPU only)."""
+    if not options.tune_linears or options.device != "cpu":
+        return {}
+    from models import cpu_linear
+
+    return cpu_linear.tune(model)
 
 
 def _dtype(options: ModelOptions) -> torch.dtype:

@@ -36,6 +36,10 @@ class ModelOptions:
         "help": "CPU threads of target passes while the drafter is idle (tree passes, ar); 0: every core "
                 "this process may use"})
     graphs: bool = field(default=True, metadata={"help": "do not capture CUDA graphs (eager passes)"})
+    tune_linears: bool = field(default=True, metadata={
+        "help": "on the CPU, run every float32 linear layer through torch's stock kernel (default: the fastest "
+                "kernel for each weight shape and row count, timed at load; the weight copies it keeps take "
+                "memory on the order of the weights' own)"})
     max_context: int = field(default=2048, metadata={"help": "KV cache slots: prompt + output + tree"})
     mock_vocab: int = field(default=64, metadata={"help": "vocabulary size of the mock models"})
     mock_seed: int = field(default=0, metadata={"help": "seed of the mock models' rows"})

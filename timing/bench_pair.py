@@ -7,14 +7,16 @@ In one run on the same prompts: (1) per-pass latencies of the target and drafter
 threads they get when deployed (the drafter one; the target one while the drafter works, every core for
 verification and ar); (2) every decoder of the pipelined pair through launch/pair.sh, with median
 per-phase round times; (3) transformers' `generate` on the target and its assisted generation with the
-same int8 drafter as `assistant_model`, greedy, on every core; (4) how often the int8 drafter agrees with
-the target. Speeds are summed tokens over summed seconds. The last line of the output is one JSON
-document.
+same int8 drafter as `assistant_model`, greedy, on every core, with torch's stock linear kernels, and
+`generate` again with the linear kernels tuned at load (models.cpu_linear), as the pair runs them; (4) how
+often the int8 drafter agrees with the target. Speeds are summed tokens over summed seconds. The last line
+of the output is one JSON document.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -27,6 +29,7 @@ import torch
 from drafter_proc.drafter import Drafter
 from evaluation.prompts import STRATA, gather
 from evaluation.summary import analyse
+from models.cpu_linear import ROW_CLASSES, stock_kernels
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, parse_budget
@@ -88,7 +91,7 @@ def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
     """How often the int8 drafter's argmax is the target's, and the target's argmax is in the drafter's
     top 10, along the target's own greedy outputs (the `ar` decodes), teacher-forced."""
     cores = ModelOptions().cpu_threads[1]
-    target = load(ModelOptions(), "target")
+    target = load(ModelOptions(tune_linears=False), "target")  # rows, not speed: no kernels to time
     drafter = load(ModelOptions(model="smollm2:int8"), "drafter")
     torch.set_num_threads(cores)
     top1 = top10 = positions = 0
@@ -120,26 +123,31 @@ def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list
     return [r for r in lines if r["kind"] == "decode" and r["prompt_id"] != "prompt/0"]
 
 
-def transformers_baselines(prompts: list[str], max_new: int) -> dict:
-    cores = ModelOptions().cpu_threads[1]
+def transformers_baselines(prompts: list[str], max_new: int) -> tuple[dict, dict]:
+    """transformers' generate and assisted generation as transformers runs them (every linear layer through
+    torch's stock kernel), and generate again through the kernels this runtime tuned (models.cpu_linear, at
+    the threads generate runs with), which tells the kernels' share of a gain over generate from the
+    pipeline's. Each prompt runs the three in a rotated order. -> (name -> speed, the kernels chosen)."""
+    torch.set_num_threads(ModelOptions().cpu_threads[1])  # before the load: the kernels are timed with them
     target = load(ModelOptions(), "target")
     drafter = load(ModelOptions(model="smollm2:int8"), "drafter")
-    torch.set_num_threads(cores)
     eos = sorted(target.tokenizer.eos)
-    out = {}
-    for name, extra in (("transformers generate", {}), ("transformers assisted", {"assistant_model": drafter.model})):
-        tokens = seconds = 0.0
-        for i, text in enumerate([prompts[0]] + prompts):  # the first decode is a warm-up
-            ids = torch.tensor([target.tokenizer.prompt_ids(text)])
-            t0 = time.perf_counter()
-            with torch.inference_mode():
+    runs = (("transformers generate", True, {}), ("transformers assisted", True, {"assistant_model": drafter.model}),
+            ("generate, tuned linears", False, {}))
+    totals = {name: [0.0, 0.0] for name, _, _ in runs}  # tokens, seconds
+    for i, text in enumerate([prompts[0]] + prompts):  # the first prompt's decodes are warm-ups
+        ids = torch.tensor([target.tokenizer.prompt_ids(text)])
+        for name, stock, extra in runs[i % 3:] + runs[: i % 3]:
+            with stock_kernels(target.model) if stock else contextlib.nullcontext(), torch.inference_mode():
+                t0 = time.perf_counter()
                 gen = target.model.generate(ids, max_new_tokens=max_new, do_sample=False, eos_token_id=eos,
                                             pad_token_id=eos[0], **extra)
+                seconds = time.perf_counter() - t0
             if i > 0:
-                seconds += time.perf_counter() - t0
-                tokens += gen.shape[1] - ids.shape[1]
-        out[name] = {"tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds}
-    return out
+                totals[name][0] += gen.shape[1] - ids.shape[1]
+                totals[name][1] += seconds
+    speeds = {name: {"tokens": t, "seconds": sec, "tok_per_s": t / sec} for name, (t, sec) in totals.items()}
+    return speeds, target.linear_kernels
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -181,10 +189,10 @@ def main(argv: list[str] | None = None) -> None:
         prompts = bench_prompts(args.prompts or ["builtin"], args.limit, args.stratify)
     except InputError as e:
         raise SystemExit(f"python -m timing.bench_pair: {e}") from None
-    target_tok = load(ModelOptions(), "target").tokenizer
+    target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
     records = pair_run(prompts, args.max_new_tokens, args.budget, args.decoders)
-    baselines = transformers_baselines(prompts, args.max_new_tokens)
+    baselines, kernels = transformers_baselines(prompts, args.max_new_tokens)
     agreement = drafter_agreement(records, prompts)
 
     print(f"\nper-pass latency, median ms ({len(target_tok.prompt_ids(prompts[0]))}-token prompt)")
@@ -202,10 +210,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {decoder:<22}{st.speed:8.1f}{round_ms:10.1f}{med['draft']:8.1f}"
               f"{med['root']:8.1f}{med['wait']:8.1f}{med['tree']:8.1f}{st.rounds.tau:9.2f}")
     for name, b in baselines.items():
-        print(f"  {name:<22}{b['tok_per_s']:8.1f}   ({torch.get_num_threads()} threads)")
+        print(f"  {name:<23}{b['tok_per_s']:7.1f}   ({torch.get_num_threads()} threads)")
+    print(f"  (tuned kernels by row class {ROW_CLASSES}: {kernels or 'every shape stock'})")
     best = max((d for d in speeds if d != "ar"), key=lambda d: speeds[d]["tok_per_s"])
     ratios = {
         "ar / generate": speeds["ar"]["tok_per_s"] / baselines["transformers generate"]["tok_per_s"],
+        "ar / generate, tuned linears": speeds["ar"]["tok_per_s"] / baselines["generate, tuned linears"]["tok_per_s"],
         f"{best} / generate": speeds[best]["tok_per_s"] / baselines["transformers generate"]["tok_per_s"],
         f"{best} / assisted": speeds[best]["tok_per_s"] / baselines["transformers assisted"]["tok_per_s"],
         f"{best} / ar": speeds[best]["tok_per_s"] / speeds["ar"]["tok_per_s"],
@@ -216,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
           f"agreement {agreement['top1']:.2f}, target argmax in drafter top 10 "
           f"{agreement['target_argmax_in_drafter_top10']:.2f}")
     print(json.dumps({"latency_ms": latencies, "decoders": speeds, "transformers": baselines, "ratios": ratios,
+                      "linear_kernels": kernels,
                       "drafter_agreement": agreement,
                       "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "budget": args.budget}))
 

@@ -82,9 +82,17 @@ def environment(shard: str, drafter_env: dict | None) -> dict:
                                      "drafter": (drafter_env or {}).get("CUDA_VISIBLE_DEVICES")}}
 
 
+NOT_IDENTITY = ("linear_kernels",)  # what a start chose at load (timed): kept with the start, not compared
+
+
 def note_identity(directory: str | Path, start_id: str, models: dict) -> None:
     """Record what both models' weights are (revision, dtype, device) once the session is open; a sweep
-    whose weights changed under the same model names since its first start is refused (ConfigMismatch)."""
+    whose weights changed under the same model names since its first start is refused (ConfigMismatch).
+    The CPU linear kernels each start chose go with that start: they are timed at load, so they may differ
+    between starts of the same weights."""
+    chosen = {role: {k: m[k] for k in NOT_IDENTITY if k in m} for role, m in models.items() if m}
+    models = {role: m if m is None else {k: v for k, v in m.items() if k not in NOT_IDENTITY}
+              for role, m in models.items()}
     with _locked(directory) as (path, config):
         old = config.get("identity")
         if old is not None:
@@ -96,6 +104,7 @@ def note_identity(directory: str | Path, start_id: str, models: dict) -> None:
         for start in config.get("starts", []):
             if start.get("id") == start_id:
                 start["identity_checked"] = True
+                start.update({"models_at_load": chosen} if any(chosen.values()) else {})
         _write(path, config)
 
 

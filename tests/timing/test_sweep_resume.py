@@ -197,3 +197,21 @@ def test_first_turns_only_by_default(tmp_path, mock_session, make_options, sweep
     store = sweep(mock_session(), options)
     assert {r["turn"] for r in store.records} == {0} and len(store.records) == 3
     assert "2 later turns of 2 multi-turn questions are skipped" in caplog.text
+
+
+def test_starts_that_chose_other_cpu_kernels_share_a_directory_and_other_weights_do_not(tmp_path):
+    """Kernels are timed at load, so two starts on the same weights may choose differently: each start keeps
+    its own choice, and only the weights (revision, dtype, device) must match."""
+    target = {"model": "smollm2", "revision": "files:1", "dtype": "float32", "device": "cpu"}
+    drafter = {**target, "model": "smollm2:int8"}
+    (tmp_path / run_config.CONFIG).write_text(json.dumps({"starts": [{"id": "start-0"}, {"id": "start-1"}]}))
+    for i, kernels in enumerate(({"576x576": ["transposed"] * 3}, {"576x576": ["stock", "packed", "packed"]})):
+        run_config.note_identity(tmp_path, f"start-{i}", {"target": {**target, "linear_kernels": kernels},
+                                                          "drafter": drafter})
+    config = run_config.read_config(tmp_path)
+    assert config["identity"] == {"target": target, "drafter": drafter}
+    assert [s["models_at_load"]["target"]["linear_kernels"] for s in config["starts"]] == [
+        {"576x576": ["transposed"] * 3}, {"576x576": ["stock", "packed", "packed"]}]
+    with pytest.raises(run_config.ConfigMismatch, match=r"target\.revision"):
+        run_config.note_identity(tmp_path, "start-1", {"target": {**target, "revision": "files:2"},
+                                                       "drafter": drafter})
