@@ -67,7 +67,8 @@ class TunedLinear(nn.Module):
     The copies a kernel reads are made here from the weight as it is now; a weight changed since (in place,
     replaced, moved or cast) makes every class run F.linear, so a copy can never give stale rows."""
 
-    def __init__(self, linear: nn.Linear | SimpleNamespace, choice: tuple[str, ...], keep: tuple[str, ...] | None = None) -> None:
+    def __init__(self, linear: nn.Linear | SimpleNamespace, choice: tuple[str, ...],
+                 keep: tuple[str, ...] | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: ties and state_dict hold

@@ -4,14 +4,16 @@ python -m timing.bench_linears [--context 40] [--trees 8,59] [--reps 15] [--thre
 
 Loads the default pair's target, tunes its linear layers (models.cpu_linear: prints the choice and the seconds
 it took), then times its root pass and tree passes of each size in --trees, each repetition once with every
-layer on the stock kernel (as `stock_kernels` sets it) and once tuned, in turn and either first in alternate
-repetitions, so that drift on a shared machine falls on both alike. A speedup is the median of the per-repetition ratios stock / tuned, with its quartiles. The load
-average is printed before and after; the last line of the output is one JSON document.
+layer on the stock kernel (`stock_kernels`) and once tuned, in turn and either first in alternate
+repetitions, so that drift on a shared machine falls on both alike. A speedup is the median of the
+per-repetition ratios stock / tuned, with its quartiles. The load average is printed before and after; the
+last line of the output is one JSON document.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -19,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from models.cpu_linear import copies_bytes, tune, tuned_layers
+from models.cpu_linear import copies_bytes, stock_kernels, tune
 from models.hf import CPU_BUCKETS
 from models.load import load
 from models.options import ModelOptions
@@ -35,14 +37,12 @@ def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, floa
     tune_seconds = time.perf_counter() - t0
     capacity = context + max(trees) + 8
     passes = target_passes(loaded.model, context, capacity, CPU_BUCKETS, trees)
-    layers = tuned_layers(loaded.model)
 
     def timed(fn, stock: bool) -> float:
-        for layer in layers:  # as stock_kernels does, outside the timed call
-            layer.stock = stock
-        t = time.perf_counter()
-        fn()
-        return time.perf_counter() - t
+        with stock_kernels(loaded.model) if stock else contextlib.nullcontext():  # entered before the clock
+            t = time.perf_counter()
+            fn()
+            return time.perf_counter() - t
 
     for fn in passes.values():  # warm-up
         for stock in (True, False):
@@ -52,8 +52,6 @@ def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, floa
         for name, fn in passes.items():
             for kind in (("stock", "tuned") if rep % 2 == 0 else ("tuned", "stock")):  # either first in turn
                 times[(name, kind)].append(timed(fn, kind == "stock"))
-    for layer in layers:
-        layer.stock = False
     return choice, times, tune_seconds, copies_bytes(loaded.model)
 
 
