@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import logging
 import time
 from collections import deque
@@ -61,6 +62,13 @@ def tag(peer: bytes) -> bytes:
     return hashlib.blake2b(peer, digest_size=16).digest()
 
 
+def _is_shutdown(event: Received) -> bool:
+    try:
+        return event.count == len(event.frames) and isinstance(decode(event.frames), Shutdown)
+    except ProtocolError:
+        return False
+
+
 class DrafterServer:
     def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False,
                  exit_with_target: bool = False, max_request_context: int = REQUEST_CONTEXT,
@@ -74,6 +82,7 @@ class DrafterServer:
         self.peer: bytes | None = None  # the routing id of the target being served
         self.connections: dict[int, bytes] = {}  # descriptor -> tag of the routing id, of connections that spoke
         self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # tags; ids are never reused in ZeroMQ
+        self.last_served: bytes | None = None  # the tag of the last served target whose connection closed
         self.runner = None  # the one KV cache (and graphs) of this process
         self.drafter: Drafter | None = None
         self.request = -1
@@ -115,6 +124,11 @@ class DrafterServer:
                     return
                 continue
             if (peer := tag(event.peer)) in self.departed:
+                # The transport reports a departure before the messages still queued from that connection:
+                # the Shutdown a target sent just before it closed still ends a drafter that exits on one.
+                if peer == self.last_served and not self.persist and _is_shutdown(event):
+                    log.info("the target asked to shut down as it left")
+                    return
                 log.debug("ignored a message a closed connection left queued")
                 continue
             # A descriptor is reused only after its connection closed, and the monitor reports that first.
@@ -130,6 +144,7 @@ class DrafterServer:
             return  # a connection that never spoke (a failed secure handshake, say)
         self.departed.append(peer)
         if self.peer is not None and peer == tag(self.peer):
+            self.last_served = peer
             log.info("the target closed its connection; ready for the next one")
             self._forget()
 
@@ -272,8 +287,9 @@ class DrafterServer:
         log.info("handshake with target %s: pool topk=%d depth=%d expand=%d", printable(repr(hello.model), 200),
                  config.topk, config.depth, config.expand)
         who = self.loaded.identity
+        kernels = json.dumps(who["linear_kernels"], sort_keys=True) if "linear_kernels" in who else ""
         return Ready(PROTOCOL_VERSION, self.loaded.vocab_size, tok.fingerprint, self.loaded.name, who["revision"],
-                     who["dtype"], who["device"])
+                     who["dtype"], who["device"], kernels)
 
     def _runner(self, capacity: int):
         """The KV cache: the one held when it is large enough, else a larger one in its place (the old one is

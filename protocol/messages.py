@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
@@ -14,8 +15,8 @@ from pipeline.cut import NOW, WEIGH
 from protocol.errors import BadArray, LimitExceeded, MalformedMessage
 from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
 
-PROTOCOL_VERSION = 5  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
-# 5: Waiting.cut 2 (weighed cuts)
+PROTOCOL_VERSION = 6  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
+# 5: Waiting.cut 2 (weighed cuts); 6: Ready.linear_kernels
 
 
 class Kind(IntEnum):
@@ -83,6 +84,23 @@ class Ready(Message):
     revision: str = ""
     dtype: str = ""
     device: str = ""
+    linear_kernels: str = ""  # the CPU linear kernels the drafter chose at load, as JSON (models.cpu_linear.tune)
+
+    def check(self) -> None:
+        self.kernels()
+
+    def kernels(self) -> dict[str, list[str]]:
+        """`linear_kernels` read: {"OUTxIN": [kernel per row class]} ({} when empty)."""
+        if not self.linear_kernels:
+            return {}
+        try:
+            got = json.loads(self.linear_kernels)
+        except (ValueError, RecursionError) as e:
+            raise MalformedMessage(f"Ready.linear_kernels is not JSON ({type(e).__name__})") from None
+        if not (isinstance(got, dict) and all(isinstance(v, list) and all(isinstance(k, str) for k in v)
+                                              for v in got.values())):
+            raise MalformedMessage("Ready.linear_kernels must map weight shapes to lists of kernel names")
+        return got
 
 
 @dataclass(frozen=True, slots=True, eq=False)

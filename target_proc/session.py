@@ -114,9 +114,10 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
         ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout)
         log.info("drafter %r ready", ready.model)
+        kernels = ready.kernels()
         models = {"target": loaded.identity,
                   "drafter": {"model": ready.model, "revision": ready.revision, "dtype": ready.dtype,
-                              "device": ready.device}}
+                              "device": ready.device, **({"linear_kernels": kernels} if kernels else {})}}
         yield Session(target, loaded.tokenizer, drafter, pool, models)
         drafter.shutdown()
         linger = SHUTDOWN_WAIT_S

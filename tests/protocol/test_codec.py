@@ -18,7 +18,8 @@ from protocol.messages import (MESSAGES, PROTOCOL_VERSION, Ahead, Commit, End, E
 # One instance of every message type, with no field left at a default and arrays that are not all zero.
 SAMPLES = [
     Hello(PROTOCOL_VERSION, 49152, "0123abcd", "org/target-model", 10, 8, 10, 4096),
-    Ready(PROTOCOL_VERSION, 49152, "0123abcd", "org/drafter-model:int8"),
+    Ready(PROTOCOL_VERSION, 49152, "0123abcd", "org/drafter-model", "sha256:00ff", "float32", "cpu",
+          '{"576x576": ["transposed", "packed", "stock"]}'),
     Start(7, np.array([1, 49151, 0, 12], np.int32)),
     Commit(7, 3, np.array([5, 2**31 - 1], np.int32)),
     PoolMsg(7, 3, 0.0125, 1, 0.03, np.array([4, 9, 4], np.int32), np.array([-1, -1, 0], np.int32),
@@ -128,6 +129,25 @@ def test_unknown_message_kind_is_refused(kind, shown):
 def test_wrong_scalar_fields_are_refused(change, message):
     h = header_of(SAMPLES[0])
     change(h["f"])
+    with pytest.raises(MalformedMessage, match=message):
+        decode(frames(h))
+
+
+def test_ready_reads_its_linear_kernels():
+    assert SAMPLES[1].kernels() == {"576x576": ["transposed", "packed", "stock"]}
+    assert Ready(PROTOCOL_VERSION, 64, "f", "m").kernels() == {}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", r"Ready.linear_kernels is not JSON \(JSONDecodeError\)"),
+    ("[" * 30_000 + "]" * 30_000, r"Ready.linear_kernels is not JSON \(RecursionError\)"),
+    ('["576x576"]', r"Ready.linear_kernels must map weight shapes to lists of kernel names"),
+    ('{"576x576": "packed"}', r"must map weight shapes to lists of kernel names"),
+    ('{"576x576": [1, 2]}', r"must map weight shapes to lists of kernel names"),
+], ids=["cut", "deep", "list", "str-for-list", "int-names"])
+def test_ready_refuses_linear_kernels_it_cannot_read(text, message):
+    h = header_of(SAMPLES[1])
+    h["f"]["linear_kernels"] = text
     with pytest.raises(MalformedMessage, match=message):
         decode(frames(h))
 

@@ -19,7 +19,9 @@ from models.options import ModelOptions
 from pipeline.config import PoolConfig
 from protocol.errors import DrafterBusy, InvalidPoolMessage, PeerError
 from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, PoolMsg, Ready, Shutdown, Start
-from protocol.transport import Channel, Listener
+from protocol.codec import encode
+from protocol.log_limit import Throttle
+from protocol.transport import Channel, Left, Listener, Received
 from target_proc.client import RemoteDrafter
 
 from tests.protocol.wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S, RawPeer, hello, raw_socket
@@ -214,3 +216,45 @@ def test_a_private_drafter_exits_once_its_target_has_gone(endpoint):
         assert not thread.is_alive(), "the private drafter kept serving after its target left"
     finally:
         listener.close()
+
+
+class ScriptedListener:
+    """The events of `script` in order, as a Listener would deliver them; raises Exhausted after the last."""
+
+    class Exhausted(Exception):
+        pass
+
+    def __init__(self, script: list) -> None:
+        self.script, self.sent, self.throttle = list(script), [], Throttle()
+
+    def recv(self, timeout: float | None = None):
+        if not self.script:
+            raise self.Exhausted
+        return self.script.pop(0)
+
+    def send(self, peer: bytes, msg) -> bool:
+        self.sent.append((peer, msg))
+        return True
+
+    def departures(self) -> list[int]:
+        return []
+
+
+@pytest.mark.parametrize("who, persist, ends", [("served", False, True), ("served", True, False),
+                                                ("stranger", False, False)])
+def test_a_shutdown_queued_behind_its_targets_departure(who, persist, ends):
+    # The transport reports a departure before the messages its connection left queued: a target that sent
+    # Shutdown and closed at once is seen to leave first. Its Shutdown still ends a drafter that exits on
+    # one; a persistent drafter has already released it, and a stranger's queued Shutdown ends nothing.
+    served, other = Received(b"target", 7, encode(hello())), Received(b"stranger", 8, encode(Commit(1, 1, PROMPT)))
+    shutdown = Received(b"target" if who == "served" else b"stranger", 7 if who == "served" else 8,
+                        encode(Shutdown()))
+    script = [served, other, Left(8), Left(7), shutdown]
+    listener = ScriptedListener(script)
+    server = DrafterServer(listener, load(ModelOptions(model="mock"), "drafter"), persist=persist)
+    if ends:
+        server.serve()  # returns: the drafter exits
+    else:
+        with pytest.raises(ScriptedListener.Exhausted):  # still serving after the script's last event
+            server.serve()
+    assert isinstance(listener.sent[0][1], Ready) and server.peer is None

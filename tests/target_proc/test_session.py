@@ -1,20 +1,24 @@
 """Opening a target's session: nothing answering at the drafter's address stops it within its connect timeout,
-and a drafter that answers but is still loading its model is waited for, up to the ready timeout."""
+and a drafter that answers but is still loading its model is waited for, up to the ready timeout; what the
+drafter says of itself in Ready stands in the session's provenance."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
 import pytest
 import zmq
 
+from drafter_proc.server import DrafterServer
+from models.load import load
 from models.options import ModelOptions
 from protocol.messages import PROTOCOL_VERSION, Hello, Ready
-from protocol.transport import NothingAnswers, loopback_tcp_endpoint
+from protocol.transport import Listener, NothingAnswers, loopback_tcp_endpoint
 from target_proc.session import open_session
 from tests.conftest import MOCK_POOL
-from tests.protocol.wire_peers import FINGERPRINT, VOCAB, FakeDrafter, raw_socket
+from tests.protocol.wire_peers import FINGERPRINT, VOCAB, WAIT_S, FakeDrafter, raw_socket
 
 MOCK = ModelOptions(model="mock")
 
@@ -48,3 +52,19 @@ def test_a_drafter_that_answers_but_is_still_loading_is_waited_for(endpoint):
     finally:
         helper.join(5)
         drafter.close()
+
+
+def test_the_drafters_linear_kernels_reach_the_sessions_provenance(endpoint):
+    # What the drafter chose at load travels in Ready and stands beside the target's own choice.
+    tiny = ModelOptions(model="random:tiny", tune_linears=False)
+    kernels = {"64x32": ["transposed", "packed", "packed"], "32x64 with bias": ["stock", "packed", "stock"]}
+    server = DrafterServer(Listener.bind(endpoint), dataclasses.replace(load(tiny, "drafter"), linear_kernels=kernels))
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        with open_session(tiny, endpoint, MOCK_POOL, 5.0, ready_timeout=30.0) as session:
+            assert session.models["drafter"]["linear_kernels"] == kernels
+            assert "linear_kernels" not in session.models["target"]  # tuned off: none chosen
+    finally:
+        thread.join(WAIT_S)
+    assert not thread.is_alive()  # the session's shutdown ended it
