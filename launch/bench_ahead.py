@@ -12,16 +12,18 @@ order rotated from prompt to prompt, so all see the same machine state. Prints, 
 of each variant (and over `ar`), the paired per-prompt ratio of each variant over `none` (median and range),
 each variant's median wait for the drafter per round, the hit rate and the drafting hidden per hit; and speeds
 per prompt group. The load average is printed at the start and the end. The last line of stdout is one JSON
-document.
+document; `--records FILE` also keeps every timed decode's record, for what the summary does not show.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -64,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default=None, help="the pair's target (default: the embedded pair)")
     parser.add_argument("--drafter", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--records", metavar="FILE", default=None,
+                        help="also write every timed decode's record to FILE, a new file (JSON lines, each with its "
+                             "`bench_budget` and `bench_variant`, null for ar)")
     parser.add_argument("--variants", default=",".join(VARIANTS), metavar="LIST",
                         help=f"comma-separated, from {','.join(VARIANTS)}, window-N and cut+window-N (none is always "
                              "run: the others' baseline)")
@@ -78,23 +83,33 @@ def main(argv: list[str] | None = None) -> int:
                                        limit_prompts=ns.limit_prompts, stratify=ns.stratify), ns.seed)
     except (PromptError, ConfigError) as e:
         parser.error(str(e))
+    if ns.records and (problem := _unwritable(Path(ns.records))):
+        parser.error(f"--records {ns.records}: {problem}")
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
     pair = Pair(**({"target": ns.target} if ns.target else {}), **({"drafter": ns.drafter} if ns.drafter else {}))
     rows = []
-    with pair:
+
+    def kept(record: dict, budget, variant) -> dict:
+        if records is not None:
+            records.write(json.dumps({**record, "bench_budget": budget, "bench_variant": variant}) + "\n")
+            records.flush()
+        return _numbers(record)
+
+    with pair, open(ns.records, "x", encoding="utf-8") if ns.records else contextlib.nullcontext() as records:
         settings = dict(temperature=ns.temperature, max_new_tokens=ns.max_new_tokens, seed=ns.seed)
         pair.decode(prompts[0].turns[0], "ar", **settings)  # warm-up, off the record
         pair.decode(prompts[0].turns[0], ns.decoder, budget=budgets[0], ahead=True, **settings)
         for i, prompt in enumerate(prompts):
             text, group = prompt.turns[0], category_group(prompt.category)
             run = lambda decoder, **kw: pair.decode(text, decoder, prompt_id=prompt.id, **settings, **kw)  # noqa: E731
-            rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None, **_numbers(run("ar"))})
+            rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None,
+                         **kept(run("ar"), None, None)})
             for budget in budgets:
                 for k in range(len(variants)):
                     name = variants[(i + k) % len(variants)]
                     rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
-                                 **_numbers(run(ns.decoder, budget=budget, **variant_settings(name)))})
+                                 **kept(run(ns.decoder, budget=budget, **variant_settings(name)), budget, name)})
             print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
     load_end = os.getloadavg()
     summary = summarize(rows, budgets)
@@ -104,6 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(json.dumps(summary))
     return 0
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a new file cannot be made at `path` (None: it can)."""
+    if path.exists() or path.is_symlink():
+        return "exists (a new file keeps each run's records apart)"
+    if not path.parent.is_dir():
+        return f"no directory {path.parent}"
+    if not os.access(path.parent, os.W_OK):
+        return f"directory {path.parent} is not writable"
+    return None
 
 
 def _numbers(record: dict) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -55,10 +56,32 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
     prompts.write_text("".join(json.dumps({"id": i, "category": c, "prompt": f"Tell me about {c} {i}"}) + "\n"
                                for i, c in enumerate(["qa", "math", "qa", "coding"])))
     done = subprocess.run([sys.executable, "-m", "launch.bench_ahead", "--target", "mock", "--prompts", str(prompts),
-                           "--limit-prompts", "2", "--budgets", "4", "--max-new-tokens", "16"],
+                           "--limit-prompts", "2", "--budgets", "4", "--max-new-tokens", "16",
+                           "--records", str(tmp_path / "records.jsonl")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout.splitlines()[-1])
     assert doc["prompts"] == 2
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 7  # per prompt: ar, then each of the 6 variants at the one budget
+    assert [(r["decoder"], r["bench_variant"]) for r in records[:7]].count(("ar", None)) == 1
+    assert {r["bench_variant"] for r in records[1:7]} == set(doc["budgets"]["4"]) - {"by_group"}
+    assert {r["bench_budget"] for r in records[1:7]} == {4} and all(r["kind"] == "decode" for r in records)
+    tokens = sum(r["new_tokens"] for r in records if r["bench_variant"] == "cut")
+    seconds = sum(r["seconds"] for r in records if r["bench_variant"] == "cut")
+    assert doc["budgets"]["4"]["cut"]["tokens_per_second"] == pytest.approx(tokens / seconds)
     assert set(doc["budgets"]["4"]) == {"none", "lend", "ahead", "cut", "cut-weigh", "cut+ahead", "by_group"}
     assert doc["budgets"]["4"]["ahead"]["hit_rate"] is not None and doc["budgets"]["4"]["none"]["hit_rate"] is None
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: (d / "old.jsonl").write_text("{}\n") and d / "old.jsonl", r"old.jsonl: exists \(a new file keeps each"),
+    (lambda d: d / "missing" / "r.jsonl", r"r.jsonl: no directory .*missing"),
+], ids=["exists", "no-directory"])
+def test_records_go_to_a_new_file_only(tmp_path, make, message):
+    path = make(tmp_path)
+    before = path.read_text() if path.exists() else None
+    done = subprocess.run([sys.executable, "-m", "launch.bench_ahead", "--target", "mock", "--prompts", "humaneval",
+                           "--records", str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and re.search(r"error: --records .*" + message, done.stderr), done.stderr
+    assert (path.read_text() if path.exists() else None) == before  # another run's records untouched
