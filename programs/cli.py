@@ -33,6 +33,7 @@ from typing import Any
 from pipeline.config import ConfigError, InputError, parse_budget, parse_token_ids
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
 from protocol.transport import check_endpoint
+from protocol.wakeup import woken_by_signals
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
 # A file system that refuses to write: the user frees space or names another folder; nothing is lost.
@@ -230,7 +231,8 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
     """Run a program's body; an error the user or the peer caused becomes one log line and an exit code."""
     log = logging.getLogger("program")
     try:
-        return body()
+        with woken_by_signals():  # a stop request ends a socket wait however it lands
+            return body()
     except InputError as e:  # bad values, prompts, models, sizes, files or devices
         log.error("%s", flags.rewrite(str(e)))
         return EXIT_USAGE

@@ -13,8 +13,9 @@ peer: a ZAP handler makes libzmq refuse ZMTP 1.0 and 2.0 peers, whose connection
 number of frames kept (protocol.receive), and warnings about peers are rate-limited. The connecting side
 watches its socket's monitor: a drafter that exits or is killed becomes PeerDied at the next wait, a failed
 secure handshake AccessDenied, an endpoint where no connection can be made within a few seconds
-NothingAnswers, and every wait has a timeout that names the setting to raise. Sockets close
-with linger 0 through `close`.
+NothingAnswers, and every wait has a timeout that names the setting to raise. Within
+`protocol.wakeup.woken_by_signals` (every program), a signal ends any wait at once. Sockets close with linger 0
+through `close`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from pipeline.config import InputError
+from protocol import wakeup
 from protocol.codec import MAX_FRAMES, decode, encode
 from protocol.errors import AccessDenied, BadArray, PeerDied, PeerTimeout
 from protocol.keys import Keypair
@@ -281,6 +283,7 @@ class Listener:
         self.poller = zmq.Poller()
         self.poller.register(monitor, zmq.POLLIN)
         self.poller.register(sock, zmq.POLLIN)
+        self.wake = _wake_on_signals(self.poller)
         self.departed = 0  # connections closed since memory was last handed back
 
     @classmethod
@@ -327,6 +330,8 @@ class Listener:
             if not ready and trim:
                 hand_back_memory()
                 self.departed = 0
+            if self.wake in ready:
+                wakeup.drain()
             if self.monitor in ready:
                 if (event := self._event()) is not None:
                     return event
@@ -393,6 +398,15 @@ class Listener:
         _shut(self.context, self.auth)
 
 
+def _wake_on_signals(*pollers: zmq.Poller) -> pysocket.socket | None:
+    """Register the signal wake-up socket (protocol.wakeup) with each poller -> it, or None outside a block."""
+    wake = wakeup.reader()
+    if wake is not None:
+        for poller in pollers:
+            poller.register(wake, zmq.POLLIN)
+    return wake
+
+
 def _shut(context: zmq.Context, auth) -> None:
     if auth is not None:
         auth.stop()
@@ -415,6 +429,7 @@ class Channel:
         self.send_poller = zmq.Poller()
         self.send_poller.register(sock, zmq.POLLOUT)
         self.send_poller.register(monitor, zmq.POLLIN)
+        self.wake = _wake_on_signals(self.poller, self.send_poller)
 
     @classmethod
     def connect(cls, endpoint: str, peer: str, keys: ClientKeys | None = None) -> Channel:
@@ -450,7 +465,10 @@ class Channel:
             if left <= 0:
                 raise PeerDied(f"the {self.peer} at {self.endpoint} takes no messages: no connection to it has "
                                f"lasted {SEND_TIMEOUT_MS // 1000} s")
-            if self.monitor in dict(self.send_poller.poll(int(left * 1000) + 1)):
+            ready = dict(self.send_poller.poll(int(left * 1000) + 1))
+            if self.wake in ready:
+                wakeup.drain()
+            if self.monitor in ready:
                 self._event(f"a chance to send {type(msg).__name__}")
 
     def wait_answer(self, timeout: float) -> None:
@@ -478,6 +496,8 @@ class Channel:
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = dict(self.poller.poll(None if left is None else int(left * 1000) + 1))
+            if self.wake in events:
+                wakeup.drain()
             if self.sock in events:
                 got = recv_frames(self.sock, MAX_FRAMES)
                 if got.excess:

@@ -1,0 +1,117 @@
+"""A signal ends a socket wait at once, even when it lands on another thread (the kernel may deliver a
+process's signal to any thread that does not block it: the ZAP handler's, torch's) or just before the poll."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+from protocol import wakeup
+from protocol.errors import PeerTimeout
+from protocol.transport import Channel, Listener
+from protocol.wakeup import woken_by_signals
+
+WAIT_S = 5.0  # each wait's timeout: a handler that ran only when it ended shows as a wait this long
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stop(signum, frame):
+    raise Stopped
+
+
+@pytest.fixture
+def usr1_stops():
+    previous = signal.signal(signal.SIGUSR1, _stop)
+    yield
+    signal.signal(signal.SIGUSR1, previous)
+
+
+def signal_on_another_thread(after: float = 0.2) -> threading.Thread:
+    """SIGUSR1, delivered to a helper thread: its C handler runs there, and the main thread's wait must wake."""
+    def fire() -> None:
+        time.sleep(after)
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+
+    thread = threading.Thread(target=fire, daemon=True)
+    thread.start()
+    return thread
+
+
+def stops_early(wait) -> float:
+    start = time.monotonic()
+    with pytest.raises(Stopped):
+        wait()
+    return time.monotonic() - start
+
+
+def test_a_signal_on_another_thread_ends_the_listeners_wait(endpoint, usr1_stops):
+    with woken_by_signals():
+        listener = Listener.bind(endpoint)
+        try:
+            signal_on_another_thread()
+            assert stops_early(lambda: listener.recv(WAIT_S)) < WAIT_S / 2
+        finally:
+            listener.close()
+
+
+def test_a_signal_on_another_thread_ends_the_channels_wait(endpoint, usr1_stops):
+    with woken_by_signals():
+        listener = Listener.bind(endpoint)
+        channel = Channel.connect(endpoint, peer="drafter")
+        try:
+            signal_on_another_thread()
+            assert stops_early(lambda: channel.recv_frames(WAIT_S, "drafter_timeout", "a reply")) < WAIT_S / 2
+        finally:
+            channel.close()
+            listener.close()
+
+
+def test_a_signal_that_does_not_stop_leaves_the_wait_to_its_timeout(endpoint):
+    """A handler that only notes the signal (as a block run whole does) wakes the wait, which goes on."""
+    arrived = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: arrived.append(signum))
+    try:
+        with woken_by_signals():
+            channel = Channel.connect(endpoint, peer="drafter")
+            try:
+                signal_on_another_thread(after=0.1)
+                start = time.monotonic()
+                with pytest.raises(PeerTimeout):
+                    channel.recv_frames(1.0, "drafter_timeout", "a reply")
+                assert time.monotonic() - start >= 1.0
+            finally:
+                channel.close()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert arrived == [signal.SIGUSR1]
+
+
+def test_the_wakeup_socket_exists_only_within_the_block_and_the_previous_one_is_restored():
+    assert wakeup.reader() is None
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    with woken_by_signals():
+        assert wakeup.reader() is not None
+        with woken_by_signals():  # nested: the outer block's socket serves
+            assert wakeup.reader() is not None
+    assert wakeup.reader() is None
+    assert signal.set_wakeup_fd(before) == before
+
+
+def test_off_the_main_thread_the_block_changes_nothing():
+    seen = []
+
+    def body() -> None:
+        with woken_by_signals():
+            seen.append(wakeup.reader())
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [None]
