@@ -97,20 +97,20 @@ def check_kv_memory(loaded, capacity: int) -> None:
 def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_timeout: float,
                  ready_timeout: float, drafter_key: str = "", keys: str = "",
                  connect_timeout: float = CONNECT_TIMEOUT_S) -> Iterator[Session]:
-    """Load the target, connect to the drafter, handshake; on a clean exit ask the drafter to shut down.
-    Nothing answering at `endpoint` within `connect_timeout` s stops it (NothingAnswers); a drafter that
-    answers is given `ready_timeout` s for its handshake (it may still be loading its model)."""
+    """Connect to the drafter, load the target, handshake; on a clean exit ask the drafter to shut down.
+    Nothing answering at `endpoint` within `connect_timeout` s stops it before the load (NothingAnswers); a
+    drafter that answers is given `ready_timeout` s for its handshake (it may still be loading its model)."""
     log = logging.getLogger("target")
     curve = client_keys(endpoint, drafter_key, keys)  # refuses an insecure endpoint before loading anything
-    loaded = load(model, "target")
-    check_kv_memory(loaded, model.max_context)
-    target = Target(loaded.runner(model.max_context), model.cpu_threads)
-    log.info("loaded %s on %s; waiting for the drafter at %s%s", model.model, model.device, endpoint,
-             " (CURVE)" if drafter_key else "")
     channel = Channel.connect(endpoint, peer="drafter", keys=curve)
     linger = 0.0
     try:
-        channel.wait_answer(connect_timeout)
+        channel.wait_answer(connect_timeout)  # before the load: a wrong address is said in seconds, not minutes
+        loaded = load(model, "target")
+        check_kv_memory(loaded, model.max_context)
+        target = Target(loaded.runner(model.max_context), model.cpu_threads)
+        log.info("loaded %s on %s; waiting for the drafter at %s%s", model.model, model.device, endpoint,
+                 " (CURVE)" if drafter_key else "")
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
         ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout)
         log.info("drafter %r ready", ready.model)

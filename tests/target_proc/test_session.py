@@ -32,6 +32,16 @@ def test_a_session_stops_within_its_connect_timeout_when_nothing_listens():
     assert time.monotonic() - t0 < 5  # not the ready timeout
 
 
+def test_nothing_answering_is_said_before_the_target_loads(monkeypatch):
+    # An 8B target loads for a minute: a wrong --drafter-at is said within the connect timeout, not after it.
+    loads = []
+    monkeypatch.setattr("target_proc.session.load", lambda *args: loads.append(args))
+    with pytest.raises(NothingAnswers):
+        with open_session(MOCK, loopback_tcp_endpoint(), MOCK_POOL, 5.0, ready_timeout=600.0, connect_timeout=0.3):
+            pass
+    assert loads == []
+
+
 def test_a_drafter_that_answers_but_is_still_loading_is_waited_for(endpoint):
     sock = raw_socket(zmq.ROUTER)
     sock.bind(endpoint)
