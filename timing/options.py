@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 
 from evaluation.summary import SPEED_TOKENS
@@ -64,6 +65,8 @@ class SweepOptions:
             getattr(self, parsed)  # each parsing property raises the ConfigError naming its field
         if not self.out:
             raise ConfigError("out", "must name the output directory")
+        if os.path.exists(self.out) and not os.path.isdir(self.out):  # said before any process starts
+            raise ConfigError("out", f"{self.out} is not a directory")
 
     @property
     def max_new_tokens(self) -> int:

@@ -52,6 +52,16 @@ def test_a_tcp_port_in_use_is_refused_before_any_process_starts(capsys):
             f"process; stop it or name another endpoint")
 
 
+def test_a_sweeps_out_that_is_a_file_is_refused_before_any_process_starts(capsys, tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(SystemExit) as exited:
+        plan(["sweep", "--target", "mock", "--out", str(file)])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"launch/pair.sh sweep: error: --out {file} is not a directory")
+
+
 def test_the_private_ipc_endpoint_goes_in_clear_and_records_its_owner():
     p = plan(["--target", "mock"])
     try:
