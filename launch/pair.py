@@ -152,9 +152,10 @@ def plan(argv: list[str]) -> LaunchPlan:
         keys = dataclasses.replace(keys, curve=keys.curve or private_dir is None)
         if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
             connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
+        # Private to this target: it exits when the target has gone, even if the launcher's death goes unsaid
         drafter = PY + ["programs.drafter_program", *to_argv(models["drafter"], skip=TARGET_ONLY), "--endpoint",
                         endpoint, *to_argv(keys), "--max-request-context", str(models["target"].max_context),
-                        "--log-level", ns.log_level]
+                        "--exit-with-target", "--log-level", ns.log_level]
     target = [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
     if mode == "sweep":

@@ -89,6 +89,13 @@ def test_the_launchers_drafter_grants_its_target_the_context_it_asks_for():
     assert option(p.drafter, "--max-request-context") == "40000" == option(p.target, "--max-context")
 
 
+@pytest.mark.parametrize("mode", [[], ["sweep", "--out", "runs/x"]])
+def test_the_launchers_drafter_is_private_to_its_target(mode):
+    # It exits once its one target has gone, so no drafter outlives a pair whose launcher's death went unsaid
+    assert "--exit-with-target" in plan([*mode, "--target", "mock"]).drafter
+    assert "--exit-with-target" not in plan(["--target", "mock"]).target
+
+
 @pytest.mark.parametrize("value, message", [
     ("8", r"--max-request-context must be an integer >= 16, got 8"),
     (str(2**21), r"--max-request-context must be at most 1048576 \(the KV slots a handshake carries\), got 2097152"),
