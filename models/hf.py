@@ -12,10 +12,12 @@ such as 2049 makes them copy the bias into an aligned one on every call, or reje
 
 Passes after the prefill go through per-bucket static buffers (ids, positions, slots, visible columns):
 the pass is padded up to a bucket size, the mask is built on the device from those buffers, and on CUDA
-the whole step is a captured graph replayed after `copy_`-ing new inputs in. On the CPU the same step
-runs eagerly, attending only over the used part of the cache. On CUDA, attention runs in the SDPA
-backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and its plan do not change with the
-shape (cuDNN's would be re-planned for each new shape, inside timed regions).
+the whole step is a captured graph replayed after `copy_`-ing new inputs in. A graph has fixed shapes, so
+each bucket is captured at a few spans (graph_spans: the whole cache and its halvings) and a pass replays
+the smallest span that covers the used slots: a short context in a large cache does not read all of it.
+On the CPU the same step runs eagerly, attending over the used slots rounded up to SPAN_STEP. On CUDA,
+attention runs in the SDPA backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and its
+plan do not change with the shape (cuDNN's would be re-planned for each new shape, inside timed regions).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own b
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
 SLOT_ALIGN = 128  # physical cache slots are a multiple of this (SPAN_STEP divides it)
+GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/2, 1/4 and 1/8 of it
 # The mask is an arbitrary additive bias, which flash attention does not take. Memory-efficient attention
 # takes it in any shape; math is the fallback that takes everything.
 CUDA_SDPA_BACKENDS = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
@@ -124,7 +127,10 @@ class HFRunner:
     """A transformers causal LM with a static KV cache of `capacity` slots."""
 
     def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None,
-                 slot_align: int = SLOT_ALIGN):
+                 slot_align: int = SLOT_ALIGN, ladder: bool | None = None):
+        """ladder: passes attend over the smallest of graph_spans covering the used slots (the shapes graphs
+        are captured at), graphs or not; None: on CUDA. Without it, CUDA passes attend over the whole cache
+        (one graph per bucket) and CPU passes over the used slots rounded up."""
         self.model = model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -144,7 +150,10 @@ class HFRunner:
         self.buffers = {b: _Buffers(b, self.device, on_cuda) for b in self.buckets}
         self.arange = torch.arange(self.slots, device=self.device)
         self.sdpa_backends = CUDA_SDPA_BACKENDS if on_cuda else None  # None: torch's own choice
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        ladder = on_cuda if ladder is None else ladder
+        self.spans = graph_spans(self.slots) if ladder else (self.slots,) if on_cuda else None
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (bucket, span) -> graph
+        self.outputs: dict[int, torch.Tensor] = {}  # bucket -> the logits its graphs write
         self.eager_reason = graphs_blocked_by(model) if graphs and on_cuda else None
         if self.eager_reason:
             log.warning("CUDA graphs off for %s: %s; its passes run eagerly", type(model).__name__,
@@ -166,13 +175,15 @@ class HFRunner:
             return self._dense(tokens, positions, slots, prefix, cols, vis, last_only)
         b = self.buckets[np.searchsorted(self.buckets, n)]
         self.buffers[b].stage(tokens, positions, slots, prefix, cols, vis)
-        if b in self.graphs:
-            graph, out = self.graphs[b]
+        span = self._span(prefix, slots, cols)
+        if self.spans:  # the graphs' shapes, graphs or not, so that --no-graphs gives the same rows
+            span = self.spans[np.searchsorted(self.spans, span)]
+        graph = self.graphs.get((b, span))
+        if graph is not None:
             graph.replay()
-        elif self.device.type == "cuda":  # same shapes as the graphs, so --no-graphs gives the same rows
-            out = self._step(b, self.slots)
+            out = self.outputs[b]
         else:
-            out = self._step(b, self._span(prefix, slots, cols))
+            out = self._step(b, span)
         return out[n - 1:n] if last_only else out[:n]
 
     def _step(self, b: int, span: int) -> torch.Tensor:
@@ -231,26 +242,31 @@ class HFRunner:
 
     @torch.inference_mode()
     def _capture(self) -> None:
-        """Capture one graph per bucket, largest first, in one memory pool, after warm-up passes.
+        """Capture a graph per bucket and span, largest first, in one memory pool, after warm-up passes.
 
-        Capture inputs are all pad rows, so warm-up and capture write only the scratch slot.
+        A bucket's graphs write one output: its whole-cache graph's logits, which the smaller spans' graphs
+        copy theirs into (a copy of b rows, against a set of logits per span). Capture inputs are all pad
+        rows, so warm-up and capture write only the scratch slot.
         """
         pool = torch.cuda.graph_pool_handle()
-        span = self.slots
         for b in reversed(self.buckets):
             buf = self.buffers[b]
             buf.stage(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0,
                       np.zeros(0, np.int64), np.zeros((0, 0), bool))
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._step(b, span)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                out = self._step(b, span)
-            self.graphs[b] = (graph, out)
+            for span in reversed(self.spans):
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        self._step(b, span)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    if b in self.outputs:
+                        self.outputs[b].copy_(self._step(b, span))
+                    else:
+                        self.outputs[b] = self._step(b, span)
+                self.graphs[b, span] = graph
         torch.cuda.synchronize(self.device)
 
 
@@ -263,6 +279,12 @@ def attention_shape(cfg) -> tuple[int, int, int]:
 def aligned_slots(capacity: int, align: int = SLOT_ALIGN) -> int:
     """Physical cache slots for `capacity` logical ones: the scratch slot plus capacity, rounded up."""
     return -(-(capacity + 1) // align) * align
+
+
+def graph_spans(slots: int, levels: int = GRAPH_SPANS) -> tuple[int, ...]:
+    """The spans a runner of `slots` physical slots captures each bucket at, ascending: the whole cache and
+    its halvings (`levels` in all), each rounded up to SLOT_ALIGN; fewer where small caches round alike."""
+    return tuple(sorted({min(slots, -(-slots // (2 ** i * SLOT_ALIGN)) * SLOT_ALIGN) for i in range(levels)}))
 
 
 def graphs_blocked_by(model) -> str | None:

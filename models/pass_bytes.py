@@ -1,14 +1,15 @@
 """What one pass reads from memory, from a model's shapes: its weights, the K/V it attends over and its mask.
 
-A captured CUDA pass (models.hf) attends over the whole physical cache, whatever the context, so its K/V
-bytes are those of the cache's capacity; an eager CPU pass reads only the used slots rounded up.
+A captured CUDA pass (models.hf) attends over the smallest captured span that covers the used slots (the
+whole cache or one of its halvings, models.hf.graph_spans), so its K/V bytes are those of that span; an
+eager CPU pass reads only the used slots rounded up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.hf import aligned_slots
+from models.hf import aligned_slots, graph_spans
 from models.shapes import SHAPES
 
 
@@ -46,9 +47,14 @@ def pass_bytes(shape: str, slots: int, rows: int = 1, itemsize: int = 2) -> Pass
     return PassBytes(weight_count(shape) * itemsize, kv, mask, slots)
 
 
-def captured_pass_bytes(shape: str, capacity: int, rows: int = 1, itemsize: int = 2) -> PassBytes:
-    """A captured pass of a runner with `capacity` logical slots: it attends over every physical slot."""
-    return pass_bytes(shape, aligned_slots(capacity), rows, itemsize)
+def captured_pass_bytes(shape: str, capacity: int, rows: int = 1, itemsize: int = 2,
+                        context: int | None = None) -> PassBytes:
+    """A captured pass of `rows` rows after `context` tokens in a runner of `capacity` logical slots: it attends
+    over the smallest captured span that covers the scratch slot, the context and its own rows; with no
+    context given, over the whole cache (its largest span)."""
+    slots = aligned_slots(capacity)
+    used = slots if context is None else min(slots, 1 + context + rows)
+    return pass_bytes(shape, next(s for s in graph_spans(slots) if s >= used), rows, itemsize)
 
 
 def attention_flop_share(shape: str, slots: int) -> float:

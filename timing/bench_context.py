@@ -33,6 +33,7 @@ from timing.bench_pair import bushy_tree
 PATHS = {"eager": CPU_BUCKETS}  # path -> HFRunner buckets: the runner's eager CPU path
 COMMITTED = [5, 6, 7]  # tokens a drafter step commits before growing its pool
 GPU_SHAPE, GPU_CAPACITIES, GPU_ROWS = "llama-3.1-8b", (8192, 32768), (1, 72)
+GPU_CONTEXTS = (512, 2048, 8000, 30000)  # committed tokens of the byte model's passes (those within capacity)
 CPU_SHAPE = "smollm2-135m"
 
 
@@ -101,14 +102,17 @@ def measure(contexts: list[int], trees: list[int], paths: list[str], reps: int) 
 
 
 def gpu_model() -> dict:
-    """Bytes a captured pass of GPU_SHAPE reads at each capacity (bf16), from models.pass_bytes."""
+    """Bytes a captured pass of GPU_SHAPE reads at each capacity (bf16), from models.pass_bytes: over the whole
+    cache, and after each of GPU_CONTEXTS tokens over the span that covers them."""
     out = {}
     for cap in GPU_CAPACITIES:
         for rows in GPU_ROWS:
-            b = captured_pass_bytes(GPU_SHAPE, cap, rows)
-            out[f"{cap} capacity, {rows} rows"] = {"slots": b.slots, "weights_gb": b.weights / 1e9,
-                                                   "kv_gb": b.kv / 1e9, "mask_gb": b.mask / 1e9,
-                                                   "kv_over_weights": b.kv_over_weights}
+            for context in (None, *(c for c in GPU_CONTEXTS if c + rows < cap)):
+                b = captured_pass_bytes(GPU_SHAPE, cap, rows, context=context)
+                at = "whole cache" if context is None else f"{context} tokens"
+                out[f"{cap} capacity, {rows} rows, {at}"] = {
+                    "slots": b.slots, "weights_gb": b.weights / 1e9, "kv_gb": b.kv / 1e9, "mask_gb": b.mask / 1e9,
+                    "kv_over_weights": b.kv_over_weights}
     return out
 
 
@@ -144,9 +148,9 @@ def main() -> None:
                      f"{CPU_BUCKETS[-1]}, `--reps` >= 1")
 
     gpu = gpu_model()
-    print(f"captured pass of {GPU_SHAPE} (bf16): it attends over the whole cache")
+    print(f"captured pass of {GPU_SHAPE} (bf16): it attends over the smallest captured span covering the context")
     for name, g in gpu.items():
-        print(f"  {name:<26} slots {g['slots']:6d}  weights {g['weights_gb']:6.2f} GB  K/V {g['kv_gb']:5.2f} GB "
+        print(f"  {name:<41} slots {g['slots']:6d}  weights {g['weights_gb']:6.2f} GB  K/V {g['kv_gb']:5.2f} GB "
               f"({100 * g['kv_over_weights']:4.1f}% of weights)  mask {g['mask_gb']:5.3f} GB")
     cpu = cpu_model(contexts)
     print(f"eager pass of {CPU_SHAPE} (float32) over the used slots rounded up: what the context adds")

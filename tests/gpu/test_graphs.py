@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
-from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, aligned_slots
+from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, aligned_slots, graph_spans
 from models.shapes import random_model
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
@@ -37,7 +37,9 @@ def test_graph_rows_equal_eager_rows_for_root_and_every_bucket(model):
     rng = np.random.default_rng(0)
     graphed = Target(HFRunner(model, 512, graphs=True))
     eager = Target(HFRunner(model, 512, graphs=False))
-    assert set(graphed.runner.graphs) == set(CUDA_BUCKETS)
+    runner = graphed.runner
+    assert runner.spans == graph_spans(aligned_slots(512)) and eager.runner.spans == runner.spans
+    assert set(runner.graphs) == {(b, s) for b in CUDA_BUCKETS for s in runner.spans}
     prompt = rng.integers(1, 500, 40).tolist()
     for t in (graphed, eager):
         t.prefill(prompt[:-1])
@@ -47,6 +49,37 @@ def test_graph_rows_equal_eager_rows_for_root_and_every_bucket(model):
         assert close(graphed.tree_pass(tree, None).clone(), eager.tree_pass(tree, None)), f"tree of {n}"
         if n < CUDA_BUCKETS[-1]:
             assert close(graphed.tree_pass(tree, prompt[-1]).clone(), eager.tree_pass(tree, prompt[-1])), n
+
+
+def test_graph_rows_equal_eager_rows_in_every_span(model):
+    """Contexts that land in each captured span: the replayed graph is the one of that span."""
+    rng = np.random.default_rng(1)
+    graphed = Target(HFRunner(model, 512, graphs=True))
+    eager = Target(HFRunner(model, 512, graphs=False))
+    prompt = rng.integers(1, 500, 40).tolist()
+    for t in (graphed, eager):
+        t.prefill(prompt[:-1])
+    replayed = []
+
+    class Watched:  # a graph that says when it replays
+        def __init__(self, key, graph):
+            self.key, self.graph = key, graph
+
+        def replay(self):
+            replayed.append(self.key)
+            self.graph.replay()
+
+    graphed.runner.graphs = {key: Watched(key, g) for key, g in graphed.runner.graphs.items()}
+    root = prompt[-1]
+    while graphed.before_root + 1 + 24 <= graphed.capacity:
+        tree = random_tree(rng, int(rng.integers(3, 24)))
+        assert close(graphed.root_pass(root).clone(), eager.root_pass(root)), graphed.before_root
+        assert close(graphed.tree_pass(tree, None).clone(), eager.tree_pass(tree, None)), graphed.before_root
+        path = tree.path(int(rng.integers(0, len(tree))))[:3]
+        for t in (graphed, eager):
+            t.commit(path)
+        root = int(rng.integers(1, 500))
+    assert {span for _, span in replayed} == set(graphed.runner.spans)  # from 40 tokens to a full cache
 
 
 def test_greedy_decoding_with_graphs_equals_without(model):

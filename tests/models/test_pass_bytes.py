@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from models.hf import aligned_slots
+import pytest
+
+from models.hf import aligned_slots, graph_spans
 from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes, weight_count
 
 
@@ -17,9 +19,17 @@ def test_kv_bytes_grow_linearly_with_the_slots_and_weights_do_not():
     assert one.kv == 1000 * 2 * 32 * 8 * 128 * 2  # K and V, layers, KV heads, head dim, bf16
 
 
-def test_a_captured_pass_reads_the_whole_physical_cache():
-    b = captured_pass_bytes("llama-3.1-8b", 8192)
-    assert b.slots == aligned_slots(8192) and b.kv == pass_bytes("llama-3.1-8b", aligned_slots(8192)).kv
+def test_a_captured_pass_reads_the_whole_physical_cache_when_the_context_fills_it():
+    for b in (captured_pass_bytes("llama-3.1-8b", 8192), captured_pass_bytes("llama-3.1-8b", 8192, 1, 2, 8000)):
+        assert b.slots == aligned_slots(8192) and b.kv == pass_bytes("llama-3.1-8b", aligned_slots(8192)).kv
+
+
+@pytest.mark.parametrize("context, rows, span", [(0, 1, 4224), (4222, 1, 4224), (4223, 1, 8320), (4200, 72, 8320),
+                                                 (30000, 72, 32896)])
+def test_a_captured_pass_reads_the_smallest_span_covering_its_slots(context, rows, span):
+    assert graph_spans(aligned_slots(32768)) == (4224, 8320, 16512, 32896)
+    b = captured_pass_bytes("llama-3.1-8b", 32768, rows, 2, context)
+    assert b.slots == span and b.kv == pass_bytes("llama-3.1-8b", span).kv
 
 
 def test_the_mask_grows_with_the_rows_and_the_group():

@@ -24,3 +24,13 @@ def test_the_cpu_model_reads_the_used_slots_rounded_up():
     model = cpu_model([40, 2000])
     assert model[40]["span"] == 64 and model[2000]["span"] == 2048
     assert model[2000]["kv_over_weights"] == 32 * model[40]["kv_over_weights"]
+
+
+def test_the_gpu_model_reads_the_span_covering_the_context():
+    from timing.bench_context import gpu_model
+
+    model = gpu_model()
+    whole, short = model["32768 capacity, 1 rows, whole cache"], model["32768 capacity, 1 rows, 512 tokens"]
+    assert whole["slots"] == 32896 and short["slots"] == 32896 // 8 + 112  # 1/8 of the cache, aligned up
+    assert short["kv_gb"] * whole["slots"] == whole["kv_gb"] * short["slots"]
+    assert "8192 capacity, 1 rows, 30000 tokens" not in model  # contexts beyond the capacity are left out
