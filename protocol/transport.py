@@ -429,7 +429,9 @@ class Channel:
         self.send_poller = zmq.Poller()
         self.send_poller.register(sock, zmq.POLLOUT)
         self.send_poller.register(monitor, zmq.POLLIN)
-        self.wake = _wake_on_signals(self.poller, self.send_poller)
+        self.monitor_poller = zmq.Poller()  # waiting for an answer: the monitor alone
+        self.monitor_poller.register(monitor, zmq.POLLIN)
+        self.wake = _wake_on_signals(self.poller, self.send_poller, self.monitor_poller)
 
     @classmethod
     def connect(cls, endpoint: str, peer: str, keys: ClientKeys | None = None) -> Channel:
@@ -482,7 +484,10 @@ class Channel:
                 raise NothingAnswers(f"nothing answers at {self.endpoint} within {timeout:g} s: no {self.peer} "
                                      f"listens there (start it, or check the address; raise `connect_timeout` "
                                      f"for one that takes longer to start)")
-            if self.monitor.poll(int(left * 1000) + 1):
+            ready = dict(self.monitor_poller.poll(int(left * 1000) + 1))
+            if self.wake in ready:
+                wakeup.drain()
+            if self.monitor in ready:
                 self._event(f"an answer at {self.endpoint}")
 
     def pending(self) -> bool:

@@ -72,6 +72,17 @@ def test_a_signal_on_another_thread_ends_the_channels_wait(endpoint, usr1_stops)
             listener.close()
 
 
+def test_a_signal_on_another_thread_ends_the_wait_for_an_answer(endpoint, usr1_stops):
+    """Nothing listens at the endpoint: the target's first wait, before it loads its model."""
+    with woken_by_signals():
+        channel = Channel.connect(endpoint, peer="drafter")
+        try:
+            signal_on_another_thread()
+            assert stops_early(lambda: channel.wait_answer(WAIT_S)) < WAIT_S / 2
+        finally:
+            channel.close()
+
+
 def test_a_signal_that_does_not_stop_leaves_the_wait_to_its_timeout(endpoint):
     """A handler that only notes the signal (as a block run whole does) wakes the wait, which goes on."""
     arrived = []
