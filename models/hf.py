@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import numpy as np
 import torch
@@ -248,6 +249,7 @@ class HFRunner:
         copy theirs into (a copy of b rows, against a set of logits per span). Capture inputs are all pad
         rows, so warm-up and capture write only the scratch slot.
         """
+        start = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         for b in reversed(self.buckets):
             buf = self.buffers[b]
@@ -268,6 +270,8 @@ class HFRunner:
                         self.outputs[b] = self._step(b, span)
                 self.graphs[b, span] = graph
         torch.cuda.synchronize(self.device)
+        log.info("captured %d CUDA graphs (%d buckets at spans %s of %d slots) in %.1f s", len(self.graphs),
+                 len(self.buckets), ", ".join(map(str, self.spans)), self.slots, time.perf_counter() - start)
 
 
 def attention_shape(cfg) -> tuple[int, int, int]:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner
+from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, SPAN_STEP, HFRunner
 from pipeline.tree import Tree
 from target_proc.target import Target
 from tests.models.test_tree_pass import random_tree
@@ -73,23 +73,63 @@ def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1.0))
 
 
-def parity(pair: dict[str, Target], budget: Budget, seed: int = 0) -> dict[str, float]:
-    """Relative gap between graph and eager rows for the root pass and a pass of every bucket size.
+def span_contexts(spans: tuple[int, ...], capacity: int, rows: int = CUDA_BUCKETS[-1] + 1) -> list[int]:
+    """A context for each span of the ladder at which every pass, a root pass to `rows` rows, replays that
+    span: past the span below (a root pass uses 2 slots beyond the context: the scratch slot and its own),
+    and leaving room for `rows` rows within the span and the cache's `capacity` logical slots."""
+    contexts, below = [], 0
+    for span in spans:
+        context = max(1, below - 1)
+        if -(-(context + 1 + rows) // SPAN_STEP) * SPAN_STEP > span or context + rows > capacity:
+            raise ValueError(f"a cache of {capacity} slots has no context at which passes of 1 to {rows} rows "
+                             f"all attend over its span of {span}")
+        contexts.append(context)
+        below = span
+    return contexts
+
+
+def watch_replays(target: Target) -> set:
+    """The (bucket, span) keys of the graphs `target` replays from now on (the set grows as they replay)."""
+    replayed = set()
+
+    class Watched:
+        def __init__(self, key, graph):
+            self.key, self.graph = key, graph
+
+        def replay(self):
+            replayed.add(self.key)
+            self.graph.replay()
+
+    runner = target.runner
+    runner.graphs = {key: Watched(key, g) for key, g in runner.graphs.items()}
+    return replayed
+
+
+def parity(pair: dict[str, Target], budget: Budget, seed: int = 0) -> tuple[dict[str, float], set]:
+    """Relative gap between graph and eager rows for the root pass and a pass of every bucket size, at a
+    context in each span of the ladder (span_contexts), and the captured graphs that never replayed.
 
     Each size runs as a tree pass after the root pass and, up to the largest bucket, as a pass with the
     root as its first row; random trees, so that every pass has its own mask.
     """
     rng = np.random.default_rng(seed)
-    gaps = {"root pass": relative_gap(pass_of(1)(pair["graph"]).clone(), pass_of(1)(pair["eager"]))}
-    for n in sorted(set(CUDA_BUCKETS) | {3, 10, 50}):
-        budget.check(f"the passes of {n} rows")
-        tree = random_tree(rng, n)
-        gaps[f"tree {n}"] = relative_gap(pair["graph"].tree_pass(tree, None).clone(),
-                                         pair["eager"].tree_pass(tree, None))
-        if n > 1:
-            call = pass_of(n, random_tree(rng, n - 1))
-            gaps[f"root+tree {n}"] = relative_gap(call(pair["graph"]).clone(), call(pair["eager"]))
-    return gaps
+    replayed = watch_replays(pair["graph"])
+    gaps = {}
+    for context in span_contexts(pair["graph"].runner.spans, pair["graph"].capacity):
+        prompt = rng.integers(1, 96, context).tolist()
+        for target in pair.values():
+            target.prefill(prompt)
+        at = f" at {context} tokens"
+        gaps["root pass" + at] = relative_gap(pass_of(1)(pair["graph"]).clone(), pass_of(1)(pair["eager"]))
+        for n in sorted(set(CUDA_BUCKETS) | {3, 10, 50}):
+            budget.check(f"the passes of {n} rows{at}")
+            tree = random_tree(rng, n)
+            gaps[f"tree {n}{at}"] = relative_gap(pair["graph"].tree_pass(tree, None).clone(),
+                                                 pair["eager"].tree_pass(tree, None))
+            if n > 1:
+                call = pass_of(n, random_tree(rng, n - 1))
+                gaps[f"root+tree {n}{at}"] = relative_gap(call(pair["graph"]).clone(), call(pair["eager"]))
+    return gaps, set(pair["graph"].runner.graphs) - replayed
 
 
 def synchronize(device: torch.device) -> None:

@@ -305,3 +305,23 @@ def test_the_device_command_in_a_simulated_gpu_image(tmp_path):
     report = json.loads((tmp_path / "rehearsal" / "check.json").read_text())
     assert set(report["status"].values()) == {"passed"}
     assert report["sections"]["environment"]["torch"].startswith("2.11.0")
+
+
+def test_parity_runs_every_bucket_in_every_span_of_the_ladder():
+    """The check's parity, run eagerly on the CPU: the passes it makes would replay every captured graph."""
+    import torch
+
+    from models.hf import CUDA_BUCKETS, aligned_slots, graph_spans
+    from models.shapes import random_model
+    from tests.gpu import passes
+
+    pair = passes.runner_pair(random_model("tiny", "cpu", torch.float32), 512, 40)
+    runner = pair["graph"].runner
+    stepped = set()
+    step = runner._step
+    runner._step = lambda b, span: stepped.add((b, span)) or step(b, span)
+    gaps, unreplayed = passes.parity(pair, passes.Budget(300, time.monotonic() + 300))
+    assert stepped == {(b, s) for b in CUDA_BUCKETS for s in runner.spans} and len(runner.spans) == 4
+    assert max(gaps.values()) == 0.0 and not unreplayed  # eager against eager, no graphs on the CPU
+    with pytest.raises(ValueError, match="no context"):
+        passes.span_contexts(graph_spans(aligned_slots(256)), 256)  # span 384: beyond a 73-slot pass from 255

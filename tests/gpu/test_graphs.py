@@ -3,6 +3,8 @@ run eagerly; attention runs in the backend chosen for it (skipped without CUDA).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,7 @@ from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.settings import DecodeConfig
 from target_proc.target import Target
-from tests.gpu.passes import sdpa_backend
+from tests.gpu.passes import TOLERANCE, Budget, parity, runner_pair, sdpa_backend, watch_replays
 from tests.gpu.pipelined import decoder_names
 from tests.local_drafter import LocalDrafter
 from tests.models.test_graph_gate import ROPES, llama
@@ -51,25 +53,23 @@ def test_graph_rows_equal_eager_rows_for_root_and_every_bucket(model):
             assert close(graphed.tree_pass(tree, prompt[-1]).clone(), eager.tree_pass(tree, prompt[-1])), n
 
 
-def test_graph_rows_equal_eager_rows_in_every_span(model):
-    """Contexts that land in each captured span: the replayed graph is the one of that span."""
+def test_every_graph_gives_the_eager_rows_at_a_context_in_its_span(model):
+    """Every bucket at a context in every span: each captured graph replays, and gives the eager rows."""
+    pair = runner_pair(model, 512, 40)
+    gaps, unreplayed = parity(pair, Budget(600, time.monotonic() + 600))
+    assert not unreplayed and len(gaps) == 4 * (1 + 2 * len(set(CUDA_BUCKETS) | {3, 10, 50}) - 1)
+    assert max(gaps.values()) <= TOLERANCE[torch.bfloat16], max(gaps, key=gaps.get)
+
+
+def test_graph_rows_equal_eager_rows_from_a_short_context_to_a_full_cache(model):
+    """Rounds of root pass, tree pass and commit: the context crosses every span."""
     rng = np.random.default_rng(1)
     graphed = Target(HFRunner(model, 512, graphs=True))
     eager = Target(HFRunner(model, 512, graphs=False))
     prompt = rng.integers(1, 500, 40).tolist()
     for t in (graphed, eager):
         t.prefill(prompt[:-1])
-    replayed = []
-
-    class Watched:  # a graph that says when it replays
-        def __init__(self, key, graph):
-            self.key, self.graph = key, graph
-
-        def replay(self):
-            replayed.append(self.key)
-            self.graph.replay()
-
-    graphed.runner.graphs = {key: Watched(key, g) for key, g in graphed.runner.graphs.items()}
+    replayed = watch_replays(graphed)
     root = prompt[-1]
     while graphed.before_root + 1 + 24 <= graphed.capacity:
         tree = random_tree(rng, int(rng.integers(3, 24)))
@@ -79,7 +79,7 @@ def test_graph_rows_equal_eager_rows_in_every_span(model):
         for t in (graphed, eager):
             t.commit(path)
         root = int(rng.integers(1, 500))
-    assert {span for _, span in replayed} == set(graphed.runner.spans)  # from 40 tokens to a full cache
+    assert {span for _, span in replayed} == set(graphed.runner.spans)
 
 
 def test_greedy_decoding_with_graphs_equals_without(model):
