@@ -239,8 +239,9 @@ def latencies(pair: dict[str, Target], rows: tuple[int, ...], reps: int, budget:
 
 
 def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, rows: int,
-                 slots: int) -> str:
-    """The SDPA backend torch picks for a padded pass of `rows` rows over `slots` cache slots, by name.
+                 slots: int, cache: int | None = None) -> str:
+    """The SDPA backend torch picks for a padded pass of `rows` rows over `slots` cache slots, by name; K/V
+    the first `slots` of a cache of `cache` slots (a strided view, as a span of the ladder is), else whole.
 
     Asks torch's dispatcher, under the backends HFRunner allows on that device, with tensors of the
     pass's shapes (a private torch function: "unknown" where it is missing).
@@ -250,7 +251,7 @@ def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim
         return "unknown"
     folded = heads // kv_heads * rows  # query rows per K/V head, as _static_tree_attention folds them
     q = torch.zeros(1, kv_heads, folded, head_dim, dtype=dtype, device=device)
-    k = torch.zeros(1, kv_heads, slots, head_dim, dtype=dtype, device=device)
+    k = torch.zeros(1, kv_heads, cache or slots, head_dim, dtype=dtype, device=device)[:, :, :slots]
     mask = torch.zeros(1, 1, folded, slots, dtype=dtype, device=device)
     allowed = CUDA_SDPA_BACKENDS if torch.device(device).type == "cuda" else None
     with sdpa_kernel(list(allowed)) if allowed else contextlib.nullcontext():

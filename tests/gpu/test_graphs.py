@@ -108,10 +108,11 @@ def test_host_reading_rope_runs_eagerly_instead_of_failing_capture():
     assert torch.isfinite(target.tree_pass(random_tree(np.random.default_rng(0), 9), 6)).all()
 
 
+@pytest.mark.parametrize("span", graph_spans(aligned_slots(2048)))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("rows", [1, 72])
-def test_attention_runs_in_a_chosen_backend(dtype, rows):
-    """Llama-3.1-8B's attention shapes over a 2048-slot cache go to a backend HFRunner allows."""
-    chosen = sdpa_backend("cuda:0", dtype, 32, 8, 128, rows, aligned_slots(2048))
+def test_attention_runs_in_a_chosen_backend(dtype, rows, span):
+    """Llama-3.1-8B's attention shapes over each span of a 2048-slot cache go to a backend HFRunner allows."""
+    chosen = sdpa_backend("cuda:0", dtype, 32, 8, 128, rows, span, cache=aligned_slots(2048))
     assert chosen in {b.name.lower() for b in CUDA_SDPA_BACKENDS}
     assert chosen == CUDA_SDPA_BACKENDS[0].name.lower(), f"{chosen}: the fused kernel refused these shapes"
