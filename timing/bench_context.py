@@ -1,12 +1,18 @@
 """How pass costs grow with the context, on the CPU default pair; and what a captured GPU pass reads.
 
 python -m timing.bench_context [--contexts 40,2000] [--trees 8,59] [--reps 9] [--threads 1]
+                               [--paths eager[,ladder,whole]] [--capacity N]
 
 Times, at each context: the target's one-token (root) pass, its tree passes of each size in --trees
 (bushy trees over the root, as in timing.bench_pair) and a drafter step of the int8 drafter: committing
 three tokens and growing a full CPU pool (models.options.EMBEDDED_POOL). Every pass of every context and
 path is timed once per repetition, in turn, so that drift on a shared machine falls on all of them alike;
 a ratio is the median of the per-repetition ratios last context / first context, with its quartiles.
+Paths (PATHS) are the runner's ways of running a pass, all eager on the CPU: the CPU's own (exact sizes,
+over the used slots), and a GPU's, padded to the CUDA buckets, over the span ladder's span or over the
+whole cache (as captured graphs attended before the ladder); with two or more, each path after the first
+is also compared with the first, pass by pass, at each context (paired per repetition). --capacity sets
+the caches' logical slots (what the whole cache and the ladder's spans are made of).
 Then the model of models.pass_bytes for a captured pass of Llama-3.1-8B shapes at 8k and 32k capacity, and for
 the eager CPU passes timed here (what the context adds to a memory-bound and to a compute-bound pass). The load
 average is printed before and after. The last line of the output is one JSON document.
@@ -23,14 +29,18 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from models.hf import CPU_BUCKETS, SPAN_STEP, HFRunner
+from models.hf import CPU_BUCKETS, CUDA_BUCKETS, SPAN_STEP, HFRunner
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
 from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes
 from target_proc.target import Target
 from timing.bench_pair import bushy_tree
 
-PATHS = {"eager": CPU_BUCKETS}  # path -> HFRunner buckets: the runner's eager CPU path
+PATHS = {  # path -> (buckets, what a pass attends over): every runner path, run eagerly
+    "eager": (CPU_BUCKETS, "used"),  # the CPU's: every size its own bucket, the used slots rounded up
+    "ladder": (CUDA_BUCKETS, "ladder"),  # a GPU's: padded to the CUDA buckets, the ladder's span
+    "whole": (CUDA_BUCKETS, "whole"),  # a GPU's before the ladder: padded, the whole cache
+}
 COMMITTED = [5, 6, 7]  # tokens a drafter step commits before growing its pool
 GPU_SHAPE, GPU_CAPACITIES, GPU_ROWS = "llama-3.1-8b", (8192, 32768), (1, 72)
 GPU_CONTEXTS = (512, 2048, 8000, 30000)  # committed tokens of the byte model's passes (those within capacity)
@@ -52,11 +62,20 @@ def paired_ratios(first: list[float], last: list[float]) -> dict:
     return spread(np.asarray(last, float) / np.asarray(first, float))
 
 
-def target_passes(model, context: int, capacity: int, buckets, trees: list[int]) -> dict:
+def runner(model, capacity: int, path: str) -> HFRunner:
+    """An eager runner of `path` (PATHS)."""
+    buckets, over = PATHS[path]
+    out = HFRunner(model, capacity, graphs=False, buckets=buckets, ladder=over != "used")
+    if over == "whole":
+        out.spans = (out.slots,)
+    return out
+
+
+def target_passes(model, context: int, capacity: int, path: str, trees: list[int]) -> dict:
     """name -> a call that runs one pass and reads its result back (the pass is done when it returns)."""
     rng = np.random.default_rng(context)
     ids = rng.integers(100, 40000, context).tolist()
-    target = Target(HFRunner(model, capacity, graphs=False, buckets=buckets))
+    target = Target(runner(model, capacity, path))
     target.prefill(ids[:-1])
     target.root_pass(ids[-1])  # the root's K/V in slot P: tree passes below hang off it
     passes = {"root pass": lambda: float(target.root_pass(ids[-1])[0])}
@@ -66,9 +85,9 @@ def target_passes(model, context: int, capacity: int, buckets, trees: list[int])
     return passes
 
 
-def drafter_step(model, context: int, capacity: int, buckets) -> dict:
+def drafter_step(model, context: int, capacity: int, path: str) -> dict:
     rng = np.random.default_rng(context + 1)
-    drafter = Drafter(HFRunner(model, capacity, graphs=False, buckets=buckets), EMBEDDED_POOL)
+    drafter = Drafter(runner(model, capacity, path), EMBEDDED_POOL)
     drafter.start(rng.integers(100, 40000, context).tolist())
     length = drafter.through_root
 
@@ -79,16 +98,20 @@ def drafter_step(model, context: int, capacity: int, buckets) -> dict:
     return {"drafter step": step}
 
 
-def measure(contexts: list[int], trees: list[int], paths: list[str], reps: int) -> dict:
+def least_capacity(contexts: list[int], trees: list[int]) -> int:
+    """Logical slots the largest context needs with its largest pass."""
+    return max(contexts) + max(trees + [EMBEDDED_POOL.n_expanded]) + len(COMMITTED) + 8
+
+
+def measure(contexts: list[int], trees: list[int], paths: list[str], reps: int, capacity: int) -> dict:
     """(path, pass, context) -> seconds of each repetition."""
     target_model = load(ModelOptions(), "target").model
     drafter_model = load(ModelOptions(model="smollm2:int8"), "drafter").model
-    capacity = max(contexts) + max(trees + [EMBEDDED_POOL.n_expanded]) + len(COMMITTED) + 8
     calls = {}
     for path in paths:
         for c in contexts:
-            for name, fn in {**target_passes(target_model, c, capacity, PATHS[path], trees),
-                             **drafter_step(drafter_model, c, capacity, PATHS[path])}.items():
+            for name, fn in {**target_passes(target_model, c, capacity, path, trees),
+                             **drafter_step(drafter_model, c, capacity, path)}.items():
                 calls[(path, name, c)] = fn
     for fn in calls.values():  # warm-up
         fn(), fn()
@@ -99,6 +122,16 @@ def measure(contexts: list[int], trees: list[int], paths: list[str], reps: int) 
             fn()
             times[key].append(time.perf_counter() - t0)
     return times
+
+
+def compare_paths(times: dict, paths: list[str], contexts: list[int]) -> dict:
+    """path -> pass -> context -> spread of the per-repetition ratios path / paths[0] (paths after the first)."""
+    out = {}
+    for path in paths[1:]:
+        names = dict.fromkeys(k[1] for k in times if k[0] == path)
+        out[path] = {name: {c: paired_ratios(times[(paths[0], name, c)], times[(path, name, c)]) for c in contexts}
+                     for name in names}
+    return out
 
 
 def gpu_model() -> dict:
@@ -136,6 +169,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every pass")
     parser.add_argument("--paths", default="eager", help=f"runner paths: {', '.join(PATHS)}")
+    parser.add_argument("--capacity", type=int, default=0,
+                        help="logical KV slots of every cache (default: what the largest context needs)")
     parser.add_argument("--model-only", action="store_true", help="print the GPU byte model alone")
     args = parser.parse_args()
     contexts = sorted(int(c) for c in args.contexts.split(","))
@@ -146,6 +181,10 @@ def main() -> None:
     if len(contexts) < 2 or contexts[0] < 2 or max(trees) > CPU_BUCKETS[-1] or args.reps < 1:
         parser.error("`--contexts` needs two or more lengths >= 2, `--trees` sizes up to "
                      f"{CPU_BUCKETS[-1]}, `--reps` >= 1")
+    capacity = args.capacity or least_capacity(contexts, trees)
+    if capacity < least_capacity(contexts, trees):
+        parser.error(f"`--capacity` {capacity} cannot hold {contexts[-1]} tokens and the largest pass: at least "
+                     f"{least_capacity(contexts, trees)}")
 
     gpu = gpu_model()
     print(f"captured pass of {GPU_SHAPE} (bf16): it attends over the smallest captured span covering the context")
@@ -164,11 +203,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     load_before = load_average()
     print(f"load average before: {load_before}, {args.threads} thread(s), {os.cpu_count()} cores")
-    times = measure(contexts, trees, paths, args.reps)
+    times = measure(contexts, trees, paths, args.reps, capacity)
     load_after = load_average()
     lo, hi = contexts[0], contexts[-1]
     results = {}
-    print(f"\nmedian ms [quartiles] over {args.reps} repetitions; ratio {hi}/{lo} per repetition")
+    print(f"\nmedian ms [quartiles] over {args.reps} repetitions, {capacity} slots a cache; ratio {hi}/{lo} "
+          f"per repetition")
     for path in paths:
         print(f"path {path}")
         for name in dict.fromkeys(k[1] for k in times if k[0] == path):
@@ -177,8 +217,15 @@ def main() -> None:
             results[f"{path}: {name}"] = {"ms": row, f"ratio_{hi}_{lo}": ratio}
             cells = "".join(f"{c:>6}: {r['median']:7.1f} [{r['q1']:6.1f},{r['q3']:6.1f}]" for c, r in row.items())
             print(f"  {name:<16}{cells}   ratio {ratio['median']:.3f} [{ratio['q1']:.3f}, {ratio['q3']:.3f}]")
+    compared = compare_paths(times, paths, contexts)
+    for path, by_pass in compared.items():
+        print(f"{path} over {paths[0]}, per repetition")
+        for name, by_context in by_pass.items():
+            cells = "".join(f"{c:>6}: {r['median']:.3f} [{r['q1']:.3f}, {r['q3']:.3f}]" for c, r in by_context.items())
+            print(f"  {name:<16}{cells}")
     print(f"load average after: {load_after}")
-    print(json.dumps({"contexts": contexts, "threads": args.threads, "reps": args.reps, "passes": results,
+    print(json.dumps({"contexts": contexts, "threads": args.threads, "reps": args.reps, "capacity": capacity,
+                      "passes": results, "paths_over_first": compared,
                       "load_average": {"before": load_before, "after": load_after}, "gpu_model": gpu,
                       "cpu_model": cpu}))
 

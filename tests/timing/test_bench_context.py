@@ -34,3 +34,28 @@ def test_the_gpu_model_reads_the_span_covering_the_context():
     assert whole["slots"] == 32896 and short["slots"] == 32896 // 8 + 112  # 1/8 of the cache, aligned up
     assert short["kv_gb"] * whole["slots"] == whole["kv_gb"] * short["slots"]
     assert "8192 capacity, 1 rows, 30000 tokens" not in model  # contexts beyond the capacity are left out
+
+
+def test_paths_after_the_first_are_compared_with_it_repetition_by_repetition():
+    from timing.bench_context import compare_paths
+
+    drift = [1.0, 2.0, 4.0]
+    times = {("whole", "root pass", 40): [0.1 * d for d in drift], ("ladder", "root pass", 40): [0.05 * d for d in drift]}
+    ratio = compare_paths(times, ["whole", "ladder"], [40])["ladder"]["root pass"][40]
+    assert abs(ratio["median"] - 0.5) < 1e-12 and abs(ratio["q3"] - ratio["q1"]) < 1e-12
+
+
+def test_each_path_attends_over_what_it_names():
+    from models.hf import SPAN_STEP, graph_spans
+    from target_proc.target import Target
+    from tests.models.conftest import tiny_llama
+    from timing.bench_context import runner
+
+    model, spans = tiny_llama(), {}
+    for path in ("eager", "ladder", "whole"):
+        target = Target(runner(model, 1000, path))
+        target.prefill(list(range(1, 40)))
+        target.root_pass(5)
+        spans[path] = target.runner.kv.span
+    slots = target.runner.slots
+    assert spans == {"eager": SPAN_STEP, "ladder": graph_spans(slots)[0], "whole": slots} and slots == 1024
