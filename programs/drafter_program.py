@@ -21,6 +21,7 @@ from pipeline.config import ConfigError, InputError
 from programs.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
                         from_options, run_program, setup_logging, uninterrupted)
 from programs.options import KeyOptions, ServeOptions
+from protocol import wakeup
 
 log = logging.getLogger("drafter")
 
@@ -112,12 +113,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
                 listener.close()
         return 0
 
-    signal.signal(signal.SIGTERM, _interrupt)  # a stop request closes the socket (an ipc file is removed)
+    signal.signal(signal.SIGTERM, wakeup.stop)  # a stop request closes the socket (an ipc file is removed)
     return run_program(body, flags_of(parser))
-
-
-def _interrupt(signum, frame) -> None:
-    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -398,13 +398,15 @@ class Listener:
         _shut(self.context, self.auth)
 
 
-def _wake_on_signals(*pollers: zmq.Poller) -> pysocket.socket | None:
-    """Register the signal wake-up socket (protocol.wakeup) with each poller -> it, or None outside a block."""
+def _wake_on_signals(*pollers: zmq.Poller) -> int | None:
+    """Register the signal wake-up socket (protocol.wakeup) with each poller -> its file descriptor (what a
+    poll names a non-ZeroMQ socket by), or None outside a block."""
     wake = wakeup.reader()
-    if wake is not None:
-        for poller in pollers:
-            poller.register(wake, zmq.POLLIN)
-    return wake
+    if wake is None:
+        return None
+    for poller in pollers:
+        poller.register(wake.fileno(), zmq.POLLIN)
+    return wake.fileno()
 
 
 def _shut(context: zmq.Context, auth) -> None:

@@ -6,6 +6,11 @@ on another thread: the ZAP handler's, torch's) only marks the handler pending, a
 until the next message, which may never come (a drafter told to stop as its target left waited forever).
 Within `woken_by_signals`, every signal also writes a byte to a socket pair (`signal.set_wakeup_fd`); the
 transport's waits poll its reading end beside their sockets, so the poll returns and the handler runs.
+
+A handler's exception can still be lost: one raised while a finalizer runs (an object's `__del__`, a
+collected generator's cleanup) is printed as "Exception ignored" and dropped, and the program goes on. A
+program that stops on a signal installs `stop` as its handler: it raises SystemExit, and within the block
+the next socket wait raises it again, however the first one fared.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _reader: socket.socket | None = None  # the reading end while a block is active; pollers register it
+_stopping: int | None = None  # the exit status `stop` raised within the block, raised again by each wait
 
 
 def reader() -> socket.socket | None:
@@ -25,7 +31,8 @@ def reader() -> socket.socket | None:
 
 
 def drain() -> None:
-    """Empty the reading end (the signals' handlers have run, or run as the wait returns)."""
+    """Empty the reading end (the signals' handlers have run, or run as the wait returns); SystemExit if a
+    `stop` handler ran in the block (its own exception may have been dropped)."""
     if _reader is None:
         return
     try:
@@ -33,12 +40,22 @@ def drain() -> None:
             pass
     except (BlockingIOError, InterruptedError):
         pass
+    if _stopping is not None:
+        raise SystemExit(_stopping)
+
+
+def stop(signum: int, frame) -> None:
+    """A signal handler that ends the program with status 128 + signum (SystemExit), now and, within
+    `woken_by_signals`, again at the next socket wait: the first may land in a finalizer, which drops it."""
+    global _stopping
+    _stopping = 128 + signum
+    raise SystemExit(_stopping)
 
 
 @contextmanager
 def woken_by_signals() -> Iterator[None]:
     """Within the block, a signal wakes the transport's waits (main thread only; elsewhere, no change)."""
-    global _reader
+    global _reader, _stopping
     if threading.current_thread() is not threading.main_thread() or _reader is not None:
         yield
         return
@@ -46,11 +63,11 @@ def woken_by_signals() -> Iterator[None]:
     read.setblocking(False)
     write.setblocking(False)
     previous = signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
-    _reader = read
+    _reader, _stopping = read, None
     try:
         yield
     finally:
         signal.set_wakeup_fd(previous)
-        _reader = None
+        _reader, _stopping = None, None
         read.close()
         write.close()

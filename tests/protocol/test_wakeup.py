@@ -3,7 +3,9 @@ process's signal to any thread that does not block it: the ZAP handler's, torch'
 
 from __future__ import annotations
 
+import select
 import signal
+import sys
 import threading
 import time
 
@@ -83,6 +85,43 @@ def test_a_signal_on_another_thread_ends_the_wait_for_an_answer(endpoint, usr1_s
             channel.close()
 
 
+def test_a_stop_that_a_finalizer_dropped_ends_the_next_wait(endpoint, monkeypatch):
+    """A signal landing while a __del__ runs: the interpreter drops its SystemExit, and the program would
+    serve on; `stop` has the next socket wait raise it again."""
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: dropped.append(unraisable.exc_type))
+
+    class Slow:
+        def __del__(self):
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:  # the signal's handler runs here, between bytecodes
+                pass
+
+    previous = signal.signal(signal.SIGUSR1, wakeup.stop)
+    try:
+        with woken_by_signals():
+            listener = Listener.bind(endpoint)
+            try:
+                signal_on_another_thread(after=0.2)
+                slow = Slow()
+                del slow
+                assert dropped == [SystemExit]
+                start = time.monotonic()
+                with pytest.raises(SystemExit) as stopped:
+                    listener.recv(WAIT_S)
+                assert stopped.value.code == 128 + signal.SIGUSR1 and time.monotonic() - start < WAIT_S / 2
+            finally:
+                listener.close()
+        assert wakeup.reader() is None
+        listener = Listener.bind(endpoint)  # outside the block the stop is forgotten
+        try:
+            assert listener.recv(0.1) is None
+        finally:
+            listener.close()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def test_a_signal_that_does_not_stop_leaves_the_wait_to_its_timeout(endpoint):
     """A handler that only notes the signal (as a block run whole does) wakes the wait, which goes on."""
     arrived = []
@@ -96,6 +135,8 @@ def test_a_signal_that_does_not_stop_leaves_the_wait_to_its_timeout(endpoint):
                 with pytest.raises(PeerTimeout):
                     channel.recv_frames(1.0, "drafter_timeout", "a reply")
                 assert time.monotonic() - start >= 1.0
+                # the wait emptied the wake-up socket: left full, every later poll would return at once
+                assert select.select([wakeup.reader()], [], [], 0)[0] == []
             finally:
                 channel.close()
     finally:
