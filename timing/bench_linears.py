@@ -36,7 +36,7 @@ def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, floa
     choice = tune(loaded.model)
     tune_seconds = time.perf_counter() - t0
     capacity = context + max(trees) + 8
-    passes = target_passes(loaded.model, context, capacity, CPU_BUCKETS, trees)
+    passes = target_passes(loaded.model, context, capacity, "eager", trees)
 
     def timed(fn, stock: bool) -> float:
         with stock_kernels(loaded.model) if stock else contextlib.nullcontext():  # entered before the clock

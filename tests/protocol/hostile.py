@@ -887,12 +887,13 @@ def peak_rss(pid: int) -> Iterator[list[float]]:
         watcher.join()
 
 
+BUSY_RETRY_S = 5.0  # how long a Hello told `busy` is sent again (an earlier peer's departure not yet seen)
+
+
 def memory_requests_cost(context, endpoint: str, pid: int, count: int = 200) -> dict:
     """`count` Hellos from one authorized peer asking for KV caches beyond the drafter's request limit, up to
     the largest the protocol carries: the drafter's RSS before, at its peak and after, the seconds they took,
-    and how many were answered by a typed `limit` refusal."""
-    from protocol.codec import decode as decode_frames
-
+    and how many were answered by a typed `limit` refusal (a Hello told `busy` is sent again: `_ask`)."""
     fingerprint = MockTokenizer(VOCAB).fingerprint
     capacities = np.linspace(REQUEST_CONTEXT + 1, MAX_CONTEXT, 8).astype(int).tolist()
     sock, before, refused = _dealer(context, endpoint), rss_mib(pid), 0
@@ -901,10 +902,9 @@ def memory_requests_cost(context, endpoint: str, pid: int, count: int = 200) -> 
         with peak_rss(pid) as peak:
             for i in range(count):
                 capacity = capacities[i % len(capacities)]
-                sock.send_multipart(encode(Hello(PROTOCOL_VERSION, VOCAB, fingerprint, "mock", 4, 3, 2, capacity)))
-                if not sock.poll(30_000):
+                reply = _ask(sock, Hello(PROTOCOL_VERSION, VOCAB, fingerprint, "mock", 4, 3, 2, capacity))
+                if reply is None:
                     break
-                reply = decode_frames(sock.recv_multipart())
                 refused += isinstance(reply, Error) and reply.code == "limit" and str(REQUEST_CONTEXT) in reply.message
     finally:
         sock.close(0)
@@ -988,18 +988,28 @@ def _wait_bound(endpoint: str, proc) -> None:
 
 def _handshake(context, endpoint: str, capacities: list[int]) -> bool:
     """Hellos of these capacities from one fresh target -> whether each got a Ready."""
-    from protocol.codec import decode as decode_frames
-
     sock = _dealer(context, endpoint)
     try:
         fingerprint = MockTokenizer(VOCAB).fingerprint
-        for capacity in capacities:
-            sock.send_multipart(encode(Hello(PROTOCOL_VERSION, VOCAB, fingerprint, "mock", 4, 3, 2, capacity)))
-            if not sock.poll(30_000) or not isinstance(decode_frames(sock.recv_multipart()), Ready):
-                return False
-        return True
+        return all(isinstance(_ask(sock, Hello(PROTOCOL_VERSION, VOCAB, fingerprint, "mock", 4, 3, 2, capacity)),
+                              Ready) for capacity in capacities)
     finally:
         sock.close(0)
+
+
+def _ask(sock: zmq.Socket, msg) -> object:
+    """Send `msg` and return the drafter's reply (None after 30 s). One told `busy` is sent again for up to
+    BUSY_RETRY_S: the drafter learns that an earlier peer left a moment after it has (a closed connection
+    is reported by its monitor), and a new peer's request in that moment is refused as a second target's."""
+    from protocol.codec import decode as decode_frames
+
+    until = time.monotonic() + BUSY_RETRY_S
+    while True:
+        sock.send_multipart(encode(msg))
+        reply = decode_frames(sock.recv_multipart()) if sock.poll(30_000) else None
+        if not (isinstance(reply, Error) and reply.code == DrafterBusy.code) or time.monotonic() > until:
+            return reply
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:

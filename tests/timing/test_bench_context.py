@@ -40,7 +40,8 @@ def test_paths_after_the_first_are_compared_with_it_repetition_by_repetition():
     from timing.bench_context import compare_paths
 
     drift = [1.0, 2.0, 4.0]
-    times = {("whole", "root pass", 40): [0.1 * d for d in drift], ("ladder", "root pass", 40): [0.05 * d for d in drift]}
+    times = {("whole", "root pass", 40): [0.1 * d for d in drift],
+             ("ladder", "root pass", 40): [0.05 * d for d in drift]}
     ratio = compare_paths(times, ["whole", "ladder"], [40])["ladder"]["root pass"][40]
     assert abs(ratio["median"] - 0.5) < 1e-12 and abs(ratio["q3"] - ratio["q1"]) < 1e-12
 
