@@ -22,6 +22,7 @@ plan do not change with the shape (cuDNN's would be re-planned for each new shap
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import time
@@ -41,6 +42,9 @@ MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafte
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
 SLOT_ALIGN = 128  # physical cache slots are a multiple of this (SPAN_STEP divides it)
 GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/2, 1/4 and 1/8 of it
+# What a padded pass attends over: the used slots rounded up to SPAN_STEP, the smallest of graph_spans that
+# covers them (the shapes graphs are captured at), or the whole cache.
+ATTEND = ("used", "ladder", "whole")
 # The mask is an arbitrary additive bias, which flash attention does not take. Memory-efficient attention
 # takes it in any shape; math is the fallback that takes everything.
 CUDA_SDPA_BACKENDS = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
@@ -128,10 +132,9 @@ class HFRunner:
     """A transformers causal LM with a static KV cache of `capacity` slots."""
 
     def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None,
-                 slot_align: int = SLOT_ALIGN, ladder: bool | None = None):
-        """ladder: passes attend over the smallest of graph_spans covering the used slots (the shapes graphs
-        are captured at), graphs or not; None: on CUDA. Without it, CUDA passes attend over the whole cache
-        (one graph per bucket) and CPU passes over the used slots rounded up."""
+                 slot_align: int = SLOT_ALIGN, attend: str | None = None):
+        """attend: one of ATTEND, graphs or not; None: "ladder" on CUDA, "used" on the CPU. Captured graphs
+        have fixed spans: "ladder" or "whole"."""
         self.model = model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -151,8 +154,8 @@ class HFRunner:
         self.buffers = {b: _Buffers(b, self.device, on_cuda) for b in self.buckets}
         self.arange = torch.arange(self.slots, device=self.device)
         self.sdpa_backends = CUDA_SDPA_BACKENDS if on_cuda else None  # None: torch's own choice
-        ladder = on_cuda if ladder is None else ladder
-        self.spans = graph_spans(self.slots) if ladder else (self.slots,) if on_cuda else None
+        attend = attend or ("ladder" if on_cuda else "used")
+        self.spans = {"used": None, "ladder": graph_spans(self.slots), "whole": (self.slots,)}[attend]
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (bucket, span) -> graph
         self.outputs: dict[int, torch.Tensor] = {}  # bucket -> the logits its graphs write
         self.eager_reason = graphs_blocked_by(model) if graphs and on_cuda else None
@@ -160,6 +163,8 @@ class HFRunner:
             log.warning("CUDA graphs off for %s: %s; its passes run eagerly", type(model).__name__,
                         self.eager_reason)
         elif graphs and on_cuda:
+            if self.spans is None:
+                raise ValueError("captured graphs have fixed spans: attend 'ladder' or 'whole', not 'used'")
             self._capture()
 
     # -- passes ---------------------------------------------------------------------------------------
@@ -178,7 +183,7 @@ class HFRunner:
         self.buffers[b].stage(tokens, positions, slots, prefix, cols, vis)
         span = self._span(prefix, slots, cols)
         if self.spans:  # the graphs' shapes, graphs or not, so that --no-graphs gives the same rows
-            span = self.spans[np.searchsorted(self.spans, span)]
+            span = covering_span(span, self.spans)
         graph = self.graphs.get((b, span))
         if graph is not None:
             graph.replay()
@@ -214,7 +219,7 @@ class HFRunner:
     def _span(self, prefix: int, slots, cols) -> int:
         """Physical slots a pass attends over: the used ones, rounded up to SPAN_STEP (aligned rows)."""
         used = 1 + max(prefix, int(np.max(slots)) + 1, int(np.max(cols)) + 1 if len(cols) else 0)
-        return min(-(-used // SPAN_STEP) * SPAN_STEP, self.slots)
+        return min(covering_span(used), self.slots)
 
     def _run(self, ids, pos, slots, visible, span: int, last_only: bool = False) -> torch.Tensor:
         """ids, pos, slots: (n,); visible: (n, span) bool -> (n or 1, V) float32 logits."""
@@ -289,6 +294,13 @@ def graph_spans(slots: int, levels: int = GRAPH_SPANS) -> tuple[int, ...]:
     """The spans a runner of `slots` physical slots captures each bucket at, ascending: the whole cache and
     its halvings (`levels` in all), each rounded up to SLOT_ALIGN; fewer where small caches round alike."""
     return tuple(sorted({min(slots, -(-slots // (2 ** i * SLOT_ALIGN)) * SLOT_ALIGN) for i in range(levels)}))
+
+
+def covering_span(used: int, spans: tuple[int, ...] | None = None) -> int:
+    """Physical slots a pass that uses `used` of them attends over: `used` rounded up to SPAN_STEP and, with a
+    ladder of `spans` (ascending, the last the whole cache), the smallest of them that covers that."""
+    span = -(-used // SPAN_STEP) * SPAN_STEP
+    return span if spans is None else spans[bisect.bisect_left(spans, span)]
 
 
 def graphs_blocked_by(model) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.hf import aligned_slots, graph_spans
+from models.hf import aligned_slots, covering_span, graph_spans
 from models.shapes import SHAPES
 
 
@@ -54,7 +54,7 @@ def captured_pass_bytes(shape: str, capacity: int, rows: int = 1, itemsize: int 
     context given, over the whole cache (its largest span)."""
     slots = aligned_slots(capacity)
     used = slots if context is None else min(slots, 1 + context + rows)
-    return pass_bytes(shape, next(s for s in graph_spans(slots) if s >= used), rows, itemsize)
+    return pass_bytes(shape, covering_span(used, graph_spans(slots)), rows, itemsize)
 
 
 def attention_flop_share(shape: str, slots: int) -> float:

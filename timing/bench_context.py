@@ -29,14 +29,14 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from models.hf import CPU_BUCKETS, CUDA_BUCKETS, SPAN_STEP, HFRunner
+from models.hf import CPU_BUCKETS, CUDA_BUCKETS, HFRunner, covering_span
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
 from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes
 from target_proc.target import Target
 from timing.bench_pair import bushy_tree
 
-PATHS = {  # path -> (buckets, what a pass attends over): every runner path, run eagerly
+PATHS = {  # path -> (buckets, what a pass attends over: models.hf.ATTEND): every runner path, run eagerly
     "eager": (CPU_BUCKETS, "used"),  # the CPU's: every size its own bucket, the used slots rounded up
     "ladder": (CUDA_BUCKETS, "ladder"),  # a GPU's: padded to the CUDA buckets, the ladder's span
     "whole": (CUDA_BUCKETS, "whole"),  # a GPU's before the ladder: padded, the whole cache
@@ -64,11 +64,8 @@ def paired_ratios(first: list[float], last: list[float]) -> dict:
 
 def runner(model, capacity: int, path: str) -> HFRunner:
     """An eager runner of `path` (PATHS)."""
-    buckets, over = PATHS[path]
-    out = HFRunner(model, capacity, graphs=False, buckets=buckets, ladder=over != "used")
-    if over == "whole":
-        out.spans = (out.slots,)
-    return out
+    buckets, attend = PATHS[path]
+    return HFRunner(model, capacity, graphs=False, buckets=buckets, attend=attend)
 
 
 def target_passes(model, context: int, capacity: int, path: str, trees: list[int]) -> dict:
@@ -155,7 +152,7 @@ def cpu_model(contexts: list[int]) -> dict:
     (a compute-bound large tree)."""
     out = {}
     for c in contexts:
-        span = -(-(c + 1) // SPAN_STEP) * SPAN_STEP  # the used slots rounded up, as models.hf reads them
+        span = covering_span(c + 1)  # the used slots rounded up, as models.hf reads them
         b = pass_bytes(CPU_SHAPE, span, itemsize=4)
         out[c] = {"span": span, "kv_over_weights": b.kv_over_weights,
                   "attention_flop_share": attention_flop_share(CPU_SHAPE, span)}

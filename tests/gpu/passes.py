@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, SPAN_STEP, HFRunner
+from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, covering_span
 from pipeline.tree import Tree
 from target_proc.target import Target
 from tests.models.test_tree_pass import random_tree
@@ -49,7 +49,8 @@ def runner_pair(model, capacity: int, context: int, seed: int = 0) -> dict[str, 
     prompt = np.random.default_rng(seed).integers(1, 96, context).tolist()
     pair = {}
     for name, graphs in (("graph", True), ("eager", False)):
-        pair[name] = Target(HFRunner(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS, ladder=True))
+        pair[name] = Target(HFRunner(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS,
+                                          attend="ladder"))
         pair[name].prefill(prompt)
     return pair
 
@@ -80,7 +81,7 @@ def span_contexts(spans: tuple[int, ...], capacity: int, rows: int = CUDA_BUCKET
     contexts, below = [], 0
     for span in spans:
         context = max(1, below - 1)
-        if -(-(context + 1 + rows) // SPAN_STEP) * SPAN_STEP > span or context + rows > capacity:
+        if covering_span(context + 1 + rows) > span or context + rows > capacity:
             raise ValueError(f"a cache of {capacity} slots has no context at which passes of 1 to {rows} rows "
                              f"all attend over its span of {span}")
         contexts.append(context)

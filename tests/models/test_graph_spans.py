@@ -28,8 +28,8 @@ def test_spans_are_the_cache_and_its_aligned_halvings(capacity):
 def test_ladder_rows_equal_rows_over_the_used_slots(monkeypatch):
     model = tiny_llama()
     capacity = 512  # 640 slots: spans 128, 256, 384 and 640; the script runs from 120 tokens to full
-    plain = Target(HFRunner(model, capacity, buckets=CUDA_BUCKETS, ladder=False))
-    laddered = Target(HFRunner(model, capacity, buckets=CUDA_BUCKETS, ladder=True))
+    plain = Target(HFRunner(model, capacity, buckets=CUDA_BUCKETS, attend="used"))
+    laddered = Target(HFRunner(model, capacity, buckets=CUDA_BUCKETS, attend="ladder"))
     runner = laddered.runner
     assert plain.runner.spans is None and runner.spans == (128, 256, 384, 640)
     seen, wanted = [], []
@@ -64,7 +64,7 @@ def test_the_byte_model_reads_the_span_the_runner_attends_over(context):
     from models.pass_bytes import captured_pass_bytes
     from tests.models.test_tree_pass import random_tree
 
-    runner = HFRunner(tiny_llama(), 512, buckets=CUDA_BUCKETS, ladder=True)
+    runner = HFRunner(tiny_llama(), 512, buckets=CUDA_BUCKETS, attend="ladder")
     target = Target(runner)
     target.prefill([1 + i % (VOCAB - 1) for i in range(context)])
     target.root_pass(5)
