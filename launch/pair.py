@@ -305,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         drafter = None
         if p.drafter is not None:
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(drafter)
         target = subprocess.Popen(p.target, env={**os.environ, **p.env["target"]}, preexec_fn=_die_with(os.getpid()))
         procs.append(target)
-        return _supervise(target, drafter) if drafter is not None else _status(target.wait())
+        return _supervise(target, drafter, stopped_by)
     except KeyboardInterrupt:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally:
@@ -326,10 +327,15 @@ def main(argv: list[str] | None = None) -> int:
 DRAFTER_FIRST_S = 1.0  # after a failed target, how long the drafter may take to show it failed first
 
 
-def _supervise(target: subprocess.Popen, drafter: subprocess.Popen) -> int:
-    """Wait until either process ends -> the pair's exit status (the failing process's)."""
+def _supervise(target: subprocess.Popen, drafter: subprocess.Popen | None, stopped_by: list[int]) -> int:
+    """Wait until either process ends -> the pair's exit status (the failing process's). A stop signal's
+    KeyboardInterrupt that a finalizer dropped is raised again here (`stopped_by` holds what arrived)."""
     while True:
+        if stopped_by:
+            raise KeyboardInterrupt
         if target.poll() is not None:
+            if drafter is None:
+                return _status(target.returncode)
             # Exit 0: it asked the drafter to shut down, so let it exit by itself. A failure: the drafter may
             # have died first (the target then reports the closed connection); its status says why.
             try:
@@ -341,7 +347,7 @@ def _supervise(target: subprocess.Popen, drafter: subprocess.Popen) -> int:
                 return _status(drafter.returncode)
             _stop(drafter, GRACE_SECONDS)
             return _status(target.returncode)
-        if drafter.poll() is not None:
+        if drafter is not None and drafter.poll() is not None:
             # The target notices the closed connection and reports it; give it a moment to say so.
             try:
                 target.wait(GRACE_SECONDS)

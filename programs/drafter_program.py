@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
                 listener.close()
         return 0
 
-    signal.signal(signal.SIGTERM, wakeup.stop)  # a stop request closes the socket (an ipc file is removed)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # a stop request closes the socket (an ipc file is removed)
+        signal.signal(signum, wakeup.stop)  # and, dropped by a finalizer, is raised again at the next wait
     return run_program(body, flags_of(parser))
 
 

@@ -20,6 +20,10 @@ from protocol.transport import Channel
 log = logging.getLogger("target")
 
 REFUSALS = {"version": VersionMismatch, "mismatch": HandshakeMismatch, "busy": DrafterBusy}  # Error code -> type
+# A drafter learns that its last target left a moment after the connection closed: a Hello in that moment is told
+# `busy`. Such a Hello is sent again, every BUSY_PAUSE_S, for up to BUSY_RETRY_S before DrafterBusy is raised.
+BUSY_RETRY_S = 1.0
+BUSY_PAUSE_S = 0.05
 
 
 class UnsendableHello(InputError):
@@ -40,16 +44,24 @@ class RemoteDrafter:
         self.cut_asked = False  # the current round's pool was asked for early: it may be a cut pool
         self.sent_at = 0.0  # when the current round's Start or Commit was sent (perf_counter)
 
-    def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float) -> Ready:
-        """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models."""
+    def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float,
+                  busy_retry: float = BUSY_RETRY_S) -> Ready:
+        """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models, DrafterBusy when the
+        drafter still serves another target after `busy_retry` s."""
         c = self.pool_config
         hello = Hello(PROTOCOL_VERSION, self.vocab_size, fingerprint, model, c.topk, c.depth, c.expand, capacity)
         try:
             hello.check()
         except ProtocolError as e:  # the target's own options: the user can change them
             raise UnsendableHello(str(e)) from None
-        self.channel.send(hello)
-        reply = self._recv(timeout, "ready_timeout", "handshake", (Ready, Error))
+        until = time.monotonic() + busy_retry
+        while True:
+            self.channel.send(hello)
+            reply = self._recv(timeout, "ready_timeout", "handshake", (Ready, Error))
+            if not (isinstance(reply, Error) and reply.code == DrafterBusy.code and time.monotonic() < until):
+                break
+            log.debug("the drafter is busy; saying Hello again in %.0f ms", BUSY_PAUSE_S * 1e3)
+            time.sleep(BUSY_PAUSE_S)
         if isinstance(reply, Error):
             kind = REFUSALS.get(reply.code)
             raise kind(printable(reply.message)) if kind else PeerError(reply.code, reply.message)

@@ -1,12 +1,16 @@
 """Command-line endings that once were tracebacks: a reader of stdout that leaves ends the program quietly,
 an unknown random model shape or a directory that holds no checkpoint is a usage error naming the option,
 a drafter's address where nothing listens is said within seconds, not after the ready timeout, and a stop
-request during a drafter's close takes effect once it is closed instead of leaving it hanging."""
+request during a drafter's close takes effect once it is closed instead of leaving it hanging, and a stop
+signal whose exception a finalizer dropped still stops the launcher and the drafter."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -123,8 +127,6 @@ def test_a_target_whose_drafter_address_answers_nothing_stops_naming_it(capsys):
 
 @pytest.mark.slow
 def test_the_launcher_against_a_drafter_address_where_nothing_listens_ends_in_seconds():
-    import time
-
     from protocol.transport import loopback_tcp_endpoint
 
     address = loopback_tcp_endpoint()
@@ -178,3 +180,46 @@ def test_stop_requests_at_any_moment_of_the_close_never_leave_a_drafter_hanging(
         done = subprocess.run([sys.executable, "-c", CLOSE_UNDER_SIGNAL, "guarded", delay], capture_output=True,
                               timeout=30)
         assert done.returncode == 143, done.stderr
+
+
+class Running:
+    """A child process, as the launcher's supervision sees it, that does not end."""
+
+    returncode = None
+
+    def poll(self):
+        return None
+
+
+@pytest.mark.parametrize("with_drafter", [True, False])
+def test_a_stop_signal_whose_interrupt_was_dropped_still_ends_the_launchers_supervision(with_drafter):
+    """The launcher's handler notes the signal and raises KeyboardInterrupt; one raised while a finalizer runs is
+    dropped, and the supervision, waiting for a child to end, raises it again."""
+    from launch.pair import _supervise
+
+    stopped_by: list[int] = []
+    threading.Timer(0.2, stopped_by.append, [signal.SIGTERM]).start()  # the handler ran; its exception was lost
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        _supervise(Running(), Running() if with_drafter else None, stopped_by)
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_the_drafters_stop_signals_are_raised_again_at_its_next_wait(monkeypatch, tmp_path):
+    from programs import drafter_program
+    from protocol import wakeup
+
+    handlers = {}
+
+    def run_program(body, flags):
+        handlers.update({s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)})
+        return 0
+
+    monkeypatch.setattr(drafter_program, "run_program", run_program)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert drafter_program.main(["--model", "mock", "--endpoint", f"ipc://{tmp_path}/d.sock"]) == 0
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    assert handlers == {signal.SIGTERM: wakeup.stop, signal.SIGINT: wakeup.stop}

@@ -41,7 +41,7 @@ def released(server, timeout: float = WAIT_S) -> bool:
     return server.peer is None
 
 
-def test_a_second_target_is_told_the_drafter_is_busy_at_once(serving, endpoint):
+def test_a_second_target_is_told_the_drafter_is_busy_within_a_second(serving, endpoint):
     first, first_client = target(endpoint)
     second, second_client = target(endpoint)
     try:
@@ -50,7 +50,7 @@ def test_a_second_target_is_told_the_drafter_is_busy_at_once(serving, endpoint):
         with pytest.raises(DrafterBusy, match=r"^the drafter serves another target; it serves one at a time "
                                               r"\(start another drafter, or wait for this one\)$"):
             second_client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
-        assert time.monotonic() - t0 < 2.0  # not after --ready-timeout
+        assert time.monotonic() - t0 < 5.0  # after the target's brief retry, not after --ready-timeout
         first_client.start(PROMPT)  # the first target is served as before
         assert len(first_client.pool().pool) == POOL.size
     finally:

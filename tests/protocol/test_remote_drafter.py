@@ -9,6 +9,7 @@ import time
 import msgpack
 import numpy as np
 import pytest
+import zmq
 
 from drafter_proc.server import DrafterServer
 from models.load import load
@@ -17,7 +18,7 @@ from pipeline.config import PoolConfig
 from pipeline.cut import NOW
 from pipeline.pool import Pool
 from protocol.codec import encode
-from protocol.errors import (BadArray, HandshakeMismatch, InvalidPoolMessage, MalformedMessage, PeerDied,
+from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, MalformedMessage, PeerDied,
                              PeerError, PeerTimeout, StaleMessage, TokenOutOfRange, UnexpectedMessage,
                              UnknownMessage, VersionMismatch)
 from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown, Start, Waiting
@@ -214,6 +215,49 @@ def test_drafter_refusing_the_hello_raises_its_typed_error(fake_drafter, code, e
     with pytest.raises(error_type, match=match):
         remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
     answer.result()
+
+
+class Refusing(threading.Thread):
+    """The fake drafter answers each Hello with `busy`, the first `times` of them (None: all), then with Ready."""
+
+    def __init__(self, peer, times: int | None) -> None:
+        super().__init__(daemon=True)
+        self.peer, self.times, self.hellos, self.done = peer, times, 0, threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            if not self.peer.sock.poll(20, zmq.POLLIN):
+                continue
+            assert isinstance(self.peer.recv(), Hello)
+            self.hellos += 1
+            busy = self.times is None or self.hellos <= self.times
+            self.peer.send(Error(DrafterBusy.code, "the drafter serves another target") if busy else ready())
+
+    def stop(self) -> int:
+        """Hellos received."""
+        self.done.set()
+        self.join(WAIT_S)
+        return self.hellos
+
+
+def test_a_hello_told_busy_is_sent_again_briefly(fake_drafter):
+    # A drafter learns that its last target left a moment after the connection closed.
+    peer, channel = fake_drafter
+    refusing = Refusing(peer, times=2)
+    assert remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S, busy_retry=WAIT_S).model == "org/drafter"
+    assert refusing.stop() == 3
+
+
+def test_a_drafter_still_busy_after_the_retry_window_raises_drafter_busy(fake_drafter):
+    peer, channel = fake_drafter
+    refusing = Refusing(peer, times=None)
+    t0 = time.monotonic()
+    with pytest.raises(DrafterBusy, match=r"^the drafter serves another target$"):
+        remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S, busy_retry=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 2.0
+    assert refusing.stop() >= 2
+    assert peer.silent(0.2)  # no refusal of the refusal is sent back
 
 
 def test_silent_drafter_times_out_naming_the_option(fake_drafter):
