@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -13,8 +13,8 @@ from pipeline.pool import InvalidPool, Pool, out_of_vocab
 from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, PeerError, ProtocolError,
                              StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
 from pipeline.ahead import Drafted
-from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, PoolMsg, Ready, Shutdown,
-                               Start, Waiting)
+from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Message, PoolMsg, Ready,
+                               Shutdown, Start, Waiting)
 from protocol.transport import Channel
 
 log = logging.getLogger("target")
@@ -24,6 +24,18 @@ REFUSALS = {"version": VersionMismatch, "mismatch": HandshakeMismatch, "busy": D
 # `busy`. Such a Hello is sent again, every BUSY_PAUSE_S, for up to BUSY_RETRY_S before DrafterBusy is raised.
 BUSY_RETRY_S = 1.0
 BUSY_PAUSE_S = 0.05
+
+
+def ask_while_busy(ask: Callable[[], Message | None], retry: float = BUSY_RETRY_S) -> Message | None:
+    """ask() (send a request, return the reply) again every BUSY_PAUSE_S while the reply is a `busy` Error,
+    for up to `retry` s -> the last reply."""
+    until = time.monotonic() + retry
+    while True:
+        reply = ask()
+        if not (isinstance(reply, Error) and reply.code == DrafterBusy.code and time.monotonic() < until):
+            return reply
+        log.debug("the drafter is busy; asking again in %.0f ms", BUSY_PAUSE_S * 1e3)
+        time.sleep(BUSY_PAUSE_S)
 
 
 class UnsendableHello(InputError):
@@ -54,14 +66,11 @@ class RemoteDrafter:
             hello.check()
         except ProtocolError as e:  # the target's own options: the user can change them
             raise UnsendableHello(str(e)) from None
-        until = time.monotonic() + busy_retry
-        while True:
+        def ask() -> Ready | Error:
             self.channel.send(hello)
-            reply = self._recv(timeout, "ready_timeout", "handshake", (Ready, Error))
-            if not (isinstance(reply, Error) and reply.code == DrafterBusy.code and time.monotonic() < until):
-                break
-            log.debug("the drafter is busy; saying Hello again in %.0f ms", BUSY_PAUSE_S * 1e3)
-            time.sleep(BUSY_PAUSE_S)
+            return self._recv(timeout, "ready_timeout", "handshake", (Ready, Error))
+
+        reply = ask_while_busy(ask, busy_retry)
         if isinstance(reply, Error):
             kind = REFUSALS.get(reply.code)
             raise kind(printable(reply.message)) if kind else PeerError(reply.code, reply.message)

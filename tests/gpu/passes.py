@@ -49,8 +49,7 @@ def runner_pair(model, capacity: int, context: int, seed: int = 0) -> dict[str, 
     prompt = np.random.default_rng(seed).integers(1, 96, context).tolist()
     pair = {}
     for name, graphs in (("graph", True), ("eager", False)):
-        pair[name] = Target(HFRunner(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS,
-                                          attend="ladder"))
+        pair[name] = Target(HFRunner(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS, attend="ladder"))
         pair[name].prefill(prompt)
     return pair
 

@@ -55,7 +55,7 @@ from protocol.errors import (AccessDenied, BadArray, DrafterBusy, InvalidPoolMes
 from protocol.limits import MAX_CONTEXT, MAX_FRAME_BYTES, REQUEST_CONTEXT, request_frame_bytes
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
 from protocol.transport import Channel, EndpointError, Listener, private_ipc_endpoint
-from target_proc.client import RemoteDrafter
+from target_proc.client import RemoteDrafter, ask_while_busy
 from target_proc.target import Target
 
 VOCAB = ModelOptions().mock_vocab
@@ -1003,13 +1003,11 @@ def _ask(sock: zmq.Socket, msg) -> object:
     is reported by its monitor), and a new peer's request in that moment is refused as a second target's."""
     from protocol.codec import decode as decode_frames
 
-    until = time.monotonic() + BUSY_RETRY_S
-    while True:
+    def ask():
         sock.send_multipart(encode(msg))
-        reply = decode_frames(sock.recv_multipart()) if sock.poll(30_000) else None
-        if not (isinstance(reply, Error) and reply.code == DrafterBusy.code) or time.monotonic() > until:
-            return reply
-        time.sleep(0.05)
+        return decode_frames(sock.recv_multipart()) if sock.poll(30_000) else None
+
+    return ask_while_busy(ask, BUSY_RETRY_S)
 
 
 def main(argv: list[str] | None = None) -> int:
