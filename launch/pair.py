@@ -37,7 +37,7 @@ from evaluation.prompts import BUILTIN
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
-from programs.cli import add_log_level, add_options, flags_of, from_options, to_argv
+from programs.cli import add_log_level, args_of, add_options, flags_of, from_options, to_argv
 from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
@@ -167,7 +167,7 @@ def plan(argv: list[str]) -> LaunchPlan:
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str], mode: str) -> argparse.Namespace:
     """The options; a word where a command or an option belongs is named, with the command it may mean."""
-    ns, extra = parser.parse_known_args(argv)
+    ns, extra = parser.parse_known_args(args_of(parser, argv))
     if extra and mode == "decode" and not extra[0].startswith("-"):  # a misspelt command, say
         close = difflib.get_close_matches(extra[0], COMMANDS, n=1)
         parser.error(f"unknown command {extra[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

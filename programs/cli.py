@@ -3,7 +3,8 @@
 A field `max_new_tokens: int = 256` becomes `--max-new-tokens N` (with an optional prefix); a bool field
 defaulting to True becomes `--no-NAME`, one defaulting to False `--NAME`; a `tuple[str, ...]` field is
 repeatable; a `tuple[int, ...]` field takes a comma-separated list; a field with metadata `{"required":
-True}` is a required option (usage and help say so). A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
+True}` is a required option (usage and help say so); one with `{"dashed": True}` takes a value that may start
+with '-' (a Z85 key) after a space too. A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
 those fields of it as options of their own (so RunOptions embeds DecodeConfig's `--temperature`,
 `--budget`, ... without repeating them).
 
@@ -90,6 +91,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
         option = (names or {}).get(f.name) or flag(f.name, prefix)
         dest = prefix.replace("-", "_") + f.name
         known.setdefault(f.name, option)
+        if f.metadata.get("dashed"):
+            parser.dashed = getattr(parser, "dashed", set()) | {option}
         if f.type in ("bool", bool):
             if default:
                 option = (names or {}).get(f.name) or flag("no_" + f.name, prefix)
@@ -165,12 +168,33 @@ def to_argv(obj: Any, *, prefix: str = "", skip: tuple[str, ...] = ()) -> list[s
                 argv.append(flag(("no_" if f.default else "") + f.name, prefix))
         elif f.type in ("tuple[str, ...]", "list[str]"):
             for item in value:
-                argv += [flag(f.name, prefix), str(item)]
+                argv += _option(flag(f.name, prefix), str(item))
         elif f.type == "tuple[int, ...]":
             if value:
                 argv += [flag(f.name, prefix), ",".join(str(v) for v in value)]
         else:
-            argv += [flag(f.name, prefix), str(value)]
+            argv += _option(flag(f.name, prefix), str(value))
+    return argv
+
+
+def _option(name: str, value: str) -> list[str]:
+    """`name value`, glued as `name=value` where the value starts with '-' (a key, a prompt): argparse would
+    read it as a flag."""
+    return [f"{name}={value}"] if value.startswith("-") else [name, value]
+
+
+_A_FLAG = re.compile(r"-[A-Za-z]|--[a-z][a-z0-9-]*(=.*)?", re.S)
+
+
+def args_of(parser: argparse.ArgumentParser, argv: list[str] | None) -> list[str]:
+    """`argv` (or the command line) with the value after a flag whose field says `{"dashed": True}` glued
+    to it (`--drafter-key=-VX...`) where it starts with '-' but is no flag: a Z85 key may start with '-', and
+    argparse would read it as a flag and say the option expects an argument."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dashed = getattr(parser, "dashed", set())
+    for i in range(len(argv) - 2, -1, -1):
+        if argv[i] in dashed and argv[i + 1].startswith("-") and not _A_FLAG.fullmatch(argv[i + 1]):
+            argv[i:i + 2] = [f"{argv[i]}={argv[i + 1]}"]
     return argv
 
 
@@ -271,7 +295,7 @@ def uninterrupted(*signums: int) -> Iterator[None]:
 
 def parse_program(parser: argparse.ArgumentParser, argv: list[str] | None, cls: type, prog: str):
     """A program's command line as its options dataclass, with its logs set up -> (namespace, options)."""
-    ns = parser.parse_args(argv)
+    ns = parser.parse_args(args_of(parser, argv))
     options = from_options(parser, ns, cls)
     setup_logging(prog, ns.log_level)
     return ns, options

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from programs.cli import add_options, flags_of, from_options, run_program, setup_logging
+from programs.cli import add_options, args_of, flags_of, from_options, run_program, setup_logging
 from programs.options import AuthorizeOptions, KeyOptions
 from protocol.keys import AUTHORIZED, PUBLIC, SECRET, authorize, key_dir, own_keys
 
@@ -25,7 +25,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "python -m programs.keys_program") -> int:
     parser = build_parser(prog)
-    ns = parser.parse_args(argv)
+    ns = parser.parse_args(args_of(parser, argv))
     options = from_options(parser, ns, KeyOptions, skip=("curve",))
     allow = from_options(parser, ns, AuthorizeOptions)
     setup_logging("keys")

@@ -71,7 +71,7 @@ class ConnectOptions:
     drafter_key: str = field(default="", metadata={
         "help": "the drafter's CURVE public key (its 40 Z85 characters or its .key file): connect encrypted, to "
                 "that drafter alone; needed for a drafter beyond this machine (launch/pair.sh keys prints it)",
-        "metavar": "KEY"})
+        "metavar": "KEY", "dashed": True})
 
     def __post_init__(self) -> None:
         check_seconds("drafter_timeout", self.drafter_timeout)
@@ -175,4 +175,4 @@ class AuthorizeOptions:
 
     allow: tuple[str, ...] = field(default=(), metadata={
         "help": "a target's public key (40 Z85 characters or its .key file) that this host's drafter accepts "
-                "from now on (repeatable)", "metavar": "KEY"})
+                "from now on (repeatable)", "metavar": "KEY", "dashed": True})

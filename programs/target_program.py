@@ -28,7 +28,7 @@ from evaluation.tally import Tally
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
-from programs.cli import (add_endpoint, add_log_level, add_options, endpoint_option, flags_of, from_options,
+from programs.cli import (add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of, from_options,
                         option_values, run_program, setup_logging)
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from target_proc.conversation import decode_context, decode_conversation
@@ -63,7 +63,7 @@ def build_parser(prog: str, description: str, run_cls: type) -> argparse.Argumen
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None, run_cls: type) -> TargetArgs:
     """Parse and check; a bad value exits with a usage error naming its flag."""
-    ns = parser.parse_args(argv)
+    ns = parser.parse_args(args_of(parser, argv))
     args = TargetArgs(from_options(parser, ns, ModelOptions), from_options(parser, ns, PoolConfig, prefix="pool-"),
                       from_options(parser, ns, ConnectOptions), from_options(parser, ns, run_cls),
                       endpoint_option(parser, ns.endpoint), ns)

@@ -14,7 +14,8 @@ from launch.pair import plan
 from pipeline.config import ConfigError
 from programs import keys_program
 from programs.drafter_program import server_keys
-from programs.options import KeyOptions
+from programs.options import KeyOptions, RunOptions
+from programs.target_program import build_parser, parse
 from protocol.keys import key_dir, own_keys
 from protocol.transport import Listener, loopback_tcp_endpoint
 from target_proc.session import InsecureEndpoint, client_keys
@@ -28,7 +29,11 @@ def usage_error(capsys, *argv: str) -> str:
 
 
 def option(argv: list[str], name: str) -> str:
-    return argv[argv.index(name) + 1]
+    glued = [a.split("=", 1)[1] for a in argv if a.startswith(name + "=")]
+    return glued[0] if glued else argv[argv.index(name) + 1]
+
+
+DASHED_KEY = "-L]*n" * 8  # Z85 of b"\xc5" * 32: a key may start with '-', which argparse reads as a flag
 
 
 def test_an_ipc_endpoint_in_use_is_refused_before_any_process_starts(capsys, endpoint):
@@ -116,6 +121,21 @@ def test_a_remote_drafter_runs_the_target_alone():
     assert option(p.target, "--endpoint") == "tcp://10.1.2.3:5555" and option(p.target, "--drafter-key") == key
 
 
+@pytest.mark.parametrize("spelt", ["space", "equals"])
+def test_a_drafter_key_starting_with_a_dash_reaches_the_target_whole(spelt):
+    given = ["--drafter-key", DASHED_KEY] if spelt == "space" else [f"--drafter-key={DASHED_KEY}"]
+    p = plan(["--target", "mock", "--drafter-at", "tcp://10.1.2.3:5555", *given, "--prompt=-x"])
+    assert f"--drafter-key={DASHED_KEY}" in p.target and "--prompt=-x" in p.target
+    args = parse(build_parser("target", "", RunOptions), p.target[p.target.index("programs.target_program") + 1:],
+                 RunOptions)
+    assert args.connect.drafter_key == DASHED_KEY and args.run.sources.prompt == ("-x",)
+
+
+def test_a_missing_key_value_is_still_named(capsys):
+    assert "argument --drafter-key: expected one argument" in usage_error(
+        capsys, "--drafter-at", "tcp://10.1.2.3:5555", "--drafter-key", "--decoders", "ar")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--drafter-at", "tcp://10.1.2.3:5555"], r"--drafter-at tcp://10.1.2.3:5555 is beyond this machine: name the "
                                               r"drafter's public key with --drafter-key"),
@@ -172,6 +192,11 @@ def test_the_keys_program_prints_the_public_key_and_authorizes_targets(capsys, t
     assert f"public key: {own}" in out and f"--drafter-key '{own}'" in out
     assert "a drafter here accepts this key and 1 more" in out
     assert re.search(r"authorized \S+/authorized/target-\w+\.key", out)
+
+
+def test_the_keys_program_authorizes_a_key_starting_with_a_dash(capsys, tmp_path):
+    assert keys_program.main(["--key-dir", str(tmp_path / "drafter"), "--allow", DASHED_KEY]) == 0
+    assert "a drafter here accepts this key and 1 more" in capsys.readouterr().out
 
 
 def test_the_keys_program_names_a_bad_key(capsys, tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from models.mock import MockModel
 from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
+from protocol.keys import own_keys
 from protocol.transport import loopback_tcp_endpoint
 
 from tests.processes.proc_tools import LONG_RUN as PROCESS_LONG_RUN
@@ -191,6 +192,17 @@ def test_tcp_endpoints_work(endpoint):
         assert shown == address
     else:  # a free loopback port, never an address reachable from elsewhere
         assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", shown), shown
+
+
+@pytest.mark.slow
+def test_a_users_key_starting_with_a_dash_carries_the_pair(tmp_path):
+    """The launcher hands the target this user's public key; Z85 may start it with '-'."""
+    directory = next(d for d in (tmp_path / f"keys{i}" for i in range(5000))
+                     if own_keys(d).public.startswith(b"-"))
+    done = pair("--target", "mock", "--json", "--endpoint", "tcp", "--key-dir", str(directory), "--decoders", "root",
+                "--prompt", "hi", "--max-new-tokens", "16")
+    assert done.returncode == 0, done.stderr
+    assert [r["decoder"] for r in decode_records(done.stdout)] == ["root"]
 
 
 @pytest.mark.slow
