@@ -168,6 +168,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
     budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)
+    policy.prefilled(feed, len(history) - 1, prefill_seconds)
     while True:
         step = rounds.run(history[-1], budget)
         log.append(step.round(budget))

@@ -374,3 +374,61 @@ def test_a_decode_whose_start_would_not_pay_starts_plain(mock_pair, greedy):
     assert not any(r.budget for r in result.rounds)  # starting later would wait for the same prefill
     result = decode(pair.target, pair.drafter, [3, 4, 5], config, frozenset(), None, costs=costs())
     assert result.rounds[0].budget > 0
+
+
+def test_the_prefill_costs_follow_what_decodes_prefills_take():
+    """Start-up times the prefill beside an idle drafter; a decode's prefill beside a starting one shows
+    what starting it really adds, charged per drafter token, and a prefill alone moves the alone cost."""
+    c = PassCosts(40 * MS, 45 * MS, {8: 60 * MS}, prefill=2 * MS, prefill_shared=2 * MS)
+    assert c.start(700) == 0.0  # what start-up saw: a drafter costing the target nothing
+    c.prefilled(700, 700 * 2 * MS + 0.7, started=700)  # the drafter's prefill added 0.7 s to 1.4
+    assert c.prefill_shared == pytest.approx(2 * MS + COST_RATE * 1 * MS)
+    assert c.start(700) == pytest.approx(COST_RATE * 0.7)
+    c.prefilled(700, 700 * 2 * MS + 0.7, started=350)  # a window: the drafter started on 350 tokens
+    assert c.prefill_shared == pytest.approx(2 * MS + COST_RATE * MS + COST_RATE * (2 * MS - COST_RATE * MS))
+    c.prefilled(100, 100 * 3 * MS)  # alone, at 3 ms a token
+    assert c.prefill == pytest.approx(2 * MS + COST_RATE * MS)
+    before = (c.prefill, c.prefill_shared)
+    c.prefilled(0, 0.01, started=1)  # a one-token prompt prefills nothing
+    assert (c.prefill, c.prefill_shared) == before
+
+
+def test_a_decode_teaches_its_prefill_cost_and_long_prompts_then_start_plain(mock_pair, greedy):
+    """A decode that started the drafter feeds its prefill's time to the costs; once they show starting
+    it dear, a long prompt starts plain and a short one still speculates, each with the target's output."""
+    pair = mock_pair(64, 4, 1.0, PoolConfig(topk=4, depth=4, expand=2))
+    c = costs()
+    config = DecodeConfig("root-draw", 0.0, "auto", 12, 0, 8)
+    prompt = [3, 4, 5, 6, 7, 8, 9, 10] * 5
+    result = decode(pair.target, pair.drafter, prompt, config, frozenset(), None, costs=c)
+    assert result.rounds[0].budget > 0 and c.prefill_shared > 0  # learnt from the decode's own prefill
+
+    def taught() -> PassCosts:  # what slower prefills beside the drafter would teach (each decode moves them)
+        c = costs()
+        c.prefill, c.prefill_shared = 1 * MS, 20 * MS
+        return c
+
+    long = decode(pair.target, pair.drafter, prompt, config, frozenset(), None, costs=taught())
+    assert long.rounds[0].budget == 0 and long.tokens == greedy(pair.target_model, prompt, 12)
+    short = decode(pair.target, pair.drafter, [3, 4], config, frozenset(), None, costs=taught())
+    assert short.rounds[0].budget > 0 and short.tokens == greedy(pair.target_model, [3, 4], 12)
+
+
+def test_the_ratio_scaling_root_passes_follows_the_rounds_once_both_kinds_ran():
+    """Start-up times the root pass beside an idle drafter; one beside a drafter at work is slower, so the
+    start-up ratio makes plain rounds look dear. Once plain and speculative rounds both ran, the plain cost
+    follows the root passes scaled by their own ratio."""
+    c = costs(plain=40)
+    c.solo = 0.95  # what start-up saw
+    assert c.ratio() == 0.95
+    c.follow(0.045, 8, 0.06, root=0.08)
+    assert c.ratio() == 0.95  # no plain round yet
+    assert c.plain == pytest.approx(0.04 + ROOT_RATE * (0.95 * 0.08 - 0.04))
+    c.timed_plain(0.06)
+    assert c.seen_plain == 0.06 and c.ratio() == pytest.approx(0.75)
+    c.follow(0.045, 8, 0.06, root=0.1)
+    assert c.seen_root == pytest.approx(0.08 + ROOT_RATE * 0.02) and c.ratio() == pytest.approx(0.06 / 0.081)
+    for _ in range(200):  # root passes of 80 ms beside the drafter, plain rounds of 60 ms now and then
+        c.follow(0.045, 8, 0.06, root=0.08)
+        c.timed_plain(0.06)
+    assert c.ratio() == pytest.approx(0.75, rel=1e-3) and c.plain == pytest.approx(0.06, rel=1e-2)
