@@ -21,9 +21,8 @@ decode (`RECALL`), brings it back, the later the more rounds had shown it losing
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
 from passes timed at start-up, then follow what rounds take (costs outlive a decode: they are the device's). A
 plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root pass of
-speculative ones (the same one-token pass, scaled by the ratio of the two: as timed at start-up until rounds
-of both kinds ran, then as they showed it), so that a plain cost that one slow moment made look dear does not
-keep speculation on for good. b = 0 rounds do not ask the
+speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so that a plain
+cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds do not ask the
 drafter for a pool at all, so speculation switched off costs a plain round. Switching speculation on costs
 more than a steady round: before a decode's first round the drafter's prefill shares the device with the
 target's (`start`), after plain rounds the drafter ingests the tokens it missed before it grows a pool
@@ -32,9 +31,9 @@ speculative runs have lasted (a running mean, `run`), at most as many as the res
 speculation pays throughout (a run lasts the decode) a switch is nearly free; where runs end after a round or
 two, a switch must pay for itself almost at once. Starting the drafter (before the first round, or later in a
 decode that started plain) is paid once for the rest of the decode, so it is spread over all the rounds left;
-what it adds to the target's prefill is learnt from decodes' prefills, those beside a starting drafter and
-those alone (start-up can time the target's prefill only with the drafter idle, which on a shared CPU
-misses most of what the drafter's own prefill takes from it).
+what it adds to the target's prefill follows decodes' prefills, those beside a starting drafter and those
+alone (start-up times the target's prefill on a short scratch prompt, with the drafter idle and only the
+share of cores a drafter at work would leave it).
 Any tree is verified exactly, so the choice never changes the output's law.
 """
 
@@ -56,8 +55,7 @@ RUN_RATE = 0.2  # weight of a finished run of speculative rounds in the mean run
 EXPERIENCE = 8.0  # at most, the rounds' worth of earlier decodes in a decode's prior
 RECALL = 0.8  # per decode, the weight that what the decodes before it showed keeps in the session prior
 ROOT_RATE = 0.05  # weight of a speculative round's root pass (scaled) in the plain cost: a plain round's is
-                  # COST_RATE, the root pass, which runs beside the drafter, is a less direct witness; also
-                  # the weight of a round in the running means whose ratio scales root passes (`solo`)
+                  # COST_RATE, the root pass, which runs beside the drafter, is a less direct witness
 
 
 def candidate_sizes(cap: int) -> tuple[int, ...]:
@@ -79,8 +77,8 @@ class PassCosts:
     """Seconds of a plain round, of a steady speculative round's part before the tree pass, and of tree
     passes by size (only the candidate sizes are needed); seconds per token of the target's prefill, alone
     and beside the drafter's (timed on one scratch prompt, so that their difference is the sharing's cost
-    alone, then following decodes' prefills); and seconds per token the drafter missed, added to the wait of a speculative round that follows
-    plain ones (learnt from such rounds: 0 until one ran).
+    alone, then following decodes' prefills); and seconds per token the drafter missed, added to the wait of
+    a speculative round that follows plain ones (learnt from such rounds: 0 until one ran).
 
     The speculative costs follow what steady rounds take, and a plain round, which cannot time them, moves
     them back toward their typical values (the median of recent timings): a load spike at the moment
@@ -93,8 +91,6 @@ class PassCosts:
     prefill_shared: float = 0.0
     catch_up: float = 0.0
     solo: float = 1.0  # a plain pass over a root pass beside the drafter, timed at start-up (both one token)
-    seen_plain: float = 0.0  # running means of plain rounds and of speculative rounds' root passes (0: none
-    seen_root: float = 0.0   # yet): once both ran, their ratio replaces `solo`
     recent: dict[str | int, deque] = field(default_factory=dict, repr=False)  # "front" or b -> timings
     typical: dict[str | int, float] = field(default_factory=dict, repr=False)  # their medians, once asked
 
@@ -124,22 +120,11 @@ class PassCosts:
         """What a speculative round adds to a steady one's wait when the drafter missed `missed` tokens."""
         return self.catch_up * missed
 
-    def ratio(self) -> float:
-        """A plain pass over a root pass beside the drafter: as rounds showed them, once both ran, else as
-        timed at start-up, where the drafter sat idle (a drafter at work slows the root pass beside it more)."""
-        return self.seen_plain / self.seen_root if self.seen_plain and self.seen_root else self.solo
-
-    def timed_plain(self, seconds: float) -> None:
-        """A plain round took `seconds`."""
-        self.plain += COST_RATE * (seconds - self.plain)
-        self.seen_plain = _running(self.seen_plain, seconds)
-
     def follow(self, front: float | None, b: int, tree: float | None, root: float | None = None) -> None:
         """A speculative round's timings (None: not a steady one's, or not run); its root pass, scaled by
-        `ratio()`, moves the plain cost ROOT_RATE of the way."""
+        `solo`, moves the plain cost ROOT_RATE of the way."""
         if root is not None:
-            self.seen_root = _running(self.seen_root, root)
-            self.plain += ROOT_RATE * (self.ratio() * root - self.plain)
+            self.plain += ROOT_RATE * (self.solo * root - self.plain)
         if front is not None:
             self.front += COST_RATE * (front - self.front)
             self._remember("front", front)
@@ -160,11 +145,6 @@ class PassCosts:
     def _remember(self, key: str | int, seconds: float) -> None:
         self.recent.setdefault(key, deque(maxlen=TYPICAL)).append(seconds)
         self.typical.pop(key, None)
-
-
-def _running(mean: float, seconds: float) -> float:
-    """A running mean (0: none yet) after one more timing."""
-    return seconds if not mean else mean + ROOT_RATE * (seconds - mean)
 
 
 @dataclass(slots=True)
@@ -234,7 +214,7 @@ class AutoBudget:
         if not b:
             c.relax(FORGET)
         if plain is not None:
-            c.timed_plain(plain)
+            c.plain += COST_RATE * (plain - c.plain)
         if caught_up is not None and caught_up[1] > 0:
             seconds, missed = caught_up
             c.catch_up += COST_RATE * (max(0.0, seconds - c.front) / missed - c.catch_up)

@@ -413,22 +413,3 @@ def test_a_decode_teaches_its_prefill_cost_and_long_prompts_then_start_plain(moc
     short = decode(pair.target, pair.drafter, [3, 4], config, frozenset(), None, costs=taught())
     assert short.rounds[0].budget > 0 and short.tokens == greedy(pair.target_model, [3, 4], 12)
 
-
-def test_the_ratio_scaling_root_passes_follows_the_rounds_once_both_kinds_ran():
-    """Start-up times the root pass beside an idle drafter; one beside a drafter at work is slower, so the
-    start-up ratio makes plain rounds look dear. Once plain and speculative rounds both ran, the plain cost
-    follows the root passes scaled by their own ratio."""
-    c = costs(plain=40)
-    c.solo = 0.95  # what start-up saw
-    assert c.ratio() == 0.95
-    c.follow(0.045, 8, 0.06, root=0.08)
-    assert c.ratio() == 0.95  # no plain round yet
-    assert c.plain == pytest.approx(0.04 + ROOT_RATE * (0.95 * 0.08 - 0.04))
-    c.timed_plain(0.06)
-    assert c.seen_plain == 0.06 and c.ratio() == pytest.approx(0.75)
-    c.follow(0.045, 8, 0.06, root=0.1)
-    assert c.seen_root == pytest.approx(0.08 + ROOT_RATE * 0.02) and c.ratio() == pytest.approx(0.06 / 0.081)
-    for _ in range(200):  # root passes of 80 ms beside the drafter, plain rounds of 60 ms now and then
-        c.follow(0.045, 8, 0.06, root=0.08)
-        c.timed_plain(0.06)
-    assert c.ratio() == pytest.approx(0.75, rel=1e-3) and c.plain == pytest.approx(0.06, rel=1e-2)
