@@ -37,7 +37,7 @@ from evaluation.prompts import BUILTIN
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
-from programs.cli import add_log_level, args_of, add_options, flags_of, from_options, to_argv
+from programs.cli import add_log_level, add_options, args_of, flags_of, from_options, to_argv
 from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,

@@ -4,9 +4,9 @@ A field `max_new_tokens: int = 256` becomes `--max-new-tokens N` (with an option
 defaulting to True becomes `--no-NAME`, one defaulting to False `--NAME`; a `tuple[str, ...]` field is
 repeatable; a `tuple[int, ...]` field takes a comma-separated list; a field with metadata `{"required":
 True}` is a required option (usage and help say so); one with `{"dashed": True}` takes a value that may start
-with '-' (a Z85 key) after a space too. A field holding another options dataclass, with metadata `{"embed": (names...)}`, contributes
-those fields of it as options of their own (so RunOptions embeds DecodeConfig's `--temperature`,
-`--budget`, ... without repeating them).
+with '-' (a Z85 key) after a space too (`args_of`). A field holding another options dataclass, with metadata
+`{"embed": (names...)}`, contributes those fields of it as options of their own (so RunOptions embeds
+DecodeConfig's `--temperature`, `--budget`, ... without repeating them).
 
 Values are checked once, by the dataclasses' own `__post_init__`. Lower layers name fields in backticks
 (`budget`); `Flags.rewrite` turns those names into the flags of the program that reported them, for usage

@@ -380,7 +380,7 @@ def test_the_prefill_costs_follow_what_decodes_prefills_take():
     """Start-up times the prefill beside an idle drafter; a decode's prefill beside a starting one shows
     what starting it really adds, charged per drafter token, and a prefill alone moves the alone cost."""
     c = PassCosts(40 * MS, 45 * MS, {8: 60 * MS}, prefill=2 * MS, prefill_shared=2 * MS)
-    assert c.start(700) == 0.0  # what start-up saw: a drafter costing the target nothing
+    assert c.start(700) == 0.0  # costs that price starting the drafter at nothing
     c.prefilled(700, 700 * 2 * MS + 0.7, started=700)  # the drafter's prefill added 0.7 s to 1.4
     assert c.prefill_shared == pytest.approx(2 * MS + COST_RATE * 1 * MS)
     assert c.start(700) == pytest.approx(COST_RATE * 0.7)
