@@ -31,6 +31,7 @@ from evaluation.prompts import STRATA, PromptError, gather
 from evaluation.summary import category_group
 from launch.api import Pair
 from pipeline.config import ConfigError
+from pipeline.settings import DecodeConfig
 from programs.options import PromptOptions
 
 VARIANTS = {"none": {"lend_cores": False, "ahead": False}, "lend": {"lend_cores": True, "ahead": False},
@@ -77,7 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [v for v in variants if variant_settings(v) is None]:
         parser.error(f"--variants: unknown {', '.join(unknown)} (from {', '.join(VARIANTS)}, window-N and "
                      "cut+window-N, N a positive number of tokens)")
-    budgets = [b if b == "auto" else int(b) for b in ns.budgets.split(",")]
+    budgets = [b.strip() for b in ns.budgets.split(",")]
+    if not all(b == "auto" or (b.isdecimal() and b.isascii() and int(b) > 0) for b in budgets):
+        parser.error(f"--budgets takes comma-separated positive integers or auto, got {ns.budgets!r}")
+    budgets = [b if b == "auto" else int(b) for b in budgets]
+    try:  # every decode's settings checked before the pair starts
+        for budget in budgets:
+            for name in variants:
+                DecodeConfig(ns.decoder, ns.temperature, budget, ns.max_new_tokens, seed=ns.seed,
+                             **variant_settings(name))
+    except ConfigError as e:
+        parser.error(str(e))
     try:
         prompts = gather(PromptOptions(prompts=(ns.prompts,), categories=ns.categories,
                                        limit_prompts=ns.limit_prompts, stratify=ns.stratify), ns.seed)

@@ -62,6 +62,19 @@ def paired_ratios(first: list[float], last: list[float]) -> dict:
     return spread(np.asarray(last, float) / np.asarray(first, float))
 
 
+def sizes(parser: argparse.ArgumentParser, flag: str, text: str, least: int, most: int | None = None) -> list[int]:
+    """The comma-separated integers `text` of `flag`, each from `least` to `most`; else one line naming the flag
+    (status 2)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < least or (most is not None and max(values) > most):
+        bound = f"from {least} to {most}" if most is not None else f"of at least {least}"
+        parser.error(f"`{flag}` takes comma-separated integers {bound}, got {text!r}")
+    return values
+
+
 def runner(model, capacity: int, path: str) -> HFRunner:
     """An eager runner of `path` (PATHS)."""
     buckets, attend = PATHS[path]
@@ -160,7 +173,7 @@ def cpu_model(contexts: list[int]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m timing.bench_context", description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", default="40,2000", help="context lengths, comma-separated, ascending")
     parser.add_argument("--trees", default="8,59", help="tree pass sizes (59: budget auto's largest by default)")
     parser.add_argument("--reps", type=int, default=9)
@@ -170,14 +183,16 @@ def main() -> None:
                         help="logical KV slots of every cache (default: what the largest context needs)")
     parser.add_argument("--model-only", action="store_true", help="print the GPU byte model alone")
     args = parser.parse_args()
-    contexts = sorted(int(c) for c in args.contexts.split(","))
-    trees = [int(b) for b in args.trees.split(",")]
+    contexts = sorted(set(sizes(parser, "--contexts", args.contexts, 2)))
+    if len(contexts) < 2:
+        parser.error(f"`--contexts` needs two or more different lengths, got {args.contexts!r}")
+    trees = sizes(parser, "--trees", args.trees, 1, CPU_BUCKETS[-1])
     paths = args.paths.split(",")
     if unknown := set(paths) - set(PATHS):
         parser.error(f"`--paths`: unknown {', '.join(sorted(unknown))}")
-    if len(contexts) < 2 or contexts[0] < 2 or max(trees) > CPU_BUCKETS[-1] or args.reps < 1:
-        parser.error("`--contexts` needs two or more lengths >= 2, `--trees` sizes up to "
-                     f"{CPU_BUCKETS[-1]}, `--reps` >= 1")
+    for flag, value in (("--reps", args.reps), ("--threads", args.threads)):
+        if value < 1:
+            parser.error(f"`{flag}` must be at least 1, got {value}")
     capacity = args.capacity or least_capacity(contexts, trees)
     if capacity < least_capacity(contexts, trees):
         parser.error(f"`--capacity` {capacity} cannot hold {contexts[-1]} tokens and the largest pass: at least "

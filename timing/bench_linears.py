@@ -25,7 +25,7 @@ from models.cpu_linear import copies_bytes, stock_kernels, tune
 from models.hf import CPU_BUCKETS
 from models.load import load
 from models.options import ModelOptions
-from timing.bench_context import load_average, paired_ratios, spread, target_passes
+from timing.bench_context import load_average, paired_ratios, sizes, spread, target_passes
 
 
 def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, float, int]:
@@ -62,12 +62,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, while tuning and timing")
     args = parser.parse_args()
-    try:
-        trees = [int(b) for b in args.trees.split(",")]
-    except ValueError:
-        trees = []
-    if not trees or min(trees) < 1 or max(trees) > CPU_BUCKETS[-1]:
-        parser.error(f"`--trees` takes comma-separated sizes from 1 to {CPU_BUCKETS[-1]}, got {args.trees!r}")
+    trees = sizes(parser, "--trees", args.trees, 1, CPU_BUCKETS[-1])
     for flag, value, least in (("--context", args.context, 2), ("--reps", args.reps, 1),
                                ("--threads", args.threads, 1)):
         if value < least:

@@ -24,13 +24,13 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Drafter
-from evaluation.prompts import load_prompts
+from evaluation.prompts import PromptError, load_prompts
 from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.decode import decode
 from pipeline.settings import DecodeConfig
 from target_proc.target import Target
-from timing.bench_context import load_average, spread
+from timing.bench_context import load_average, sizes, spread
 
 DRAFTER = ModelOptions(model="smollm2:int8")
 
@@ -133,7 +133,7 @@ def acceptance(target_model, prompts: list[list[int]], windows: list[int], max_n
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m timing.bench_prefill", description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", required=True, metavar="SOURCE", help="spec-bench:PATH, or another source")
     parser.add_argument("--categories", default="summarization,rag")
     parser.add_argument("--limit", type=int, default=1, help="prompts per category")
@@ -142,11 +142,19 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--budget", type=int, default=8)
     args = parser.parse_args()
-    windows = [int(w) for w in args.windows.split(",")]
+    windows = sizes(parser, "--windows", args.windows, 0)
+    for flag, value in (("--limit", args.limit), ("--reps", args.reps), ("--max-new-tokens", args.max_new_tokens),
+                        ("--budget", args.budget)):
+        if value < 1:
+            parser.error(f"`{flag}` must be at least 1, got {value}")
+    try:
+        source = load_prompts(args.prompts)
+    except PromptError as e:
+        parser.error(f"`--prompts`: {e}")
     target_model = load(ModelOptions(), "target")
     prompts = []
     for category in args.categories.split(","):
-        chosen = [p for p in load_prompts(args.prompts) if p.category == category][: args.limit]
+        chosen = [p for p in source if p.category == category][: args.limit]
         prompts += [target_model.tokenizer.prompt_ids(p.text) for p in chosen]
     if not prompts:
         parser.error(f"`--categories`: no prompt of {args.categories} in {args.prompts}")

@@ -71,10 +71,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", type=int, default=defaults.levels)
     parser.add_argument("--hit-rates", default="0.1,0.2,0.3,0.5,0.7", metavar="LIST")
     ns = parser.parse_args(argv)
+    for name in ("draft", "root", "tree", "between"):
+        if not (math.isfinite(value := getattr(ns, name)) and value >= 0):
+            parser.error(f"`--{name}` takes milliseconds >= 0, got {value}")
+    if ns.levels < 1:
+        parser.error(f"`--levels` must be at least 1, got {ns.levels}")
+    try:
+        hit_rates = [float(h) for h in ns.hit_rates.split(",")]
+    except ValueError:
+        hit_rates = []
+    if not hit_rates or not all(0 <= h <= 1 for h in hit_rates):
+        parser.error(f"`--hit-rates` takes comma-separated rates from 0 to 1, got {ns.hit_rates!r}")
     phases = Phases(ns.draft, ns.root, ns.tree, ns.between, ns.levels)
     base = round_ms(phases, None)
     rows = [{"hit_rate": h, "round_ms": round_ms(phases, h), "speedup": base / round_ms(phases, h)}
-            for h in map(float, ns.hit_rates.split(","))]
+            for h in hit_rates]
     print(f"A prediction, not a measurement. Round without drafting ahead: {base:.1f} ms "
           f"(root {phases.root:g} + wait {max(0.0, phases.draft - phases.root):.1f} + select/commit "
           f"{phases.between:g} + tree {phases.tree:g})")

@@ -1,4 +1,5 @@
-"""The side-by-side benchmark of drafting ahead: its summary arithmetic, and a run on the mock pair."""
+"""The side-by-side benchmark of drafting ahead: its summary arithmetic, its command line, and a run on the mock
+pair."""
 
 from __future__ import annotations
 
@@ -85,3 +86,19 @@ def test_records_go_to_a_new_file_only(tmp_path, make, message):
                            "--records", str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and re.search(r"error: --records .*" + message, done.stderr), done.stderr
     assert (path.read_text() if path.exists() else None) == before  # another run's records untouched
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--budgets", "8,x"], "--budgets takes comma-separated positive integers or auto, got '8,x'"),
+    (["--budgets", "0"], "--budgets takes comma-separated positive integers or auto, got '0'"),
+    (["--decoder", "nope"], "`decoder` must be one of"),
+    (["--temperature", "-1"], "`temperature` must be a finite number >= 0"),
+    (["--max-new-tokens", "0"], "`max_new_tokens` must be a positive integer"),
+], ids=["budget-text", "budget-zero", "decoder", "temperature", "max-new-tokens"])
+def test_bad_values_end_with_one_line_before_the_pair_starts(argv, words, capsys):
+    from launch.bench_ahead import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--target", "mock", "--prompts", "builtin", *argv])
+    assert stop.value.code == 2
+    assert words in capsys.readouterr().err.strip().splitlines()[-1]

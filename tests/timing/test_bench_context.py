@@ -1,8 +1,11 @@
-"""The context benchmark's statistics: paired ratios cancel drift shared by a repetition."""
+"""The context benchmark: its statistics (paired ratios cancel drift shared by a repetition) and its command line."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
+import pytest
 
 from timing.bench_context import paired_ratios, spread
 
@@ -60,3 +63,20 @@ def test_each_path_attends_over_what_it_names():
         spans[path] = target.runner.kv.span
     slots = target.runner.slots
     assert spans == {"eager": SPAN_STEP, "ladder": graph_spans(slots)[0], "whole": slots} and slots == 1024
+
+
+@pytest.mark.parametrize("argv, flag", [(["--contexts", "x"], "--contexts"), (["--contexts", "40,40"], "--contexts"),
+                                        (["--contexts", "1,40"], "--contexts"), (["--trees", "0"], "--trees"),
+                                        (["--trees", "8,a"], "--trees"), (["--trees", "73"], "--trees"),
+                                        (["--reps", "0"], "--reps"), (["--threads", "0"], "--threads"),
+                                        (["--paths", "eager,gpu"], "--paths"), (["--capacity", "-5"], "--capacity")])
+def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, monkeypatch, capsys):
+    from timing.bench_context import main
+
+    monkeypatch.setattr(sys, "argv", ["bench_context", *argv])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    flags = ("--contexts", "--trees", "--reps", "--threads", "--paths", "--capacity")
+    assert flag in last and all(other not in last for other in flags if other != flag), last

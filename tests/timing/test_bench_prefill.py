@@ -1,6 +1,11 @@
-"""The prefill benchmark's in-process drafter feed keeps pipeline.decode's DrafterClient contract."""
+"""The prefill benchmark: its in-process drafter feed keeps pipeline.decode's DrafterClient contract, and its
+command line refuses bad values before loading a model."""
 
 from __future__ import annotations
+
+import sys
+
+import pytest
 
 from drafter_proc.drafter import Drafter
 from models.mock import MockModel, MockRunner
@@ -21,3 +26,16 @@ def test_a_pool_is_handed_out_once_and_commit_times_are_kept():
     assert feed.has_pool() and len(feed.seconds) == 1
     feed.end()
     assert not feed.has_pool()
+
+
+@pytest.mark.parametrize("argv, flag", [(["--windows", "0,x"], "--windows"), (["--windows", "-1"], "--windows"),
+                                        (["--reps", "0"], "--reps"), (["--limit", "0"], "--limit"),
+                                        (["--budget", "0"], "--budget"), (["--prompts", "nope"], "--prompts")])
+def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, monkeypatch, capsys):
+    from timing.bench_prefill import main
+
+    monkeypatch.setattr(sys, "argv", ["bench_prefill", "--prompts", "builtin", *argv])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    assert f"`{flag}`" in capsys.readouterr().err.strip().splitlines()[-1]

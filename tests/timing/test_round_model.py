@@ -1,4 +1,4 @@
-"""The two-GPU round model: its arithmetic on phases where the answer is plain."""
+"""The two-GPU round model: its arithmetic on phases where the answer is plain, and its command line."""
 
 from __future__ import annotations
 
@@ -46,3 +46,15 @@ def test_the_json_document_has_the_cut_pools_break_even(capsys):
     assert [r["levels"] for r in deeper] == list(range(cut["levels"] + 1, 8))
     shares = [cut["tokens_share_to_pay"]] + [r["tokens_share_to_pay"] for r in deeper]
     assert shares == sorted(shares) and shares[-1] < 1  # a deeper pool must keep more, and 7 of 8 levels less than all
+
+
+@pytest.mark.parametrize("argv, flag", [(["--hit-rates", "0.2,x"], "--hit-rates"),
+                                        (["--hit-rates", "1.5"], "--hit-rates"),
+                                        (["--hit-rates", "nan"], "--hit-rates"),
+                                        (["--levels", "0"], "--levels"), (["--draft", "-5"], "--draft"),
+                                        (["--tree", "inf"], "--tree")])
+def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert f"`{flag}`" in capsys.readouterr().err.strip().splitlines()[-1]
