@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         prompts = bench_prompts(args.prompts or ["builtin"], args.limit, args.stratify)
     except InputError as e:
-        raise SystemExit(f"python -m timing.bench_pair: {e}") from None
+        print(f"python -m timing.bench_pair: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
     records = pair_run(prompts, args.max_new_tokens, args.budget, args.decoders)

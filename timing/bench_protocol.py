@@ -32,6 +32,7 @@ import argparse
 import cProfile
 import io
 import json
+import math
 import os
 import pstats
 import shutil
@@ -355,6 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    import torch
+
+    from pipeline.config import PoolConfig
+
     for name in ("iterations", "rounds", "budget", "threads"):
         if getattr(ns, name) < 1:
             parser.error(f"--{name} must be a positive integer, got {getattr(ns, name)}")
@@ -364,6 +369,17 @@ def _check(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         parser.error(f"--warmup must be >= 0, got {ns.warmup}")
     if len(set(ns.transports)) != len(ns.transports):
         parser.error(f"--transports must be distinct, got {' '.join(ns.transports)}")
+    least = PoolConfig().topk  # the pool's first level takes that many distinct tokens
+    if min(ns.vocab) < least:
+        parser.error(f"--vocab sizes must be at least {least} (the pool's top-k), got {' '.join(map(str, ns.vocab))}")
+    if not all(math.isfinite(t) and t >= 0 for t in ns.temperature):
+        parser.error(f"--temperature takes finite numbers >= 0, got {' '.join(map(str, ns.temperature))}")
+    try:
+        device = torch.device(ns.device)
+    except RuntimeError:
+        parser.error(f"--device {ns.device!r} is not a torch device (cpu, cuda, cuda:N, ...)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {ns.device}: this torch has no usable CUDA")
 
 
 def _summary(ns: argparse.Namespace, wire: dict, select: dict, round_trips: dict, load, choice: dict,

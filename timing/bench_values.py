@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=40)
     parser.add_argument("--resamples", type=int, default=2000)
     args = parser.parse_args(argv)
+    for name in ("rounds", "prompts", "resamples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer, got {getattr(args, name)}")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         per_prompt: dict[int, list[RecordedRound]] = {}

@@ -41,3 +41,13 @@ def test_prompts_are_the_first_ones_or_spread_over_groups(tmp_path):
     category = {r["prompt"]: r["category"] for r in rows}
     groups = Counter(category_group(category[t]) if t in category else "builtin" for t in texts)
     assert set(groups) == {"mt_bench", "qa", "rag", "builtin"} and sorted(groups.values()) == [1, 1, 2, 2]
+
+
+def test_an_unknown_prompt_source_is_a_usage_error_before_any_model_loads(capsys):
+    from timing.bench_pair import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--prompts", "nope"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip() == ("python -m timing.bench_pair: error: prompt source 'nope' is not "
+                                               "builtin, humaneval, spec-bench:PATH or a file")
