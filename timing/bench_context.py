@@ -75,6 +75,13 @@ def sizes(parser: argparse.ArgumentParser, flag: str, text: str, least: int, mos
     return values
 
 
+def at_least(parser: argparse.ArgumentParser, *checks: tuple[str, int, int]) -> None:
+    """Each (flag, value, least): a value below its least ends in one line naming the flag (status 2)."""
+    for flag, value, least in checks:
+        if value < least:
+            parser.error(f"`{flag}` must be at least {least}, got {value}")
+
+
 def runner(model, capacity: int, path: str) -> HFRunner:
     """An eager runner of `path` (PATHS)."""
     buckets, attend = PATHS[path]
@@ -190,9 +197,7 @@ def main() -> None:
     paths = args.paths.split(",")
     if unknown := set(paths) - set(PATHS):
         parser.error(f"`--paths`: unknown {', '.join(sorted(unknown))}")
-    for flag, value in (("--reps", args.reps), ("--threads", args.threads)):
-        if value < 1:
-            parser.error(f"`{flag}` must be at least 1, got {value}")
+    at_least(parser, ("--reps", args.reps, 1), ("--threads", args.threads, 1))
     capacity = args.capacity or least_capacity(contexts, trees)
     if capacity < least_capacity(contexts, trees):
         parser.error(f"`--capacity` {capacity} cannot hold {contexts[-1]} tokens and the largest pass: at least "

@@ -25,7 +25,7 @@ from models.cpu_linear import copies_bytes, stock_kernels, tune
 from models.hf import CPU_BUCKETS
 from models.load import load
 from models.options import ModelOptions
-from timing.bench_context import load_average, paired_ratios, sizes, spread, target_passes
+from timing.bench_context import at_least, load_average, paired_ratios, sizes, spread, target_passes
 
 
 def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, float, int]:
@@ -63,10 +63,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, while tuning and timing")
     args = parser.parse_args()
     trees = sizes(parser, "--trees", args.trees, 1, CPU_BUCKETS[-1])
-    for flag, value, least in (("--context", args.context, 2), ("--reps", args.reps, 1),
-                               ("--threads", args.threads, 1)):
-        if value < least:
-            parser.error(f"`{flag}` must be at least {least}, got {value}")
+    at_least(parser, ("--context", args.context, 2), ("--reps", args.reps, 1), ("--threads", args.threads, 1))
     torch.set_num_threads(args.threads)
     before = load_average()
     print(f"load average before: {before}, {args.threads} thread(s), {os.cpu_count()} cores")

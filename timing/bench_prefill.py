@@ -30,7 +30,7 @@ from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.decode import decode
 from pipeline.settings import DecodeConfig
 from target_proc.target import Target
-from timing.bench_context import load_average, sizes, spread
+from timing.bench_context import at_least, load_average, sizes, spread
 
 DRAFTER = ModelOptions(model="smollm2:int8")
 
@@ -143,10 +143,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=8)
     args = parser.parse_args()
     windows = sizes(parser, "--windows", args.windows, 0)
-    for flag, value in (("--limit", args.limit), ("--reps", args.reps), ("--max-new-tokens", args.max_new_tokens),
-                        ("--budget", args.budget)):
-        if value < 1:
-            parser.error(f"`{flag}` must be at least 1, got {value}")
+    at_least(parser, ("--limit", args.limit, 1), ("--reps", args.reps, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+             ("--budget", args.budget, 1))
     try:
         source = load_prompts(args.prompts)
     except PromptError as e:
