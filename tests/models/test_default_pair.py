@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,15 @@ from tests.models.test_tree_pass import TOL, path_context, random_tree, referenc
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _every_core():
+    """The real model's passes take every core here (the suite runs single-threaded for its mock tensors)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
