@@ -1,0 +1,247 @@
+"""What running the two processes side by side costs on this machine: each pass alone and beside the other's.
+
+python -m timing.bench_overlap [--pairs root:drafter,drafter:root,tree:drafter,compute:compute,memory:memory]
+                               [--context 40] [--reps 9]
+
+A pipelined round overlaps the target's root pass with the drafter's round, and drafting ahead overlaps
+the drafter with the tree pass. On one machine the two processes run on different cores but share the
+memory bus and the last-level cache, so a pass beside the other process's can take longer than alone, and
+the round gains less than the sum of the two passes. Each pair MEASURED:BESIDE times MEASURED on one thread
+with the other core idle and with a second process running BESIDE in a loop on one thread, both ways in
+every repetition (either first in alternate repetitions), so that drift on a shared machine falls on both
+alike. A slowdown is the median of the per-repetition ratios beside / alone, with its quartiles.
+
+Workloads (WORKLOADS): the default pair's target root pass and tree pass of 8 nodes, and the int8
+drafter's round (committing three tokens and growing a full CPU pool), at --context tokens; and two
+synthetic ones that tell the shared resource: products of small matrices that stay in each core's cache
+(compute-bound), and products of one row with a matrix larger than the last-level cache (memory-bound).
+Two cores doing MEASURED and BESIDE together give 1/s_measured + 1/s_beside cores' work for one core's
+(2.0 when nothing is shared); that figure needs both directions of a pair (for example root:drafter and
+drafter:root), and the two give the wait for the drafter that a pipelined round implies: the drafter's
+round beside the root pass, less the root pass beside it. The load average is printed before and after;
+the last line of the output is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from models.load import load
+from models.options import ModelOptions
+from timing.bench_context import at_least, drafter_step, load_average, paired_ratios, spread, target_passes
+
+WORKLOADS = {
+    "root": "target root pass",
+    "tree": "target tree pass B=8",
+    "drafter": "drafter round",
+    "compute": "256x256 products",
+    "memory": "row x 64 MiB matrix",
+}
+MODEL_WORKLOADS = ("root", "tree", "drafter")
+DEFAULT_PAIRS = "root:drafter,drafter:root,tree:drafter,compute:compute,memory:memory"
+START_TIMEOUT_S = 600.0  # loading the models in the background process
+
+
+def workloads(names: set[str], context: int) -> dict[str, Callable[[], None]]:
+    """name -> a call that runs one pass of it and waits for its result, each built once."""
+    out: dict[str, Callable[[], None]] = {}
+    capacity = context + 128
+    if names & {"root", "tree"}:
+        passes = target_passes(load(ModelOptions(), "target").model, context, capacity, "eager", [8])
+        out["root"], out["tree"] = passes["root pass"], passes["tree pass B=8"]
+    if "drafter" in names:
+        model = load(ModelOptions(model="smollm2:int8"), "drafter").model
+        out["drafter"] = drafter_step(model, context, capacity, "eager")["drafter step"]
+    if "compute" in names:
+        a = torch.randn(256, 256)  # 256 KiB: stays in a core's own cache
+
+        def compute() -> None:
+            for _ in range(200):
+                a @ a
+        out["compute"] = compute
+    if "memory" in names:
+        w, x = torch.randn(4096, 4096), torch.randn(1, 4096)  # 64 MiB of float32: twice the last-level cache
+
+        def memory() -> None:
+            for _ in range(10):
+                x @ w.T
+        out["memory"] = memory
+    return {name: out[name] for name in names}
+
+
+def _background(names: list[str], context: int, conn) -> None:
+    """The second process: build `names`, then run the one the parent names in a loop until told to pause
+    (None) or to stop ("exit"). Acknowledges each start after a whole pass, and each pause when the pass in
+    flight is done, so the parent times only while the loop runs and only after it rests."""
+    torch.set_num_threads(1)
+    try:
+        calls = workloads(set(names), context)
+        for fn in calls.values():
+            fn()
+    except Exception as e:  # the parent reports it, naming the workload
+        conn.send(("failed", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", None))
+    running = None
+    while True:
+        if running is None or conn.poll():
+            try:
+                msg = conn.recv()
+            except EOFError:  # the parent is gone
+                return
+            if msg == "exit":
+                return
+            running = msg
+            if running is None:
+                conn.send(("paused", None))
+                continue
+            calls[running]()
+            conn.send(("running", None))
+        calls[running]()
+
+
+class Beside:
+    """The background process, started with the workloads it may run."""
+
+    def __init__(self, names: list[str], context: int) -> None:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state shared with this one
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_background, args=(names, context, child), daemon=True)
+        self.process.start()
+        self._expect("ready", START_TIMEOUT_S)
+
+    def _expect(self, what: str, timeout: float) -> None:
+        try:
+            if not self.conn.poll(timeout):
+                raise RuntimeError(f"the background process did not answer {what!r} in {timeout:.0f} s")
+            got, detail = self.conn.recv()
+        except (EOFError, OSError):
+            raise self._ended() from None
+        if got != what:
+            raise RuntimeError(f"the background process failed: {detail}" if got == "failed" else
+                               f"the background process answered {got!r}, expected {what!r}")
+
+    def _send(self, msg) -> None:
+        try:
+            self.conn.send(msg)
+        except OSError:
+            raise self._ended() from None
+
+    def _ended(self) -> RuntimeError:
+        self.process.join(10)
+        return RuntimeError(f"the background process ended (exit code {self.process.exitcode})")
+
+    def run(self, name: str) -> None:
+        self._send(name)
+        self._expect("running", 120.0)
+
+    def pause(self) -> None:
+        self._send(None)
+        self._expect("paused", 120.0)
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            with contextlib.suppress(OSError):
+                self.conn.send("exit")
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+def measure(pairs: list[tuple[str, str]], context: int, reps: int) -> dict:
+    """(measured, beside) -> {"alone": seconds of each repetition, "beside": ...}."""
+    torch.set_num_threads(1)
+    calls = workloads({m for m, _ in pairs}, context)
+    background = Beside(sorted({b for _, b in pairs}), context)
+    try:
+        for fn in calls.values():  # warm-up, the other core idle
+            fn(), fn()
+        times = {pair: {"alone": [], "beside": []} for pair in pairs}
+        for rep in range(reps):
+            for measured, beside in pairs:
+                for how in (("alone", "beside") if rep % 2 == 0 else ("beside", "alone")):
+                    if how == "beside":
+                        background.run(beside)
+                    t0 = time.perf_counter()
+                    calls[measured]()
+                    times[(measured, beside)][how].append(time.perf_counter() - t0)
+                    if how == "beside":
+                        background.pause()
+        return times
+    finally:
+        background.close()
+
+
+def two_cores(slowdowns: dict[tuple[str, str], float]) -> dict[str, float]:
+    """"a:b" -> cores' work two cores give running a and b together (1/s_ab + 1/s_ba), for pairs timed both
+    ways (a workload beside itself counts once for both)."""
+    out = {}
+    for (a, b), s in slowdowns.items():
+        if (b, a) in slowdowns and f"{b}:{a}" not in out:
+            out[f"{a}:{b}"] = 1 / s + 1 / slowdowns[(b, a)]
+    return out
+
+
+def parse_pairs(parser: argparse.ArgumentParser, text: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in text.split(","):
+        parts = item.split(":")
+        if len(parts) != 2 or not set(parts) <= set(WORKLOADS):
+            parser.error(f"`--pairs` takes MEASURED:BESIDE pairs of {', '.join(WORKLOADS)}, comma-separated, "
+                         f"got {item!r}")
+        pairs.append((parts[0], parts[1]))
+    return list(dict.fromkeys(pairs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m timing.bench_overlap", description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default=DEFAULT_PAIRS, help="MEASURED:BESIDE workload pairs, comma-separated")
+    parser.add_argument("--context", type=int, default=40, help="tokens of context before the model passes")
+    parser.add_argument("--reps", type=int, default=9)
+    args = parser.parse_args()
+    pairs = parse_pairs(parser, args.pairs)
+    at_least(parser, ("--context", args.context, 2), ("--reps", args.reps, 1))
+    if os.cpu_count() < 2:
+        parser.error("this benchmark runs two processes side by side: it needs two or more cores")
+
+    before = load_average()
+    print(f"load average before: {before}, 1 thread a process, {os.cpu_count()} cores")
+    times = measure(pairs, args.context, args.reps)
+    after = load_average()
+    print(f"median ms [quartiles] over {args.reps} repetitions, {args.context} tokens of context; slowdown beside / "
+          f"alone per repetition")
+    results, slowdowns = {}, {}
+    for (measured, beside), t in times.items():
+        ms = {how: spread(1e3 * np.asarray(t[how])) for how in ("alone", "beside")}
+        slowdown = paired_ratios(t["alone"], t["beside"])
+        slowdowns[(measured, beside)] = slowdown["median"]
+        results[f"{measured}:{beside}"] = {"ms": ms, "slowdown": slowdown}
+        a, b = ms["alone"], ms["beside"]
+        print(f"  {WORKLOADS[measured]:<21} alone {a['median']:7.1f} [{a['q1']:6.1f},{a['q3']:6.1f}]  beside "
+              f"{WORKLOADS[beside]:<21} {b['median']:7.1f} [{b['q1']:6.1f},{b['q3']:6.1f}]  slowdown "
+              f"{slowdown['median']:.3f} [{slowdown['q1']:.3f}, {slowdown['q3']:.3f}]")
+    together = two_cores(slowdowns)
+    if together:
+        print("cores' work two cores give, running both together: "
+              + ", ".join(f"{pair} {work:.2f}" for pair, work in together.items()))
+    wait = None
+    if {"root:drafter", "drafter:root"} <= set(results):
+        wait = results["drafter:root"]["ms"]["beside"]["median"] - results["root:drafter"]["ms"]["beside"]["median"]
+        print(f"a pipelined round's wait for the drafter these imply (its round beside the root pass, less the root "
+              f"pass beside it): {wait:.1f} ms")
+    print(f"load average after: {after}")
+    print(json.dumps({"context": args.context, "reps": args.reps, "pairs": results, "two_cores": together,
+                      "implied_wait_ms": wait, "load_average": {"before": before, "after": after}}))
+
+
+if __name__ == "__main__":
+    main()
