@@ -46,7 +46,6 @@ WORKLOADS = {
     "compute": "256x256 products",
     "memory": "row x 64 MiB matrix",
 }
-MODEL_WORKLOADS = ("root", "tree", "drafter")
 DEFAULT_PAIRS = "root:drafter,drafter:root,tree:drafter,compute:compute,memory:memory"
 START_TIMEOUT_S = 600.0  # loading the models in the background process
 
