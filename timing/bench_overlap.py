@@ -37,7 +37,8 @@ import torch
 
 from models.load import load
 from models.options import ModelOptions
-from timing.bench_context import at_least, drafter_step, load_average, paired_ratios, spread, target_passes
+from timing.bench_context import (at_least, drafter_step, least_capacity, load_average, paired_ratios, spread,
+                                  target_passes)
 
 WORKLOADS = {
     "root": "target root pass",
@@ -53,7 +54,7 @@ START_TIMEOUT_S = 600.0  # loading the models in the background process
 def workloads(names: set[str], context: int) -> dict[str, Callable[[], None]]:
     """name -> a call that runs one pass of it and waits for its result, each built once."""
     out: dict[str, Callable[[], None]] = {}
-    capacity = context + 128
+    capacity = least_capacity([context], [8])
     if names & {"root", "tree"}:
         passes = target_passes(load(ModelOptions(), "target").model, context, capacity, "eager", [8])
         out["root"], out["tree"] = passes["root pass"], passes["tree pass B=8"]
@@ -209,11 +210,11 @@ def main() -> None:
     args = parser.parse_args()
     pairs = parse_pairs(parser, args.pairs)
     at_least(parser, ("--context", args.context, 2), ("--reps", args.reps, 1))
-    if os.cpu_count() < 2:
+    if len(os.sched_getaffinity(0)) < 2:
         parser.error("this benchmark runs two processes side by side: it needs two or more cores")
 
     before = load_average()
-    print(f"load average before: {before}, 1 thread a process, {os.cpu_count()} cores")
+    print(f"load average before: {before}, 1 thread a process, {len(os.sched_getaffinity(0))} cores")
     times = measure(pairs, args.context, args.reps)
     after = load_average()
     print(f"median ms [quartiles] over {args.reps} repetitions, {args.context} tokens of context; slowdown beside / "
