@@ -1,4 +1,4 @@
-"""The README's Python API example runs as written, start to finish, with the embedded default pair."""
+"""The Python API's example in docs/api.md runs as written, start to finish, with the embedded default pair."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from tests.processes.proc_tools import ROOT
 
 
 @pytest.mark.slow
-def test_the_readmes_api_example_runs_as_written(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Python API"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def test_the_api_pages_example_runs_as_written(tmp_path):
+    page = (ROOT / "docs" / "api.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
