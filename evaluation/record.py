@@ -42,7 +42,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         "accept_lengths": [r.emitted for r in rounds], "accepted": [r.accepted for r in rounds],
         "tried": [r.tried for r in rounds], "tree_sizes": [r.tree_size for r in rounds],
         "available": [r.available for r in rounds], "budgets": [r.budget for r in rounds],
-        "phases": {name: [r.phases.get(name, 0.0) for r in rounds] for name in PHASES},
+        "phases": {name: [r.phases.seconds(name) for r in rounds] for name in PHASES},
         "lend_cores": config.lend_cores, "ahead": config.ahead, "ahead_hits": [r.ahead for r in rounds],  # per round: 1 hit, 0 missed, -1 not tried
         "ahead_seconds": [r.ahead_seconds for r in rounds],
         "cut_pools": config.cut_pools, "cut_weigh": config.cut_weigh, "pool_depths": [r.pool_depth for r in rounds],

@@ -41,10 +41,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 
 import numpy as np
+
+from pipeline.feed import DrafterFeed
+from pipeline.result import Phases
 
 PRIOR_WEIGHT = 2.0  # the prior counts as this many rounds
 DECAY = 1 / 64  # per speculative round, the weight every earlier round loses
@@ -279,41 +282,6 @@ def costs_for(root_pass: bool, measured: dict) -> PassCosts:
     return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]), *prefill)
 
 
-class DrafterFeed:
-    """What the drafter has been told of a decode's committed context: `told` tokens (0: not started), the
-    budget of the round before (`previous`, None before the first) and the tokens it missed while rounds
-    were plain (`missed`, as of the current round's request). With a `window` (DecodeConfig.drafter_window)
-    the drafter starts on the context's last `window` tokens and is told every token after them."""
-
-    def __init__(self, drafter, window: int = 0) -> None:
-        self.drafter, self.window = drafter, window
-        self.told, self.previous, self.missed = 0, None, 0
-
-    def start_tokens(self, context: int) -> int:
-        """How many tokens the drafter's prefill takes when it starts on `context` tokens."""
-        return min(context, self.window) if self.window else context
-
-    def ask(self, history: Sequence[int]) -> None:
-        """Ask for the next round's pool, with every token of `history` the drafter has not seen."""
-        if self.told:
-            self.drafter.commit(history[self.told:])
-        else:  # the drafter's prefill; its first pool follows
-            self.drafter.start(history[len(history) - self.start_tokens(len(history)):])
-        self.told = len(history)
-
-    def waiting(self) -> bool:
-        """Whether the drafter is still growing its first pool (the prefill then leaves it its cores)."""
-        return not self.drafter.has_pool()
-
-    def ran(self, budget: int, history: Sequence[int]) -> None:
-        """A round at `budget` ended and the context is now `history`."""
-        self.previous, self.missed = budget, len(history) - self.told if self.told else 0
-
-    def end(self) -> None:
-        if self.told:
-            self.drafter.end()
-
-
 class FixedBudget:
     """Every round at one budget: the configured one, or 0 (plain rounds) for a rule without a drafter."""
 
@@ -331,7 +299,7 @@ class FixedBudget:
     def prefilled(self, feed: DrafterFeed, tokens: int, seconds: float) -> None:
         pass
 
-    def observe(self, on_path: np.ndarray | None, budget: int, times: dict[str, float], feed: DrafterFeed) -> None:
+    def observe(self, on_path: np.ndarray | None, budget: int, times: Phases, feed: DrafterFeed) -> None:
         pass
 
     def end(self) -> None:
@@ -364,20 +332,20 @@ class AutoPolicy:
             return self.auto.choose(0.0, left, costs.start(feed.start_tokens(context), late=True))
         return self.auto.choose(costs.switch(feed.missed) if feed.previous == 0 else 0.0, left, 0.0)
 
-    def observe(self, on_path: np.ndarray | None, budget: int, times: dict[str, float], feed: DrafterFeed) -> None:
+    def observe(self, on_path: np.ndarray | None, budget: int, times: Phases, feed: DrafterFeed) -> None:
         """Feed one round to the estimates: which ranks were accepted, and what the round cost. Its wait for
         the drafter is a steady one only when the round before speculated too: before the first round the
         drafter ingests the prompt (a cost of the prefill), after plain ones the tokens it missed (a switch's
         cost, learnt apart; none when the drafter started only now, its prefill being a start's)."""
         auto = self.auto
         if budget == 0:
-            auto.observe(np.zeros(0, bool), 0, plain=times["root"] + times["commit"])
+            auto.observe(np.zeros(0, bool), 0, plain=times.seconds("root") + times.seconds("commit"))
             return
-        front = times.get("root", 0.0) + times["wait"] + times["select"] + times["commit"]
+        front = times.seconds("root") + times.seconds("wait") + times.seconds("select") + times.seconds("commit")
         hit = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
         hit[: len(on_path)] = on_path                # a budget buys them only when the pool has them
-        root = times["root"] + times["commit"] if times.get("root") else None  # rules with a root pass
-        auto.observe(hit, budget, front=front if feed.previous else None, tree=times.get("tree"),
+        root = times.root + times.seconds("commit") if times.root else None  # rules with a root pass
+        auto.observe(hit, budget, front=front if feed.previous else None, tree=times.tree,
                      caught_up=(front, feed.missed) if feed.previous == 0 else None, root=root)
 
     def end(self) -> None:

@@ -21,10 +21,11 @@ import numpy as np
 import torch
 
 from pipeline.ahead import NOT_TRIED, Drafted, predicted_tokens
-from pipeline.budget import DrafterFeed, Experience, PassCosts, budget_policy, ranks_on_path
+from pipeline.budget import Experience, PassCosts, budget_policy, ranks_on_path
 from pipeline.cut import NOW, WEIGH
 from pipeline.pool import ROOT, Pool
-from pipeline.result import DecodeResult, Round
+from pipeline.feed import DrafterFeed
+from pipeline.result import DecodeResult, Phases, Round
 from pipeline.rules import RULES, RootDraw, Rule
 from pipeline.sampling import Filtered
 from pipeline.settings import DecodeConfig
@@ -104,16 +105,16 @@ class _Phases:
     """Host wall time per phase of one round. Phases end at a host read of device data or a sync."""
 
     def __init__(self) -> None:
-        self.times: dict[str, float] = {}
+        self.times = Phases()
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
         yield
-        self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+        self.times.add(name, time.perf_counter() - t0)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Step:
     """What one round did, its commit included: what it verified, what it accepted and what it cost."""
 
@@ -129,7 +130,9 @@ class Step:
     ahead: int = NOT_TRIED  # whether this round's pool was grown ahead (pipeline.ahead: HIT, MISSED)
     ahead_seconds: float = 0.0  # on a hit, the drafting done before the round before committed
     root_row: torch.Tensor | None = None  # (V,) the root's logits: the root pass's, or row 0 of draft's tree pass
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (PHASES)
+    tree_rows: torch.Tensor | None = None  # (len(tree), V) the tree pass's logits of the tree's nodes, valid
+    #                                         until the target's next pass (a measurement copies what it keeps)
+    phases: Phases = field(default_factory=Phases)
 
     @property
     def emitted(self) -> list[int]:
@@ -139,8 +142,9 @@ class Step:
     def round(self, budget: int) -> Round:
         tree_size = len(self.tree) if self.tree is not None else 0
         pool_depth = int(self.pool.depth.max()) if self.pool is not None and len(self.pool) else 0
-        return Round(len(self.accepted), tree_size, len(self.accepted) + 1, self.phases, self.available, self.tried,
-                     budget, self.ahead, self.ahead_seconds, pool_depth)
+        return Round(accepted=len(self.accepted), tree_size=tree_size, emitted=len(self.accepted) + 1,
+                     phases=self.phases, available=self.available, tried=self.tried, budget=budget,
+                     ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=pool_depth)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -275,7 +279,7 @@ class _Rounds:
             self.target.commit(step.accepted)
             if self.sync:
                 self.target.synchronize()
-        phase.times["draft"] = step.draft_seconds
+        phase.times.draft = step.draft_seconds
         step.phases = phase.times
         if self.observe is not None:  # after the commit and outside the phases: a measurement
             t0 = time.perf_counter()
@@ -288,7 +292,7 @@ class _Rounds:
         with phase("root"):
             row = self.target.root_pass(root)
             token = int(draw(row[None], self.temperature, self.generator)[0])  # a host read: a sync
-        return Step(None, [], token, 1, root_row=row)
+        return Step(tree=None, accepted=[], continuation=token, passes=1, root_row=row)
 
     def tree(self, root: int, budget: int, phase: _Phases) -> Step:
         """Wait for the pool, select, then score the root and the tree in one pass."""
@@ -301,9 +305,10 @@ class _Rounds:
         with phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
             logits = self.target.tree_pass(tree, root, overlapped=ahead)
             accepted, continuation = verify_tree(tree, logits, None, self.temperature, self.generator, self.lazy)
-        return Step(tree, accepted, continuation, 1, drafted.seconds, tried=depths_tried(tree, accepted),
-                    on_path=self._on_path(pool, tree, accepted), pool=pool, root_row=logits[0],
-                    ahead=drafted.ahead, ahead_seconds=drafted.ahead_seconds)
+        return Step(tree=tree, accepted=accepted, continuation=continuation, passes=1, draft_seconds=drafted.seconds,
+                    tried=depths_tried(tree, accepted), on_path=self._on_path(pool, tree, accepted), pool=pool,
+                    root_row=logits[0], tree_rows=logits[1:], ahead=drafted.ahead,
+                    ahead_seconds=drafted.ahead_seconds)
 
     def pipelined(self, root: int, budget: int, phase: _Phases) -> Step:
         """Root pass while the drafter works, draw X1, select beneath it, verify the tree in a second pass."""
@@ -317,17 +322,19 @@ class _Rounds:
         u = pool.first_level(first.token)
         available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
         if tree.child(ROOT, first.token) < 0:  # `root` only: the draw is off the tree, it is the continuation
-            return Step(None, [], first.token, 1, draft_seconds, available, tried=1,
-                        on_path=np.zeros(len(tree), bool) if self.track else None, pool=pool, root_row=first.row,
-                        ahead=drafted.ahead, ahead_seconds=drafted.ahead_seconds)
+            return Step(tree=None, accepted=[], continuation=first.token, passes=1, draft_seconds=draft_seconds,
+                        available=available, tried=1, on_path=np.zeros(len(tree), bool) if self.track else None,
+                        pool=pool, root_row=first.row, ahead=drafted.ahead, ahead_seconds=drafted.ahead_seconds)
         with phase("select"):
             ahead = self._ahead(pool, tree, first.token)
         with phase("tree"):
-            accepted, continuation = verify_tree(tree, self.target.tree_pass(tree, None, overlapped=ahead),
-                                                 first.token, self.temperature, self.generator, self.lazy)
-        return Step(tree, accepted, continuation, 2, draft_seconds, available, depths_tried(tree, accepted),
-                    self._on_path(pool, tree, accepted), pool=pool, root_row=first.row, ahead=drafted.ahead,
-                    ahead_seconds=drafted.ahead_seconds)
+            logits = self.target.tree_pass(tree, None, overlapped=ahead)
+            accepted, continuation = verify_tree(tree, logits, first.token, self.temperature, self.generator,
+                                                 self.lazy)
+        return Step(tree=tree, accepted=accepted, continuation=continuation, passes=2, draft_seconds=draft_seconds,
+                    available=available, tried=depths_tried(tree, accepted),
+                    on_path=self._on_path(pool, tree, accepted), pool=pool, root_row=first.row, tree_rows=logits,
+                    ahead=drafted.ahead, ahead_seconds=drafted.ahead_seconds)
 
     def _pool(self, cut: int = 0) -> Drafted:
         """Wait for the round's pool. On the CPU (with lend_cores) the drafter is told first, so it can take

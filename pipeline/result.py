@@ -2,29 +2,54 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
+from pipeline.ahead import NOT_TRIED
 
 # How a decode's output ended: at an end-of-sequence token, at a stop token id, at a stop string (the
 # caller's check of the text), or at the limit (max_new_tokens).
 FINISHES = ("eos", "stop_token_id", "stop_string", "limit")
 
-# Phases of a round, in Round.phases: the drafter's own time growing the pool, then the target's steps.
-PHASES = ("draft", "root", "wait", "select", "tree", "commit")
-
 
 @dataclass(slots=True)
+class Phases:
+    """Seconds per phase of one round: the drafter's own time growing the pool, then the target's steps in
+    the order they run. A phase the round did not run is None (a plain round has no wait, no tree pass)."""
+
+    draft: float = 0.0  # drafter side: its seconds on this round's pool once the round's request reached it
+    root: float | None = None  # the root pass (rules with one; a plain round's only pass)
+    wait: float | None = None  # waiting for the pool
+    select: float | None = None
+    tree: float | None = None  # the tree pass and the traversal
+    commit: float | None = None
+
+    def add(self, name: str, seconds: float) -> None:
+        setattr(self, name, (getattr(self, name) or 0.0) + seconds)
+
+    def ran(self) -> dict[str, float]:
+        """The phases the round ran, by name (the drafter's included)."""
+        return {name: value for name in PHASES if (value := getattr(self, name)) is not None}
+
+    def seconds(self, name: str) -> float:
+        """A phase's seconds, 0 when the round did not run it."""
+        return getattr(self, name) or 0.0
+
+
+PHASES = tuple(f.name for f in fields(Phases))  # draft, root, wait, select, tree, commit
+
+
+@dataclass(slots=True, kw_only=True)
 class Round:
     accepted: int  # tree nodes accepted (a drawn first token that is a tree node counts)
     tree_size: int  # nodes verified in the tree pass; 0 when no tree pass ran
     emitted: int  # accepted + 1 continuation: the round's accept length, bonus token included
-    phases: dict[str, float]  # seconds per phase: draft (drafter side), root, wait, select, tree, commit
+    phases: Phases
     available: int = 0  # with a first draw X1: X1 plus its pool descendants (the tree size cap c would give
     #                     is min(c, available)); 0 for decoders without a first draw
     tried: int = 0  # tree depths at which a draw met candidate children: accepted, plus one when the walk
     #                 ended at a node that had children (a rejection rather than the end of the tree)
     budget: int = 0  # the budget this round ran with (budget auto's choice; 0: plain decoding)
-    ahead: int = -1  # whether this round's pool was grown ahead (pipeline.ahead): 1 hit, 0 missed, -1 not tried
+    ahead: int = NOT_TRIED  # whether this round's pool was grown ahead (pipeline.ahead: HIT, MISSED, NOT_TRIED)
     ahead_seconds: float = 0.0  # on a hit, drafting that was done before the round started waiting for it
     pool_depth: int = 0  # levels of the round's pool (fewer than the configured depth when cut); 0: no pool
 

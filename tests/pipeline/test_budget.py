@@ -298,7 +298,9 @@ def test_the_drafters_catch_up_after_plain_rounds_is_not_taken_for_its_wait():
     """The first speculative round after a start or after plain rounds waits while the drafter ingests the
     tokens it missed: that wait is not what a steady round costs, so only steady rounds teach `front`, and
     rounds after plain ones teach the catch-up per missed token."""
-    from pipeline.budget import AutoPolicy, DrafterFeed
+    from pipeline.budget import AutoPolicy
+    from pipeline.feed import DrafterFeed
+    from pipeline.result import Phases
 
     policy = AutoPolicy(costs(front=45), 8, None)
     auto, on_path, feed = policy.auto, np.array([True, False]), DrafterFeed(None)
@@ -307,7 +309,7 @@ def test_the_drafters_catch_up_after_plain_rounds_is_not_taken_for_its_wait():
         feed.previous, feed.missed = previous, missed
         policy.observe(on_path, budget, times, feed)
 
-    times = {"root": 0.05, "wait": 0.4, "select": 0.0, "commit": 0.0, "tree": 0.06}
+    times = Phases(root=0.05, wait=0.4, select=0.0, tree=0.06, commit=0.0)
     _observe(auto, on_path, 8, times, None, 0)  # a decode's first round: the prefill's business
     assert auto.costs.front == pytest.approx(0.045) and auto.costs.catch_up == 0
     assert auto.seen[:8].tolist() == [1] * 8

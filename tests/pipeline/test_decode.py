@@ -76,10 +76,10 @@ def test_round_accounting(decoder, mock_pair):
         steps = {"draft", "commit"} | ({"root"} if rule.select is None or rule.root_pass else set())
         if rule.select is not None:
             steps |= {"wait", "select"} | ({"tree"} if r.tree_size else set())
-        assert set(r.phases) == steps, (decoder, r)
-        assert all(v >= 0 for v in r.phases.values())
+        assert set(r.phases.ran()) == steps, (decoder, r)
+        assert all(v >= 0 for v in r.phases.ran().values())
     # The target-side phases never overlap: together they fit in the time after the prefill.
-    target_side = sum(v for r in result.rounds for k, v in r.phases.items() if k != "draft")
+    target_side = sum(v for r in result.rounds for k, v in r.phases.ran().items() if k != "draft")
     assert target_side <= result.seconds - result.prefill_seconds
     # Passes after the prefill: one per round for ar and draft; a root pass plus a tree pass for the
     # drawn-first rules, except that root skips the tree pass when the draw is off its tree.

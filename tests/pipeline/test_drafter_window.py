@@ -10,7 +10,8 @@ import pytest
 
 from drafter_proc.drafter import Drafter
 from models.hf import HFRunner
-from pipeline.budget import AutoPolicy, DrafterFeed, PassCosts
+from pipeline.budget import AutoPolicy, PassCosts
+from pipeline.feed import DrafterFeed
 from pipeline.config import ConfigError, PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES

@@ -1,0 +1,40 @@
+"""What the drafter has been told of one decode's committed context, and the requests that tell it more."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class DrafterFeed:
+    """What the drafter has been told of a decode's committed context: `told` tokens (0: not started), the
+    budget of the round before (`previous`, None before the first) and the tokens it missed while rounds
+    were plain (`missed`, as of the current round's request). With a `window` (DecodeConfig.drafter_window)
+    the drafter starts on the context's last `window` tokens and is told every token after them."""
+
+    def __init__(self, drafter, window: int = 0) -> None:
+        self.drafter, self.window = drafter, window
+        self.told, self.previous, self.missed = 0, None, 0
+
+    def start_tokens(self, context: int) -> int:
+        """How many tokens the drafter's prefill takes when it starts on `context` tokens."""
+        return min(context, self.window) if self.window else context
+
+    def ask(self, history: Sequence[int]) -> None:
+        """Ask for the next round's pool, with every token of `history` the drafter has not seen."""
+        if self.told:
+            self.drafter.commit(history[self.told:])
+        else:  # the drafter's prefill; its first pool follows
+            self.drafter.start(history[len(history) - self.start_tokens(len(history)):])
+        self.told = len(history)
+
+    def waiting(self) -> bool:
+        """Whether the drafter is still growing its first pool (the prefill then leaves it its cores)."""
+        return not self.drafter.has_pool()
+
+    def ran(self, budget: int, history: Sequence[int]) -> None:
+        """A round at `budget` ended and the context is now `history`."""
+        self.previous, self.missed = budget, len(history) - self.told if self.told else 0
+
+    def end(self) -> None:
+        if self.told:
+            self.drafter.end()
