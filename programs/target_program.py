@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from evaluation.prompts import Prompt, gather
 from evaluation.provenance import environment
 from evaluation.record import SCHEMA
-from evaluation.rounds import RoundStore, round_key, rounds_path
+from evaluation.rounds import round_key
+from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import as_json
 from evaluation.tally import Tally
@@ -32,6 +33,7 @@ from programs.cli import (add_endpoint, add_log_level, add_options, args_of, end
                         option_values, run_program, setup_logging)
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from target_proc.conversation import decode_context, decode_conversation
+from target_proc.recorder import RECORDING
 from target_proc.session import Session, open_session
 from target_proc.stops import StopStrings
 
@@ -208,7 +210,7 @@ def _round_store(run: RunOptions, header: dict) -> AbstractContextManager:
     path = rounds_path(run.record_rounds, 1, 1)
     if path.exists():
         raise InputError(f"`record_rounds`: {path} exists already; name an empty directory for this run's rounds")
-    return RoundStore(path, header)
+    return RoundStore(path, header, RECORDING)
 
 
 def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Prompt]) -> dict:
@@ -221,7 +223,7 @@ def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions,
                 rounds: RoundStore | None = None) -> Iterator[dict]:
     """Every decode of every prompt (one record per turn), each yielded as soon as it ends, with `rounds`
     its recorded rounds stored there just before."""
-    keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded))
+    keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded, record["prompt_tokens"]))
     for prompt in prompts:
         for config in run.configs():
             for record in decode_conversation(session, prompt, config, rounds=keep):

@@ -40,7 +40,7 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
         if record is None:
             ids = session.tokenizer.chat_ids([*history, user])
             key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
-            recorder = RoundRecorder(session.target, config) if rounds else None
+            recorder = RoundRecorder(session.target, config, ids) if rounds else None
             result = session.decode(ids, config, key, **_given(observe=recorder, on_tokens=on_tokens))
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
                                    prompt_tokens=len(ids), **_texts(session.tokenizer, ids, result, config))

@@ -7,7 +7,7 @@ the slots right after the root, so the layout holds again with P grown by 1 + ac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from pipeline.config import CapacityError
 from pipeline.tree import Tree, ancestor_matrix
 
 
+CONTEXT_CHUNK = 64  # context positions per measurement pass of score_context
 SHARED_CHUNK = 128  # prefill tokens per pass while the drafter may still be working: how soon the target
 #                    notices it is done and takes every core
 
@@ -86,6 +87,24 @@ class Target:
         depth = np.concatenate([[0], tree.depth])
         slots = start + np.arange(len(tokens))
         return self.runner.forward(tokens, context + depth, slots, context, slots, ancestor_matrix(parent))
+
+    def score_context(self, tokens: Sequence[int]) -> Iterator[tuple[int, torch.Tensor]]:
+        """Measurement only: the rows at the committed context's first len(tokens) positions, which hold
+        `tokens` -> (start, (n, V) logits at positions start..start + n - 1), in chunks of CONTEXT_CHUNK.
+
+        Each chunk writes a copy of its tokens past everything committed (in slots the next round overwrites)
+        and attends to the committed slots before it and to its own causal part, so its rows are those at the
+        committed positions and the cache's committed part is left untouched. Each chunk's logits are valid
+        until the next pass.
+        """
+        self._use_threads(False)
+        start = self.before_root + 1
+        for at in range(0, len(tokens), CONTEXT_CHUNK):
+            chunk = np.asarray(tokens[at: at + CONTEXT_CHUNK], np.int64)
+            self._check(start + len(chunk))
+            slots = start + np.arange(len(chunk))
+            causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
+            yield at, self.runner.forward(chunk, at + np.arange(len(chunk)), slots, at, slots, causal)
 
     def commit(self, accepted: Sequence[int]) -> None:
         p = self.before_root

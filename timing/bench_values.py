@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evaluation.rounds import RecordedRound, RoundStore, load_rounds, rounds_path
+from evaluation.rounds import RecordedRound
+from evaluation.rounds_file import RoundStore, load_rounds, rounds_path
 from evaluation.values import VALUED, Averages, evaluate
 from pipeline.config import PoolConfig
 from pipeline.pool import grow_pool
@@ -37,8 +38,8 @@ def synthetic_rounds(rounds: int, prompts: int, vocab: int = 2000, distinct_pool
     for i in range(rounds):
         pool = pools[i % distinct_pools]
         edge = rng.beta(0.3, 1.5, len(pool)) / pool.depth.clip(max=3)  # first-level sums stay below 1
-        yield i % prompts, RecordedRound(8, 1, np.array([int(pool.token[0]), 7]), pool.token, pool.parent,
-                                         pool.logp, pool.expanded, edge)
+        yield i % prompts, RecordedRound(budget=8, accepted=1, emitted=np.array([int(pool.token[0]), 7]),
+                                         pool=pool, edge=edge)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                               "temperature": 1.0, "budget": 8, "seed": 0}, rounds)
         size = os.path.getsize(rounds_path(tmp, 1, 1))
         t0 = time.perf_counter()
-        decodes = [d for _, _, found in load_rounds([tmp]) for d in found]
+        decodes = [d for found in load_rounds([tmp]) for d in found.decodes]
         t1 = time.perf_counter()
         (rv,) = evaluate(decodes)
         t2 = time.perf_counter()

@@ -215,9 +215,14 @@ class ValuesOptions:
         "help": "add each rule's value from the pools cut after 1, 2, ... levels (what --cut-pools costs; "
                 "several times the work)"})
     plots: bool = field(default=True, metadata={"help": "do not draw values.png"})
+    check: bool = field(default=False, metadata={
+        "help": "list every damaged stretch of the rounds files and every decode whose record has no readable "
+                "rounds, then exit (status 1 when there is any)"})
 
     def __post_init__(self) -> None:
         self.budget_list  # checks the list
+        if self.out and os.path.exists(self.out) and not os.path.isdir(self.out):  # said before any work
+            raise ConfigError("out", f"{self.out} is not a directory")
         check_int("resamples", self.resamples, 1)
         if not (isinstance(self.confidence, float) and 0 < self.confidence < 1):
             raise ConfigError("confidence", f"must be in (0, 1), got {self.confidence!r}")

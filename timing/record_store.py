@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from evaluation.record import READABLE
-from evaluation.rounds import files_by_shard
+from evaluation.rounds_file import files_by_shard
 from pipeline.config import InputError
 
 log = logging.getLogger("timing")

@@ -21,7 +21,8 @@ from pathlib import Path
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from evaluation.rounds import RoundStore, round_key, rounds_path
+from evaluation.rounds import round_key
+from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.prompts import Prompt, gather
 from evaluation.summary import counted_tokens, setting_budget
 from models.options import ModelOptions
@@ -30,7 +31,7 @@ from pipeline.settings import DecodeConfig
 from programs import target_program
 from programs.cli import flags_of, run_program
 from target_proc.conversation import decode_conversation
-from target_proc.recorder import RoundRecorder
+from target_proc.recorder import RECORDING, RoundRecorder
 from timing import run_config
 from timing.options import SweepOptions
 from timing.record_store import RecordStore, directory, record_key, records_path
@@ -89,7 +90,10 @@ def _round_store(options: SweepOptions, config: dict) -> AbstractContextManager:
     """The shard's rounds file with --record-rounds (written under the records file's lock), else nothing."""
     if not options.record_rounds:
         return nullcontext()
-    return RoundStore(rounds_path(options.out, *options.shard_index), config)
+    store = RoundStore(rounds_path(options.out, *options.shard_index), config, RECORDING)
+    for note in store.notes:
+        log.warning("%s", note)
+    return store
 
 
 def gather_prompts(options: SweepOptions) -> list[Prompt]:
@@ -135,7 +139,7 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
                                          budget=options.cap(c.decoder, c.budget), seed=c.seed)
             where = {"grid_budget": c.budget, "position": task.position, "warmup": task.warmup, "shard": shard}
             keep = None if rounds is None or task.warmup else \
-                (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded))
+                (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded, record["prompt_tokens"]))
             for record in decode_conversation(session, task.prompt, config, done, keep):
                 if not rerun:
                     store.append({**record, **where})

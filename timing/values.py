@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from evaluation.rounds import load_rounds
+from evaluation.rounds import decode_key
+from evaluation.rounds_file import load_rounds
 from evaluation.values import (VALUED, Agreement, Averages, Estimate, RoundValues, agreement, evaluate,
                                reach)
 from evaluation.stats import MIN_INTERVAL_PROMPTS
@@ -29,6 +31,9 @@ from evaluation.summary import category_group, group_order
 from programs.cli import files_program, run_files_program
 from timing import prog
 from timing.options import ValuesOptions
+from timing.record_store import load_records, record_key, shard_files
+
+log = logging.getLogger("values")
 
 # The paper's anchors (DESIGN.md section 8), printed beside this run's figures.
 PAPER = ("root over draft up to +8.0% at B = 59 and larger at B = 8 (Table 2); root recovers 35-57% of the "
@@ -50,10 +55,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def values(runs: Sequence[str], options: ValuesOptions) -> int:
-    decodes, provenance = [], None
-    for path, prov, found in load_rounds(runs):
-        provenance = provenance or prov
-        decodes += found
+    if options.check:
+        return check(runs)
+    decodes, provenance, damage = [], None, []
+    for found in load_rounds(runs):
+        provenance = provenance or found.provenance
+        decodes += found.decodes
+        damage += found.damage
+    for d in damage:
+        log.warning("%s", d)
     tables = evaluate(decodes, options.budget_list, cut_levels=options.cut_levels)
     kw = dict(n_resamples=options.resamples, confidence=options.confidence, seed=options.bootstrap_seed)
     if options.json:
@@ -69,10 +79,31 @@ def values(runs: Sequence[str], options: ValuesOptions) -> int:
 
         plot_value_gains([(rv.temperature, Averages(rv, **kw)) for rv in tables], out / "values.png")
         plots.append("values.png")
-    text = render(runs, provenance or {}, tables, options, plots)
+    text = render(runs, provenance or {}, tables, options, plots, damage)
     (out / "values.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
+
+
+def check(runs: Sequence[str]) -> int:
+    """Every damaged stretch of the runs' rounds files, and every timed decode whose record has no readable
+    rounds, one line each -> 0 when there is none, else 1."""
+    files = list(load_rounds(runs))
+    have = {decode_key(d.key) for f in files for d in f.decodes}
+    records = [r for run in runs if shard_files(run) for r in load_records([run])]
+    missing = [r for r in records if not r.get("warmup") and record_key(r) not in have]
+    problems = [str(d) for f in files for d in f.damage if not d.recovered]
+    problems += [f"no readable rounds for the recorded decode prompt_id={r['prompt_id']!r} turn={r['turn']} "
+                 f"decoder={r['decoder']} temperature={r['temperature']:g} budget={r.get('grid_budget', r['budget'])} "
+                 f"seed={r['seed']}" for r in missing]
+    for line in problems:
+        print(line)
+    decodes = sum(len(f.decodes) for f in files)
+    recovered = sum(d.recovered for f in files for d in f.damage)
+    print(f"{len(files)} rounds file(s), {decodes} decodes readable, {len(records)} records, {recovered} chunk(s) "
+          f"recovered by their checksum: " + (f"{len(problems)} problem(s)" if problems else "nothing damaged or "
+                                                                                             "missing"))
+    return 1 if problems else 0
 
 
 def json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) -> list[dict]:
@@ -102,7 +133,7 @@ def json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) 
 
 
 def render(runs: Sequence[str], provenance: dict, tables: Sequence[RoundValues], options: ValuesOptions,
-           plots: Sequence[str]) -> str:
+           plots: Sequence[str], damage: Sequence = ()) -> str:
     models, pool = provenance.get("models", {}), provenance.get("pool", {})
     target = models.get("target", {}).get("model", "(not recorded)")
     drafter = (models.get("drafter") or {}).get("model", "(not recorded)")
@@ -118,6 +149,10 @@ def render(runs: Sequence[str], provenance: dict, tables: Sequence[RoundValues],
              f"- intervals: {level} paired prompt-bootstrap percentile intervals ({options.resamples} resamples, "
              f"seed {options.bootstrap_seed}); per round pools rounds, per prompt averages each prompt's mean",
              f"- the paper's anchors: {PAPER}", ""]
+    if damage:
+        lines += [f"**The rounds files hold {len(damage)} damaged stretch(es)**; what they held is left out "
+                  f"(`values --check` lists every decode that lost its rounds):", ""]
+        lines += [f"- {d}" for d in damage] + [""]
     for rv in tables:
         avg = Averages(rv, n_resamples=options.resamples, confidence=options.confidence, seed=options.bootstrap_seed)
         lines += _temperature(rv, avg, agreement(rv, options.confidence),

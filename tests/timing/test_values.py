@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from evaluation.rounds import (DamagedRounds, RecordedRound, RoundStore, load_rounds, read_rounds, round_files,
-                               rounds_path)
+from evaluation.rounds import RecordedRound
+from evaluation.rounds_file import load_rounds, round_files, rounds_path
+from pipeline.pool import Pool
 from evaluation.values import VALUED, Averages, evaluate
 from timing.record_store import load_records
 from timing.values import main
@@ -32,8 +33,9 @@ def json_lines(capsys, *argv) -> list[dict]:
 
 def test_sweep_records_every_timed_round_beside_its_records(recorded):
     records = [r for r in load_records([recorded]) if not r["warmup"]]
-    (_, provenance, decodes), = load_rounds([recorded])
-    assert provenance["sweep"]["record_rounds"] is True
+    (found,) = load_rounds([recorded])
+    provenance, decodes = found.provenance, found.decodes
+    assert provenance["sweep"]["record_rounds"] is True and not found.damage
     by_key = {(d.key["prompt_id"], d.key["decoder"], d.key["temperature"]): d for d in decodes}
     assert len(by_key) == len(records) == len(decodes)  # warm-ups are not recorded
     for r in records:
@@ -93,63 +95,16 @@ def test_values_refuses_bad_budgets(recorded, budgets, capsys):
     assert "--budgets" in capsys.readouterr().err
 
 
-def a_round(n: int = 3, seed: int = 0) -> RecordedRound:
-    rng = np.random.default_rng(seed)
-    return RecordedRound(2, 1, np.array([5, 6]), np.arange(n) + 1, np.array([-1] * n), np.log(rng.uniform(0.1, 1, n)),
-                         np.zeros(n, bool), rng.uniform(0, 1 / n, n))
-
-
-KEY = dict(prompt_id="p", category="qa", turn=0, decoder="draft", temperature=1.0, budget=2, seed=0)
-
-
-def test_a_torn_last_chunk_is_dropped_and_the_file_appends_after_it(tmp_path):
-    path = rounds_path(tmp_path, 1, 1)
-    with RoundStore(path, {"run": 1}) as store:
-        store.append(KEY, [a_round()])
-        store.append({**KEY, "prompt_id": "q"}, [a_round(seed=1)])
-    whole = path.read_bytes()
-    path.write_bytes(whole[:-7])  # killed inside the second decode's write
-    provenance, decodes = read_rounds(path)
-    assert provenance == {"run": 1} and [d.key["prompt_id"] for d in decodes] == ["p"]
-    with RoundStore(path, {"run": 1}) as store:  # resumed: the torn chunk is cut off, the decode written again
-        store.append({**KEY, "prompt_id": "q"}, [a_round(seed=1)])
-    assert path.read_bytes() == whole
-
-
-def test_a_decode_written_twice_reads_as_its_last_chunk(tmp_path):
-    path = rounds_path(tmp_path, 1, 1)
-    with RoundStore(path, {}) as store:
-        store.append(KEY, [a_round(seed=1)])
-        store.append(KEY, [a_round(seed=2), a_round(seed=3)])
-    (decode,) = read_rounds(path)[1]
-    assert len(decode.rounds) == 2
-    np.testing.assert_array_equal(decode.rounds[1].edge, a_round(seed=3).edge.astype(np.float32))
-
-
-def test_damage_before_the_last_chunk_is_an_error_naming_the_file(tmp_path):
-    path = rounds_path(tmp_path, 1, 1)
-    with RoundStore(path, {}) as store:
-        store.append(KEY, [a_round()])
-        store.append({**KEY, "prompt_id": "q"}, [a_round()])
-    data = bytearray(path.read_bytes())
-    data[60] ^= 0xFF  # inside the provenance or the first decode
-    path.write_bytes(bytes(data))
-    with pytest.raises(DamagedRounds, match="rounds.shard-1-of-1.bin"):
-        read_rounds(path)
-    path.write_bytes(b"not a rounds file at all")
-    with pytest.raises(DamagedRounds, match="is it a rounds file"):
-        read_rounds(path)
-
-
 def test_per_prompt_averages_weigh_every_prompt_the_same():
     """Two prompts, one with three rounds of value 1 and one with one round of value 0 under `draft`: per
     round 3/4, per prompt 1/2."""
     from evaluation.rounds import RecordedDecode
 
     def rnd(edge: float) -> RecordedRound:
-        return RecordedRound(1, 0, np.array([1]), np.array([1]), np.array([-1]), np.array([-0.1]),
-                             np.zeros(1, bool), np.array([edge]))
+        pool = Pool.from_edges(np.array([1]), np.array([-1]), np.array([-0.1]), np.zeros(1, bool))
+        return RecordedRound(budget=1, accepted=0, emitted=np.array([1]), pool=pool, edge=np.array([edge]))
 
+    KEY = dict(prompt_id="p", category="qa", turn=0, decoder="draft", temperature=1.0, budget=2, seed=0)
     decodes = [RecordedDecode({**KEY, "prompt_id": "a"}, [rnd(1.0)] * 3), RecordedDecode({**KEY, "prompt_id": "b"},
                                                                                        [rnd(0.0)])]
     (rv,) = evaluate(decodes, budgets=(1,))
