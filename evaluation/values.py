@@ -59,13 +59,50 @@ def evaluate(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS
              cut_levels: bool = False) -> list[RoundValues]:
     """Values of every rule at every recorded round, one RoundValues per temperature (warm-ups left out);
     with cut_levels, also CUT_RULES' values from the pools cut after each level (RoundValues.by_depth)."""
+    by_t = by_temperature(decodes)
+    return [_at_temperature(t, found, budgets, cut_levels) for t, found in by_t.items()]
+
+
+def by_temperature(decodes: Iterable[RecordedDecode]) -> dict[float, list[RecordedDecode]]:
+    """The timed decodes with rounds, by temperature (ascending), each list in an order that does not depend
+    on how the run was split into shards or resumed; InputError when there is none."""
     by_t: dict[float, list[RecordedDecode]] = {}
     for d in sorted(decodes, key=lambda d: _order(decode_key(d.key))):  # the same order however the run was split
         if not d.key.get("warmup", False) and d.rounds:
             by_t.setdefault(float(d.key["temperature"]), []).append(d)
     if not by_t:
         raise InputError("the runs hold no recorded round (only warm-ups, or only plain rounds)")
-    return [_at_temperature(t, by_t[t], budgets, cut_levels) for t in sorted(by_t)]
+    return {t: by_t[t] for t in sorted(by_t)}
+
+
+@dataclass(slots=True)
+class PerRound:
+    """Named figures of every round of one temperature's decodes (columns: `budgets`, or any other labels),
+    the rows Averages sums by prompt: each section's own figures in the same prompt order as the others'."""
+
+    temperature: float
+    budgets: np.ndarray  # (K,) column labels
+    prompt: np.ndarray  # (R,) index into `prompts` of each round's prompt
+    prompts: list[str]
+    categories: list[str]  # (len(prompts),)
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (R, K)
+
+    @classmethod
+    def of(cls, temperature: float, decodes: Sequence[RecordedDecode], budgets) -> PerRound:
+        """The rounds of `decodes` (as by_temperature orders them), no figures yet."""
+        prompts: dict[str, int] = {}
+        categories, prompt_of = [], []
+        for d in decodes:
+            pid = str(d.key["prompt_id"])
+            if pid not in prompts:
+                prompts[pid] = len(prompts)
+                categories.append(str(d.key.get("category", "")))
+            prompt_of += [prompts[pid]] * len(d.rounds)
+        return cls(temperature, np.asarray(budgets), np.array(prompt_of, np.int64), list(prompts), categories)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.prompt)
 
 
 def _order(key: tuple) -> tuple:
@@ -185,7 +222,7 @@ class Averages:
     """Per-prompt totals of one temperature's values (optionally one group of prompts), and the statistics
     built from them with one set of prompt resamples."""
 
-    def __init__(self, rv: RoundValues, *, prompts: np.ndarray | None = None, n_resamples: int = 2000,
+    def __init__(self, rv: RoundValues | PerRound, *, prompts: np.ndarray | None = None, n_resamples: int = 2000,
                  confidence: float = 0.95, seed: int = 0) -> None:
         chosen = np.arange(len(rv.prompts)) if prompts is None else np.asarray(prompts)
         at = np.full(len(rv.prompts), -1)
@@ -197,7 +234,8 @@ class Averages:
         if np.any(self.rounds == 0):
             raise InputError("a prompt without recorded rounds")
         self.totals = {name: _by_prompt(v[keep], where, len(chosen)) for name, v in rv.values.items()}  # (P, K)
-        self.off_pool = _by_prompt(rv.off_pool[keep, None], where, len(chosen))[:, 0]
+        off_pool = getattr(rv, "off_pool", np.zeros(len(rv.prompt)))
+        self.off_pool = _by_prompt(off_pool[keep, None], where, len(chosen))[:, 0]
         self.counts = resample_counts(len(chosen), n_resamples, seed)
         self.tail = (1 - confidence) / 2
 

@@ -56,6 +56,10 @@ class Tree:
         """Tree index of the child of `parent` (ROOT for the root) labelled `token`, or ROOT if none."""
         return self._children.get((parent, token), ROOT)
 
+    def is_leaf(self, index: int) -> bool:
+        """Whether tree node `index` has no children in the tree."""
+        return not bool(np.any(self.parent == index))
+
     def path(self, index: int) -> list[int]:
         """Tree indices from the first level down to `index`."""
         out = []

@@ -9,6 +9,8 @@ lazily, and takes one device call instead of one per accepted token.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -87,33 +89,59 @@ class RowDraws:
         return self.cache[i]
 
 
-def traverse(tree: Tree, first: int, draws) -> tuple[list[int], int]:
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """When the walk stops accepting (the paper's stopping rules, Table 1; DESIGN.md section 12).
+
+    cap: accept at most this many tree tokens; the next draw is the continuation even when it labels a child
+    (None: no cap). leaf: a draw that labels a leaf of the tree (a node without children in it) is emitted as
+    the continuation instead of being accepted (sampled-leaf stopping), so the row the pass scored at that
+    leaf is the next round's root row. Exhaustive traversal has neither. Every rule decides from the draws so
+    far and the tree alone, so each emitted token is still a draw from the target's row at its own prefix.
+    """
+
+    cap: int | None = None
+    leaf: bool = False
+
+    def stops(self, tree: Tree, node: int, accepted: int) -> bool:
+        """Whether a draw labelling tree node `node`, after `accepted` accepted tokens, ends the walk."""
+        return (self.cap is not None and accepted >= self.cap) or (self.leaf and tree.is_leaf(node))
+
+
+EXHAUSTIVE = Stopping()
+STOPPINGS = {"exhaustive": EXHAUSTIVE, "cap-1": Stopping(cap=1), "cap-2": Stopping(cap=2),
+             "sampled-leaf": Stopping(leaf=True)}
+
+
+def traverse(tree: Tree, first: int, draws, stopping: Stopping = EXHAUSTIVE) -> tuple[list[int], int]:
     """Walk the tree from the root with the target's draws.
 
     first: the token drawn at the root; draws[i]: the token drawn at tree node i (an array or RowDraws).
-    Returns the accepted tree indices (a root path) and the continuation token.
+    Returns the accepted tree indices (a root path) and the continuation token: the first draw that labels
+    no child of the node reached, or that `stopping` ends the walk at.
     """
     accepted: list[int] = []
     at, token = ROOT, first
     while True:
         nxt = tree.child(at, token)
-        if nxt == ROOT:
+        if nxt == ROOT or stopping.stops(tree, nxt, len(accepted)):
             return accepted, token
         accepted.append(nxt)
         at, token = nxt, int(draws[nxt])
 
 
 def verify_tree(tree: Tree, logits: torch.Tensor, first: int | None, temperature: float,
-                generator: torch.Generator | None, lazy: bool) -> tuple[list[int], int]:
-    """Exhaustive target sampling over one tree pass -> (accepted tree indices, continuation).
+                generator: torch.Generator | None, lazy: bool, stopping: Stopping = EXHAUSTIVE) -> tuple[list[int], int]:
+    """Exhaustive target sampling over one tree pass, or another stopping rule -> (accepted tree indices,
+    continuation).
 
     logits: (len(tree), V) rows of the tree's nodes when `first` (the root's draw) is given, else
     (1 + len(tree), V) with the root's row first. Reading a draw is a host read (a sync).
     """
     draws = RowDraws(logits, temperature, generator, lazy)
     if first is None:
-        return traverse(tree, draws[0], draws.shifted(1))
-    return traverse(tree, first, draws)
+        return traverse(tree, draws[0], draws.shifted(1), stopping)
+    return traverse(tree, first, draws, stopping)
 
 
 def edge_probs(logits: torch.Tensor, token: np.ndarray, row: np.ndarray, temperature: float) -> np.ndarray:

@@ -1,0 +1,61 @@
+"""What every section of the values program reads (the recorded decodes by temperature, the run's provenance,
+the options) and the way its Markdown writes figures."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from evaluation.rounds import RecordedDecode
+from evaluation.values import Estimate
+from timing.options import ValuesOptions
+
+
+@dataclass(slots=True)
+class ValuesInput:
+    """The runs a values report is made of."""
+
+    runs: list[str]
+    options: ValuesOptions
+    provenance: dict = field(default_factory=dict)
+    recording: dict = field(default_factory=dict)  # how the rounds were recorded (the run chunk's)
+    decodes: list[RecordedDecode] = field(default_factory=list)
+    damage: list = field(default_factory=list)  # evaluation.rounds_file.Damage of every file
+
+    @property
+    def resampling(self) -> dict:
+        """Averages' keywords: the options' resamples, confidence and seed."""
+        o = self.options
+        return dict(n_resamples=o.resamples, confidence=o.confidence, seed=o.bootstrap_seed)
+
+    @property
+    def level(self) -> str:
+        return f"{self.options.confidence:.0%}"
+
+
+class Section(Protocol):
+    """A part of the values report: its tables in Markdown, its JSON lines and its figures."""
+
+    def json_lines(self) -> list[dict]: ...
+
+    def markdown(self) -> list[str]: ...
+
+    def plots(self, out: Path) -> list[str]:
+        """Draw the section's figures into `out` -> their file names."""
+
+
+def est(e: Estimate) -> str:
+    return f"{pct(e.value)} [{pct(e.low)}, {pct(e.high)}]"
+
+
+def share(e: Estimate) -> str:
+    return "—" if not math.isfinite(e.value) else f"{pct(e.value, 0, sign=False)} [{pct(e.low, 0, sign=False)}, " \
+                                                   f"{pct(e.high, 0, sign=False)}]"
+
+
+def pct(x: float, digits: int = 1, sign: bool = True) -> str:
+    if not math.isfinite(x):
+        return "—"
+    return f"{100 * x:+.{digits}f}%" if sign else f"{100 * x:.{digits}f}%"

@@ -1,0 +1,181 @@
+"""The values program's section on selection rules at shared contexts (DESIGN.md section 8; the paper's Table 2,
+Figure 2 and Tables 9, 12, 13): each rule's expected accepted tokens per round and per prompt at every budget,
+gains over `draft` and of `root-draw` over `pearl`, the share of the oracle's advantage that `root` recovers,
+the budgets at which `draft` and `root` reach each other, the draw off the pool, the recording decoder's
+agreement with its value, pools cut after each level, and the same by prompt group."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from evaluation.stats import MIN_INTERVAL_PROMPTS
+from evaluation.summary import category_group, group_order
+from evaluation.values import VALUED, Agreement, Averages, RoundValues, agreement, evaluate, reach
+from timing.options import ValuesOptions
+from timing.values_common import ValuesInput, est, pct, share
+
+# The paper's anchors (DESIGN.md section 8), printed beside this run's figures.
+PAPER = ("root over draft up to +8.0% at B = 59 and larger at B = 8 (Table 2); root recovers 35-57% of the "
+         "oracle's advantage at B = 59 (D.13); root-draw over pearl up to +14.2% at B = 8 (Table 12); draft needs "
+         "11-22 nodes to reach root's value at B = 8 (Table 13); realized acceptance within about 0.02 tokens of "
+         "its value")
+SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  # gains over draft, in this order
+
+
+class Selection:
+    """Every rule's value at every recorded round, by temperature."""
+
+    def __init__(self, data: ValuesInput) -> None:
+        self.data, self.options = data, data.options
+        self.tables = evaluate(data.decodes, self.options.budget_list, cut_levels=self.options.cut_levels)
+        self.averages = [Averages(rv, **data.resampling) for rv in self.tables]
+
+    def json_lines(self) -> list[dict]:
+        return [line for rv, avg in zip(self.tables, self.averages)
+                for line in _json_lines(rv, avg, agreement(rv, self.options.confidence))]
+
+    def markdown(self) -> list[str]:
+        lines = [f"- the paper's anchors: {PAPER}", ""]
+        for rv, avg in zip(self.tables, self.averages):
+            lines += _temperature(rv, avg, agreement(rv, self.options.confidence), self.data.level)
+            if self.options.by_category:
+                lines += _by_category(rv, self.options, self.data.level)
+        return lines
+
+    def plots(self, out: Path) -> list[str]:
+        from timing.plots import plot_value_gains  # matplotlib: only when drawing
+
+        plot_value_gains([(rv.temperature, avg) for rv, avg in zip(self.tables, self.averages)], out / "values.png")
+        return ["values.png"]
+
+
+def _json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) -> list[dict]:
+    lines = []
+    gains = {rule: avg.gain(rule, "draft") for rule in VALUED}
+    for rule in VALUED:
+        per_round, per_prompt = avg.per_round(rule), avg.per_prompt(rule)
+        for k, budget in enumerate(rv.budgets.tolist()):
+            g = gains[rule][k]
+            lines.append({"kind": "value", "temperature": rv.temperature, "rule": rule, "budget": budget,
+                          "rounds": rv.rounds, "prompts": avg.n_prompts, "value_per_round": float(per_round[k]),
+                          "value_per_prompt": float(per_prompt[k]), "gain_over_draft": g.value,
+                          "gain_low": g.low, "gain_high": g.high})
+    for rule, values in rv.by_depth.items():
+        means = values.mean(0)  # (D, K)
+        for level in range(means.shape[0]):
+            for k, budget in enumerate(rv.budgets.tolist()):
+                lines.append({"kind": "cut", "temperature": rv.temperature, "rule": rule, "budget": budget,
+                              "levels": level + 1, "rounds": rv.rounds, "value_per_round": float(means[level, k])})
+    for a in agreements:
+        lines.append({"kind": "agreement", "temperature": rv.temperature, "decoder": a.decoder, "budget": a.budget,
+                      "rounds": a.rounds, "realized_per_round": a.realized, "value_per_round": a.expected,
+                      "difference": a.difference.value, "low": a.difference.low, "high": a.difference.high,
+                      "disagrees": a.disagrees, "ahead_hit_probability": None if math.isnan(a.ahead) else a.ahead,
+                      "ahead_rounds": a.ahead_rounds})
+    return lines
+
+
+def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement], level: str) -> list[str]:
+    budgets = rv.budgets.tolist()
+    head = "| rule | " + " | ".join(f"B = {b}" for b in budgets) + " |"
+    rule_line = "|" + "---|" * (len(budgets) + 1)
+    out = [f"## T = {rv.temperature:g}: {rv.rounds} rounds, {avg.n_prompts} prompts", "",
+           "Expected accepted tokens per round (per prompt below it).", "", head, rule_line]
+    for rule in VALUED:
+        out.append(f"| {rule} | " + " | ".join(f"{v:.3f}" for v in avg.per_round(rule)) + " |")
+        out.append("| ↳ per prompt | " + " | ".join(f"{v:.3f}" for v in avg.per_prompt(rule)) + " |")
+    out += ["", f"Gain over draft per round, {level} interval (per prompt in the second table).", "",
+            "| budget | " + " | ".join(SHOWN) + " | root-draw over pearl |", "|" + "---|" * (len(SHOWN) + 2)]
+    for prompt_first in (False, True):
+        gains = {rule: avg.gain(rule, "draft", prompt_first=prompt_first) for rule in SHOWN}
+        over_pearl = avg.gain("root-draw", "pearl", prompt_first=prompt_first)
+        for k, b in enumerate(budgets):
+            cells = [est(gains[rule][k]) for rule in SHOWN] + [est(over_pearl[k])]
+            out.append(f"| {b}{' (per prompt)' if prompt_first else ''} | " + " | ".join(cells) + " |")
+    shares = avg.share("root", "draft", "oracle")
+    out += ["", "Share of the oracle's advantage over draft that root recovers: "
+            + "; ".join(f"B = {b}: {share(s)}" for b, s in zip(budgets, shares)), ""]
+    draft_reach, root_reach = reach(rv.mean_curves, "draft", "root"), reach(rv.mean_curves, "root", "draft")
+    out += [f"Budgets (searching every budget up to the pool, {len(rv.mean_curves['draft'])}): draft reaches root's "
+            f"value at B = 8 at B = {draft_reach or 'never'}; root reaches draft's value at B = 8 at "
+            f"B = {root_reach or 'never'}.", ""]
+    if rv.record_seconds.any():
+        out += [f"Recording: the measurement pass over a round's pool of {len(rv.mean_curves['draft'])} took a median of "
+                f"{1000 * float(np.median(rv.record_seconds)):.1f} ms (mean "
+                f"{1000 * float(rv.record_seconds.mean()):.1f} ms), outside the decode's timed phases.", ""]
+    out += _cut_table(rv)
+    off = avg.off_pool_share()
+    out += [f"The draw X1 is off the pool's first level in {pct(off.value, 1, sign=False)} of rounds "
+            f"[{pct(off.low, 1, sign=False)}, {pct(off.high, 1, sign=False)}] (expected, from the root row).", ""]
+    if agreements:
+        out += ["Agreement with the online decoder: its realized accepted tokens per round against its value at "
+                "each round's own budget, on the same rounds (normal interval of the mean difference: given its "
+                "context, a round's difference has mean zero, so its standard error is sqrt(sum d²) / rounds).", "",
+                "| decoder | budget | rounds | realized | value | difference | " + level + " interval | |",
+                "|---|---|---|---|---|---|---|---|"]
+        for a in agreements:
+            d = a.difference
+            flag = "**disagrees: a bug in the recording or in the decoder**" if a.disagrees else "agrees"
+            out.append(f"| {a.decoder} | {a.budget} | {a.rounds} | {a.realized:.3f} | {a.expected:.3f} | "
+                       f"{d.value:+.3f} | [{d.low:+.3f}, {d.high:+.3f}] | {flag} |")
+        out.append("")
+        out += ["Drafting ahead (`--ahead`): how often its prediction of where a round ends (the draft's greedy "
+                "path through the tree, then the drafter's next token) would have been right on these rounds, "
+                "from the target's edges along it (rounds whose prediction ends beyond the pool's expanded "
+                "candidates are left out).", "", "| decoder | budget | rounds | hit probability |",
+                "|---|---|---|---|"]
+        out += [f"| {a.decoder} | {a.budget} | {a.ahead_rounds} | "
+                + ("—" if math.isnan(a.ahead) else f"{100 * a.ahead:.1f}%") + " |" for a in agreements]
+        out.append("")
+    return out
+
+
+def _cut_table(rv: RoundValues) -> list[str]:
+    """Expected accepted tokens per round from pools cut after each level (`--cut-pools`), against the whole."""
+    if not rv.by_depth:
+        return []
+    budgets = rv.budgets.tolist()
+    picks = [b for b in (8, 59) if b in budgets] or budgets[:1]
+    ks = [budgets.index(b) for b in picks]
+    means = {rule: v.mean(0) for rule, v in rv.by_depth.items()}  # (D, K)
+    head = ["levels"] + [f"{rule} B = {b}" for b in picks for rule in means]
+    out = ["Pools cut after a number of levels (what `--cut-pools` sends when the target asks for the pool "
+           "then): expected accepted tokens per round, and in brackets the share of the whole pool's tokens per "
+           "round (accepted tokens and the continuation, value + 1), which the rounds a second must make up for "
+           "(`python -m timing.round_model`).", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    depth = next(iter(means.values())).shape[0]
+    for level in range(depth):
+        cells = [f"{means[rule][level, k]:.3f} ({(means[rule][level, k] + 1) / (means[rule][-1, k] + 1):.0%})"
+                 for k in ks for rule in means]
+        out.append(f"| {level + 1} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _by_category(rv: RoundValues, options: ValuesOptions, level: str) -> list[str]:
+    groups = {}
+    for i, c in enumerate(rv.categories):
+        groups.setdefault(category_group(c), []).append(i)
+    budgets = rv.budgets.tolist()
+    picks = [b for b in (8, 59) if b in budgets] or budgets[:1]
+    head = ["group", "prompts", "rounds"] + [f"root over draft B = {b}" for b in picks] + \
+           [f"root-draw over pearl B = {b}" for b in picks] + ["X1 off the pool"]
+    out = [f"### T = {rv.temperature:g} by category (per round, {level} intervals)", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for g in group_order(set(groups)):
+        avg = Averages(rv, prompts=np.array(groups[g]), n_resamples=options.resamples,
+                       confidence=options.confidence, seed=options.bootstrap_seed)
+        root, rd = avg.gain("root", "draft"), avg.gain("root-draw", "pearl")
+        ks = [budgets.index(b) for b in picks]
+        off = avg.off_pool_share()
+        est = (lambda e: est(e)) if avg.n_prompts >= MIN_INTERVAL_PROMPTS else (lambda e: f"{pct(e.value)} (no interval)")
+        out.append(f"| {g} | {avg.n_prompts} | {int(avg.rounds.sum())} | " + " | ".join(
+            [est(root[k]) for k in ks] + [est(rd[k]) for k in ks] + [pct(off.value, 1, sign=False)]) + " |")
+    return out + ["", f"No interval below {MIN_INTERVAL_PROMPTS} prompts: a bootstrap over fewer is about the range "
+                      "of their values.", ""]
+
+
