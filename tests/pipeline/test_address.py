@@ -34,7 +34,7 @@ def address_pool() -> Pool:
     )
 
 
-def siblings_as_sequence(tree: Tree, first: int, draws: np.ndarray) -> tuple[list[int], int]:
+def siblings_as_sequence(tree: Tree, first: int, draws: np.ndarray, stopping=None) -> tuple[list[int], int]:
     """A wrong verifier: when a draw labels no child, it accepts a sibling with that label as the next
     token and keeps going from that sibling's row, which was scored at another address."""
     accepted: list[int] = []
