@@ -115,7 +115,7 @@ def _next_frame(data: bytes, start: int) -> int:
 
 
 def scan(path: Path, data: bytes) -> Scan:
-    """Every whole chunk of a file's bytes, resynchronising after damage at the next whole chunk."""
+    """Every whole chunk of a file's bytes, resynchronising after damage at the next chunk."""
     out, at = Scan(), 0
     while at < len(data):
         found = _frame_at(data, at)
@@ -123,17 +123,33 @@ def scan(path: Path, data: bytes) -> Scan:
             out.chunks.append((at, found[1]))
             at = found[0]
             continue
-        nxt = _next_frame(data, at + 1)
-        payload = data[at + HEAD.size: nxt]
-        if data[at: at + 4] == MAGIC and len(data) - at >= HEAD.size and HEAD.unpack_from(data, at)[2] == \
-                zlib.crc32(payload):  # the length field alone is wrong: the checksum proves the payload
+        valid = _next_frame(data, at + 1)
+        end = _recovered_end(data, at, valid)
+        if end is not None:  # the length field alone is wrong: the checksum proves the payload
+            payload = data[at + HEAD.size: end]
             out.chunks.append((at, payload))
             out.repairs.append((at, len(payload)))
-            out.damage.append(Damage(path, at, nxt, found, _named(payload), recovered=True))
-        else:
-            out.damage.append(Damage(path, at, nxt, found, _named(payload), tail=nxt == len(data)))
-        at = nxt
+            out.damage.append(Damage(path, at, end, found, _named(payload), recovered=True))
+        else:  # up to the next chunk head, whole or not: a damaged neighbour is a stretch of its own
+            nxt = data.find(MAGIC, at + 1, valid)
+            end = valid if nxt < 0 else nxt
+            out.damage.append(Damage(path, at, end, found, _named(data[at + HEAD.size: end]), tail=end == len(data)))
+        at = end
     return out
+
+
+def _recovered_end(data: bytes, at: int, limit: int) -> int | None:
+    """Where the chunk at `at` ends when its payload, up to a later chunk head (or `limit`), matches the checksum
+    of its head: the end of a chunk whose length field alone was damaged; None otherwise."""
+    if data[at: at + 4] != MAGIC or len(data) - at < HEAD.size:
+        return None
+    crc = HEAD.unpack_from(data, at)[2]
+    end = data.find(MAGIC, at + HEAD.size, limit)
+    while end >= 0:
+        if zlib.crc32(data[at + HEAD.size: end]) == crc:
+            return end
+        end = data.find(MAGIC, end + 1, limit)
+    return limit if zlib.crc32(data[at + HEAD.size: limit]) == crc else None
 
 
 def _named(payload: bytes) -> str:

@@ -182,3 +182,39 @@ def test_values_json_has_each_rules_value_by_levels(recorded, capsys):
     for (t, rule, b, d), value in cut.items():
         if d == 3:
             assert value == pytest.approx(whole[t, rule, b], rel=1e-12)
+
+
+def test_damage_in_the_middle_is_named_by_values_and_listed_by_check(tmp_path, recorded, capsys):
+    import shutil
+
+    from evaluation.rounds_file import read_rounds, scan
+
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    path = rounds_path(run, 1, 1)
+    data = bytearray(path.read_bytes())
+    offsets = [at for at, _ in scan(path, bytes(data)).chunks]
+    struct_at = offsets[2] + 4  # the second decode's length field: the audit's case, recovered by its checksum
+    data[struct_at: struct_at + 8] = (2 ** 33).to_bytes(8, "little")
+    data[offsets[3] + 30] ^= 0xFF  # the third decode's payload: lost, and named
+    path.write_bytes(bytes(data))
+    lost = read_rounds(path)
+    assert len(lost.decodes) == len(offsets) - 2
+    assert main([str(run), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "no readable rounds for the recorded decode" in out and f"bytes {offsets[3]}-" in out
+    assert main([str(run), "--json", "--resamples", "50"]) == 0
+    assert "skipped, the chunks after it are read" in capsys.readouterr().err
+    assert main([str(run), "--out", str(tmp_path / "report"), "--resamples", "50", "--no-plots"]) == 0
+    assert "damaged stretch" in (tmp_path / "report" / "values.md").read_text()
+    assert main([str(recorded), "--check"]) == 0
+    assert "nothing damaged or missing" in capsys.readouterr().out
+
+
+def test_values_out_naming_a_file_is_refused_in_one_line(tmp_path, recorded, capsys):
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(SystemExit) as stop:
+        main([str(recorded), "--out", str(tmp_path / "taken")])
+    assert stop.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--out" in last and "is not a directory" in last
