@@ -25,6 +25,7 @@ from pipeline.config import InputError
 from pipeline.rules import RULES
 from pipeline.select import select_root
 from pipeline.value import CEILINGS, Curve, Scored
+from evaluation.selection import FULL, first_agrees, padded, round_curves
 
 BUDGETS = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 VALUED = {**{name: rule.value for name, rule in RULES.items() if rule.value is not None}, **CEILINGS}
@@ -49,6 +50,11 @@ class RoundValues:
     # rule (CUT_RULES) -> (R, D, K): the value from the round's pool cut after 1..D levels (cut_values);
     # empty unless evaluate was asked for them
     by_depth: dict[str, np.ndarray] = field(default_factory=dict)
+    full: dict[str, np.ndarray] = field(default_factory=dict)  # FULL's curves, per prompt: (P, N) sums
+    position: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (R,) output tokens before it
+    entropy: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (R,) the root row's (nan: not recorded)
+    first_agree: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (R,) drafter's top first = target's
+    depth: int = 0  # the deepest pool
 
     @property
     def rounds(self) -> int:
@@ -111,48 +117,78 @@ def _order(key: tuple) -> tuple:
 
 def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: Sequence[int],
                     cut_levels: bool) -> RoundValues:
-    largest = max(len(r.token) for d in decodes for r in d.rounds)
-    kept = np.array(sorted({min(int(b), largest) for b in budgets}), np.int64)
-    prompts: dict[str, int] = {}
-    categories: list[str] = []
-    rows: dict[str, list[np.ndarray]] = {name: [] for name in VALUED}
-    sums = {name: np.zeros(largest) for name in VALUED}
-    prompt_of, off_pool, seconds = [], [], []
-    by_depth: dict[str, list[np.ndarray]] = {name: [] for name in CUT_RULES}
-    settings: dict[tuple[str, str], dict] = {}
-    all_budgets = np.arange(1, largest + 1)
+    collect = _Collect(decodes, budgets, cut_levels)
     for d in decodes:
+        collect.decode(d)
+    return collect.result(temperature)
+
+
+class _Collect:
+    """One temperature's rounds, figure by figure: each rule's value and the selection figures
+    (evaluation.selection) at the reported budgets, FULL's curves summed per prompt at every budget."""
+
+    def __init__(self, decodes: list[RecordedDecode], budgets: Sequence[int], cut_levels: bool) -> None:
+        self.largest = max(len(r.pool) for d in decodes for r in d.rounds)
+        self.depth = max(int(r.pool.depth.max()) for d in decodes for r in d.rounds)
+        self.kept = np.array(sorted({min(int(b), self.largest) for b in budgets}), np.int64)
+        self.cut_levels = cut_levels
+        self.prompts: dict[str, int] = {}
+        self.categories: list[str] = []
+        self.rows: dict[str, list[np.ndarray]] = {}
+        self.full: dict[str, list[np.ndarray]] = {name: [] for name in FULL}  # per round, reduced per prompt below
+        self.per_round: dict[str, list] = {name: [] for name in ("prompt", "off_pool", "seconds", "position",
+                                                                  "first_agree", "entropy")}
+        self.by_depth: dict[str, list[np.ndarray]] = {name: [] for name in CUT_RULES}
+        self.settings: dict[tuple[str, str], dict] = {}
+
+    def decode(self, d: RecordedDecode) -> None:
         pid = str(d.key["prompt_id"])
-        if pid not in prompts:
-            prompts[pid] = len(prompts)
-            categories.append(str(d.key.get("category", "")))
-        setting = settings.setdefault((d.key["decoder"], str(d.key.get("grid_budget", d.key["budget"]))),
-                                      {"realized": [], "expected": [], "prompt": [], "predicted": []})
+        if pid not in self.prompts:
+            self.prompts[pid] = len(self.prompts)
+            self.categories.append(str(d.key.get("category", "")))
+        setting = self.settings.setdefault((d.key["decoder"], str(d.key.get("grid_budget", d.key["budget"]))),
+                                           {"realized": [], "expected": [], "prompt": [], "predicted": []})
         own = VALUED.get(d.key["decoder"])
         for rnd in d.rounds:
-            scored = rnd.scored()
-            curves: dict[str, Curve] = {name: value(scored) for name, value in VALUED.items()}
-            for name, curve in curves.items():
-                full = curve.at(all_budgets)
-                rows[name].append(full[kept - 1])
-                sums[name] += full
-            if cut_levels:
-                for name, values in cut_values(scored, kept, curves).items():
-                    by_depth[name].append(values)
-            prompt_of.append(prompts[pid])
-            off_pool.append(scored.off_pool)
-            seconds.append(rnd.seconds)
+            curves = self.round(rnd, self.prompts[pid])
             if own is not None and rnd.budget > 0:
                 setting["realized"].append(rnd.accepted)
                 setting["expected"].append(float(curves[d.key["decoder"]].at([rnd.budget])[0]))
-                setting["prompt"].append(prompts[pid])
-                setting["predicted"].append(prediction_hit(rnd, scored, d.key["decoder"]))
-    n = len(prompt_of)
-    return RoundValues(temperature, kept, np.array(prompt_of), list(prompts), categories,
-                       {name: np.array(r) for name, r in rows.items()}, {name: s / n for name, s in sums.items()},
-                       np.array(off_pool), {k: {name: np.array(v) for name, v in s.items()}
-                                            for k, s in settings.items() if s["realized"]}, np.array(seconds),
-                       {name: _padded(v) for name, v in by_depth.items() if v})
+                setting["prompt"].append(self.prompts[pid])
+                setting["predicted"].append(prediction_hit(rnd, rnd.scored(), d.key["decoder"]))
+
+    def round(self, rnd: RecordedRound, prompt: int) -> dict[str, Curve]:
+        scored = rnd.scored()
+        curves: dict[str, Curve] = {name: value(scored) for name, value in VALUED.items()}
+        n = len(scored.pool)
+        figures = {name: curve.at(np.arange(1, n + 1)) for name, curve in curves.items()}
+        figures.update(round_curves(scored, curves, self.depth))
+        for name, curve in figures.items():
+            curve = padded(curve, self.largest)
+            self.rows.setdefault(name, []).append(curve[self.kept - 1])
+            if name in self.full:
+                self.full[name].append(curve)
+        if self.cut_levels:
+            for name, values in cut_values(scored, self.kept, curves).items():
+                self.by_depth[name].append(values)
+        for name, value in (("prompt", prompt), ("off_pool", scored.off_pool), ("seconds", rnd.seconds),
+                            ("position", rnd.position), ("entropy", rnd.root_entropy),
+                            ("first_agree", first_agrees(scored, rnd.root_argmax))):
+            self.per_round[name].append(value)
+        return curves
+
+    def result(self, temperature: float) -> RoundValues:
+        r = self.per_round
+        prompt = np.array(r["prompt"], np.int64)
+        full = {name: _by_prompt(np.array(v), prompt, len(self.prompts)) for name, v in self.full.items()}
+        settings = {k: {name: np.array(v) for name, v in s.items()} for k, s in self.settings.items() if s["realized"]}
+        return RoundValues(temperature, self.kept, prompt, list(self.prompts), self.categories,
+                           {name: np.array(v) for name, v in self.rows.items()},
+                           {name: v.sum(0) / len(prompt) for name, v in full.items() if name in VALUED},
+                           np.array(r["off_pool"]), settings, np.array(r["seconds"]),
+                           {name: _padded(v) for name, v in self.by_depth.items() if v}, full=full,
+                           position=np.array(r["position"], np.int64), entropy=np.array(r["entropy"], np.float64),
+                           first_agree=np.array(r["first_agree"], bool), depth=self.depth)
 
 
 def cut_values(scored: Scored, budgets: np.ndarray, whole: dict[str, Curve]) -> dict[str, np.ndarray]:

@@ -40,13 +40,30 @@ def oracle_order(pool: Pool, edge_probs: np.ndarray) -> np.ndarray:
     Path probabilities never increase along a path, so every prefix is ancestor-closed, and the first B
     maximize V among all ancestor-closed sets of B candidates.
     """
+    return rank(log_path_mass(pool, edge_probs), pool.depth)
+
+
+def log_path_mass(pool: Pool, edge_probs: np.ndarray) -> np.ndarray:
+    """(N,) float64 log of each path's target probability, summed level by level (-inf on a zero edge)."""
     score = np.zeros(len(pool), np.float64)
     with np.errstate(divide="ignore"):
-        log_edge = np.minimum(np.log(edge_probs.astype(np.float64)), 0.0)
+        log_edge = np.minimum(np.log(np.asarray(edge_probs, np.float64)), 0.0)
     for d in range(1, int(pool.depth.max()) + 1):
         level = np.flatnonzero(pool.depth == d)
         score[level] = log_edge[level] + (score[pool.parent[level]] if d > 1 else 0.0)
-    return rank(score, pool.depth)
+    return score
+
+
+def depth_order(pool: Pool, log_mass: np.ndarray, depth: int) -> np.ndarray:
+    """(N,) every candidate, best first when the first `depth` factors of each path are the target's exact
+    probabilities and the rest the draft's (the paper's depth-d selection: 1 is `root`, the pool's depth is
+    `oracle`). log_mass: (N,) log_path_mass. A path's score is its ancestor at that depth's exact log mass
+    plus the draft log-probs below it, so a path no deeper keeps its exact score, bit for bit."""
+    anchor = np.arange(len(pool))
+    for _ in range(max(0, int(pool.depth.max()) - depth)):
+        anchor = np.where(pool.depth[anchor] > depth, pool.parent[anchor], anchor)
+    cum = pool.cum.astype(np.float64)
+    return rank(log_mass[anchor] + (cum - cum[anchor]), pool.depth)
 
 
 def top1(pool: Pool) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.pool import ROOT, Pool
-from pipeline.select import descendants_order, draft_order, oracle_order, root_order, top1
+from pipeline.select import depth_order, descendants_order, draft_order, log_path_mass, rank, root_order, top1
 from pipeline.tree import Tree
 
 
@@ -52,10 +52,11 @@ class Scored:
 
     def __init__(self, pool: Pool, edge_probs: np.ndarray) -> None:
         self.pool = pool
-        self.edge = np.asarray(edge_probs, np.float64)
+        self.edge = np.minimum(np.asarray(edge_probs, np.float64), 1.0)  # float32 rounding may pass 1
         self.mass = path_mass(pool, self.edge)
         self._draft: np.ndarray | None = None
         self._oracle: np.ndarray | None = None
+        self._log_mass: np.ndarray | None = None
 
     @property
     def draft(self) -> np.ndarray:
@@ -65,10 +66,17 @@ class Scored:
         return self._draft
 
     @property
+    def log_mass(self) -> np.ndarray:
+        """(N,) float64 log path mass, computed once (the oracle's order and the depth-d rules read it)."""
+        if self._log_mass is None:
+            self._log_mass = log_path_mass(self.pool, self.edge)
+        return self._log_mass
+
+    @property
     def oracle(self) -> np.ndarray:
         """(N,) the order by target path mass, computed once (both ceilings read it)."""
         if self._oracle is None:
-            self._oracle = oracle_order(self.pool, self.edge)
+            self._oracle = rank(self.log_mass, self.pool.depth)
         return self._oracle
 
     @property
@@ -159,3 +167,63 @@ def _beneath(s: Scored, below: np.ndarray) -> np.ndarray:
 
 
 CEILINGS = {"oracle": value_oracle, "oracle-draw": value_oracle_draw}
+
+
+def value_depth(s: Scored, depth: int) -> Curve:
+    """Depth-d selection: the target's exact probabilities for the first `depth` factors of every path, the
+    draft's below (pipeline.select.depth_order); 1 ranks as `root`, the pool's depth as `oracle`."""
+    return Curve(0.0, s.mass[depth_order(s.pool, s.log_mass, depth)])
+
+
+# -- expected tree sizes at every budget ----------------------------------------------------------------
+
+
+def sizes_fixed(s: Scored) -> np.ndarray:
+    """(N,) nodes a fixed-tree rule keeps at budgets 1..N: B, up to the pool."""
+    return np.arange(1, len(s.pool) + 1, dtype=np.float64)
+
+
+def sizes_root_draw(s: Scored) -> np.ndarray:
+    """(N,) expected nodes of `root-draw` (and `oracle-draw`) at budgets 1..N: the drawn X1 with up to B - 1
+    of its descendants, X1 alone when the pool's first level lacks it."""
+    first = np.flatnonzero(s.pool.parent == ROOT)
+    below = np.bincount(s.pool.top[s.pool.depth > 1], minlength=len(s.pool))[first]  # (k,) descendants of each u
+    budgets = np.arange(1, len(s.pool) + 1)
+    kept = np.minimum(budgets[:, None], 1 + below[None])  # (N, k)
+    return kept @ s.edge[first] + s.off_pool
+
+
+def sizes_pearl(s: Scored) -> np.ndarray:
+    """(N,) expected nodes of `pearl` at pre-draw budgets 1..N: X1 plus its strict descendants inside
+    `draft`'s B-node tree (X1 precedes them in the draft order), X1 alone otherwise."""
+    deep = s.pool.depth[s.draft] > 1
+    return 1.0 + np.cumsum(np.where(deep, s.edge[s.pool.top[s.draft]], 0.0))
+
+
+def sizes_pearl_top1(s: Scored) -> np.ndarray:
+    """(N,) expected nodes of `pearl-top1`: the drafter's top first token with up to B - 1 descendants when X1
+    is that token, X1 alone otherwise."""
+    u = top1(s.pool)
+    below = int(np.count_nonzero((s.pool.top == u) & (s.pool.depth > 1)))
+    kept = np.minimum(np.arange(1, len(s.pool) + 1), 1 + below)
+    return s.edge[u] * kept + (1.0 - s.edge[u])
+
+
+def pearl_exceeds(s: Scored, cap: int) -> np.ndarray:
+    """(N,) the probability that `pearl`'s tree at pre-draw budgets 1..N holds more than `cap` nodes: X1
+    = u with more than cap - 1 of its descendants among draft's first B candidates."""
+    deep = s.draft[s.pool.depth[s.draft] > 1]  # strict descendants, in draft order
+    tops = s.pool.top[deep]
+    grouped = np.argsort(tops, kind="stable")
+    starts = np.flatnonzero(np.r_[True, tops[grouped][1:] != tops[grouped][:-1]]) if len(deep) else np.zeros(0, int)
+    counts = np.diff(np.r_[starts, len(deep)])
+    out = np.zeros(len(s.pool) + 1)
+    has = counts >= cap  # u whose cap-th descendant exists: at budget past its position the tree exceeds cap
+    at = grouped[starts[has] + cap - 1]  # positions in `deep` of each such u's cap-th descendant
+    position = np.flatnonzero(s.pool.depth[s.draft] > 1)[at]  # its position in the whole draft order
+    np.add.at(out, position + 1, s.edge[tops[grouped][starts[has]]])
+    return np.cumsum(out)[1:]
+
+
+SIZES = {"draft": sizes_fixed, "root": sizes_fixed, "oracle": sizes_fixed, "root-draw": sizes_root_draw,
+         "oracle-draw": sizes_root_draw, "pearl": sizes_pearl, "pearl-top1": sizes_pearl_top1}

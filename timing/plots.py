@@ -113,30 +113,6 @@ def _save(fig, path: Path, top: float = 1.0) -> bool:
     return True
 
 
-def plot_value_gains(tables, path: Path, rules=("root", "root-draw", "oracle")) -> None:
-    """Per temperature, each rule's value gain over draft (per round) against the budget, with its interval
-    as a band (the paper's Figure 2). tables: (temperature, evaluation.values.Averages) pairs."""
-    fig, axes = plt.subplots(1, len(tables), figsize=(5.0 * len(tables), 3.8), squeeze=False)
-    for ax, (temperature, avg) in zip(axes[0], tables):
-        budgets = avg.budgets
-        for rule in rules:
-            est = avg.gain(rule, "draft")
-            ax.plot(budgets, [100 * e.value for e in est], marker="o", markersize=3, label=rule)
-            ax.fill_between(budgets, [100 * e.low for e in est], [100 * e.high for e in est], alpha=0.2)
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_xscale("log")
-        ax.set_xticks(budgets, [str(b) for b in budgets], fontsize="x-small")
-        ax.minorticks_off()
-        ax.set_xlabel("budget B (tree nodes)")
-        ax.set_ylabel("expected accepted tokens over draft (%)")
-        ax.set_title(f"T = {temperature:g}: {int(avg.rounds.sum())} rounds, {avg.n_prompts} prompts", fontsize="medium")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def plot_speed(panels, path: Path) -> bool:
     """Speed (tok/s) and τ (tokens per round) by decoder: a row per panel of timing.figures' speed panels,
     bars per decoder in each group -> False with no panel."""

@@ -16,13 +16,9 @@ from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group, group_order
 from evaluation.values import VALUED, Agreement, Averages, RoundValues, agreement, evaluate, reach
 from timing.options import ValuesOptions
+from timing import values_tables
 from timing.values_common import ValuesInput, est, pct, share
 
-# The paper's anchors (DESIGN.md section 8), printed beside this run's figures.
-PAPER = ("root over draft up to +8.0% at B = 59 and larger at B = 8 (Table 2); root recovers 35-57% of the "
-         "oracle's advantage at B = 59 (D.13); root-draw over pearl up to +14.2% at B = 8 (Table 12); draft needs "
-         "11-22 nodes to reach root's value at B = 8 (Table 13); realized acceptance within about 0.02 tokens of "
-         "its value")
 SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  # gains over draft, in this order
 
 
@@ -32,25 +28,34 @@ class Selection:
     def __init__(self, data: ValuesInput) -> None:
         self.data, self.options = data, data.options
         self.tables = evaluate(data.decodes, self.options.budget_list, cut_levels=self.options.cut_levels)
+        for rv in self.tables:  # Table 8 counts the continuation too
+            rv.values.update({f"emitted:{rule}": rv.values[rule] + 1 for rule in ("draft", "root", "root-draw", "pearl")})
         self.averages = [Averages(rv, **data.resampling) for rv in self.tables]
 
     def json_lines(self) -> list[dict]:
         return [line for rv, avg in zip(self.tables, self.averages)
-                for line in _json_lines(rv, avg, agreement(rv, self.options.confidence))]
+                for line in _json_lines(rv, avg, agreement(rv, self.options.confidence))
+                + values_tables.json_lines(rv, avg)]
 
     def markdown(self) -> list[str]:
-        lines = [f"- the paper's anchors: {PAPER}", ""]
+        lines = ["", "## Selection rules at shared contexts", ""]
         for rv, avg in zip(self.tables, self.averages):
+            lines += [f"### T = {rv.temperature:g}: {rv.rounds} rounds, {avg.n_prompts} prompts, pools up to "
+                      f"{rv.full['draft'].shape[1]} candidates", ""]
+            lines += values_tables.tables(rv, avg)
             lines += _temperature(rv, avg, agreement(rv, self.options.confidence), self.data.level)
             if self.options.by_category:
                 lines += _by_category(rv, self.options, self.data.level)
         return lines
 
     def plots(self, out: Path) -> list[str]:
-        from timing.plots import plot_value_gains  # matplotlib: only when drawing
+        from timing import values_plots  # matplotlib: only when drawing
 
-        plot_value_gains([(rv.temperature, avg) for rv, avg in zip(self.tables, self.averages)], out / "values.png")
-        return ["values.png"]
+        tables = list(zip(self.tables, self.averages))
+        values_plots.plot_depths(tables, out / "values.png")
+        values_plots.plot_draw_rules(tables, out / "values_draw.png")
+        values_plots.plot_recovered(tables, out / "values_recovered.png")
+        return ["values.png", "values_draw.png", "values_recovered.png"]
 
 
 def _json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) -> list[dict]:
@@ -83,8 +88,8 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
     budgets = rv.budgets.tolist()
     head = "| rule | " + " | ".join(f"B = {b}" for b in budgets) + " |"
     rule_line = "|" + "---|" * (len(budgets) + 1)
-    out = [f"## T = {rv.temperature:g}: {rv.rounds} rounds, {avg.n_prompts} prompts", "",
-           "Expected accepted tokens per round (per prompt below it).", "", head, rule_line]
+    out = ["#### Every rule at every budget: expected accepted tokens per round (per prompt below it)", "", head,
+           rule_line]
     for rule in VALUED:
         out.append(f"| {rule} | " + " | ".join(f"{v:.3f}" for v in avg.per_round(rule)) + " |")
         out.append("| ↳ per prompt | " + " | ".join(f"{v:.3f}" for v in avg.per_prompt(rule)) + " |")

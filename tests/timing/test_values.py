@@ -218,3 +218,36 @@ def test_values_out_naming_a_file_is_refused_in_one_line(tmp_path, recorded, cap
     assert stop.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--out" in last and "is not a directory" in last
+
+
+def test_values_json_has_the_paper_tables_kinds(recorded, capsys):
+    from pipeline.value import SIZES
+
+    lines = json_lines(capsys, str(recorded), "--budgets", "2,4,8,59")
+    by = lambda kind: [line for line in lines if line["kind"] == kind]  # noqa: E731
+    value = {(v["temperature"], v["rule"], v["budget"]): v["value_per_round"] for v in by("value")}
+    depth = {(d["temperature"], d["depth"], d["budget"]): d["value_per_round"] for d in by("depth")}
+    deepest = max(d for _, d, _ in depth)
+    for (t, d, b), v in depth.items():
+        if d == 1:
+            assert v == value[t, "root", b]
+        if d == deepest:
+            assert v == value[t, "oracle", b]
+    assert {s["rule"] for s in by("size")} == set(SIZES)
+    for r in by("restricted"):
+        if r["candidates"] >= 20:  # the mock pool holds 20 candidates: restricted to it, nothing changes
+            assert r["oracle_advantage"] == pytest.approx(value[r["temperature"], "oracle", r["budget"]]
+                                                          - value[r["temperature"], "draft", r["budget"]])
+    matched = by("matched")
+    assert {m["budget"] for m in matched} == {8}  # 59 is beyond the pool here: capped to 20, not reported
+    for m in matched:
+        assert m["pearl_size"] == pytest.approx(m["root_draw_size"], abs=0.01)
+        assert m["gain_low"] <= m["gain"] <= m["gain_high"] and m["rounds"] > 0
+
+
+def test_the_report_is_organised_by_the_papers_tables(recorded, tmp_path):
+    assert main([str(recorded), "--out", str(tmp_path), "--resamples", "200", "--no-plots"]) == 0
+    text = (tmp_path / "values.md").read_text()
+    for title in ("Tables 2 and 9", "Figures 2 and 5", "Table 8", "Table 11", "Tables 12 and 18", "Table 13",
+                  "Table 15", "Table 20", "The paper:"):
+        assert title in text, title
