@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluation.stats import resample_counts
 from pipeline.select import root_order, top1
 from pipeline.value import SIZES, Curve, Scored, pearl_exceeds, value_depth
 
@@ -143,12 +144,10 @@ def entropy_quintiles(entropy: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray
 def stratified_counts(groups: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
     """(n_resamples, P) prompt counts resampled within each group of prompts (groups: (P,) labels): every
     resample keeps each group's size."""
-    from evaluation.values import resample_counts
-
-    counts = np.zeros((n_resamples, len(groups)), np.int64)
+    counts = np.zeros((n_resamples, len(groups)))
     for i, g in enumerate(np.unique(groups)):
         members = np.flatnonzero(groups == g)
-        counts[:, members] = resample_counts(len(members), n_resamples, seed + i)
+        counts[:, members] = resample_counts(np.random.default_rng(seed + i), n_resamples, len(members))
     return counts
 
 

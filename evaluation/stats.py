@@ -103,7 +103,7 @@ def _speed(tokens: np.ndarray, seconds: np.ndarray) -> float:
     return float(tokens.sum() / seconds.sum())
 
 
-def _resample_counts(rng: np.random.Generator, n_resamples: int, n_prompts: int) -> np.ndarray:
+def resample_counts(rng: np.random.Generator, n_resamples: int, n_prompts: int) -> np.ndarray:
     """(n_resamples, n_prompts) times each prompt is drawn in each resample.
 
     Counts rather than gathered values: one matrix product then sums every decoder at once, with memory
@@ -124,7 +124,7 @@ def _gains(tokens: dict[str, np.ndarray], seconds: dict[str, np.ndarray], pairs:
     col = {name: j for j, name in enumerate(names)}
     tok = np.stack([tokens[name] for name in names], axis=1)  # (n, k)
     sec = np.stack([seconds[name] for name in names], axis=1)  # (n, k)
-    counts = _resample_counts(rng, n_resamples, n_prompts)  # (R, n)
+    counts = resample_counts(rng, n_resamples, n_prompts)  # (R, n)
     boot_speed = (counts @ tok) / (counts @ sec)  # (R, k); seconds > 0, so no resample divides by zero
     speed = {name: _speed(tokens[name], seconds[name]) for name in names}
     tail = (1.0 - confidence_level) / 2.0

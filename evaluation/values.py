@@ -26,6 +26,7 @@ from pipeline.rules import RULES
 from pipeline.select import select_root
 from pipeline.value import CEILINGS, Curve, Scored
 from evaluation.selection import FULL, first_agrees, padded, round_curves
+from evaluation.stats import resample_counts
 
 BUDGETS = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 VALUED = {**{name: rule.value for name, rule in RULES.items() if rule.value is not None}, **CEILINGS}
@@ -247,11 +248,9 @@ class Estimate:
     high: float
 
 
-def resample_counts(n_prompts: int, n_resamples: int, seed: int) -> np.ndarray:
-    """(n_resamples, n_prompts) how often each prompt is drawn in each resample."""
-    idx = np.random.default_rng(seed).integers(0, n_prompts, (n_resamples, n_prompts))
-    flat = idx + n_prompts * np.arange(n_resamples)[:, None]
-    return np.bincount(flat.ravel(), minlength=n_resamples * n_prompts).reshape(n_resamples, n_prompts)
+def prompt_resamples(n_prompts: int, n_resamples: int, seed: int) -> np.ndarray:
+    """(n_resamples, n_prompts) how often each prompt is drawn in each resample, from `seed`."""
+    return resample_counts(np.random.default_rng(seed), n_resamples, n_prompts)
 
 
 class Averages:
@@ -272,7 +271,7 @@ class Averages:
         self.totals = {name: _by_prompt(v[keep], where, len(chosen)) for name, v in rv.values.items()}  # (P, K)
         off_pool = getattr(rv, "off_pool", np.zeros(len(rv.prompt)))
         self.off_pool = _by_prompt(off_pool[keep, None], where, len(chosen))[:, 0]
-        self.counts = resample_counts(len(chosen), n_resamples, seed)
+        self.counts = prompt_resamples(len(chosen), n_resamples, seed)
         self.tail = (1 - confidence) / 2
 
     def per_round(self, rule: str) -> np.ndarray:

@@ -10,7 +10,7 @@ import torch
 
 from evaluation.selection import (EXCEEDS, FULL, RESTRICTED, entropy_quintiles, first_agrees, match_pearl,
                                   matched_cap, padded, reach_budgets, round_curves)
-from evaluation.values import VALUED, resample_counts
+from evaluation.values import VALUED, prompt_resamples
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, grow_pool
 from pipeline.select import select_pearl, select_pearl_top1, select_root_draw
@@ -107,7 +107,7 @@ def test_the_matched_pearl_has_root_draws_expected_size():
     n = max(len(s.pool) for s in rounds)
     full = _full(rounds, prompt, n)
     per_prompt = np.bincount(prompt).astype(float)
-    counts = resample_counts(6, 300, 0)
+    counts = prompt_resamples(6, 300, 0)
     for budget in EXCEEDS:
         m = match_pearl(full, per_prompt, counts, budget, 0.025)
         assert m.pearl_size == pytest.approx(m.root_draw_size, abs=0.01)
@@ -127,7 +127,7 @@ def test_reach_budgets_search_every_budget_and_resample():
     prompt = np.arange(12) % 4
     n = max(len(s.pool) for s in rounds)
     full = _full(rounds, prompt, n)
-    got, low, high = reach_budgets(full, np.bincount(prompt).astype(float), resample_counts(4, 200, 1), "draft",
+    got, low, high = reach_budgets(full, np.bincount(prompt).astype(float), prompt_resamples(4, 200, 1), "draft",
                                    "root", 4, 0.025)
     draft, goal = full["draft"].sum(0), full["root"].sum(0)[3]
     want = int(np.flatnonzero(draft >= goal - 1e-12)[0]) + 1 if np.any(draft >= goal - 1e-12) else None
