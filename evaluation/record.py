@@ -46,7 +46,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         "lend_cores": config.lend_cores, "ahead": config.ahead, "ahead_hits": [r.ahead for r in rounds],  # per round: 1 hit, 0 missed, -1 not tried
         "ahead_seconds": [r.ahead_seconds for r in rounds],
         "cut_pools": config.cut_pools, "cut_weigh": config.cut_weigh, "pool_depths": [r.pool_depth for r in rounds],
-        "drafter_window": config.drafter_window,
+        "drafter_window": config.drafter_window, "held_rows": [int(r.held_row) for r in rounds],
         "finished": time.time(),
     }
 

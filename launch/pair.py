@@ -93,6 +93,9 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
                       help="ipc://PATH, tcp://HOST:PORT, or tcp for a free loopback port "
                            "(default: ipc in a private temporary directory)")
     flags_of(parser)["endpoint"] = "--endpoint"
+    pair.add_argument("--paper-pool", action="store_true",
+                      help=f"the paper's pool (top-k {PoolConfig().topk}, depth {PoolConfig().depth}, expand "
+                           f"{PoolConfig().expand}: {PoolConfig().size} candidates), the embedded pair's included")
     add_options(parser, ModelOptions, skip=("model", "device"))
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
     add_options(parser, run_cls, defaults={"max_new_tokens": None})
@@ -191,6 +194,10 @@ def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: di
 
 def _pool(parser: argparse.ArgumentParser, ns: argparse.Namespace, embedded: bool, notes: list[str]) -> PoolConfig:
     given = {k: getattr(ns, "pool_" + k) for k in ("topk", "depth", "expand")}
+    if ns.paper_pool:
+        if any(v is not None for v in given.values()):
+            parser.error("--paper-pool sets --pool-topk, --pool-depth and --pool-expand: give one or the others")
+        return PoolConfig()
     if all(v is None for v in given.values()) and embedded:
         notes.append(f"embedded default pair on the CPU: pool reduced to topk={EMBEDDED_POOL.topk} depth="
                      f"{EMBEDDED_POOL.depth} expand={EMBEDDED_POOL.expand} (paper: 10, 8, 10); --pool-* options "

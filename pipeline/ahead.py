@@ -68,9 +68,15 @@ def top_child(pool: Pool, node: int, below_root: bool = True) -> int | None:
     return int(children[np.lexsort((children, -pool.logp[children]))[0]])  # ties: the lower pool index
 
 
-def predicted_tokens(pool: Pool, tree: Tree, first: int | None) -> np.ndarray:
-    """(k,) the tokens of the greedy path, X1 first when drawn: what the target tells the drafter."""
-    return tree.token[greedy_path(pool, tree, first)]
+def predicted_tokens(pool: Pool, tree: Tree, first: int | None, leaf_stops: bool = False) -> np.ndarray:
+    """(k,) the tokens of the greedy path, X1 first when drawn: what the target tells the drafter.
+
+    leaf_stops: the walk stops at a leaf it draws (sampled-leaf stopping), which is then the continuation: a
+    path that ends at a leaf is told without it, the leaf being the drafter's own next token there."""
+    path = greedy_path(pool, tree, first)
+    if leaf_stops and path and tree.is_leaf(path[-1]):
+        path = path[:-1]
+    return tree.token[path]
 
 
 def hit_probability(pool: Pool, tree: Tree, first: int | None, edge_probs: np.ndarray) -> float | None:

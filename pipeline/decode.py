@@ -30,7 +30,9 @@ from pipeline.rules import RULES, RootDraw, Rule
 from pipeline.sampling import Filtered
 from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree
-from pipeline.verify import draw, verify_tree
+from pipeline.verify import STOPPINGS, draw, verify_tree
+
+SAMPLED_LEAF = STOPPINGS["sampled-leaf"]
 
 
 class TargetRunner(Protocol):
@@ -53,8 +55,10 @@ class TargetRunner(Protocol):
         KV must already be there from `root_pass`. overlapped: the drafter drafts ahead meanwhile.
         """
 
-    def commit(self, accepted: Sequence[int]) -> None:
-        """Keep the root and the accepted tree nodes (tree indices, a root path) in the KV cache."""
+    def commit(self, accepted: Sequence[int], keep: int | None = None) -> None:
+        """Keep the root and the accepted tree nodes (tree indices, a root path) in the KV cache; with `keep`
+        (a tree node of the last pass, the continuation), its K/V as the next round's root, so that the next
+        tree pass need not score the root."""
 
     def synchronize(self) -> None:
         """Wait for queued device work (a host-device sync)."""
@@ -132,6 +136,8 @@ class Step:
     root_row: torch.Tensor | None = None  # (V,) the root's logits: the root pass's, or row 0 of draft's tree pass
     tree_rows: torch.Tensor | None = None  # (len(tree), V) the tree pass's logits of the tree's nodes, valid
     #                                         until the target's next pass (a measurement copies what it keeps)
+    keep: int | None = None  # a tree node whose K/V the commit keeps as the next root's (`cover`, covered)
+    held: bool = False  # the round drew from its root's row held from the pass before (no root scored)
     phases: Phases = field(default_factory=Phases)
 
     @property
@@ -144,7 +150,7 @@ class Step:
         pool_depth = int(self.pool.depth.max()) if self.pool is not None and len(self.pool) else 0
         return Round(accepted=len(self.accepted), tree_size=tree_size, emitted=len(self.accepted) + 1,
                      phases=self.phases, available=self.available, tried=self.tried, budget=budget,
-                     ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=pool_depth)
+                     ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=pool_depth, held_row=self.held)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -267,16 +273,19 @@ class _Rounds:
         self.lend = config.lend_cores and self.lazy  # on the CPU: the drafter may share this side's cores
         # with cut pools the pool is asked for once the root pass is done (0: not)
         self.cut = (WEIGH if config.cut_weigh else NOW) if config.cut_pools and drafter is not None else 0
+        self.held: torch.Tensor | None = None  # (V,) the next root's row when the last pass scored it (`cover`)
 
     def run(self, root: int, budget: int) -> Step:
         """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""
         phase = _Phases()
         if budget == 0:
+            self.held = None  # a plain round scores its root again
             step = self.plain(root, phase)
         else:
-            step = (self.pipelined if self.rule.root_pass else self.tree)(root, budget, phase)
+            flow = self.covering if self.rule.covers else self.pipelined if self.rule.root_pass else self.tree
+            step = flow(root, budget, phase)
         with phase("commit"):
-            self.target.commit(step.accepted)
+            self.target.commit(step.accepted, keep=step.keep)
             if self.sync:
                 self.target.synchronize()
         phase.times.draft = step.draft_seconds
@@ -336,6 +345,36 @@ class _Rounds:
                     on_path=self._on_path(pool, tree, accepted), pool=pool, root_row=first.row, tree_rows=logits,
                     ahead=drafted.ahead, ahead_seconds=drafted.ahead_seconds)
 
+    def covering(self, root: int, budget: int, phase: _Phases) -> Step:
+        """`cover`: one tree pass a round, walked with sampled-leaf stopping. A round whose root's exact row the
+        pass before scored (as a leaf it stopped at) draws X1 from that row and selects beneath it, scoring only
+        the tree; any other verifies the rule's tree with the root scored in the same pass."""
+        held, self.held = self.held, None
+        first = None
+        if held is not None:
+            with phase("root"):  # no pass: the draw from the row already scored at this root
+                first = RootDraw(int(draw(held[None], self.temperature, self.generator)[0]), held, self.temperature)
+        with phase("wait"):
+            drafted = self._pool()
+        pool, x1 = drafted.pool, None if first is None else first.token
+        with phase("select"):
+            tree = self.rule.select(pool, budget, first)
+            ahead = self._ahead(pool, tree, x1)
+        with phase("tree"):
+            logits = self.target.tree_pass(tree, root if first is None else None, overlapped=ahead)
+            accepted, continuation = verify_tree(tree, logits, x1, self.temperature, self.generator, self.lazy,
+                                                 SAMPLED_LEAF)
+        rows = logits if first is not None else logits[1:]
+        leaf = tree.child(accepted[-1] if accepted else ROOT, continuation)
+        if leaf >= 0:  # covered: the next root's row, kept past any measurement pass before the next round
+            self.held = rows[leaf].clone()
+        available = 0 if x1 is None else 1 if (u := pool.first_level(x1)) < 0 else int(np.count_nonzero(pool.top == u))
+        return Step(tree=tree, accepted=accepted, continuation=continuation, passes=1, draft_seconds=drafted.seconds,
+                    available=available, tried=depths_tried(tree, accepted), on_path=self._on_path(pool, tree, accepted),
+                    pool=pool, root_row=held if held is not None else logits[0], tree_rows=rows,
+                    keep=leaf if leaf >= 0 else None, held=held is not None, ahead=drafted.ahead,
+                    ahead_seconds=drafted.ahead_seconds)
+
     def _pool(self, cut: int = 0) -> Drafted:
         """Wait for the round's pool. On the CPU (with lend_cores) the drafter is told first, so it can take
         this side's cores; with `cut` it is asked for the pool at once, and sends the levels it has (told even
@@ -346,7 +385,7 @@ class _Rounds:
 
     def _ahead(self, pool: Pool, tree: Tree, first: int | None) -> bool:
         """With drafting ahead, tell the drafter where this round most probably ends -> whether it was told."""
-        if not self.ahead or len(tokens := predicted_tokens(pool, tree, first)) == 0:
+        if not self.ahead or len(tokens := predicted_tokens(pool, tree, first, self.rule.covers)) == 0:
             return False
         self.drafter.ahead(tokens)
         return True

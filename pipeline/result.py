@@ -52,6 +52,7 @@ class Round:
     ahead: int = NOT_TRIED  # whether this round's pool was grown ahead (pipeline.ahead: HIT, MISSED, NOT_TRIED)
     ahead_seconds: float = 0.0  # on a hit, drafting that was done before the round started waiting for it
     pool_depth: int = 0  # levels of the round's pool (fewer than the configured depth when cut); 0: no pool
+    held_row: bool = False  # the round held its root's exact row from the pass before (`cover`): no root scored
 
 
 @dataclass(slots=True)

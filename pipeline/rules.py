@@ -44,6 +44,8 @@ class Rule:
     about: str  # one line for --help and the README
     value: Callable[[Scored], Curve] | None = None  # the rule's expected accepted tokens at every budget of a
     #                                                 recorded round (the drawn X1 counts as accepted)
+    covers: bool = False  # walks its tree with sampled-leaf stopping: a leaf drawn is the continuation, and the
+    #                       row its pass scored there is the next round's root row (pipeline.decode's covering flow)
 
 
 def _root(pool: Pool, budget: int, root: RootDraw) -> Tree:
@@ -57,6 +59,11 @@ def _root(pool: Pool, budget: int, root: RootDraw) -> Tree:
     ids = torch.from_numpy(pool.token[first]).to(root.row.device)
     probs[first] = target_probs(root.row, root.temperature)[ids].cpu().numpy()  # host read of k values: a sync
     return select_root(pool, budget, probs)
+
+
+def _cover(pool: Pool, budget: int, root: RootDraw | None) -> Tree:
+    """`cover`: draft's tree; beneath the draw X1 from a held exact root row, root-draw's tree."""
+    return select_draft(pool, budget) if root is None else select_root_draw(pool, budget, root.token)
 
 
 RULES: dict[str, Rule] = {r.name: r for r in (
@@ -74,6 +81,10 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("root", _root, True, ("draft",),
          "root pass while drafting; rank the pool with the root row's probabilities in place of the first "
          "draft factor", value_root),
+    Rule("cover", _cover, False, ("draft",),
+         "verify draft's tree, stopping at a sampled leaf: the leaf is the continuation, and the row its pass scored "
+         "is the next root's, which draws X1 and selects beneath it as root-draw (one target pass a round)",
+         covers=True),
 )}
 DECODERS = tuple(RULES)
 SPECULATIVE = tuple(name for name, rule in RULES.items() if rule.select is not None)

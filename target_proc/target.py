@@ -106,10 +106,13 @@ class Target:
             causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
             yield at, self.runner.forward(chunk, at + np.arange(len(chunk)), slots, at, slots, causal)
 
-    def commit(self, accepted: Sequence[int]) -> None:
+    def commit(self, accepted: Sequence[int], keep: int | None = None) -> None:
+        """Keep the root and the accepted path; with `keep`, also the K/V of that tree node, the round's
+        continuation scored in its own pass, as the next root's (at slot before_root once committed)."""
         p = self.before_root
-        src = p + 1 + np.asarray(accepted, np.int64)
-        dst = p + 1 + np.arange(len(accepted))
+        nodes = np.asarray([*accepted, *(() if keep is None else (keep,))], np.int64)
+        src = p + 1 + nodes
+        dst = p + 1 + np.arange(len(nodes))  # gathered before written: a source may be another's destination
         moved = src != dst
         if moved.any():
             self.runner.move(src[moved], dst[moved])

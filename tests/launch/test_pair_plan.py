@@ -273,3 +273,12 @@ def test_required_options_are_shown_as_required(capsys, argv, required):
     assert f" {required} " in usage.replace("\n", " ") and f"[{required}]" not in usage
     described = re.search(rf"\n  {re.escape(required)}\s(.*?)(?=\n  -|\n\n)", out[len(usage):], re.S).group(1)
     assert " ".join(described.split()).endswith("(required)")
+
+
+def test_the_paper_pool_flag_gives_the_papers_pool_to_the_embedded_pair(capsys, tmp_path):
+    target = plan(["sweep", "--paper-pool", "--out", str(tmp_path / "run"), "--prompts", "humaneval"]).target
+    at = target.index("--pool-topk")
+    assert target[at: at + 6] == ["--pool-topk", "10", "--pool-depth", "8", "--pool-expand", "10"]
+    with pytest.raises(SystemExit):
+        plan(["--paper-pool", "--pool-depth", "3"])
+    assert "--paper-pool sets --pool-topk" in capsys.readouterr().err

@@ -146,13 +146,16 @@ class PrefixTarget:
         self.tree = tree
         return torch.stack(rows)
 
-    def commit(self, accepted: Sequence[int]) -> None:
+    def commit(self, accepted: Sequence[int], keep: int | None = None) -> None:
         accepted = [int(i) for i in accepted]
         if accepted and self.strict:
             assert self.tree is not None and self.tree.path(accepted[-1]) == accepted, "not a root path"
+        if keep is not None and self.strict:  # the kept node hangs off the accepted path: the next root
+            assert int(self.tree.parent[keep]) == (accepted[-1] if accepted else -1), "not the continuation's node"
         tokens = [int(self.tree.token[i]) for i in accepted]
         self.context += [self.root] + tokens
-        self.root, self.tree = None, None
+        self.root = None if keep is None else int(self.tree.token[keep])
+        self.tree = None
 
     def synchronize(self) -> None:
         pass

@@ -29,7 +29,7 @@ def test_pool_config_rejects_bad_values(kwargs, message):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(decoder="eagle"), r"`decoder` must be one of ar, draft, pearl, pearl-top1, root-draw, root, got 'eagle'"),
+    (dict(decoder="eagle"), r"`decoder` must be one of ar, draft, pearl, pearl-top1, root-draw, root, cover, got 'eagle'"),
     (dict(temperature=-1.0), r"`temperature` must be a finite number >= 0, got -1.0"),
     (dict(temperature=float("nan")), r"`temperature` must be a finite number >= 0, got nan"),
     (dict(budget=0), r"`budget` must be a positive integer or auto, got 0"),

@@ -33,7 +33,8 @@ def test_output_stops_at_the_first_eos_inside_a_round(decoder, prefix_target, fi
                     frozenset({EOS}), None)
     assert result.tokens == [A, EOS]
     assert not result.hit_limit
-    assert [(r.accepted, r.emitted) for r in result.rounds] == [(3, 4)]
+    # the chain's last node is a leaf: `cover` emits it as the continuation instead of accepting it
+    assert [(r.accepted, r.emitted) for r in result.rounds] == [(2, 3) if RULES[decoder].covers else (3, 4)]
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
@@ -73,7 +74,7 @@ def test_round_accounting(decoder, mock_pair):
         assert r.accepted <= r.tree_size <= 5
         # Each round times exactly the steps its flow ran: a root pass for ar and the first-draw rules, a
         # wait, a selection and a tree pass (unless `root` skipped it) for every drafted rule.
-        steps = {"draft", "commit"} | ({"root"} if rule.select is None or rule.root_pass else set())
+        steps = {"draft", "commit"} | ({"root"} if rule.select is None or rule.root_pass or r.held_row else set())
         if rule.select is not None:
             steps |= {"wait", "select"} | ({"tree"} if r.tree_size else set())
         assert set(r.phases.ran()) == steps, (decoder, r)
@@ -84,11 +85,14 @@ def test_round_accounting(decoder, mock_pair):
     # Passes after the prefill: one per round for ar and draft; a root pass plus a tree pass for the
     # drawn-first rules, except that root skips the tree pass when the draw is off its tree.
     tree_passes = sum(r.tree_size > 0 for r in result.rounds)
-    want = {"ar": len(result.rounds), "draft": len(result.rounds), "root": len(result.rounds) + tree_passes}
+    want = {"ar": len(result.rounds), "draft": len(result.rounds), "root": len(result.rounds) + tree_passes,
+            "cover": len(result.rounds)}  # `cover`'s held rounds draw from the row the pass before scored
     assert result.target_passes == want.get(decoder, 2 * len(result.rounds))
     if decoder in ("pearl", "pearl-top1", "root-draw"):
         assert tree_passes == len(result.rounds)  # the drawn token is always verified
     assert result.seconds >= result.prefill_seconds > 0
+    if rule.covers:  # a round holds its root's row exactly when the round before stopped at a leaf
+        assert not result.rounds[0].held_row and any(r.held_row for r in result.rounds)
 
 
 def test_root_rule_skips_the_tree_pass_for_an_off_tree_draw(prefix_target, fixed_pool_drafter):

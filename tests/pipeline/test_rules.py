@@ -15,9 +15,10 @@ from pipeline.settings import DecodeConfig
 
 
 def test_decoders_are_the_designed_set_in_table_order():
-    assert DECODERS == ("ar", "draft", "pearl", "pearl-top1", "root-draw", "root")
+    assert DECODERS == ("ar", "draft", "pearl", "pearl-top1", "root-draw", "root", "cover")
     assert SPECULATIVE == DECODERS[1:]
     assert [n for n, r in RULES.items() if r.root_pass] == ["pearl", "pearl-top1", "root-draw", "root"]
+    assert [n for n, r in RULES.items() if r.covers] == ["cover"]
 
 
 def test_comparisons_pair_each_rule_with_its_baselines_then_everything_with_ar():
