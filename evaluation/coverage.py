@@ -136,22 +136,22 @@ class _Pool:
         """The index of the first budget above each of `bound`'s values (K past the last)."""
         return np.searchsorted(self.budgets, bound, side="right")
 
-    def sums(self, spans: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
-        """(E, R, K, LEVELS, 2): for each of E (first, end, weight), at each budget, the sum of the weights
-        ((N,) or (R, N)) of the candidates whose budgets' indices run from `first` to before `end` ((R, N)
-        each), by depth and by whether in the top set.
+    def sums(self, spans: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[np.ndarray]) -> np.ndarray:
+        """(W, E, R, K, LEVELS, 2): for each of W (N,) weights and each of E (first, end) spans of (R, N) budget
+        indices, at each budget, the sum of the weights of the candidates whose budgets run from `first` to
+        before `end`, by depth and by whether in the top set.
 
         A candidate's budgets are one interval: its weight is added at the interval's first budget and taken
         off at its end (one count over every span at once), and a running sum over the budgets does the rest."""
-        first = np.stack([f for f, _, _ in spans])  # (E, R, N)
-        end = np.maximum(np.stack([e for _, e, _ in spans]), first)
-        weight = np.stack([np.broadcast_to(w, first.shape[1:]) for _, _, w in spans])
-        e, r, _ = first.shape
+        first = np.stack([f for f, _ in spans])  # (E, R, N)
+        end = np.maximum(np.stack([e for _, e in spans]), first)
+        e, r, n = first.shape
         k, c = len(self.budgets), 2 * LEVELS
         row = (k + 1) * np.arange(e * r).reshape(e, r, 1)
-        cells = np.concatenate([(row + first) * c + self.kind, (row + end) * c + self.kind], 2)  # (E, R, 2N)
-        steps = np.bincount(cells.ravel(), np.concatenate([weight, -weight], 2).ravel(), e * r * (k + 1) * c)
-        return np.cumsum(steps.reshape(e, r, k + 1, LEVELS, 2), 2)[:, :, :k]
+        cells = np.concatenate([(row + first) * c + self.kind, (row + end) * c + self.kind], 2).ravel()
+        steps = np.stack([np.bincount(cells, np.broadcast_to(np.concatenate([w, -w]), (e, r, 2 * n)).ravel(),
+                                      e * r * (k + 1) * c) for w in weights])
+        return np.cumsum(steps.reshape(len(weights), e, r, k + 1, LEVELS, 2), 3)[:, :, :, :k]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +216,8 @@ def _masses(p: _Pool, rank: np.ndarray, drawn: bool) -> _Masses:
     weight = p.mass[p.top] if drawn else np.ones(p.n)  # the probability that the draw makes the candidate's tree
     inside, out, child, opening = (p.place(x) for x in (rank, t.up, t.first_child, t.up_open))
     never = np.full(rank.shape, len(p.budgets))
-    tree, exits, opened, parents, counted, counted_exits = p.sums(
-        [(inside, never, p.mass), (out, inside, p.mass), (np.maximum(out, opening), inside, p.mass),
-         (child, never, p.mass), (inside, never, weight), (out, inside, weight)])
+    (tree, exits, opened, parents), (counted, counted_exits, _, _) = p.sums(
+        [(inside, never), (out, inside), (np.maximum(out, opening), inside), (child, never)], [p.mass, weight])
 
     def rows(top_only: bool) -> np.ndarray:  # (R, J, K) the reach weights over the exits
         return np.stack([_total(exits, top_only)] + [_total(exits, top_only, k + 1) for k in CAPS]
