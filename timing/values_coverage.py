@@ -22,7 +22,7 @@ TABLE1 = {("exhaustive", "tree"): "coverage 0", ("exhaustive", None): "value as 
           ("exhaustive", "frontier"): "value as the tree's; shortfall = coverage",
           ("cap-1", None): "at most one draft token accepted",
           ("sampled-leaf", "tree"): "one token fewer than exhaustive on covered rounds"}
-# Table 21 and D.10 at B = 59 (the text's ranges over its runs, with 100 scored candidates).
+# Table 21 at B = 59, and the table without a root pass (the text's ranges over its runs, 100 scored candidates).
 TABLE21 = {"top-100": "adds 41 candidates, covers less than frontier-40", "frontier-40": "12-17%",
            "frontier": "28-35% (380-418 candidates)", "pool": "as much as the whole frontier"}
 NO_ROOT_PASS = {(8, "top-100"): "41-56% of rounds; +4.9% to +10.1%", (8, "pool"): "+5.2% to +11.1%",
