@@ -3,8 +3,10 @@
 Writes ROUNDS recorded rounds of the paper's pool (top-k 10, depth 8, expand 10: 710 candidates) to a
 rounds file, grown from random draft rows with random target edge probabilities (the program's work does
 not depend on what the numbers are), then times reading them and computing every rule and both ceilings at
-the 13 budgets, with their per-round and per-prompt averages and bootstrap intervals. The last line of
-stdout is one JSON document.
+the 13 budgets, with their per-round and per-prompt averages and bootstrap intervals; then the coverage
+figures (every rule and ceiling, 5 scored sets, 4 stopping rules, 13 budgets: evaluation.coverage) and the
+decoder without a root pass (evaluation.no_root_pass), each in seconds and in this process's CPU seconds. The
+last line of stdout is one JSON document.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from evaluation.coverage import coverage_tables
+from evaluation.no_root_pass import held_rounds
 from evaluation.rounds import RecordedRound
 from evaluation.rounds_file import RoundStore, load_rounds, rounds_path
 from evaluation.values import VALUED, Averages, evaluate
@@ -68,10 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         t2 = time.perf_counter()
         avg = Averages(rv, n_resamples=args.resamples)
         stats = {rule: (avg.per_round(rule), avg.per_prompt(rule), avg.gain(rule, "draft")) for rule in VALUED}
-        t3 = time.perf_counter()
+        t3, cpu3 = time.perf_counter(), time.process_time()
+        (coverage,) = coverage_tables(decodes)
+        t4, cpu4 = time.perf_counter(), time.process_time()
+        held_rounds(decodes)
+        t5, cpu5 = time.perf_counter(), time.process_time()
     result = {"rounds": rv.rounds, "pool": 710, "rules": list(VALUED), "budgets": rv.budgets.tolist(),
               "file_mb": round(size / 2**20, 1), "read_s": round(t1 - t0, 2), "values_s": round(t2 - t1, 2),
-              "statistics_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2), "threads": torch.get_num_threads(),
+              "statistics_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2),
+              "coverage_s": round(t4 - t3, 2), "coverage_cpu_s": round(cpu4 - cpu3, 2),
+              "coverage_cells": int(coverage.coverage.size), "no_root_pass_s": round(t5 - t4, 2),
+              "no_root_pass_cpu_s": round(cpu5 - cpu4, 2), "threads": torch.get_num_threads(),
               "load_average": os.getloadavg()[0], "root_gain_b8": round(stats["root"][2][2].value, 4)}
     print(json.dumps(result))
     return 0

@@ -1,0 +1,105 @@
+"""The values program's coverage section on a mock sweep recorded with --record-rounds: its JSON lines, its
+report, and greedy coverage against what the recorded rounds emitted."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from evaluation.coverage import round_coverage, scored_names
+from evaluation.rounds_file import load_rounds
+from evaluation.values import VALUED
+from pipeline.pool import ROOT, Pool
+from pipeline.select import draft_order
+from pipeline.verify import STOPPINGS
+from timing.values import main
+
+GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)
+POOL = 4 + 4 * 2 * 2  # the mock sweep's pool: topk 4, depth 3, expand 2
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, mock_session, make_options, sweep):
+    out = tmp_path_factory.mktemp("recorded")
+    sweep(mock_session(), make_options(out, **GRID))
+    return out
+
+
+def json_lines(capsys, *argv) -> list[dict]:
+    assert main([*argv, "--json", "--resamples", "200"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_values_json_has_every_coverage_figure(recorded, capsys):
+    lines = json_lines(capsys, str(recorded), "--budgets", "1,4,8,100")
+    coverage = [line for line in lines if line["kind"] == "coverage"]
+    assert {(c["temperature"], c["rule"], c["budget"], c["scored"], c["stopping"]) for c in coverage} == \
+           set(itertools.product((0.0, 1.0), VALUED, (1, 4, 8, POOL), scored_names(), STOPPINGS))
+    assert len(coverage) == 2 * len(VALUED) * 4 * 5 * 4
+    cells = {(c["temperature"], c["rule"], c["budget"], c["scored"], c["stopping"]): c for c in coverage}
+    for (t, rule, b, scored, stopping), c in cells.items():
+        assert set(c) == {"kind", "temperature", "rule", "budget", "scored", "stopping", "rounds", "coverage", "value",
+                          "shortfall", "added"}
+        assert 0.0 <= c["coverage"] <= 1.0 + 1e-9 and c["shortfall"] >= c["coverage"] - 1e-9
+        assert c["coverage"] == cells[t, rule, b, "frontier", stopping]["coverage"] if scored == "pool" else True
+        if (scored, stopping) == ("tree", "exhaustive"):
+            assert c["coverage"] == 0.0
+    held = [line for line in lines if line["kind"] == "no-root-pass"]
+    assert {(h["temperature"], h["budget"], h["scored"]) for h in held} == \
+           set(itertools.product((0.0, 1.0), (1, 4, 8, POOL), ("top-100", "pool")))
+    for h in held:
+        assert set(h) == {"kind", "temperature", "budget", "scored", "rounds", "held_share", "gain_over_draft",
+                          "gain_low", "gain_high"}
+        assert 0.0 <= h["held_share"] < 1.0  # each decode's first round holds nothing
+        if h["gain_over_draft"] is not None:
+            assert h["gain_low"] - 1e-12 <= h["gain_over_draft"] <= h["gain_high"] + 1e-12
+
+
+def test_report_shows_the_papers_coverage_tables(recorded, tmp_path):
+    assert main([str(recorded), "--out", str(tmp_path), "--resamples", "200", "--no-plots"]) == 0
+    text = (tmp_path / "values.md").read_text()
+    assert text.index("## Coverage and stopping rules") > text.index("## T = 1:")  # after the selection section
+    for temperature in ("0", "1"):
+        assert f"### T = {temperature}: stopping rules and scored sets (Table 1), draft's tree" in text
+    assert text.count("(Table 21)") == 2 and text.count("Without a root pass (D.10)") == 2
+    assert "| exhaustive | tree | 0.000 |" in text
+    for paper in ("12-17%", "28-35% (380-418 candidates)", "41-56% of rounds; +4.9% to +10.1%"):
+        assert paper in text
+
+
+def address_node(pool: Pool, tokens) -> int | None:
+    """The pool index at an address (tokens from the root), None where the pool lacks it."""
+    child = {(int(p), int(t)): i for i, (p, t) in enumerate(zip(pool.parent, pool.token))}
+    at = ROOT
+    for token in tokens:
+        at = child.get((at, int(token)))
+        if at is None:
+            return None
+    return at
+
+
+@pytest.mark.parametrize("decoder", ["draft", "root-draw"])
+def test_greedy_coverage_is_what_each_recorded_round_emitted(recorded, decoder):
+    """At T = 0 coverage is whether the target's token after the accepted path labels a scored candidate: for
+    every greedy round the recording decoder ran, at its own budget, the exact figure under exhaustive
+    traversal is 1 exactly when the round's emitted address (accepted path and continuation) is in the pool,
+    or among the first M in draft order (with the tree), and never within the tree."""
+    (found,) = load_rounds([recorded])
+    rounds = [r for d in found.decodes for r in d.rounds
+              if d.key["decoder"] == decoder and d.key["temperature"] == 0.0 and not d.key.get("warmup")]
+    assert rounds
+    exhaustive, top = list(STOPPINGS).index("exhaustive"), 6
+    covered = 0
+    for rnd in rounds:
+        f = round_coverage(rnd.scored(), [rnd.budget], rules=[decoder], top=top)
+        node = address_node(rnd.pool, rnd.emitted)
+        in_pool = node is not None
+        assert f.coverage[0, 4, exhaustive, 0] == float(in_pool)
+        assert f.coverage[0, 0, exhaustive, 0] == 0.0
+        if decoder == "draft":
+            assert f.coverage[0, 1, exhaustive, 0] == float(in_pool and node in draft_order(rnd.pool)[:top])
+        covered += in_pool
+    assert 0 < covered < len(rounds)  # both outcomes occur, so the comparison says something

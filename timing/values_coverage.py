@@ -1,0 +1,143 @@
+"""The values program's section on coverage (DESIGN.md section 12; the paper's Table 1, Table 21 and D.10): when
+a round's pass has already scored the row the next round needs, what each stopping rule and scored set gives
+and costs, and a decoder without a root pass that uses the exact root row only after a covered round. The
+Markdown shows the paper's tables for `draft`'s tree beside the paper's figures; every rule, scored set,
+stopping rule and budget goes to the JSON lines."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from evaluation.coverage import CoverageTable, coverage_tables
+from evaluation.no_root_pass import held_rounds, scored_sets
+from evaluation.values import Averages, Estimate, PerRound
+from pipeline.verify import STOPPINGS
+from timing.values_common import ValuesInput, est, pct
+
+# What the paper's text says of Table 1's cells (Section 4, Theorem 1 and its proof), by stopping rule and
+# scored set (None: any other set).
+TABLE1 = {("exhaustive", "tree"): "coverage 0", ("exhaustive", None): "value as the tree's",
+          ("exhaustive", "frontier-40"): "value as the tree's; shortfall = coverage",
+          ("exhaustive", "frontier"): "value as the tree's; shortfall = coverage",
+          ("cap-1", None): "at most one draft token accepted",
+          ("sampled-leaf", "tree"): "one token fewer than exhaustive on covered rounds"}
+# Table 21 at B = 59, and the table without a root pass (the text's ranges over its runs, 100 scored candidates).
+TABLE21 = {"top-100": "adds 41 candidates, covers less than frontier-40", "frontier-40": "12-17%",
+           "frontier": "28-35% (380-418 candidates)", "pool": "as much as the whole frontier"}
+NO_ROOT_PASS = {(8, "top-100"): "41-56% of rounds; +4.9% to +10.1%", (8, "pool"): "+5.2% to +11.1%",
+                (59, "top-100"): "10-15% of rounds; +0.5% to +0.9%", (59, "pool"): "+1.1% to +2.3%"}
+
+
+class Coverage:
+    """Coverage figures of every recorded round and the decoder without a root pass, by temperature."""
+
+    def __init__(self, data: ValuesInput) -> None:
+        self.data = data
+        budgets = data.options.budget_list
+        self.tables = coverage_tables(data.decodes, budgets)
+        self.held = held_rounds(data.decodes, budgets)
+        self.averages = [Averages(per, **data.resampling) for per in self.held]
+
+    def json_lines(self) -> list[dict]:
+        lines = [line for table in self.tables for line in _coverage_lines(table)]
+        return lines + [line for per, avg in zip(self.held, self.averages) for line in _held_lines(per, avg)]
+
+    def markdown(self) -> list[str]:
+        out = ["## Coverage and stopping rules (the paper's Table 1, Table 21 and D.10)", "",
+               "- coverage: the probability that the round's pass scored the continuation's address, so that the "
+               "next round's root row is exact and at hand; value: expected accepted tokens (the drawn X1 counted "
+               "for the draw rules); shortfall: the exhaustive value of the scored trie less the value, at least "
+               "the coverage (Theorem 1). Exact expectations, per round (rounds pooled), for `draft`'s tree; every "
+               "rule, scored set, stopping rule and budget is in `--json` (`kind: \"coverage\"`).",
+               "- scored sets: the tree alone; with the 100 highest-ranked pool candidates in draft order "
+               "(top-100); with its first 40 frontier candidates in draft order (frontier: outside the tree, its "
+               "parent in it or the root); with the whole frontier; the whole pool.", ""]
+        for table, per, avg in zip(self.tables, self.held, self.averages):
+            out += _table1(table) + _table21(table) + _no_root_pass(per, avg, self.data.level)
+        return out
+
+    def plots(self, out: Path) -> list[str]:
+        return []
+
+
+def _number(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _coverage_lines(t: CoverageTable) -> list[dict]:
+    lines = []
+    for i, rule in enumerate(t.rules):
+        for j, scored in enumerate(t.scored):
+            for p, stopping in enumerate(STOPPINGS):
+                for k, budget in enumerate(t.budgets.tolist()):
+                    lines.append({"kind": "coverage", "temperature": t.temperature, "rule": rule, "budget": budget,
+                                  "scored": scored, "stopping": stopping, "rounds": t.rounds,
+                                  "coverage": float(t.coverage[i, j, p, k]), "value": float(t.value[i, j, p, k]),
+                                  "shortfall": float(t.shortfall[i, j, p, k]), "added": float(t.added[i, j, k])})
+    return lines
+
+
+def _held_lines(per: PerRound, avg: Averages) -> list[dict]:
+    lines = []
+    for scored in scored_sets():
+        share, gains = avg.per_round(f"held:{scored}"), avg.gain(f"root:{scored}", f"draft:{scored}")
+        for k, budget in enumerate(per.budgets.tolist()):
+            g = gains[k]
+            lines.append({"kind": "no-root-pass", "temperature": per.temperature, "budget": budget, "scored": scored,
+                          "rounds": per.rounds, "held_share": float(share[k]), "gain_over_draft": _number(g.value),
+                          "gain_low": _number(g.low), "gain_high": _number(g.high)})
+    return lines
+
+
+def _picks(budgets: list[int]) -> list[int]:
+    return [b for b in (8, 59) if b in budgets] or budgets[:1]
+
+
+def _table1(t: CoverageTable) -> list[str]:
+    budgets = t.budgets.tolist()
+    picks = _picks(budgets)
+    head = ["stopping", "scored"] + [f"B = {b}: {what}" for b in picks for what in ("coverage", "value", "shortfall")]
+    out = [f"### T = {t.temperature:g}: stopping rules and scored sets (Table 1), draft's tree, {t.rounds} rounds", "",
+           "| " + " | ".join(head) + " | the paper |", "|" + "---|" * (len(head) + 1)]
+    for stopping in STOPPINGS:
+        for scored in t.scored:
+            cells = [f"{x:.3f}" for b in picks for x in t.at("draft", scored, stopping, b)]
+            paper = TABLE1.get((stopping, scored)) or TABLE1.get((stopping, None), "—")
+            out.append(f"| {stopping} | {scored} | " + " | ".join(cells) + f" | {paper} |")
+    return out + [""]
+
+
+def _table21(t: CoverageTable) -> list[str]:
+    budgets = t.budgets.tolist()
+    picks = _picks(budgets)
+    rule, stopping = t.rules.index("draft"), list(STOPPINGS).index("exhaustive")
+    head = ["scored"] + [f"B = {b}: {what}" for b in picks for what in ("candidates added", "coverage")]
+    out = ["Scoring frontier candidates against the top set (Table 21), draft's tree, exhaustive traversal; the "
+           "paper's figures at B = 59:", "", "| " + " | ".join(head) + " | the paper |",
+           "|" + "---|" * (len(head) + 1)]
+    for j, scored in enumerate(t.scored[1:], 1):
+        cells = [c for b in picks for c in (f"{t.added[rule, j, budgets.index(b)]:.1f}",
+                                            pct(t.coverage[rule, j, stopping, budgets.index(b)], sign=False))]
+        out.append(f"| {scored} | " + " | ".join(cells) + f" | {TABLE21.get(scored, '—')} |")
+    return out + [""]
+
+
+def _no_root_pass(per: PerRound, avg: Averages, level: str) -> list[str]:
+    budgets = per.budgets.tolist()
+    out = [f"Without a root pass (D.10): a round holds the exact root row only after a covered round (the first "
+           f"of each decode never), then selects with root, else with draft; its pass scores the 100 "
+           f"highest-ranked candidates of its rule's order, or the whole pool. Root over draft in the rounds "
+           f"that hold the row, {level} interval:", "",
+           "| budget | scored | rounds holding the row | root over draft there | the paper |", "|---|---|---|---|---|"]
+    for b in _picks(budgets):
+        k = budgets.index(b)
+        for scored in scored_sets():
+            share, gain = avg.per_round(f"held:{scored}")[k], avg.gain(f"root:{scored}", f"draft:{scored}")[k]
+            out.append(f"| {b} | {scored} | {pct(share, sign=False)} | {_gain(gain)} | "
+                       f"{NO_ROOT_PASS.get((b, scored), '—')} |")
+    return out + [""]
+
+
+def _gain(e: Estimate) -> str:
+    return "— (no round holds it)" if not math.isfinite(e.value) else est(e)
