@@ -107,11 +107,6 @@ def select_pearl_top1(pool: Pool, budget: int, x1: int) -> Tree:
     return Tree.from_pool(pool, np.concatenate([[u], descendants_order(pool, u)[: budget - 1]]))
 
 
-def select_oracle(pool: Pool, budget: int, edge_probs: np.ndarray) -> Tree:
-    """Offline: the ancestor-closed B candidates of largest value V (edge_probs: see oracle_order)."""
-    return Tree.from_pool(pool, oracle_order(pool, edge_probs)[:budget])
-
-
 def descendants_order(pool: Pool, u: int) -> np.ndarray:
     """Pool descendants of first-level candidate u, best first by cumulative draft log-prob."""
     below = np.flatnonzero((pool.top == u) & (pool.parent != ROOT))

@@ -1,5 +1,6 @@
-"""The value V(T) of a tree: the expected number of accepted tokens under exhaustive target sampling; and
-every rule's value at every budget of one recorded round, as prefix sums along the rule's order."""
+"""Every rule's value at every budget of one recorded round (the expected number of accepted tokens under
+exhaustive target sampling of the tree the rule keeps), as prefix sums along the rule's order; and each rule's
+expected tree size."""
 
 from __future__ import annotations
 
@@ -9,34 +10,6 @@ import numpy as np
 
 from pipeline.pool import ROOT, Pool
 from pipeline.select import depth_order, descendants_order, draft_order, log_path_mass, rank, root_order, top1
-from pipeline.tree import Tree
-
-
-def path_probs(tree: Tree, edge_probs: np.ndarray) -> np.ndarray:
-    """(n,) target probability of each node's whole path, from (n,) target edge probabilities."""
-    out = np.asarray(edge_probs, np.float64).copy()
-    for i, p in enumerate(tree.parent.tolist()):  # parents precede children
-        if p >= 0:
-            out[i] *= out[p]
-    return out
-
-
-def tree_value(tree: Tree, edge_probs: np.ndarray, *, first_drawn: bool = False) -> float:
-    """V(T) = sum of path probabilities of the non-root nodes.
-
-    first_drawn: the first-level token was drawn from the exact root row before selection and counts as
-    accepted, so its edge has probability one given the draw.
-    """
-    edge = np.asarray(edge_probs, np.float64).copy()
-    if first_drawn:
-        edge[tree.parent < 0] = 1.0
-    return float(path_probs(tree, edge).sum())
-
-
-def edge_probs_from_rows(tree: Tree, root_probs: np.ndarray, node_probs: np.ndarray) -> np.ndarray:
-    """(n,) target probability of each tree edge from the rows at the root (V,) and at each node (n, V)."""
-    parent_rows = np.where(tree.parent[:, None] >= 0, node_probs[np.maximum(tree.parent, 0)], root_probs[None])
-    return parent_rows[np.arange(len(tree)), tree.token]
 
 
 # -- every rule's value at every budget, from one recorded round (DESIGN.md section 8) -------------------

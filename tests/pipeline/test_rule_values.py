@@ -15,7 +15,8 @@ from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, Pool, grow_pool
 from pipeline.rules import RULES, RootDraw
 from pipeline.select import select_draft
-from pipeline.value import CEILINGS, Scored, path_mass, tree_value, value_oracle, value_oracle_draw
+from pipeline.value import CEILINGS, Scored, path_mass, value_oracle, value_oracle_draw
+from tests.pipeline.reference import tree_value
 from pipeline.verify import draw, target_probs, traverse
 
 VOCAB = 24

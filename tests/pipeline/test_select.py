@@ -11,10 +11,10 @@ import pytest
 from models.mock import MockModel
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, Pool
-from pipeline.select import (select_draft, select_oracle, select_pearl, select_pearl_top1, select_root,
+from pipeline.select import (select_draft, select_pearl, select_pearl_top1, select_root,
                              select_root_draw)
 from pipeline.tree import Tree
-from pipeline.value import tree_value
+from tests.pipeline.reference import select_oracle, tree_value
 
 VOCAB = 32
 NOISE = 1.5

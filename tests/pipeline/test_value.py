@@ -10,7 +10,7 @@ import torch
 
 from pipeline.pool import ROOT
 from pipeline.tree import Tree
-from pipeline.value import edge_probs_from_rows, path_probs, tree_value
+from tests.pipeline.reference import edge_probs_from_rows, path_probs, tree_value
 from pipeline.verify import draw, traverse
 
 A, B = 0, 1  # the two tokens of the binary vocabulary
