@@ -116,27 +116,32 @@ def _temperature(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]
     off = avg.off_pool_share()
     out += [f"The draw X1 is off the pool's first level in {pct(off.value, 1, sign=False)} of rounds "
             f"[{pct(off.low, 1, sign=False)}, {pct(off.high, 1, sign=False)}] (expected, from the root row).", ""]
-    if agreements:
-        out += ["Agreement with the online decoder: its realized accepted tokens per round against its value at "
-                "each round's own budget, on the same rounds (normal interval of the mean difference: given its "
-                "context, a round's difference has mean zero, so its standard error is sqrt(sum d²) / rounds).", "",
-                "| decoder | budget | rounds | realized | value | difference | " + level + " interval | |",
-                "|---|---|---|---|---|---|---|---|"]
-        for a in agreements:
-            d = a.difference
-            flag = "**disagrees: a bug in the recording or in the decoder**" if a.disagrees else "agrees"
-            out.append(f"| {a.decoder} | {a.budget} | {a.rounds} | {a.realized:.3f} | {a.expected:.3f} | "
-                       f"{d.value:+.3f} | [{d.low:+.3f}, {d.high:+.3f}] | {flag} |")
-        out.append("")
-        out += ["Drafting ahead (`--ahead`): how often its prediction of where a round ends (the draft's greedy "
-                "path through the tree, then the drafter's next token) would have been right on these rounds, "
-                "from the target's edges along it (rounds whose prediction ends beyond the pool's expanded "
-                "candidates are left out).", "", "| decoder | budget | rounds | hit probability |",
-                "|---|---|---|---|"]
-        out += [f"| {a.decoder} | {a.budget} | {a.ahead_rounds} | "
-                + ("—" if math.isnan(a.ahead) else f"{100 * a.ahead:.1f}%") + " |" for a in agreements]
-        out.append("")
-    return out
+    return out + _agreement(agreements, level)
+
+
+def _agreement(agreements: Sequence[Agreement], level: str) -> list[str]:
+    """The recording decoder's realized acceptance against its value, and drafting ahead's hit probability."""
+    if not agreements:
+        return []
+    out = ["Agreement with the online decoder: its realized accepted tokens per round against its value at "
+            "each round's own budget, on the same rounds (normal interval of the mean difference: given its "
+            "context, a round's difference has mean zero, so its standard error is sqrt(sum d²) / rounds).", "",
+            "| decoder | budget | rounds | realized | value | difference | " + level + " interval | |",
+            "|---|---|---|---|---|---|---|---|"]
+    for a in agreements:
+        d = a.difference
+        flag = "**disagrees: a bug in the recording or in the decoder**" if a.disagrees else "agrees"
+        out.append(f"| {a.decoder} | {a.budget} | {a.rounds} | {a.realized:.3f} | {a.expected:.3f} | "
+                   f"{d.value:+.3f} | [{d.low:+.3f}, {d.high:+.3f}] | {flag} |")
+    out.append("")
+    out += ["Drafting ahead (`--ahead`): how often its prediction of where a round ends (the draft's greedy "
+            "path through the tree, then the drafter's next token) would have been right on these rounds, "
+            "from the target's edges along it (rounds whose prediction ends beyond the pool's expanded "
+            "candidates are left out).", "", "| decoder | budget | rounds | hit probability |",
+            "|---|---|---|---|"]
+    out += [f"| {a.decoder} | {a.budget} | {a.ahead_rounds} | "
+            + ("—" if math.isnan(a.ahead) else f"{100 * a.ahead:.1f}%") + " |" for a in agreements]
+    return out + [""]
 
 
 def _cut_table(rv: RoundValues) -> list[str]:
