@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from models.cuda_env import cuda_driver
+from models.kernel_cache import processor
 
 PACKAGES = ("torch", "transformers", "numpy", "pyzmq", "msgpack", "cuda-python")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -22,7 +23,7 @@ def environment() -> dict:
 
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
             "platform": platform.platform(), "python": platform.python_version(),
-            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "gpus": gpus(), "cuda_driver": cuda_driver(),
+            "cpu": processor(), "cpu_count": os.cpu_count(), "gpus": gpus(), "cuda_driver": cuda_driver(),
             "torch_cuda": torch.version.cuda, "packages": {name: version(name) for name in PACKAGES},
             "git": git_state()}
 
@@ -46,17 +47,6 @@ def git_state() -> dict:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpus() -> list[str]:

@@ -4,8 +4,10 @@ torch runs a float32 `F.linear` through one BLAS call whatever the shapes, and o
 often faster for the few rows of a decoding pass: which one depends on the weight's shape, the row count and
 the machine (on the default pair's 49152 x 576 output layer, a product with the weight stored transposed for
 one row, oneDNN's prepacked linear for several). So `tune` times the candidates on the model's own weights at
-load and keeps, per shape and row class, the fastest, where it beats the stock kernel clearly;
-`python -m timing.bench_linears` times the target's passes both ways. Every row of a pass comes from one
+load and keeps, per shape and row class, the fastest, where it beats the stock kernel clearly. The choice is
+made once per machine, thread count and torch version and kept (models.kernel_cache), so that later starts
+reuse it and every run on the machine runs the same kernels; `python -m timing.bench_linears` times the
+target's passes both ways. Every row of a pass comes from one
 kernel; rounding differs from `F.linear` in the last bits, as it already does between BLAS paths for
 different row counts.
 
@@ -29,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models.free_memory import free_bytes
+from models.kernel_cache import Key, KernelCache, processor
 
 # Row classes: a pass of n rows uses the kernel tuned for the first class bound >= n, timed at that bound.
 # Passes of more rows (prefill chunks, the largest trees) run the stock kernel: there the kernels measured
@@ -123,26 +126,58 @@ def available() -> list[str]:
     return names
 
 
-def tune(model: nn.Module, kernels: list[str] | None = None, timer: Callable | None = None) -> dict:
+def tune(model: nn.Module, kernels: list[str] | None = None, timer: Callable | None = None, *,
+         cache: KernelCache | None = None, retune: bool = False) -> dict:
     """Replace every float32 CPU nn.Linear of `model` by a TunedLinear with the fastest kernel of each row
     class for its weight shape -> {"OUTxIN": [kernel per row class]} for the shapes tuned (others stay stock;
     " with bias" follows the shape of layers with a bias). A shape is left stock, untimed, where the copies of
     every kernel could take more than MEMORY_SHARE of the memory available.
 
-    timer(fn) -> seconds of one call (tests give their own); the default is the wall clock.
+    cache: the machine's kept choices (models.kernel_cache): a shape timed before under the same key (processor,
+    threads, torch, dtype, shape, row classes, kernels) takes its kept choice; those timed here are added to
+    it. retune: time every shape again (and keep the new choices). timer(fn) -> seconds of one call (tests give
+    their own); the default is the wall clock.
     """
     kernels = kernels or available()
-    timer = timer or _wall
     t0 = time.perf_counter()
-    groups: dict[tuple, list[tuple[nn.Module, str, nn.Linear]]] = {}
+    groups = _tunable(model, kernels)
+    machine = processor()
+    keys = {shape: _key(machine, shape, kernels) for shape in groups}
+    kept = cache.read() if cache is not None and not retune else {}
+    todo = [shape for shape in groups if keys[shape] not in kept]
+    if todo:
+        log.info("timing the CPU linear kernels of %d weight shape%s at %d thread%s (%s)", len(todo),
+                 "s" * (len(todo) > 1), torch.get_num_threads(), "s" * (torch.get_num_threads() > 1),
+                 "once per machine: kept in %s" % cache.path if cache is not None else "not kept")
+    choices = {shape: kept.get(keys[shape]) or _choose(groups[shape], kernels, timer or _wall) for shape in groups}
+    if todo and cache is not None:
+        cache.add({keys[shape]: choices[shape] for shape in todo})
+    chosen = {}
+    for shape, choice in choices.items():
+        if any(name != "stock" for name in choice):
+            chosen[_name(shape)] = list(choice)
+            _replace(groups[shape], choice)
+    if chosen:
+        where = f"timed in {time.perf_counter() - t0:.1f} s" if todo else f"as kept in {cache.path}"
+        log.info("linear kernels by row class %s, %s, %.0f MiB of weight copies: %s", ROW_CLASSES, where,
+                 copies_bytes(model) / 2**20, chosen)
+    return chosen
+
+
+Members = list[tuple[nn.Module, str, nn.Linear]]  # (parent, attribute, layer) of every use of a weight shape
+
+
+def _tunable(model: nn.Module, kernels: list[str]) -> dict[tuple[int, int, bool], Members]:
+    """(out, in, bias) -> the layers of that shape worth timing: float32 on the CPU, not too small, and whose
+    copies would not crowd the memory (said in a warning)."""
+    groups: dict[tuple[int, int, bool], Members] = {}
     for parent in model.modules():
         for name, child in parent.named_children():
             if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype == torch.float32:
                 groups.setdefault((*child.weight.shape, child.bias is not None), []).append((parent, name, child))
-    chosen = {}
+    out = {}
     for (out_f, in_f, bias), members in groups.items():
-        layers = list(dict.fromkeys(child for _, _, child in members))
-        weights = sum(layer.weight.numel() * 4 for layer in layers)
+        weights = sum(layer.weight.numel() * 4 for layer in dict.fromkeys(child for _, _, child in members))
         if weights < MIN_BYTES:
             continue
         if (most := weights * (len(kernels) - 1)) > MEMORY_SHARE * _available_bytes():  # every kernel's copies
@@ -150,23 +185,33 @@ def tune(model: nn.Module, kernels: list[str] | None = None, timer: Callable | N
                         "take more than %d%% of the memory available", out_f, in_f, most / 2**20,
                         100 * MEMORY_SHARE)
             continue
-        choice = _choose(layers, kernels, timer)
-        if all(name == "stock" for name in choice):
-            continue
-        chosen[f"{out_f}x{in_f}" + (" with bias" if bias else "")] = list(choice)
-        tuned: dict[int, TunedLinear] = {}  # one per module: a module used twice stays one
-        for parent, name, child in members:
-            if id(child) not in tuned:
-                tuned[id(child)] = TunedLinear(child, choice)
-            setattr(parent, name, tuned[id(child)])
-    if chosen:
-        log.info("linear kernels by row class %s, timed in %.1f s, %.0f MiB of weight copies: %s", ROW_CLASSES,
-                 time.perf_counter() - t0, copies_bytes(model) / 2**20, chosen)
-    return chosen
+        out[out_f, in_f, bias] = members
+    return out
 
 
-def _choose(layers: list[nn.Linear], kernels: list[str], timer: Callable) -> tuple[str, ...]:
-    """Per row class, the fastest kernel over (some of) `layers`, timed in turn REPS times (medians)."""
+def _name(shape: tuple[int, int, bool]) -> str:
+    out_f, in_f, bias = shape
+    return f"{out_f}x{in_f}" + (" with bias" if bias else "")
+
+
+def _key(machine: str, shape: tuple[int, int, bool], kernels: list[str]) -> Key:
+    """What the choice for `shape` depends on, on processor `machine` at this thread count."""
+    return Key(machine, torch.get_num_threads(), torch.__version__, "float32", _name(shape), ROW_CLASSES,
+               tuple(kernels))
+
+
+def _replace(members: Members, choice: tuple[str, ...]) -> None:
+    """Put one TunedLinear in place of each layer (a module used twice stays one)."""
+    tuned: dict[int, TunedLinear] = {}
+    for parent, name, child in members:
+        if id(child) not in tuned:
+            tuned[id(child)] = TunedLinear(child, choice)
+        setattr(parent, name, tuned[id(child)])
+
+
+def _choose(members: Members, kernels: list[str], timer: Callable) -> tuple[str, ...]:
+    """Per row class, the fastest kernel over (some of) the layers, timed in turn REPS times (medians)."""
+    layers = list(dict.fromkeys(child for _, _, child in members))
     per = layers[0].weight.numel() * 4
     timed = layers[: max(1, TIMED_BYTES // per)]
     probes = [TunedLinear(layer, ("stock",) * len(ROW_CLASSES), keep=tuple(kernels)) for layer in timed]

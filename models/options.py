@@ -40,6 +40,10 @@ class ModelOptions:
         "help": "on the CPU, run every float32 linear layer through torch's stock kernel (default: the fastest "
                 "kernel for each weight shape and row count, timed at load; the weight copies it keeps take "
                 "memory on the order of the weights' own)"})
+    retune: bool = field(default=False, metadata={
+        "help": "time the CPU linear kernels again instead of reusing the choice this machine keeps (made once "
+                "per processor, thread count and torch version, in the cache directory beside the converted "
+                "default model)"})
     max_context: int = field(default=2048, metadata={"help": "KV cache slots: prompt + output + tree"})
     mock_vocab: int = field(default=64, metadata={"help": "vocabulary size of the mock models"})
     mock_seed: int = field(default=0, metadata={"help": "seed of the mock models' rows"})

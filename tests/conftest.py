@@ -125,3 +125,16 @@ def _private_key_dir(tmp_path_factory):
         os.environ.pop("SPECPAIR_KEYS")
     else:
         os.environ["SPECPAIR_KEYS"] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_kernel_cache(tmp_path_factory):
+    """The CPU linear kernels chosen during the tests (and by the processes they start) are kept in a file of
+    their own, never in the user's cache directory."""
+    before = os.environ.get("SPECPAIR_KERNEL_CACHE")
+    os.environ["SPECPAIR_KERNEL_CACHE"] = str(tmp_path_factory.mktemp("kernels") / "linear-kernels.json")
+    yield
+    if before is None:
+        os.environ.pop("SPECPAIR_KERNEL_CACHE")
+    else:
+        os.environ["SPECPAIR_KERNEL_CACHE"] = before

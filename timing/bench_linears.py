@@ -1,11 +1,13 @@
 """The CPU target's passes with torch's stock linear kernels and with the kernels tuned at load, side by side.
 
-python -m timing.bench_linears [--context 40] [--trees 8,59] [--reps 15] [--threads 1]
+python -m timing.bench_linears [--context 40] [--trees 8,59] [--reps 15] [--threads 1] [--kernels LIST]
 
 Loads the default pair's target, tunes its linear layers (models.cpu_linear: prints the choice and the seconds
 it took), then times its root pass and tree passes of each size in --trees, each repetition once with every
 layer on the stock kernel (`stock_kernels`) and once tuned, in turn and either first in alternate
-repetitions, so that drift on a shared machine falls on both alike. A speedup is the median of the
+repetitions, so that drift on a shared machine falls on both alike. --kernels offers the tuning fewer kernels
+(say stock,transposed), to see what a smaller set of weight copies gives up. The kernels are timed here
+every time, never taken from the machine's kept choice. A speedup is the median of the
 per-repetition ratios stock / tuned, with its quartiles. The load average is printed before and after; the
 last line of the output is one JSON document.
 """
@@ -21,19 +23,20 @@ import time
 import numpy as np
 import torch
 
-from models.cpu_linear import copies_bytes, stock_kernels, tune
+from models.cpu_linear import available, copies_bytes, stock_kernels, tune
 from models.hf import CPU_BUCKETS
 from models.load import load
 from models.options import ModelOptions
 from timing.bench_context import at_least, load_average, paired_ratios, sizes, spread, target_passes
 
 
-def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, float, int]:
+def measure(context: int, trees: list[int], reps: int, kernels: list[str] | None = None
+            ) -> tuple[dict, dict, float, int]:
     """-> (kernel choice, (pass, "stock" | "tuned") -> seconds of each repetition, seconds the tuning took,
     bytes of the weight copies it added)."""
     loaded = load(ModelOptions(tune_linears=False), "target")
     t0 = time.perf_counter()
-    choice = tune(loaded.model)
+    choice = tune(loaded.model, kernels)
     tune_seconds = time.perf_counter() - t0
     capacity = context + max(trees) + 8
     passes = target_passes(loaded.model, context, capacity, "eager", trees)
@@ -61,13 +64,18 @@ def main() -> None:
     parser.add_argument("--trees", default="8,59", help="tree pass sizes, comma-separated")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, while tuning and timing")
+    parser.add_argument("--kernels", default=",".join(available()),
+                        help="the kernels tuning may choose from, comma-separated (stock is always among them)")
     args = parser.parse_args()
+    kernels = ["stock", *(k for k in dict.fromkeys(args.kernels.split(",")) if k != "stock")]
+    if any(k not in available() for k in kernels):
+        parser.error(f"--kernels must name kernels from {','.join(available())}, got {args.kernels!r}")
     trees = sizes(parser, "--trees", args.trees, 1, CPU_BUCKETS[-1])
     at_least(parser, ("--context", args.context, 2), ("--reps", args.reps, 1), ("--threads", args.threads, 1))
     torch.set_num_threads(args.threads)
     before = load_average()
     print(f"load average before: {before}, {args.threads} thread(s), {os.cpu_count()} cores")
-    choice, times, tune_seconds, copies = measure(args.context, trees, args.reps)
+    choice, times, tune_seconds, copies = measure(args.context, trees, args.reps, kernels)
     after = load_average()
     print(f"tuned in {tune_seconds:.1f} s, {copies / 2**20:.0f} MiB of weight copies: {choice or 'every shape stock'}")
     print(f"median ms [quartiles] over {args.reps} repetitions at {args.context} tokens of context; speedup "
@@ -82,7 +90,8 @@ def main() -> None:
               f"  tuned {ms['tuned']['median']:7.1f} [{ms['tuned']['q1']:6.1f},{ms['tuned']['q3']:6.1f}]"
               f"  speedup {speedup['median']:.3f} [{speedup['q1']:.3f}, {speedup['q3']:.3f}]")
     print(f"load average after: {after}")
-    print(json.dumps({"context": args.context, "threads": args.threads, "reps": args.reps, "choice": choice,
+    print(json.dumps({"context": args.context, "threads": args.threads, "reps": args.reps, "kernels": kernels,
+                      "choice": choice,
                       "tune_seconds": tune_seconds, "copies_bytes": copies, "passes": results,
                       "load_average": {"before": before, "after": after}}))
 

@@ -36,6 +36,7 @@ log = logging.getLogger("timing")
 CONFIG = "config.json"
 # Sweep fields that change where or how patiently a run works, not what it times.
 _NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
+_MODEL_NOT_COMPARED = ("retune",)  # times the CPU kernels again at this start: what they are is the start's
 # Sweep settings added since the first config.json, at their defaults
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "stratify": PromptOptions().stratify,
                    **{name: getattr(DecodeConfig(), name) for name in DRAFTING}}
@@ -62,8 +63,9 @@ def compared(config: dict) -> dict:
     sweep = {k: v for k, v in {**_SWEEP_DEFAULTS, **config["sweep"]}.items()  # fields added later take
              if k not in _NOT_COMPARED}                                       # their defaults
     sweep["n_shards"] = config["sweep"]["shard"].partition("/")[2].strip()  # shards of one N may share it
-    models = {role: None if m is None else {**dataclasses.asdict(ModelOptions()), **m}  # fields added later
-              for role, m in config["models"].items()}                                   # take their defaults
+    models = {role: None if m is None else {k: v for k, v in {**dataclasses.asdict(ModelOptions()), **m}.items()
+                                            if k not in _MODEL_NOT_COMPARED}  # fields added later: defaults
+              for role, m in config["models"].items()}
     return {"models": models, "pool": config["pool"], "sweep": sweep, "prompt_set": config.get("prompt_set")}
 
 

@@ -18,7 +18,8 @@ def bench(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("argv, flag", [(["--trees", "8,x"], "--trees"), (["--trees", "0"], "--trees"),
-                                        (["--reps", "0"], "--reps"), (["--context", "1"], "--context")])
+                                        (["--reps", "0"], "--reps"), (["--context", "1"], "--context"),
+                                        (["--kernels", "stock,fast"], "--kernels")])
 def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, monkeypatch, capsys):
     from timing.bench_linears import main
 
@@ -27,7 +28,8 @@ def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, monkeypatch, c
         main()
     assert stop.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert flag in last and all(other not in last for other in ("--trees", "--reps", "--context") if other != flag)
+    assert flag in last and all(other not in last for other in ("--trees", "--reps", "--context", "--kernels")
+                                   if other != flag)
 
 
 @pytest.mark.slow

@@ -1,0 +1,14 @@
+"""Where the project keeps what it makes once per machine: the converted default model and the CPU linear
+kernels' choice. `$SPECPAIR_CACHE`, else `$XDG_CACHE_HOME/specpair`, else `~/.cache/specpair`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """The cache directory (not made here)."""
+    if own := os.environ.get("SPECPAIR_CACHE"):
+        return Path(own).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "specpair"
