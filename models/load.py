@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.util
+import logging
 import os
 import shutil
 import warnings
@@ -22,6 +23,8 @@ from models.tokenizers import HFTokenizer, MockTokenizer
 from pipeline.config import InputError
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+log = logging.getLogger(__name__)
 
 
 class ModelNotFound(InputError):
@@ -75,6 +78,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
         revision = f"mock vocab={options.mock_vocab} seed={options.mock_seed} noise={noise:g}"
         return Loaded(options.model, model, MockTokenizer(options.mock_vocab), False, revision)
+    log.info("loading %s on %s", options.model, options.device)
     if options.device.startswith("cuda"):
         require_cuda(f"--device {options.device}")  # else torch's first CUDA call fails without the reason
         torch.cuda.set_device(options.device)  # this process's GPU for graphs, streams and allocations

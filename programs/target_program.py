@@ -32,6 +32,7 @@ from pipeline.settings import DecodeConfig
 from programs.cli import (add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of, from_options,
                         option_values, run_program, setup_logging)
 from programs.options import ConnectOptions, KeyOptions, RunOptions
+from programs.progress import Progress
 from target_proc.conversation import decode_context, decode_conversation
 from target_proc.recorder import RECORDING
 from target_proc.session import Session, open_session
@@ -99,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             header = run_header(session.models, args.pool, option_values(run), prompts)
             if emit:
                 emit(header)
-            with _round_store(run, header) as rounds:
-                for record in run_decodes(session, prompts, run, rounds):
+            total = decode_count(prompts, run)
+            log.info("decoding: %s", plan_text(prompts, run, total))
+            with _round_store(run, header) as rounds, Progress(total) as progress:
+                for record in run_decodes(session, prompts, run, rounds, progress):
                     first = first or record
                     tally.add(record)
                     if emit:
@@ -219,17 +222,38 @@ def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Pro
             "settings": settings, "prompts": [p.id for p in prompts], "environment": environment()}
 
 
-def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions,
-                rounds: RoundStore | None = None) -> Iterator[dict]:
+def decode_count(prompts: list[Prompt], run: RunOptions) -> int:
+    """The decodes a run makes: one per turn of every prompt, for every decoder and seed."""
+    return sum(len(p.turns) for p in prompts) * len(run.configs())
+
+
+def plan_text(prompts: list[Prompt], run: RunOptions, total: int) -> str:
+    """What a run decodes, in words: "2 prompts x 5 decoders = 10 decodes"."""
+    turns = sum(len(p.turns) for p in prompts)
+    parts = [_count(len(prompts), "prompt") + (f" ({turns} turns)" if turns != len(prompts) else ""),
+             _count(len(run.decoder_list), "decoder")] + ([_count(run.num_seeds, "seed")] if run.num_seeds > 1 else [])
+    return " x ".join(parts) + f" = {_count(total, 'decode')}"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions, rounds: RoundStore | None = None,
+                progress: Progress | None = None) -> Iterator[dict]:
     """Every decode of every prompt (one record per turn), each yielded as soon as it ends, with `rounds`
-    its recorded rounds stored there just before."""
-    keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded, record["prompt_tokens"]))
+    its recorded rounds stored there just before; each logged in a line that ends with the run's count and
+    time left (`progress`)."""
+    keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded,
+                                                                              record["prompt_tokens"]))
     for prompt in prompts:
         for config in run.configs():
             for record in decode_conversation(session, prompt, config, rounds=keep):
-                log.info("%s%s seed %d %-10s %4d tokens %6.2f s %7.1f tok/s", prompt.id,
+                count = progress.step(f"{prompt.id} {config.decoder}") if progress else ""
+                log.info("%s%s seed %d %-10s %4d tokens %6.2f s %7.1f tok/s%s", prompt.id,
                          f" turn {record['turn'] + 1}" if prompt.later else "", config.seed, config.decoder,
-                         record["new_tokens"], record["seconds"], record["tokens_per_second"])
+                         record["new_tokens"], record["seconds"], record["tokens_per_second"],
+                         f"  [{count}]" if count else "")
                 yield record
 
 

@@ -1,0 +1,43 @@
+"""A run of several decodes says its count and time left: in each log line, and as a bar on a terminal."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from programs.options import RunOptions
+from programs.progress import Progress
+from programs.target_program import decode_count, plan_text
+from evaluation.prompts import Prompt
+from pipeline.settings import DecodeConfig
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_log_lines_carry_the_count_and_the_time_left():
+    stream = io.StringIO()
+    with Progress(3, stream=stream) as progress:
+        texts = [progress.step() for _ in range(3)]
+    assert re.fullmatch(r"1/3, about \d+ s left", texts[0]) and texts[2] == "3/3"
+    assert stream.getvalue() == ""  # not a terminal: no bar
+
+
+def test_a_terminal_gets_a_bar_and_one_decode_gets_nothing():
+    terminal = Terminal()
+    with Progress(4, stream=terminal) as progress:
+        progress.step("prompt/0 ar")
+    assert "1/4" in terminal.getvalue() and "prompt/0 ar" in terminal.getvalue()
+    alone = Terminal()
+    with Progress(1, stream=alone) as progress:
+        assert progress.step() == ""
+    assert alone.getvalue() == ""
+
+
+def test_the_plan_counts_turns_decoders_and_seeds():
+    prompts = [Prompt("a", "c", "x"), Prompt("b", "c", "y", ("z",))]
+    run = RunOptions(decode=DecodeConfig(), decoders="ar,root-draw", num_seeds=2)
+    assert decode_count(prompts, run) == 3 * 2 * 2
+    assert plan_text(prompts, run, 12) == "2 prompts (3 turns) x 2 decoders x 2 seeds = 12 decodes"
