@@ -66,7 +66,9 @@ def load_prompts(source: str) -> list[Prompt]:
         return _spec_bench(Path(source.split(":", 1)[1]))
     path = Path(source)
     if not path.is_file():
-        raise PromptError(f"prompt source {source!r} is not builtin, humaneval, spec-bench:PATH or a file")
+        problem = "is not a regular file" if path.exists() else "does not exist"
+        raise PromptError(f"prompt file {source!r} {problem} (a prompt source is builtin, humaneval, "
+                          f"spec-bench:PATH or a file)")
     if path.suffix == ".jsonl":
         return _jsonl(path)
     lines = [line.strip() for line in _read_text(path).splitlines()]
@@ -78,7 +80,8 @@ def load_prompts(source: str) -> list[Prompt]:
 
 def _records(path: Path):
     if not path.is_file():
-        raise PromptError(f"prompt file {str(path)!r} does not exist")
+        raise PromptError(f"prompt file {str(path)!r} " + ("is not a regular file" if path.exists() else
+                                                          "does not exist"))
     for number, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
@@ -145,7 +148,17 @@ def _read_text(path: Path) -> str:
 
 def gather(options, seed: int) -> list[Prompt]:
     """The prompts of programs.options.PromptOptions: its own, then every source's (ids unique across them;
-    the built-in ones when it names none), cut to its limit spread over categories under `seed`."""
+    the built-in ones when it names none), cut to its limit spread over categories under `seed`. What was
+    left out is said in a warning."""
+    chosen, notes = select(options, seed)
+    for note in notes:
+        log.warning("%s", note)
+    return chosen
+
+
+def select(options, seed: int) -> tuple[list[Prompt], list[str]]:
+    """gather's prompts and what it would warn about, said nowhere (a launcher checks the sources with it
+    before any process starts)."""
     prompts = [Prompt(f"prompt/{i}", "cli", text) for i, text in enumerate(options.prompt)]
     seen = {p.id: "--prompt" for p in prompts}
     for source in options.prompts or ([] if prompts else ["builtin"]):
@@ -159,16 +172,17 @@ def gather(options, seed: int) -> list[Prompt]:
         prompts = [p for p in prompts if p.category in wanted or category_group(p.category) in wanted]
         if not prompts:
             raise PromptError(f"no prompt is in `categories` {options.categories!r}")
+    notes = []
     if options.limit_prompts > len(prompts):
-        log.warning("`limit_prompts` %d is more than the %d prompts there are: all %d run", options.limit_prompts,
-                    len(prompts), len(prompts))
+        notes.append(f"`limit_prompts` {options.limit_prompts} is more than the {len(prompts)} prompts there are: "
+                     f"all {len(prompts)} run")
     chosen = stratified_subset(prompts, options.limit_prompts, seed, options.stratify)
     skipped = sum(len(p.later) for p in chosen)
     if options.turns == "first" and skipped:
-        log.warning("%d later turns of %d multi-turn questions are skipped (the paper's protocol: first turns "
-                    "only); `turns` all runs them", skipped, sum(bool(p.later) for p in chosen))
+        notes.append(f"{skipped} later turns of {sum(bool(p.later) for p in chosen)} multi-turn questions are "
+                     f"skipped (the paper's protocol: first turns only); `turns` all runs them")
         chosen = [dataclasses.replace(p, later=()) for p in chosen]
-    return chosen
+    return chosen, notes
 
 
 STRATA = ("category", "group")  # what a subset spreads its prompts over: categories, or Spec-Bench's groups

@@ -33,15 +33,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from evaluation.prompts import BUILTIN
+from evaluation.prompts import BUILTIN, select
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
-from programs.cli import add_log_level, add_options, args_of, flags_of, from_options, to_argv
+from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
 from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
                                 private_ipc_endpoint, remove_stale_private_dirs)
+from timing import PROG_ENV
 from timing.options import SweepOptions, sweep_target
 
 # The embedded default pair on the CPU: a smaller pool (models.options.EMBEDDED_POOL) and shorter outputs,
@@ -72,7 +73,7 @@ class LaunchPlan:
 
 def build_parser(mode: str) -> argparse.ArgumentParser:
     run_cls = SweepOptions if mode == "sweep" else RunOptions
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="launch/pair.sh" + (" sweep" if mode == "sweep" else ""),
         usage=None if mode == "sweep" else f"launch/pair.sh [{'|'.join(COMMANDS)}] [options]",
         description=(SWEEP_ABOUT if mode == "sweep" else "Run the target and drafter processes as a pair.")
@@ -143,6 +144,7 @@ def plan(argv: list[str]) -> LaunchPlan:
             parser.error(str(e))
     models = _models(parser, ns, devices, env)
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
+    _check_prompts(parser, run)
     connect = from_options(parser, ns, ConnectOptions)
     keys = from_options(parser, ns, KeyOptions)
     remote = from_options(parser, ns, RemoteOptions)
@@ -163,6 +165,7 @@ def plan(argv: list[str]) -> LaunchPlan:
               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
     if mode == "sweep":
         target = sweep_target(PY, target, None if drafter is None else (models["drafter"], env["drafter"]))
+        env["target"][PROG_ENV] = "launch/pair.sh"  # the sweep names the commands that read it as typed here
     else:
         target = PY + ["programs.target_program", *target]
     return LaunchPlan(drafter, target, endpoint, env, private_dir, notes)
@@ -178,6 +181,15 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str], mode: str) -> argpa
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return ns
+
+
+def _check_prompts(parser: argparse.ArgumentParser, run: RunOptions | SweepOptions) -> None:
+    """Every prompt source read once here, so that a missing or malformed one stops the launch before any
+    process starts (the target reads them again, and says what it leaves out)."""
+    try:
+        select(run.sources, run.seed if isinstance(run, SweepOptions) else run.decode.seed)
+    except InputError as e:
+        parser.error(flags_of(parser).rewrite(str(e)))
 
 
 def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: dict[str, str],

@@ -29,7 +29,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from pipeline.config import ConfigError, InputError, parse_budget, parse_token_ids
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
@@ -39,6 +39,14 @@ from protocol.wakeup import woken_by_signals
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
 # A file system that refuses to write: the user frees space or names another folder; nothing is lost.
 DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG}
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, `PROG: error: MESSAGE` with exit status 2: the usage
+    and the options are what --help prints."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 class Flags(dict):
@@ -312,7 +320,7 @@ def add_log_level(parser: argparse.ArgumentParser, default: str = "INFO") -> Non
 def files_program(prog: str, description: str, cls: type, *positionals: tuple[str, dict]) -> argparse.ArgumentParser:
     """The parser of a program over files (a report, an export): its positional arguments (name, argparse
     keywords), the options of `cls` and --log-level."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     for name, kw in positionals:
         parser.add_argument(name, **kw)
     add_options(parser, cls)

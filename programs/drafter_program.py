@@ -18,7 +18,7 @@ from pathlib import Path
 
 from models.options import TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError
-from programs.cli import (EXIT_USAGE, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
+from programs.cli import (EXIT_USAGE, Parser, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
                         from_options, run_program, setup_logging, uninterrupted)
 from programs.options import KeyOptions, ServeOptions
 from protocol import wakeup
@@ -27,7 +27,7 @@ log = logging.getLogger("drafter")
 
 
 def build_parser(prog: str = "python -m programs.drafter_program") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="The drafter process: grows a candidate pool each round.")
+    parser = Parser(prog=prog, description="The drafter process: grows a candidate pool each round.")
     add_options(parser, ModelOptions, skip=TARGET_ONLY)
     add_endpoint(parser, "ipc://PATH or tcp://HOST:PORT to bind (tcp://0.0.0.0:PORT: every interface)")
     add_options(parser, KeyOptions)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from programs.cli import add_options, args_of, flags_of, from_options, run_program, setup_logging
+from programs.cli import Parser, add_options, args_of, flags_of, from_options, run_program, setup_logging
 from programs.options import AuthorizeOptions, KeyOptions
 from protocol.keys import AUTHORIZED, PUBLIC, SECRET, authorize, key_dir, own_keys
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Print this host's CURVE public key (made on first "
+    parser = Parser(prog=prog, description="Print this host's CURVE public key (made on first "
                                      "use) and authorize targets' keys for its drafter.")
     add_options(parser, KeyOptions, skip=("curve",))
     add_options(parser, AuthorizeOptions)

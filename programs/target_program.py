@@ -29,8 +29,8 @@ from evaluation.tally import Tally
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
-from programs.cli import (add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of, from_options,
-                        option_values, run_program, setup_logging)
+from programs.cli import (Parser, add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of,
+                          from_options, option_values, run_program, setup_logging)
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from programs.progress import Progress
 from target_proc.conversation import decode_context, decode_conversation
@@ -52,7 +52,7 @@ class TargetArgs:
 
 
 def build_parser(prog: str, description: str, run_cls: type) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     add_options(parser, ModelOptions)
     add_endpoint(parser, "the drafter's ipc://PATH or tcp://HOST:PORT")
     add_options(parser, PoolConfig, prefix="pool-")

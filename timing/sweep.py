@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -32,7 +33,7 @@ from programs import target_program
 from programs.cli import flags_of, run_program
 from target_proc.conversation import decode_conversation
 from target_proc.recorder import RECORDING, RoundRecorder
-from timing import run_config
+from timing import prog, run_config
 from timing.options import SweepOptions
 from timing.record_store import RecordStore, directory, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order
@@ -59,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         prompts = gather_prompts(options)
         config = run_config.describe(model, drafter, pool, options, prompts)
         store = run_shard(options, prompts, config, drafter_env, lambda: target_program.connect(args))
-        print(json.dumps(summary(options, sweep_tasks(options, prompts), store.records)))
+        done = summary(options, sweep_tasks(options, prompts), store.records)
+        done["next"] = next_commands(options)
+        log.info("shard %s %s; read %s with:\n  %s", options.shard, "complete" if done["complete"] else "incomplete",
+                 options.out, "\n  ".join(done["next"]))
+        print(json.dumps(done))
         return 0
 
     return run_program(body, flags_of(parser))
@@ -162,6 +167,20 @@ def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[dict
             "decodes": len(tasks), "complete": all(k in done for t in tasks for k in _keys(t)),
             "speed_tokens": options.speed_tokens,
             "speeds": {k: {d: round(t / s, 3) for d, (t, s) in v.items()} for k, v in speeds.items()}}
+
+
+def next_commands(options: SweepOptions) -> list[str]:
+    """The commands that read a sweep's directory, as its user would type them."""
+    out = shlex.quote(options.out)
+    commands = [f"{prog('report')} {out}   # speeds, gains and plots (--by-category: per prompt group)",
+                f"{prog('export')} {out} {shlex.quote(options.out.rstrip('/') + '-spec-bench')} --format spec-bench"]
+    if {"pearl", "root-draw"} <= set(options.decoder_list):
+        commands.append(f"{prog('matched')} {out}   # root-draw's cap that matches pearl's tree size")
+    if options.record_rounds:
+        commands.append(f"{prog('values')} {out}   # every rule on the recorded rounds")
+    if options.shard_index[1] > 1:
+        commands = [f"{c}   # once every shard has ended" if "#" not in c else c for c in commands]
+    return commands
 
 
 def _keys(task: Task) -> list[tuple]:

@@ -111,9 +111,14 @@ def test_a_bad_jsonl_line_is_named(tmp_path, line, message):
         load_prompts(str(path))
 
 
-def test_an_unknown_source_is_refused():
-    with pytest.raises(PromptError, match="is not builtin, humaneval, spec-bench:PATH or a file"):
+def test_a_missing_or_odd_source_is_named_in_one_line_in_either_form(tmp_path):
+    with pytest.raises(PromptError, match=r"^prompt file 'no/such/file.txt' does not exist \(a prompt source is "
+                                          r"builtin, humaneval, spec-bench:PATH or a file\)$"):
         load_prompts("no/such/file.txt")
+    with pytest.raises(PromptError, match=r"^prompt file 'no/such/question.jsonl' does not exist$"):
+        load_prompts("spec-bench:no/such/question.jsonl")
+    with pytest.raises(PromptError, match=f"^prompt file '{tmp_path}' is not a regular file"):
+        load_prompts(str(tmp_path))
 
 
 def test_a_prompt_id_in_two_sources_is_refused(tmp_path):

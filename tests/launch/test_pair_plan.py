@@ -282,3 +282,14 @@ def test_the_paper_pool_flag_gives_the_papers_pool_to_the_embedded_pair(capsys, 
     with pytest.raises(SystemExit):
         plan(["--paper-pool", "--pool-depth", "3"])
     assert "--paper-pool sets --pool-topk" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", [[], ["sweep", "--out", "unused"]])
+def test_a_missing_prompt_file_is_named_in_one_line_before_any_process_starts(capsys, tmp_path, mode):
+    for source, said in ((str(tmp_path / "p.jsonl"), f"prompt file '{tmp_path / 'p.jsonl'}' does not exist"),
+                         (f"spec-bench:{tmp_path}/q.jsonl", f"prompt file '{tmp_path}/q.jsonl' does not exist")):
+        with pytest.raises(SystemExit) as exited:
+            plan([*mode, "--target", "mock", "--prompts", source])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and "usage" not in err

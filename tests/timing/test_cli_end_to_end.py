@@ -38,6 +38,7 @@ def test_mock_sweep_then_report_as_a_user_would(tmp_path):
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     assert doc["complete"] and doc["records"] == 4 * 16 + 2 * 16
+    assert doc["next"][0].startswith(f"launch/pair.sh report {out}") and f"report {out}" in done.stderr
     recs = read_records(records_path(out, 1, 1))
     assert len(recs) == len({record_key(r) for r in recs}) == 4 * 16 + 2 * 16  # prompts x combos + warm-ups
     assert Counter(r["warmup"] for r in recs) == {False: 64, True: 32}
