@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 
 from evaluation.prompts import BUILTIN, select
+from models.free_memory import host_free_bytes
+from models.kv_plan import planned_kv_bytes
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
@@ -143,6 +145,7 @@ def plan(argv: list[str]) -> LaunchPlan:
         except CudaUnavailable as e:
             parser.error(str(e))
     models = _models(parser, ns, devices, env)
+    _check_kv_memory(parser, models, remote_drafter)
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
     _check_prompts(parser, run)
     connect = from_options(parser, ns, ConnectOptions)
@@ -190,6 +193,25 @@ def _check_prompts(parser: argparse.ArgumentParser, run: RunOptions | SweepOptio
         select(run.sources, run.seed if isinstance(run, SweepOptions) else run.decode.seed)
     except InputError as e:
         parser.error(flags_of(parser).rewrite(str(e)))
+
+
+def _check_kv_memory(parser: argparse.ArgumentParser, models: dict[str, ModelOptions], remote: bool) -> None:
+    """The KV caches the pair will allocate on this host's memory (CPU processes), from the models' configs,
+    against the memory free: too large a --max-context stops here, before either process loads anything.
+    A GPU's memory is checked by its process, before its model loads."""
+    capacity = models["target"].max_context
+    needs = {role: planned_kv_bytes(models[role], capacity) for role in ("target", *(() if remote else ("drafter",)))
+             if models[role].device == "cpu"}
+    needs = {role: need for role, need in needs.items() if need is not None}
+    free = host_free_bytes()
+    if needs and sum(needs.values()) > free:
+        said = " and ".join(f"the {role}'s {_size(need)}" for role, need in needs.items())
+        parser.error(f"--max-context {capacity}: the KV caches of {capacity} slots take {said}, and this host has "
+                     f"{_size(free)} free; lower --max-context")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: dict[str, str],

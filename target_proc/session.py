@@ -84,10 +84,30 @@ def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientK
 def check_kv_memory(loaded, capacity: int) -> None:
     """CapacityError when the target's device cannot hold a KV cache of `capacity` slots (as the drafter
     checks a Hello's), instead of an allocator's traceback."""
-    from models.kv_memory import device_of, free_bytes, gib, kv_bytes
+    from models.kv_memory import device_of, free_bytes, kv_bytes
 
     device = device_of(loaded)
-    need, free = kv_bytes(loaded, capacity), free_bytes(device)
+    _refuse_beyond(kv_bytes(loaded, capacity), free_bytes(device), capacity, device)
+
+
+def check_planned_kv_memory(options: ModelOptions) -> None:
+    """check_kv_memory before the model loads, from its config: a cache that cannot fit even the memory free
+    now is refused in a moment, not after the load and the kernels' timing."""
+    from models.cuda_env import require_cuda
+    from models.kv_memory import free_bytes, planned_kv_bytes
+
+    need = planned_kv_bytes(options, options.max_context)
+    if need is None:
+        return
+    if options.device.startswith("cuda"):
+        require_cuda(f"--device {options.device}")  # as the load would, before CUDA is asked anything
+    device = torch.device(options.device)
+    _refuse_beyond(need, free_bytes(device), options.max_context, device)
+
+
+def _refuse_beyond(need: int, free: int, capacity: int, device) -> None:
+    from models.kv_memory import gib
+
     if need > free:
         raise CapacityError(f"the target cannot allocate a KV cache of {capacity} slots: it needs {gib(need)} and "
                             f"{device} has {gib(free)} free (lower `max_context`)")
@@ -102,6 +122,7 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
     drafter that answers is given `ready_timeout` s for its handshake (it may still be loading its model)."""
     log = logging.getLogger("target")
     curve = client_keys(endpoint, drafter_key, keys)  # refuses an insecure endpoint before loading anything
+    check_planned_kv_memory(model)  # so does too large a cache
     channel = Channel.connect(endpoint, peer="drafter", keys=curve)
     linger = 0.0
     try:

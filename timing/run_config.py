@@ -111,6 +111,11 @@ def note_identity(directory: str | Path, start_id: str, models: dict) -> None:
 
 
 def read_config(directory: str | Path) -> dict:
+    """A run directory's config.json; InputError naming the directory when it is none, or the file when it
+    is missing or not JSON."""
+    if not Path(directory).is_dir():
+        raise InputError(f"the run directory {directory} " + ("is not a directory" if Path(directory).exists()
+                                                              else "does not exist"))
     path = Path(directory) / CONFIG
     try:
         return json.loads(path.read_text(encoding="utf-8"))

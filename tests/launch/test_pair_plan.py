@@ -293,3 +293,14 @@ def test_a_missing_prompt_file_is_named_in_one_line_before_any_process_starts(ca
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err and "usage" not in err
+
+
+def test_a_context_the_hosts_memory_cannot_hold_is_refused_before_any_process_starts(capsys, monkeypatch):
+    monkeypatch.setattr("launch.pair.host_free_bytes", lambda: 3 << 20)
+    plan(["--target", "random:tiny", "--drafter", "random:tiny", "--max-context", "1024"])  # 2 x 0.6 MiB: fits
+    with pytest.raises(SystemExit) as exited:
+        plan(["--target", "random:tiny", "--drafter", "random:tiny", "--max-context", "16384"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err == ("launch/pair.sh: error: --max-context 16384: the KV caches of 16384 slots take the target's "
+                   "8.1 MiB and the drafter's 8.1 MiB, and this host has 3.0 MiB free; lower --max-context\n")

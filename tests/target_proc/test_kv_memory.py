@@ -7,7 +7,7 @@ import pytest
 
 from models.load import load
 from models.options import ModelOptions
-from pipeline.config import CapacityError
+from pipeline.config import CapacityError, PoolConfig
 from target_proc import session
 
 
@@ -18,3 +18,22 @@ def test_a_cache_beyond_free_memory_is_a_capacity_error_naming_max_context(monke
     with pytest.raises(CapacityError, match=r"the target cannot allocate a KV cache of 4096 slots: it needs "
                                             r"0.00 GiB and cpu has 0.00 GiB free \(lower `max_context`\)"):
         session.check_kv_memory(loaded, 4096)
+
+
+def test_too_large_a_cache_is_refused_before_the_model_loads_or_anything_connects(monkeypatch, endpoint):
+    monkeypatch.setattr("models.kv_memory.free_bytes", lambda device: 1000)
+    monkeypatch.setattr(session, "load", lambda *a: pytest.fail("the model loaded before the refusal"))
+    monkeypatch.setattr(session.Channel, "connect", lambda *a, **k: pytest.fail("connected before the refusal"))
+    options = ModelOptions(model="random:tiny", max_context=4096)
+    with pytest.raises(CapacityError, match=r"cannot allocate a KV cache of 4096 slots: it needs 0.00 GiB"):
+        with session.open_session(options, endpoint, PoolConfig(), 1.0, 1.0):
+            pass
+
+
+def test_the_planned_cache_is_what_the_loaded_model_takes():
+    from models.kv_memory import kv_bytes, planned_kv_bytes
+
+    for spec in ("mock", "random:tiny"):
+        options = ModelOptions(model=spec, tune_linears=False)
+        assert planned_kv_bytes(options, 300) == kv_bytes(load(options, "target"), 300)
+    assert planned_kv_bytes(ModelOptions(model="no-such/model-here"), 300) is None  # a model to download

@@ -11,7 +11,7 @@ import pytest
 
 from launch.pair import plan
 from models.options import ModelOptions
-from timing import matched, report, run_config
+from timing import export, matched, report, run_config
 from timing.record_store import RecordStore, records_path
 from timing.sweep import build_parser, gather_prompts, run_sweep, sweep_tasks
 
@@ -92,6 +92,16 @@ def test_the_matched_command_draws_the_sweeps_prompts(shards):
 def test_report_of_an_empty_directory_says_what_is_missing(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("program", [report, matched, export])
+def test_a_file_or_nothing_where_a_run_directory_belongs_is_named_in_one_line(program, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    for given, said in (("file", "is not a directory"), ("none", "does not exist")):
+        argv = [str(tmp_path / given)] + ([str(tmp_path / "out")] if program is export else [])
+        assert program.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"the run directory {tmp_path / given} {said}" in err
 
 
 def test_the_report_shows_how_often_auto_chose_each_budget(tmp_path, mock_session, make_options, sweep, capsys):
