@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import queue
 import shutil
@@ -87,7 +88,9 @@ class Pair:
         self._stack = contextlib.ExitStack()
         self._procs: list[subprocess.Popen] = []
         self._folder = os.path.dirname(self.endpoint[len("ipc://"):])
-        self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0)  # never holds self
+        # Never holds self. At exit it runs while the interpreter is whole: the in-process target's session (its
+        # socket) is closed then, not in the interpreter's teardown, where closing it fails on imports.
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0, self._stack)
         self._closed = False
         self._sent = 0  # the number of the last request sent to the target process
         self.session = None  # the in-process target's Session
@@ -349,9 +352,20 @@ def _settings(settings: dict) -> dict:
     return settings
 
 
-def _stop(procs: list[subprocess.Popen], folder: str, grace: float) -> None:
-    """Wait up to `grace` seconds for the processes to exit, stop (SIGTERM, then SIGKILL) those still running,
-    and remove the socket folder. The finaliser of a pair left unclosed calls it with no grace."""
+def _stop(procs: list[subprocess.Popen], folder: str, grace: float,
+          session: contextlib.ExitStack | None = None) -> None:
+    """Close `session` (the in-process target's: it asks the drafter to shut down), wait up to `grace` seconds
+    for the processes to exit, stop (SIGTERM, then SIGKILL) those still running, and remove the socket folder.
+    The finaliser of a pair left unclosed calls it with no grace."""
+    if session is not None:
+        import zmq
+
+        from protocol.errors import PeerDied, PeerTimeout, ProtocolError
+
+        try:
+            session.close()
+        except (ProtocolError, PeerDied, PeerTimeout, zmq.ZMQError) as e:  # the drafter had gone: stopped below
+            logging.getLogger("api").debug("closing a pair left open: %s", e)
     deadline = time.monotonic() + grace
     for proc in procs:
         try:

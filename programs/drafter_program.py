@@ -113,8 +113,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
                 listener.close()
         return 0
 
-    for signum in (signal.SIGTERM, signal.SIGINT):  # a stop request closes the socket (an ipc file is removed)
-        signal.signal(signum, wakeup.stop)  # and, dropped by a finalizer, is raised again at the next wait
+    # A stop request closes the socket (an ipc file is removed) and, dropped by a finalizer, is raised again at
+    # the next wait; one that lands as the program ends is dropped without a word.
+    wakeup.install_stop(signal.SIGTERM, signal.SIGINT)
     return run_program(body, flags_of(parser))
 
 

@@ -8,21 +8,28 @@ Within `woken_by_signals`, every signal also writes a byte to a socket pair (`si
 transport's waits poll its reading end beside their sockets, so the poll returns and the handler runs.
 
 A handler's exception can still be lost: one raised while a finalizer runs (an object's `__del__`, a
-collected generator's cleanup) is printed as "Exception ignored" and dropped, and the program goes on. A
-program that stops on a signal installs `stop` as its handler: it raises SystemExit, and within the block
-the next socket wait raises it again, however the first one fared.
+collected generator's cleanup, an atexit callback as the program ends) is dropped, and the program goes on.
+A program that stops on a signal installs `stop` as its handler (`install_stop`): it raises Stopped (a
+SystemExit), and within the block the next socket wait raises it again, however the first one fared. A
+Stopped that Python had to drop is not printed as "Exception ignored": it is no error, and the program stops
+at its next wait, or is ending already.
 """
 
 from __future__ import annotations
 
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _reader: socket.socket | None = None  # the reading end while a block is active; pollers register it
 _stopping: int | None = None  # the exit status `stop` raised within the block, raised again by each wait
+
+
+class Stopped(SystemExit):
+    """A stop signal's exit: status 128 + the signal's number."""
 
 
 def reader() -> socket.socket | None:
@@ -41,7 +48,7 @@ def drain() -> None:
     except (BlockingIOError, InterruptedError):
         pass
     if _stopping is not None:
-        raise SystemExit(_stopping)
+        raise Stopped(_stopping)
 
 
 def stop(signum: int, frame) -> None:
@@ -49,7 +56,23 @@ def stop(signum: int, frame) -> None:
     `woken_by_signals`, again at the next socket wait: the first may land in a finalizer, which drops it."""
     global _stopping
     _stopping = 128 + signum
-    raise SystemExit(_stopping)
+    raise Stopped(_stopping)
+
+
+def install_stop(*signums: int) -> None:
+    """`stop` as the handler of `signums` (main thread only), with an unraisable hook that keeps quiet about a
+    Stopped that Python had to drop, and hands anything else to the hook that was there."""
+    for signum in signums:
+        signal.signal(signum, stop)
+    previous = sys.unraisablehook
+    if getattr(previous, "quiet_stops", False):
+        return
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, Stopped):
+            previous(unraisable)
+    hook.quiet_stops = True
+    sys.unraisablehook = hook
 
 
 @contextmanager

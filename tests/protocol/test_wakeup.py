@@ -105,7 +105,7 @@ def test_a_stop_that_a_finalizer_dropped_ends_the_next_wait(endpoint, monkeypatc
                 signal_on_another_thread(after=0.2)
                 slow = Slow()
                 del slow
-                assert dropped == [SystemExit]
+                assert dropped == [wakeup.Stopped]
                 start = time.monotonic()
                 with pytest.raises(SystemExit) as stopped:
                     listener.recv(WAIT_S)
@@ -167,3 +167,57 @@ def test_off_the_main_thread_the_block_changes_nothing():
     thread.start()
     thread.join()
     assert seen == [None]
+
+
+QUIET = """
+import atexit, os, signal, sys, time
+from protocol import wakeup
+
+def spin():
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:  # the handler runs here, between bytecodes
+        pass
+
+class Slow:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        spin()
+
+wakeup.install_stop(signal.SIGTERM)
+if sys.argv[1] == "finalizer":
+    slow = Slow()
+    del slow  # the stop lands in __del__, which drops it
+    print("served on", flush=True)
+else:
+    atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), spin()))  # as the program ends
+    print("ending", flush=True)
+"""
+
+
+@pytest.mark.parametrize("where", ["finalizer", "atexit"])
+def test_a_stop_python_had_to_drop_prints_nothing(where):
+    import subprocess
+
+    from tests.processes.proc_tools import ROOT
+
+    done = subprocess.run([sys.executable, "-c", QUIET, where], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stderr == "" and done.returncode == 0, done.stderr
+    assert done.stdout == ("served on\n" if where == "finalizer" else "ending\n")
+
+
+def test_other_unraisable_errors_still_reach_the_previous_hook(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_type))
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        wakeup.install_stop(signal.SIGUSR1)
+
+        class Broken:
+            def __del__(self):
+                raise ValueError("a real problem")
+        broken = Broken()
+        del broken
+        assert seen == [ValueError]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
