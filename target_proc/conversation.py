@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from evaluation.record import decode_record
+from evaluation.record import decode_record, machine_load
 from pipeline.config import InputError, is_int
 from pipeline.pool import out_of_vocab
 from pipeline.settings import DecodeConfig
@@ -41,9 +41,11 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
             ids = session.tokenizer.chat_ids([*history, user])
             key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
             recorder = RoundRecorder(session.target, config, ids) if rounds else None
+            load = machine_load()
             result = session.decode(ids, config, key, **_given(observe=recorder, on_tokens=on_tokens))
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
-                                   prompt_tokens=len(ids), **_texts(session.tokenizer, ids, result, config))
+                                   prompt_token_ids=ids, load_average=(load, machine_load()),
+                                   **_texts(session.tokenizer, ids, result, config))
             if rounds:
                 rounds(record, recorder.rounds)
             yield record
@@ -77,9 +79,10 @@ def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, cat
                    on_tokens=None) -> dict:
     """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0)."""
     ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
+    load = machine_load()
     result = session.decode(ids, config, prompt_id, **_given(on_tokens=on_tokens))
-    return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_tokens=len(ids),
-                         **_texts(session.tokenizer, ids, result, config))
+    return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_token_ids=ids,
+                         load_average=(load, machine_load()), **_texts(session.tokenizer, ids, result, config))
 
 
 def _texts(tokenizer, ids: list[int], result, config: DecodeConfig) -> dict:

@@ -88,3 +88,14 @@ def test_budget_auto_learns_across_a_sessions_decodes_only_with_the_session_prio
     else:
         assert learnt == {}
     assert set(session.budgets.costs) == {("root-draw", 8, drafting), ("root-draw", 8, windowed)}
+
+
+def test_a_record_holds_the_context_it_continued_and_how_busy_the_machine_was(mock_session):
+    session = Recording(mock_session())
+    question = Question("q", "c", ("First.", "Second."))
+    records = list(decode_conversation(session, question, DecodeConfig("draft", 0.0, 8, 12)))
+    assert [r["prompt_token_ids"] for r in records] == [ids for ids, _ in session.calls]
+    assert all(r["prompt_tokens"] == len(r["prompt_token_ids"]) and r["schema"] == 4 for r in records)
+    for r in records:
+        start, end = r["load_average"]
+        assert 0 <= start < 1e4 and 0 <= end < 1e4 and r["cpus"] >= 1

@@ -19,6 +19,6 @@ def test_one_schema_for_a_decode_run_a_sweep_and_a_benchmark(tmp_path, mock_sess
     (swept,) = [r for r in store.records if r["prompt_id"] == "builtin/0"]
     assert swept.keys() - decoded.keys() == {"grid_budget", "position", "warmup", "shard"}
     assert decoded.keys() <= swept.keys()
-    timing_fields = {"seconds", "prefill_seconds", "tokens_per_second", "phases", "finished"}
+    timing_fields = {"seconds", "prefill_seconds", "tokens_per_second", "phases", "finished", "load_average"}
     assert {k: v for k, v in decoded.items() if k not in timing_fields} == {
         k: swept[k] for k in decoded if k not in timing_fields}
