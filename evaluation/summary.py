@@ -38,8 +38,12 @@ def group_order(groups) -> list[str]:
     return [g for g in GROUPS if g in groups] + sorted(groups - set(GROUPS))
 
 
+EVERY_BUDGET = "all"  # a sweep's `ar` decodes: one per (prompt, T, seed), compared at every budget
+
+
 def setting_budget(record: dict):
-    """The budget a record's setting is known by: the grid's B in a sweep (`grid_budget`), else its own."""
+    """The budget a record's setting is known by: the grid's B in a sweep (`grid_budget`; EVERY_BUDGET for
+    a sweep's `ar`), else its own."""
     return record.get("grid_budget", record["budget"])
 
 
@@ -124,7 +128,10 @@ class Setting:
 
 
 def settings_of(records: Sequence[dict]) -> list[tuple[float, object]]:
+    """The (T, B) settings of `records`, sorted; a sweep's `ar` (EVERY_BUDGET) enters each B at its T, and is
+    a setting of its own only at a T where nothing else ran."""
     keys = {(float(r["temperature"]), setting_budget(r)) for r in records}
+    keys -= {(t, b) for t, b in keys if b == EVERY_BUDGET and any(u == t and c != b for u, c in keys)}
     return sorted(keys, key=lambda k: (k[0], isinstance(k[1], str), k[1] if not isinstance(k[1], str) else 0,
                                        str(k[1])))
 
@@ -139,8 +146,7 @@ def analyse(records: Sequence[dict], temperature: float, budget, category: str |
     with the same prompt indices.
     """
     assert speed_tokens in SPEED_TOKENS, speed_tokens
-    at = [r for r in records if float(r["temperature"]) == temperature and setting_budget(r) == budget
-          and not r.get("warmup") and (category is None or category_group(r["category"]) == category)]
+    at = records_at(records, temperature, budget, category)
     wanted = {(r["decoder"], r["seed"]) for r in at}
     have: dict[str, set] = {}
     for r in at:
@@ -152,6 +158,18 @@ def analyse(records: Sequence[dict], temperature: float, budget, category: str |
                                speed_tokens) for d in names}
     setting = Setting(temperature, budget, category, prompt_ids, len(have), sorted({s for _, s in wanted}), stats)
     return with_gains(setting, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+
+
+def records_at(records: Sequence[dict], temperature: float, budget, category: str | None = None) -> list[dict]:
+    """The timed records of one setting: those of its (T, B), and where no `ar` record has that B, the
+    sweep's `ar` records at T (EVERY_BUDGET), which every budget shares."""
+    def kept(r: dict, b) -> bool:
+        return (float(r["temperature"]) == temperature and setting_budget(r) == b and not r.get("warmup")
+                and (category is None or category_group(r["category"]) == category))
+    at = [r for r in records if kept(r, budget)]
+    if budget != EVERY_BUDGET and not any(r["decoder"] == "ar" for r in at):
+        at += [r for r in records if r["decoder"] == "ar" and kept(r, EVERY_BUDGET)]
+    return at
 
 
 def with_gains(setting: Setting, *, n_resamples: int, confidence_level: float, rng: int) -> Setting:

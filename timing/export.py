@@ -1,7 +1,8 @@
 """python -m timing export RUN_DIR OUT_DIR --format spec-bench: a sweep's records as Spec-Bench model answers.
 
 One JSONL file per (decoder, T, B), MODEL-DECODER-temperature-T-budget-B.jsonl (Spec-Bench's
-MODEL_ID-temperature-T.jsonl with the budget added), one line per question, in the format Spec-Bench's
+MODEL_ID-temperature-T.jsonl with the budget added; a sweep's `ar`, decoded once for every budget, in one
+file per T without it), one line per question, in the format Spec-Bench's
 inference writes and its `evaluation/speed.py` (`speed`, `get_single_speedup`) reads:
 
     {"question_id": int, "category": str, "answer_id": str, "model_id": str, "tstamp": float,
@@ -24,7 +25,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from evaluation.summary import counted_tokens, setting_budget
+from evaluation.summary import EVERY_BUDGET, counted_tokens, setting_budget
 from pipeline.config import InputError
 from programs.cli import files_program, run_files_program
 from timing import prog, run_config
@@ -67,7 +68,8 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for (decoder, temperature, budget), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        path = out / f"{model_id}-{decoder}-temperature-{temperature:g}-budget-{budget}.jsonl"
+        shared = budget == EVERY_BUDGET  # a sweep's `ar`: one file, whatever the budgets
+        path = out / f"{model_id}-{decoder}-temperature-{temperature:g}{'' if shared else f'-budget-{budget}'}.jsonl"
         lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{decoder}", rule, run_dir)]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         written.append(path)

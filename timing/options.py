@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from evaluation.summary import SPEED_TOKENS
+from evaluation.summary import EVERY_BUDGET, SPEED_TOKENS
 from evaluation.values import BUDGETS
 from models.options import ModelOptions
 from pipeline.config import AUTO, ConfigError, check_int, check_temperature, is_int, parse_budget, split_list
@@ -125,7 +125,10 @@ class SweepOptions:
         return int(i), int(n)
 
     def cap(self, decoder: str, budget: int | str) -> int | str:
-        """The budget `decoder` runs with at grid budget `budget` (auto stays auto)."""
+        """The budget `decoder` runs with at grid budget `budget` (auto stays auto; `ar`, shared by every
+        budget, runs with the grid's first, which changes nothing in it)."""
+        if budget == EVERY_BUDGET:
+            return self.budget_list[0]
         return self.overrides.get((decoder, budget), budget)
 
     def seeds(self, temperature: float) -> list[int]:

@@ -165,7 +165,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     head += [f"{p} ms" for p in PHASES]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for d, st in s.decoders.items():
-        name = d if st.budgets == [s.budget] else f"{d} (cap {', '.join(map(str, st.budgets))})"
+        name = d if st.budgets == [s.budget] or d == "ar" else f"{d} (cap {', '.join(map(str, st.budgets))})"
         rounds = st.round_seconds
         gain = s.gains.get((d, "ar"))
         cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {_interval(gain)}",

@@ -1,9 +1,10 @@
 """Which decodes a sweep runs, in what order: the seeded prompt order, shards, warm-ups and rotation.
 
 Pure functions of the options and the prompt list (DESIGN.md section 6). Every prompt runs each
-combination of (decoder, T, B, seed) once; the prompt at position i of the seeded prompt order starts at
-combination i mod C and runs the rest cyclically, so that each combination meets every slot of a prompt's
-schedule about equally often and resampling prompts also resamples when in a prompt each decode ran.
+combination of (decoder, T, B, seed) once (`ar` once per (T, seed), whatever the budgets); the prompt at
+position i of the seeded prompt order starts at combination i mod C and runs the rest cyclically, so that
+each combination meets every slot of a prompt's schedule about equally often and resampling prompts also
+resamples when in a prompt each decode ran.
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluation.prompts import Prompt
+from evaluation.summary import EVERY_BUDGET
 
 _ORDER_STREAM = 2  # a stream of the seed of its own (evaluation.prompts' subset takes stream 1)
 
 
 @dataclass(frozen=True, slots=True)
 class Combo:
-    """One setting of a decode; `budget` is the grid's B (the cap a decoder runs with may differ)."""
+    """One setting of a decode; `budget` is the grid's B (the cap a decoder runs with may differ), or
+    EVERY_BUDGET for `ar`, whose decodes no budget changes."""
 
     decoder: str
     temperature: float
-    budget: int
+    budget: int | str
     seed: int
 
 
@@ -38,11 +41,18 @@ class Task:
     warmup: bool
 
 
-def combinations(decoders: Sequence[str], temperatures: Sequence[float], budgets: Sequence[int],
+def combinations(decoders: Sequence[str], temperatures: Sequence[float], budgets: Sequence[int | str],
                  seeds_at: dict[float, list[int]]) -> list[Combo]:
     """Every (decoder, T, B, seed), decoders innermost: the decoders compared at one setting run close
-    together in time, so slow drift of the machine's speed affects them alike."""
-    return [Combo(d, t, b, s) for t in temperatures for b in budgets for s in seeds_at[t] for d in decoders]
+    together in time, so slow drift of the machine's speed affects them alike. `ar` runs once per (T, seed),
+    first among its temperature's, with budget EVERY_BUDGET: nothing in it depends on the budget, and every
+    budget's decoders are compared with that one decode (evaluation.summary pairs them)."""
+    combos = []
+    for t in temperatures:
+        if "ar" in decoders:
+            combos += [Combo("ar", t, EVERY_BUDGET, s) for s in seeds_at[t]]
+        combos += [Combo(d, t, b, s) for b in budgets for s in seeds_at[t] for d in decoders if d != "ar"]
+    return combos
 
 
 def rotated(combos: Sequence[Combo], position: int) -> list[Combo]:

@@ -158,3 +158,18 @@ def test_cut_pools_are_summarised_by_their_mean_depth(make_record):
     assert "pool_depth_mean" not in as_json(analyse(draft, 0.0, 8))["decoders"]["draft"]
     assert "pool_depth_mean" not in as_json(analyse([make_record("p1", "root-draw"), make_record("p1", "ar")],
                                                     0.0, 8))["decoders"]["root-draw"]  # pools not cut
+
+
+def test_a_sweeps_one_ar_decode_is_paired_with_every_budget(make_record):
+    records = [make_record(p, "ar", budget=8, grid_budget="all", seconds=2.0) for p in ("a", "b")]
+    records += [make_record(p, "draft", budget=b, grid_budget=b) for p in ("a", "b") for b in (8, 59, "auto")]
+    assert settings_of(records) == [(0.0, 8), (0.0, 59), (0.0, "auto")]
+    for budget in (8, 59, "auto"):
+        s = analyse(records, 0.0, budget)
+        assert s.prompt_ids == ["a", "b"] and s.decoders["ar"].decodes == 2
+        assert s.gains[("draft", "ar")].gain == pytest.approx(1.0)  # the same 10 tokens in 1 s against 2 s
+    # records of an older sweep, which decoded ar at each budget, keep their own
+    old = [make_record(p, "ar", budget=8, grid_budget=8, seconds=4.0) for p in ("a", "b")]
+    assert analyse(records + old, 0.0, 8).decoders["ar"].seconds.sum() == 8.0
+    assert analyse(records + old, 0.0, 59).decoders["ar"].seconds.sum() == 4.0
+    assert settings_of(records[:2]) == [(0.0, "all")]  # ar alone is a setting of its own

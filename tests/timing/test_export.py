@@ -21,16 +21,18 @@ def test_question_ids_are_the_prompt_ids_trailing_numbers():
 
 
 def test_answers_round_trip_the_records_fields(tmp_path, mock_session, make_options, sweep):
-    options = make_options(tmp_path / "run", decoders="ar,root-draw", temperatures="0,1", budgets="8", warmup=1,
-                           num_seeds=2)
+    options = make_options(tmp_path / "run", decoders="ar,root-draw", temperatures="0,1", budgets="8,auto",
+                           warmup=1, num_seeds=2)
     sweep(mock_session(), options)
     paths = export(str(tmp_path / "run"), str(tmp_path / "out"))
-    assert sorted(p.name for p in paths) == sorted(f"mock-{d}-temperature-{t}-budget-8.jsonl"
-                                                   for d in ("ar", "root-draw") for t in (0, 1))
-    records = [r for r in load_records([tmp_path / "run"]) if not r["warmup"]]
-    for path in paths:
+    assert sorted(p.name for p in paths) == sorted(  # ar, decoded once for every budget: one file per T
+        [f"mock-root-draw-temperature-{t}-budget-{b}.jsonl" for t in (0, 1) for b in (8, "auto")]
+        + [f"mock-ar-temperature-{t}.jsonl" for t in (0, 1)])
+    records = [r for r in load_records([tmp_path / "run"]) if not r["warmup"] and r.get("grid_budget") != "auto"]
+    for path in [p for p in paths if "budget-auto" not in p.name]:
         answers = [json.loads(line) for line in path.read_text().splitlines()]
-        decoder, t = path.name.split("-temperature-")[0].removeprefix("mock-"), float(path.name.split("-")[-3])
+        decoder, rest = path.name.removeprefix("mock-").split("-temperature-")
+        t = float(rest.split("-")[0].removesuffix(".jsonl"))
         mine = [r for r in records if r["decoder"] == decoder and r["temperature"] == t]
         assert [a["question_id"] for a in answers] == sorted(question_id(r["prompt_id"]) for r in mine
                                                              if r["seed"] == 0)

@@ -141,3 +141,15 @@ def test_the_phase_table_gives_median_ms_per_phase_by_round_kind(make_record):
     assert "| T=0 B=auto | all | root-draw | tree (4) | 40.00 | 15.00 | 25.00 | 1.00 | 50.00 | 1.00 | 92.00 |" in rows
     assert "| T=0 B=auto | all | root-draw | plain (2) | 0.00 | 40.00 | 0.00 | 1.00 | 0.00 | 1.00 | 42.00 |" in rows
     assert "| T=0 B=auto | qa | root-draw | tree (2) | 40.00 | 15.00 | 25.00 | 1.00 | 50.00 | 1.00 | 92.00 |" in rows
+
+
+def test_a_sweep_decodes_ar_once_and_reports_it_beside_every_budget(tmp_path, mock_session, make_options, sweep,
+                                                                    capsys):
+    store = sweep(mock_session(), make_options(tmp_path, decoders="ar,draft", temperatures="0", budgets="8,59",
+                                               warmup=0))
+    ar = [r for r in store.records if r["decoder"] == "ar"]
+    assert len(ar) == 4 and {r["grid_budget"] for r in ar} == {"all"}  # one per built-in prompt
+    assert report.main([str(tmp_path), "--no-plots"]) == 0
+    doc = last_json(capsys)
+    assert [(s["budget"], s["prompts"], s["decoders"]["ar"]["decodes"]) for s in doc["settings"]] == [(8, 4, 4),
+                                                                                                   (59, 4, 4)]

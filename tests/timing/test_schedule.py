@@ -85,3 +85,11 @@ def test_each_shard_warms_up_on_its_own_prompts():
 def test_seeds_are_combinations_at_their_temperature():
     combos = combinations(["draft"], [0.0, 1.0], [8], {0.0: [0], 1.0: [0, 1]})
     assert combos == [Combo("draft", 0.0, 8, 0), Combo("draft", 1.0, 8, 0), Combo("draft", 1.0, 8, 1)]
+
+
+def test_ar_runs_once_per_temperature_and_seed_whatever_the_budgets():
+    grid = combinations(["ar", "draft", "root-draw"], [0.0, 1.0], [8, 59, "auto"], {0.0: [0], 1.0: [0, 1]})
+    ar = [c for c in grid if c.decoder == "ar"]
+    assert [(c.temperature, c.budget, c.seed) for c in ar] == [(0.0, "all", 0), (1.0, "all", 0), (1.0, "all", 1)]
+    assert len(grid) == 3 + 2 * 3 * 3  # the others at every budget
+    assert len(set(grid)) == len(grid)
