@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evaluation.cautions import Caution, cautions, loaded
 from evaluation.stats import GainResult, paired_gains
 from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
 from pipeline.result import PHASES
@@ -70,6 +71,10 @@ class DecoderStats:
     chosen: np.ndarray | None = None  # (n_rounds,) the budget each round ran with (budget auto's choices; 0: plain)
     accepted: np.ndarray | None = None  # (n_rounds,) tree nodes each round accepted
     cut: tuple[int, int] = (0, 0)  # cut pools: rounds with a pool in decodes that cut them, their pools' levels
+    prefill: np.ndarray | None = None  # (n_prompts,) prefill seconds, summed over turns and seeds
+    load: tuple[float, int] | None = None  # the highest load average at a decode's start or end, and the CPUs
+    #                                        the process might use; None where no record says (schema 3)
+    loaded_decodes: int = 0  # decodes that started or ended under load (evaluation.cautions)
 
     def ahead_summary(self) -> dict | None:
         """Drafting ahead over the rounds that tried it: the share whose pool was grown ahead (hit rate), and
@@ -121,6 +126,7 @@ class Setting:
     seeds: list[int]
     decoders: dict[str, DecoderStats]
     gains: dict[tuple[str, str], GainResult] = field(default_factory=dict)
+    cautions: list[Caution] = field(default_factory=list)  # why some gains measure noise (evaluation.cautions)
 
     @property
     def label(self) -> str:
@@ -174,28 +180,40 @@ def records_at(records: Sequence[dict], temperature: float, budget, category: st
 
 def with_gains(setting: Setting, *, n_resamples: int, confidence_level: float, rng: int) -> Setting:
     """The setting with the paired gains of every comparison among its decoders (none from fewer than two
-    prompts, or over a baseline with no tokens)."""
+    prompts, or over a baseline with no tokens) and the cautions that go with them."""
     stats = setting.decoders
     pairs = comparisons(list(stats))
     if pairs and len(setting.prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
         setting.gains = paired_gains({d: s.tokens for d, s in stats.items()},
                                      {d: s.seconds for d, s in stats.items()}, pairs,
                                      n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+    setting.cautions = cautions(stats, setting.prompt_ids, pairs)
     return setting
 
 
 def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_tokens: str) -> DecoderStats:
-    tokens, seconds = np.zeros(len(index)), np.zeros(len(index))
+    tokens, seconds, prefill = np.zeros(len(index)), np.zeros(len(index)), np.zeros(len(index))
     for r in mine:
         tokens[index[r["prompt_id"]]] += counted_tokens(r, speed_tokens)
         seconds[index[r["prompt_id"]]] += r["seconds"]
+        prefill[index[r["prompt_id"]]] += r["prefill_seconds"]
     column = lambda name: [x for r in mine for x in r[name]]  # noqa: E731
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
     return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
                         sum(r["target_passes"] for r in mine), rounds, dict(Counter(column("budgets"))),
                         _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
                         np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64),
-                        cut_counts(mine))
+                        cut_counts(mine), prefill, *load_of(mine))
+
+
+def load_of(records: Sequence[dict]) -> tuple[tuple[float, int] | None, int]:
+    """((highest load average at a decode's start or end, fewest CPUs), decodes under load) over the records
+    that say (schema 4); (None, 0) where none does."""
+    said = [r for r in records if r.get("load_average")]
+    if not said:
+        return None, 0
+    peak = max(max(r["load_average"]) for r in said)
+    return (float(peak), min(int(r["cpus"]) for r in said)), sum(loaded(r["load_average"], r["cpus"]) for r in said)
 
 
 def ahead_counts(records: Sequence[dict]) -> tuple[int, int, float]:
@@ -249,5 +267,7 @@ def as_json(s: Setting) -> dict:
                          for d, st in s.decoders.items()},
             "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
                                  "high": g.high if g.has_interval else None, "prompts": g.n_prompts,
-                                 "standard_error": g.standard_error}
-                      for (a, b), g in s.gains.items()}}
+                                 "standard_error": g.standard_error,
+                                 "cautions": [c.kind for c in s.cautions if c.concerns((a, b))]}
+                      for (a, b), g in s.gains.items()},
+            "cautions": [c.as_json() for c in s.cautions]}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluation.summary import (SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group, counted_tokens,
-                                cut_counts, setting_budget, with_gains)
+                                cut_counts, load_of, setting_budget, with_gains)
 from pipeline.metrics import RoundCounts
 from pipeline.rules import DECODERS
 
@@ -33,6 +33,9 @@ class _Sums:
     budget_rounds: Counter = field(default_factory=Counter)
     ahead: tuple[int, int, float] = (0, 0, 0.0)  # drafting ahead: rounds that tried, hits, seconds hidden
     cut: tuple[int, int] = (0, 0)  # cut pools: rounds with a pool, their pools' levels
+    prefill: float = 0.0  # seconds
+    load: tuple[float, int] | None = None  # highest load average at a decode's start or end, fewest CPUs
+    loaded: int = 0  # decodes under load
 
 
 class Tally:
@@ -64,6 +67,11 @@ class Tally:
         s.budget_rounds.update(record["budgets"])
         s.ahead = tuple(a + b for a, b in zip(s.ahead, ahead_counts([record])))
         s.cut = tuple(a + b for a, b in zip(s.cut, cut_counts([record])))
+        s.prefill += record["prefill_seconds"]
+        load, under = load_of([record])
+        if load is not None:
+            s.load = load if s.load is None else (max(s.load[0], load[0]), min(s.load[1], load[1]))
+            s.loaded += under
 
     def setting(self, *, n_resamples: int = 2000, confidence_level: float = 0.95, rng: int = 0) -> Setting:
         """The setting's speeds, round metrics and gains over its complete prompts (see analyse)."""
@@ -85,4 +93,12 @@ class Tally:
                             np.array([s.seconds for s in mine], float), sum(s.passes for s in mine), rounds.stats(),
                             dict(budget_rounds), None,
                             tuple(sum(x) for x in zip((0, 0, 0.0), *(s.ahead for s in mine))),
-                            cut=tuple(sum(x) for x in zip((0, 0), *(s.cut for s in mine))))
+                            cut=tuple(sum(x) for x in zip((0, 0), *(s.cut for s in mine))),
+                            prefill=np.array([s.prefill for s in mine], float), load=_peak(s.load for s in mine),
+                            loaded_decodes=sum(s.loaded for s in mine))
+
+
+def _peak(loads) -> tuple[float, int] | None:
+    """The highest load and the fewest CPUs of those known, or None."""
+    known = [load for load in loads if load is not None]
+    return (max(p for p, _ in known), min(c for _, c in known)) if known else None

@@ -271,7 +271,8 @@ def print_summary(first: dict | None, setting, pool: PoolConfig) -> None:
     print(head)
     for d, st in setting.decoders.items():
         gain = setting.gains.get((d, "ar"))
-        vs_ar = "—" if gain is None else f"{100 * gain.gain:+.1f}% " + (
+        flag = "⚠ " if any(c.concerns((d, "ar")) for c in setting.cautions) else ""
+        vs_ar = "—" if gain is None else f"{flag}{100 * gain.gain:+.1f}% " + (
             f"[{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]" if gain.has_interval else "(no interval)")
         tree = f"{st.rounds.mean_tree_size:.1f}" if st.rounds.mean_tree_size else "—"
         depth = " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—"
@@ -279,6 +280,8 @@ def print_summary(first: dict | None, setting, pool: PoolConfig) -> None:
               f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {depth}")
     print("tau: tokens per round, the bonus token included; tok/pass: per target pass after the prefill "
           "(root-pass rules make two a round)")
+    for c in setting.cautions:
+        print(f"⚠ {c.kind}: {c.message}")
     if any(not g.has_interval for g in setting.gains.values()):
         print(f"no interval: a paired-bootstrap interval needs at least {MIN_INTERVAL_PROMPTS} prompts (from "
               f"fewer it is about the range of their gains)")

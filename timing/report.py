@@ -160,6 +160,9 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
            f"{len(s.prompt_ids)} of {s.prompts_seen} prompts have every decoder at this setting{seeds}.", ""]
     if not s.prompt_ids:
         return out
+    if s.cautions:
+        out += ["**Caution: gains marked ⚠ measure the machine, not speculation.**", "",
+                *(f"- ⚠ {c.kind}: {c.message}." for c in s.cautions), ""]
     head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
             "round ms"]
     head += [f"{p} ms" for p in PHASES]
@@ -168,7 +171,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         name = d if st.budgets == [s.budget] or d == "ar" else f"{d} (cap {', '.join(map(str, st.budgets))})"
         rounds = st.round_seconds
         gain = s.gains.get((d, "ar"))
-        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {_interval(gain)}",
+        cells = [name, f"{st.speed:.1f}", "—" if gain is None else _gain(s, (d, "ar"), gain),
                  f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
                  f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
                  " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
@@ -200,9 +203,11 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         out += [f"| {d} | {c['cut_rounds']} | {c['pool_depth_mean']:.2f} |" for d, c in cut.items()]
         out.append("")
     if s.gains:
-        out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
+        out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts | caution |", "|---|---|---|---|---|"]
         for (a, b), g in s.gains.items():
-            out.append(f"| {a} over {b} | {_pct(g.gain)} | {_interval(g)} | {g.n_prompts} |")
+            flags = ", ".join(c.kind for c in s.cautions if c.concerns((a, b))) or "—"
+            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{_pct(g.gain)} | {_interval(g)} | {g.n_prompts} | "
+                       f"{flags} |")
         out.append("")
     elif len(s.decoders) > 1:
         out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
@@ -228,6 +233,15 @@ def _phase_table(settings: Sequence[Setting], by_category: dict[str, list[Settin
             "draft runs on the drafter beside root, the target's phases follow one another and target ms sums "
             "their medians.", "",
             "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def _gain(s: Setting, pair: tuple[str, str], g) -> str:
+    """A gain and its interval, marked when a caution concerns it."""
+    return f"{_flagged(s, pair)}{_pct(g.gain)} {_interval(g)}"
+
+
+def _flagged(s: Setting, pair: tuple[str, str]) -> str:
+    return "⚠ " if any(c.concerns(pair) for c in s.cautions) else ""
 
 
 def _ms(seconds: float | None) -> str:

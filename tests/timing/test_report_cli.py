@@ -153,3 +153,18 @@ def test_a_sweep_decodes_ar_once_and_reports_it_beside_every_budget(tmp_path, mo
     doc = last_json(capsys)
     assert [(s["budget"], s["prompts"], s["decoders"]["ar"]["decodes"]) for s in doc["settings"]] == [(8, 4, 4),
                                                                                                    (59, 4, 4)]
+
+
+def test_a_gain_among_decoders_that_did_the_same_work_is_never_printed_bare(make_record):
+    from evaluation.summary import analyse
+    from timing.options import ReportOptions
+
+    records = [make_record(f"p/{i}", d, budget="auto", tree_sizes=(0, 0), accepted=(0, 0), budgets=(0, 0),
+                           seconds=1.0 if d == "draft" else 1.9) for i in range(6) for d in ("ar", "draft")]
+    text = "\n".join(report._setting(analyse(records, 0.0, "auto"), ReportOptions(), 2))
+    assert "**Caution: gains marked ⚠ measure the machine, not speculation.**" in text
+    assert "- ⚠ same work: every decoder ran plain rounds only" in text
+    row = next(line for line in text.splitlines() if line.startswith("| draft |"))  # the speed table's
+    assert "| ⚠ +90.0% [" in row
+    (gain,) = [line for line in text.splitlines() if line.startswith("| draft over ar |")]
+    assert gain.startswith("| draft over ar | ⚠ +90.0% |") and gain.endswith("| same work |")
