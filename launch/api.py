@@ -1,30 +1,32 @@
-"""The Python API: start a pair, decode prompts with any decoder and settings, get the command line's records.
+"""The Python API: start a pair, decode prompts with any decoder and settings, get vLLM-shaped outputs.
 
     from launch.api import Pair
 
     with Pair() as pair:  # the embedded default pair on the CPU; Pair("mock") needs no weights
-        record = pair.decode("Why is the sky blue?", decoder="root-draw", max_new_tokens=64)
-        print(record["text"], record["tokens_per_second"])
+        out = pair.decode("Why is the sky blue?", decoder="root-draw", max_new_tokens=64)
+        print(out.text, out.finish_reason, out.metrics.tokens_per_second)
+        outs = pair.decode(["Hi!", "Name a river."], decoder="ar")  # a list: each decoded, one progress bar
         print(pair.summarize(pair.decode_many(["Hi!", "Name a river."], decoders=["ar", "root-draw"])))
 
 The drafter always runs in a process of its own; the target runs in the caller's process (the default) or
 in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
-Records are evaluation.record's, as `launch/pair.sh --json` prints them: the prompt's text, the output's
-ids and text, and how it ended, as vLLM says it (`finish_reason` "stop" or "length", `stop_reason` the stop
-string or stop token id that matched). Settings are DecodeConfig's fields by name (temperature, top_k,
-top_p, min_p, stop, stop_token_ids, budget, max_new_tokens, seed); a bad value raises ConfigError naming
-it. Stops follow vLLM's defaults: `stop` strings end the output at the token that completes one, its text
-cut before the string; a token of `stop_token_ids` ends it as an end-of-sequence token does, kept as the
-ids' last, its text left out.
+A decode gives a DecodeOutput (evaluation.output), as vLLM's `generate` gives its outputs: `.text`,
+`.token_ids`, `.prompt_token_ids`, `.finish_reason` ("stop" or "length"), `.stop_reason` (the stop string or
+stop token id that matched), `.metrics` (times, rounds, τ, acceptance by depth) and `.record`, the record of
+evaluation.record as `launch/pair.sh --json` prints it. Settings are DecodeConfig's fields by name
+(temperature, top_k, top_p, min_p, stop, stop_token_ids, budget, max_new_tokens, seed); a bad value raises
+ConfigError naming it. Stops follow vLLM's defaults: `stop` strings end the output at the token that
+completes one, its text cut before the string; a token of `stop_token_ids` ends it as an end-of-sequence
+token does, kept as the ids' last, its text left out.
 Importing this module starts nothing and changes nothing process-wide.
 
 A pair's children never outlive it: they get SIGTERM when the caller dies however it dies (a parent-death
 signal, which Linux ties to the thread that started them: start a pair in a thread that outlives its use),
 a finaliser stops them when the pair is garbage-collected or the interpreter exits without `close()`, and
 the drafter exits on its own once its one target has gone. They run in a process group of their own, so a
-Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises KeyboardInterrupt, and
-the next call is answered correctly (what the interrupted request still had coming is received and dropped
-first).
+Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises KeyboardInterrupt, a
+target in its own process stops the interrupted request at its next round (launch.targets), and the next
+call is answered correctly and at once.
 """
 
 from __future__ import annotations
@@ -35,33 +37,59 @@ import hashlib
 import json
 import logging
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from evaluation.prompts import Prompt
+from evaluation.output import DecodeOutput, StreamChunk
 from models.options import EMBEDDED, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
+from launch.targets import InProcessTarget, ProcessTarget
 from programs.cli import to_argv
+from programs.progress import Progress
 
 PROJECT = Path(__file__).resolve().parent.parent
 CLOSE_WAIT_S = 10.0  # how long close() waits for the children to exit on their own before stopping them
-GONE_WAIT_S = 2.0  # after a failed start, how long to wait for a drafter that is exiting, to name its status
+GONE_WAIT_S = 10.0  # after a failed start, how long to wait for a drafter that is exiting, to name its status
+
+
+Prompt = str | Sequence[int] | Sequence[dict]  # one prompt: a user turn's text, token ids or chat messages
+
+
+def summarize(outputs: Sequence[DecodeOutput | dict], *, temperature: float | None = None, budget=None) -> dict:
+    """The command line's summary of one setting's outputs (or records): speeds, τ, acceptance by depth, tree
+    sizes, every decoder's speedup over `ar` with its paired interval over prompts, and the cautions that say
+    when a gain measures the machine rather than speculation. Outputs of several settings (temperature,
+    budget) need the setting named; `settings(outputs)` lists them."""
+    from evaluation.summary import analyse, as_json
+
+    records = _records(outputs)
+    present = settings(records)
+    if not present:
+        raise InputError("`outputs` is empty: there is nothing to summarize")
+    chosen = [(t, b) for t, b in present if temperature in (None, t) and budget in (None, b)]
+    if len(chosen) != 1:
+        listed = "; ".join(f"temperature={t:g}, budget={b}" for t, b in present)
+        raise InputError(f"`outputs` hold {'no' if not chosen else 'several'} matching settings ({listed}): "
+                         f"name one with `temperature` and `budget`")
+    (t, b), = chosen
+    return as_json(analyse(records, t, b, speed_tokens="output"))
+
+
+def settings(outputs: Sequence[DecodeOutput | dict]) -> list[tuple[float, int | str]]:
+    """The (temperature, budget) settings of `outputs` (or records), in their first appearance's order."""
+    from evaluation.summary import setting_budget
+
+    return list(dict.fromkeys((float(r["temperature"]), setting_budget(r)) for r in _records(outputs)))
 
 
 class PairClosed(RuntimeError):
     """A call on a pair after its close()."""
-
-
-class _StreamLeft(Exception):
-    """Raised in a streamed decode whose reader stopped reading: the decode stops at its next round."""
 
 
 class Pair:
@@ -92,9 +120,8 @@ class Pair:
         # socket) is closed then, not in the interpreter's teardown, where closing it fails on imports.
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0, self._stack)
         self._closed = False
-        self._sent = 0  # the number of the last request sent to the target process
         self.session = None  # the in-process target's Session
-        self._target = None  # or the target process, answering JSON requests
+        self._target: InProcessTarget | ProcessTarget | None = None  # what answers requests (launch.targets)
         try:
             self._start(target_process)
         except BaseException:
@@ -124,16 +151,18 @@ class Pair:
             argv = [sys.executable, "-P", "-m", "programs.target_program", *to_argv(self.target_options), "--endpoint",
                     self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
                     "--log-level", self.log_level]
-            self._target = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                            bufsize=1, **child)
-            self._procs.append(self._target)
-            self.models = self._answer()["models"]  # the target's ready line: loaded, connected, handshake done
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                    **child)
+            self._procs.append(proc)
+            self._target = ProcessTarget(proc)
+            self.models = self._target.ready()
         else:
             from target_proc.session import open_session
 
             self.session = self._stack.enter_context(open_session(
                 self.target_options, self.endpoint, self.pool, self.connect.drafter_timeout,
                 self.connect.ready_timeout))
+            self._target = InProcessTarget(self.session)
             self.models = self.session.models
 
     def _wait_for_drafter(self) -> None:
@@ -150,47 +179,64 @@ class Pair:
                                    f"(raise `ready_timeout` if it is only slow)")
             time.sleep(0.05)
 
-    def decode(self, prompt: str | Sequence[int] | Sequence[dict], decoder: str = "root-draw", *,
-               prompt_id: str | None = None, category: str = "api", **settings) -> dict:
-        """One decode -> its record. `prompt`: one user turn's text (through the chat template), token ids
-        (used as they are), or chat messages [{"role": "system"|"user"|"assistant", "content": ...}, ...]
-        ending with the user's."""
-        if isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
-            raise InputError("`prompt` is a list of texts: `chat` answers a conversation's user turns")
-        (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
-        return record
+    def decode(self, prompt: Prompt | Sequence[Prompt], decoder: str = "root-draw", *, prompt_id: str | None = None,
+               category: str = "api", use_tqdm: bool = True, **settings) -> DecodeOutput | list[DecodeOutput]:
+        """One decode -> its DecodeOutput; a list of prompts -> each decoded, a list of outputs (as vLLM's
+        `generate`), with a progress bar on stderr unless `use_tqdm` is False. A prompt is one user turn's text
+        (through the chat template), token ids (used as they are), or chat messages [{"role": "system" | "user"
+        | "assistant", "content": ...}, ...] ending with the user's. `prompt_id` names a single prompt (it
+        seeds the sampling streams; by default it is derived from the prompt)."""
+        if not _is_many(prompt):
+            (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
+            return DecodeOutput.of(record)
+        if prompt_id is not None:
+            raise InputError("`prompt_id` names one prompt; a list of prompts takes ids derived from each")
+        requests = [self._request(p, decoder, None, category, settings) for p in prompt]  # all checked first
+        return self._run_all(requests, use_tqdm)
 
     def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
-             category: str = "api", **settings) -> list[dict]:
-        """The user turns of one conversation, each answered with the earlier answers in context -> a record
+             category: str = "api", **settings) -> list[DecodeOutput]:
+        """The user turns of one conversation, each answered with the earlier answers in context -> an output
         per turn. prompt_id seeds the sampling streams; by default it is derived from the text."""
         if isinstance(turns, str) or not turns or not all(isinstance(t, str) and t for t in turns):
             raise InputError("`turns` must be a list of non-empty strings")
-        return self._run(self._request(list(turns), decoder, prompt_id, category, settings))
+        return [DecodeOutput.of(r) for r in self._run(self._request(list(turns), decoder, prompt_id, category,
+                                                                    settings))]
 
-    def stream(self, prompt: str | Sequence[int] | Sequence[dict], decoder: str = "root-draw", *,
-               prompt_id: str | None = None, category: str = "api", **settings) -> Iterator[dict]:
-        """One decode, as `decode` takes it, streamed: {"kind": "tokens", "tokens": [...], "text": "..."} as
-        each round commits tokens (the text those tokens add), then the record. Leaving the loop early
-        stops the decode at its next round."""
+    def stream(self, prompt: Prompt, decoder: str = "root-draw", *, prompt_id: str | None = None,
+               category: str = "api", **settings) -> Iterator[StreamChunk]:
+        """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text
+        they add), the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next
+        round."""
         request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
-        if self._target is not None:
-            for line in self._lines(request):
-                if line["kind"] in ("tokens", "decode"):
-                    yield line
-            return
-        yield from self._stream_here(request)
+        for line in self._target.lines(request):
+            if line["kind"] == "tokens":
+                yield StreamChunk(line["tokens"], line["text"])
+            elif line["kind"] == "decode":
+                yield StreamChunk([], "", DecodeOutput.of(line))
+
+    def decode_many(self, prompts: Iterable[Prompt], decoders: str | Sequence[str] = ("ar", "root-draw"), *,
+                    use_tqdm: bool = True, **settings) -> list[DecodeOutput]:
+        """Every prompt with every decoder (decoders innermost, as the command line orders them), with one
+        progress bar; `decoders` may be one name or a comma-separated list, as --decoders takes it."""
+        if isinstance(decoders, str):
+            decoders = [d.strip() for d in decoders.split(",") if d.strip()]
+        prompts = [prompts] if not _is_many(prompts) else list(prompts)
+        requests = [self._request(p, d, None, "api", settings) for p in prompts for d in decoders]
+        return self._run_all(requests, use_tqdm)
+
+    summarize = staticmethod(summarize)  # as the module's: Pair.summarize(outputs)
+    settings = staticmethod(settings)
 
     def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict) -> dict:
-        """A request as the target process takes it: the prompt, its id (derived from it by default), the
-        category and the checked settings."""
+        """A request as the target takes it: the prompt, its id (derived from it by default), the category and
+        the checked settings."""
         self._check_open()
         config = DecodeConfig(decoder, **_settings(settings))
         if isinstance(prompt, str):
-            prompt = [prompt]
-            if not prompt[0]:
+            if not prompt:
                 raise InputError("`prompt` must be non-empty text")
-            key = "turns"
+            prompt, key = [prompt], "turns"
         elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
             key = "turns"  # chat's user turns
         elif isinstance(prompt, (list, tuple)):
@@ -205,104 +251,17 @@ class Pair:
                 key: prompt, "config": dataclasses.asdict(config)}
 
     def _run(self, request: dict) -> list[dict]:
-        if self._target is not None:
-            return [line for line in self._lines(request) if line["kind"] == "decode"]
-        from programs.target_program import request_records
+        """One request's records."""
+        return [line for line in self._target.lines(request) if line["kind"] == "decode"]
 
-        return list(request_records(self.session, request))
-
-    def _stream_here(self, request: dict) -> Iterator[dict]:
-        """Streaming with the target in this process: the decode runs on a worker thread, its rounds' tokens
-        reach the caller through a queue; a caller that stops reading stops the decode at its next round."""
-        from programs.target_program import request_records
-
-        chunks: queue.Queue = queue.Queue()
-        stopped = threading.Event()
-
-        def on_text(chunk: dict) -> None:
-            if stopped.is_set():
-                raise _StreamLeft
-            chunks.put({"kind": "tokens", **chunk})
-
-        def work() -> None:
-            try:
-                for record in request_records(self.session, request, on_text):
-                    chunks.put(record)
-                chunks.put(None)
-            except BaseException as e:  # handed to the caller's thread, which raises it
-                chunks.put(e)
-
-        worker = threading.Thread(target=work, name="specpair-stream", daemon=True)
-        worker.start()
-        try:
-            while (item := chunks.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            stopped.set()
-            worker.join()
-
-    def decode_many(self, prompts: Iterable[str], decoders: str | Sequence[str] = ("ar", "root-draw"),
-                    **settings) -> list[dict]:
-        """Every prompt with every decoder (decoders innermost, as the command line orders them); `decoders`
-        may be one name or a comma-separated list, as --decoders takes it."""
-        if isinstance(decoders, str):
-            decoders = [d.strip() for d in decoders.split(",") if d.strip()]
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        return [self.decode(p, d, **settings) for p in prompts for d in decoders]
-
-    @staticmethod
-    def summarize(records: Sequence[dict], *, temperature: float | None = None, budget=None) -> dict:
-        """The command line's summary of one setting's records: speeds, τ, acceptance by depth, tree sizes and
-        every decoder's speedup over `ar` with its paired interval over prompts. Records of several settings
-        (temperature, budget) need the setting named; `Pair.settings(records)` lists them."""
-        from evaluation.summary import analyse, as_json
-
-        present = Pair.settings(records)
-        if not present:
-            raise InputError("`records` is empty: there is nothing to summarize")
-        chosen = [(t, b) for t, b in present if temperature in (None, t) and budget in (None, b)]
-        if len(chosen) != 1:
-            listed = "; ".join(f"temperature={t:g}, budget={b}" for t, b in present)
-            raise InputError(f"`records` hold {'no' if not chosen else 'several'} matching settings ({listed}): "
-                             f"name one with `temperature` and `budget`")
-        (t, b), = chosen
-        return as_json(analyse(records, t, b, speed_tokens="output"))
-
-    @staticmethod
-    def settings(records: Sequence[dict]) -> list[tuple[float, int | str]]:
-        """The (temperature, budget) settings of `records`, in their first appearance's order."""
-        from evaluation.summary import setting_budget
-
-        return list(dict.fromkeys((float(r["temperature"]), setting_budget(r)) for r in records))
-
-    def _lines(self, request: dict) -> Iterator[dict]:
-        """One request to the target process -> its answer lines up to its "done". Every answer line carries
-        the number of the request it answers; lines of an earlier request that an interrupt (or a stream
-        left early) left unread are dropped."""
-        self._sent += 1
-        number = self._sent
-        self._target.stdin.write(json.dumps({"request": number, **request}) + "\n")
-        self._target.stdin.flush()
-        while (line := self._answer(number))["kind"] != "done":
-            yield line
-
-    def _answer(self, request: int | None = None) -> dict:
-        """The target process's next line answering `request` (None: the ready line), without its request
-        number; its errors raised here as InputError or RuntimeError."""
-        while True:
-            line = self._target.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the target process exited with status {self._target.wait()}; see its log "
-                                   f"above")
-            answer = json.loads(line)
-            if answer.pop("request", None) == request:
-                break
-        if answer["kind"] == "error":
-            raise (InputError if answer["input"] else RuntimeError)(answer["message"])
-        return answer
+    def _run_all(self, requests: list[dict], use_tqdm: bool) -> list[DecodeOutput]:
+        """Requests one after another, with one bar counting them -> their outputs."""
+        outputs = []
+        with Progress(len(requests), bar=use_tqdm) as progress:
+            for request in requests:
+                outputs += [DecodeOutput.of(r) for r in self._run(request)]
+                progress.step()
+        return outputs
 
     def _check_open(self) -> None:
         if self._closed:
@@ -316,8 +275,8 @@ class Pair:
         self._closed = True
         try:
             self._stack.close()
-            if self._target is not None and self._target.poll() is None:
-                self._target.stdin.close()  # end of requests: the target shuts the drafter down and exits
+            if isinstance(self._target, ProcessTarget) and self._target.proc.poll() is None:
+                self._target.proc.stdin.close()  # end of requests: the target shuts the drafter down and exits
         finally:
             self._finalizer.detach()
             _stop(self._procs, self._folder, CLOSE_WAIT_S)
@@ -327,6 +286,16 @@ class Pair:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _is_many(prompt) -> bool:
+    """A list of prompts, not one: texts, token id lists or message lists (one prompt's items are ids or
+    messages)."""
+    return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(p, (str, list, tuple)) for p in prompt)
+
+
+def _records(outputs: Sequence[DecodeOutput | dict]) -> list[dict]:
+    return [o.record if isinstance(o, DecodeOutput) else o for o in outputs]
 
 
 def _exit_status(proc: subprocess.Popen, wait: float) -> int | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -50,7 +51,7 @@ def variant_settings(name: str) -> dict | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m launch.bench_ahead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", required=True, metavar="SOURCE",
                         help="a prompt source as the sweep takes it (spec-bench:PATH, humaneval, FILE.jsonl)")
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS), metavar="LIST",
                         help=f"comma-separated, from {','.join(VARIANTS)}, window-N and cut+window-N (none is always "
                              "run: the others' baseline)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     ns = parser.parse_args(argv)
     variants = list(dict.fromkeys(["none"] + [v for v in ns.variants.split(",") if v and v != "none"]))
     if unknown := [v for v in variants if variant_settings(v) is None]:
@@ -99,29 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
     pair = Pair(**({"target": ns.target} if ns.target else {}), **({"drafter": ns.drafter} if ns.drafter else {}))
-    rows = []
-
-    def kept(record: dict, budget, variant) -> dict:
-        if records is not None:
-            records.write(json.dumps({**record, "bench_budget": budget, "bench_variant": variant}) + "\n")
-            records.flush()
-        return _numbers(record)
-
     with pair, open(ns.records, "x", encoding="utf-8") if ns.records else contextlib.nullcontext() as records:
-        settings = dict(temperature=ns.temperature, max_new_tokens=ns.max_new_tokens, seed=ns.seed)
-        pair.decode(prompts[0].turns[0], "ar", **settings)  # warm-up, off the record
-        pair.decode(prompts[0].turns[0], ns.decoder, budget=budgets[0], ahead=True, **settings)
-        for i, prompt in enumerate(prompts):
-            text, group = prompt.turns[0], category_group(prompt.category)
-            run = lambda decoder, **kw: pair.decode(text, decoder, prompt_id=prompt.id, **settings, **kw)  # noqa: E731
-            rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None,
-                         **kept(run("ar"), None, None)})
-            for budget in budgets:
-                for k in range(len(variants)):
-                    name = variants[(i + k) % len(variants)]
-                    rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
-                                 **kept(run(ns.decoder, budget=budget, **variant_settings(name)), budget, name)})
-            print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
+        rows = _decode_all(pair, prompts, budgets, variants, ns, functools.partial(_kept, records))
     load_end = os.getloadavg()
     summary = summarize(rows, budgets)
     summary.update(decoder=ns.decoder, temperature=ns.temperature, prompts=len(prompts),
@@ -130,6 +115,36 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(json.dumps(summary))
     return 0
+
+
+def _kept(records, record: dict, budget, variant) -> dict:
+    """A decode's numbers, its record written to `records` first (when --records names a file)."""
+    if records is not None:
+        records.write(json.dumps({**record, "bench_budget": budget, "bench_variant": variant}) + "\n")
+        records.flush()
+    return _numbers(record)
+
+
+def _decode_all(pair, prompts, budgets: list, variants: list[str], ns, kept) -> list[dict]:
+    """Warm up, then every prompt with `ar` and with every variant at every budget (variants in an order
+    rotated by the prompt) -> a row of numbers per decode; kept(record, budget, variant) keeps each."""
+    rows = []
+    settings = dict(temperature=ns.temperature, max_new_tokens=ns.max_new_tokens, seed=ns.seed)
+    pair.decode(prompts[0].turns[0], "ar", **settings)  # warm-up, off the record
+    pair.decode(prompts[0].turns[0], ns.decoder, budget=budgets[0], ahead=True, **settings)
+    for i, prompt in enumerate(prompts):
+        text, group = prompt.turns[0], category_group(prompt.category)
+        run = lambda decoder, **kw: pair.decode(text, decoder, prompt_id=prompt.id, **settings,  # noqa: E731
+                                                **kw).record
+        rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None,
+                     **kept(run("ar"), None, None)})
+        for budget in budgets:
+            for k in range(len(variants)):
+                name = variants[(i + k) % len(variants)]
+                rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
+                             **kept(run(ns.decoder, budget=budget, **variant_settings(name)), budget, name)})
+        print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
+    return rows
 
 
 def _unwritable(path: Path) -> str | None:

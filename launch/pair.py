@@ -117,33 +117,9 @@ def plan(argv: list[str]) -> LaunchPlan:
     ns = _parse(parser, argv, mode)
     notes = []
     remote_drafter = bool(ns.drafter_at)
-    if remote_drafter and ns.drafter is not None:
-        parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
-    embedded = ns.target is None and ns.drafter is None
-    if embedded:
-        ns.target, ns.drafter = EMBEDDED, EMBEDDED + INT8_SUFFIX
-    elif remote_drafter or (ns.drafter is None and ns.target == "mock"):
-        ns.drafter = "mock"  # with --drafter-at, a placeholder: no drafter starts here
-    elif ns.drafter is None or ns.target is None:
-        parser.error("--target and --drafter go together (or give neither for the embedded default pair)")
-    pool = _pool(parser, ns, embedded, notes)
-    if ns.max_new_tokens is None:
-        ns.max_new_tokens = DecodeConfig().max_new_tokens
-        if embedded and mode == "decode":
-            ns.max_new_tokens = EMBEDDED_MAX_NEW_TOKENS
-            notes.append(f"embedded default: {EMBEDDED_MAX_NEW_TOKENS} new tokens per decode; "
-                         f"--max-new-tokens changes it")
-    if mode == "decode" and embedded and not ns.prompt and not ns.prompts:
-        ns.prompt = list(BUILTIN[:EMBEDDED_PROMPTS])
+    pool = _pair_defaults(parser, ns, mode, notes)
     env = {"target": {}, "drafter": {}}
     devices = _devices(parser, ns, env)
-    if any(d.startswith("cuda") for d in devices.values()):
-        from models.cuda_env import CudaUnavailable, require_cuda_in_child
-
-        try:  # in a child: CUDA's threads in this process would make the preexec_fn forks below unsafe
-            require_cuda_in_child(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
-        except CudaUnavailable as e:
-            parser.error(str(e))
     models = _models(parser, ns, devices, env)
     _check_kv_memory(parser, models, remote_drafter)
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
@@ -184,6 +160,32 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str], mode: str) -> argpa
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return ns
+
+
+def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode: str,
+                   notes: list[str]) -> PoolConfig:
+    """The pair's models (the embedded default pair when none is named), and what goes with the embedded
+    pair: its smaller pool, output limit and built-in prompts (each said in `notes`) -> the pool."""
+    remote_drafter = bool(ns.drafter_at)
+    if remote_drafter and ns.drafter is not None:
+        parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
+    embedded = ns.target is None and ns.drafter is None
+    if embedded:
+        ns.target, ns.drafter = EMBEDDED, EMBEDDED + INT8_SUFFIX
+    elif remote_drafter or (ns.drafter is None and ns.target == "mock"):
+        ns.drafter = "mock"  # with --drafter-at, a placeholder: no drafter starts here
+    elif ns.drafter is None or ns.target is None:
+        parser.error("--target and --drafter go together (or give neither for the embedded default pair)")
+    pool = _pool(parser, ns, embedded, notes)
+    if ns.max_new_tokens is None:
+        ns.max_new_tokens = DecodeConfig().max_new_tokens
+        if embedded and mode == "decode":
+            ns.max_new_tokens = EMBEDDED_MAX_NEW_TOKENS
+            notes.append(f"embedded default: {EMBEDDED_MAX_NEW_TOKENS} new tokens per decode; "
+                         f"--max-new-tokens changes it")
+    if mode == "decode" and embedded and not ns.prompt and not ns.prompts:
+        ns.prompt = list(BUILTIN[:EMBEDDED_PROMPTS])
+    return pool
 
 
 def _check_prompts(parser: argparse.ArgumentParser, run: RunOptions | SweepOptions) -> None:
@@ -257,6 +259,13 @@ def _devices(parser: argparse.ArgumentParser, ns: argparse.Namespace, env: dict)
         for role, gpu in zip(("target", "drafter"), (gpus[0], gpus[-1])):
             env[role]["CUDA_VISIBLE_DEVICES"] = visible[int(gpu)] if visible else gpu
             devices[role] = "cuda:0"
+    if any(d.startswith("cuda") for d in devices.values()):
+        from models.cuda_env import CudaUnavailable, require_cuda_in_child
+
+        try:  # in a child: CUDA's threads in this process would make the preexec_fn forks below unsafe
+            require_cuda_in_child(f"--gpus {ns.gpus}" if ns.gpus is not None else "a CUDA device")
+        except CudaUnavailable as e:
+            parser.error(str(e))
     return devices
 
 

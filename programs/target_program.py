@@ -12,8 +12,10 @@ import argparse
 import dataclasses
 import json
 import logging
+import queue
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import TextIO
 from dataclasses import dataclass
@@ -118,46 +120,92 @@ def main(argv: list[str] | None = None) -> int:
     return run_program(body, flags_of(parser))
 
 
+class Cancelled(Exception):
+    """A request the caller gave up on: its decode stops at its next round."""
+
+
+class Inbox:
+    """The request lines of --serve, read on a thread of their own so that a cancel ({"cancel": N}: stop
+    request N and any before it) takes effect while a decode runs; other lines are handed on in order."""
+
+    def __init__(self, requests: TextIO) -> None:
+        self.upto = 0  # requests numbered up to this one are cancelled
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, args=(requests,), name="specpair-requests", daemon=True).start()
+
+    def _read(self, requests: TextIO) -> None:
+        for line in requests:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                said = None
+            if isinstance(said, dict) and said.keys() == {"cancel"} and isinstance(said["cancel"], int):
+                self.upto = max(self.upto, said["cancel"])
+            else:
+                self._lines.put(line)
+        self._lines.put(None)  # the end of the requests
+
+    def __iter__(self) -> Iterator[str]:
+        while (line := self._lines.get()) is not None:
+            yield line
+
+    def cancelled(self, number) -> bool:
+        return isinstance(number, int) and number <= self.upto
+
+
 def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
     """The Python API's target process: one JSON request per line ({"request", "id", "category", "turns",
     "config"}), answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}, each
-    carrying the request's number, so that the caller can tell the answers of a request it gave up on (an
-    interrupt) from those of the next; the first line says the session is ready. Ends at the end of the
-    requests."""
+    carrying the request's number, so that the caller can tell the answers of a request it gave up on from
+    those of the next; the first line says the session is ready. A line {"cancel": N} stops request N at its
+    next round ({"kind": "cancelled"}, then "done"), so that the next request starts at once. Ends at the end
+    of the requests."""
     def say(line: dict, number) -> None:
         answers.write(json.dumps({**line, "request": number}) + "\n")
         answers.flush()
 
     say({"kind": "ready", "models": session.models}, None)
-    for line in requests:
+    inbox = Inbox(requests)
+    for line in inbox:
         number = None
         try:
             request = json.loads(line)
             number = request.get("request") if isinstance(request, dict) else None
             streamed = (lambda chunk: say({"kind": "tokens", **chunk}, number)) if request.get("stream") else None
-            for record in request_records(session, request, streamed):
+            for record in request_records(session, request, streamed, lambda: inbox.cancelled(number)):
                 say(record, number)
-        except (InputError, ValueError, KeyError, TypeError) as e:  # a bad request; the session goes on
+        except Cancelled:
+            say({"kind": "cancelled"}, number)
+        except (InputError, ValueError, KeyError, TypeError, AttributeError) as e:  # a bad request; serving goes on
             say({"kind": "error", "input": isinstance(e, InputError), "message": f"{type(e).__name__}: {e}"},
                 number)
             continue
         say({"kind": "done"}, number)
 
 
-def request_records(session: Session, request: dict, on_text: Callable[[dict], None] | None = None
-                    ) -> Iterator[dict]:
+def request_records(session: Session, request: dict, on_text: Callable[[dict], None] | None = None,
+                    cancelled: Callable[[], bool] | None = None) -> Iterator[dict]:
     """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
     "context": token ids or chat messages}), in the target process or in the caller's; `on_text` gets
-    {"tokens", "text"} as each round commits tokens (streaming: TextStream's chunks)."""
+    {"tokens", "text"} as each round commits tokens (streaming: TextStream's chunks); once `cancelled()`
+    says so, the decode raises Cancelled at its next round (or before it starts)."""
     config = DecodeConfig(**request["config"])
     stream = TextStream(session.tokenizer, config)
-    on_tokens = None if on_text is None else (lambda tokens: on_text(stream.add(tokens)))
+
+    def on_tokens(tokens: list[int]) -> None:
+        if cancelled is not None and cancelled():
+            raise Cancelled
+        if on_text is not None:
+            on_text(stream.add(tokens))
+    if cancelled is not None and cancelled():
+        raise Cancelled
+    given = on_tokens if on_text is not None or cancelled is not None else None
     if "context" in request:
         records = [decode_context(session, request["context"], config, prompt_id=str(request["id"]),
-                                  category=str(request["category"]), on_tokens=on_tokens)]
+                                  category=str(request["category"]), on_tokens=given)]
     else:
         prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
-        records = decode_conversation(session, prompt, config, on_tokens=on_tokens)
+        records = decode_conversation(session, prompt, config, on_tokens=given)
     for record in records:
         if on_text is not None and (rest := stream.rest(record["text"])):
             on_text(rest)

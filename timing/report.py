@@ -179,6 +179,25 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         cells += [_ms(st.phase_median(p)) for p in PHASES]
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
+    out += _round_tables(s)
+    if s.gains:
+        out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts | caution |", "|---|---|---|---|---|"]
+        for (a, b), g in s.gains.items():
+            flags = ", ".join(c.kind for c in s.cautions if c.concerns((a, b))) or "—"
+            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{_pct(g.gain)} | {_interval(g)} | {g.n_prompts} | "
+                       f"{flags} |")
+        out.append("")
+    elif len(s.decoders) > 1:
+        out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
+    out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
+            "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
+    return out
+
+
+def _round_tables(s: Setting) -> list[str]:
+    """The setting's tables of what rounds did beyond the speeds: budget auto's choices, drafting ahead's hits
+    and cut pools' depths, each where a decoder used it."""
+    out: list[str] = []
     auto = {d: st for d, st in s.decoders.items() if "auto" in st.budgets}
     if auto:
         sizes = sorted({b for st in auto.values() for b in st.budget_shares()})
@@ -202,17 +221,6 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
                 "pool when its root pass was done).", "", "| decoder | rounds | mean pool depth |", "|---|---|---|"]
         out += [f"| {d} | {c['cut_rounds']} | {c['pool_depth_mean']:.2f} |" for d, c in cut.items()]
         out.append("")
-    if s.gains:
-        out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts | caution |", "|---|---|---|---|---|"]
-        for (a, b), g in s.gains.items():
-            flags = ", ".join(c.kind for c in s.cautions if c.concerns((a, b))) or "—"
-            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{_pct(g.gain)} | {_interval(g)} | {g.n_prompts} | "
-                       f"{flags} |")
-        out.append("")
-    elif len(s.decoders) > 1:
-        out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
-    out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
-            "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
     return out
 
 

@@ -1,13 +1,16 @@
-"""The Python API: a pair started, used and shut down from a script, with the command line's records."""
+"""The Python API: a pair started, used and shut down from a script, with outputs shaped like vLLM's that
+carry the command line's records."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 
 import pytest
 
+from evaluation.output import DecodeOutput
 from launch.api import Pair
 from models.mock import MockModel
 from models.tokenizers import MockTokenizer
@@ -21,23 +24,42 @@ def pair():
         yield p
 
 
-def test_a_decode_gives_the_command_lines_record_with_the_targets_greedy_output(pair, greedy, make_record):
-    record = pair.decode("Once upon a time", decoder="draft", max_new_tokens=20)
-    assert record.keys() == make_record("p", "ar").keys() - {"warmup"}
+def test_a_decode_gives_an_output_shaped_like_vllms_with_the_command_lines_record(pair, greedy, make_record):
+    out = pair.decode("Once upon a time", decoder="draft", max_new_tokens=20)
     tokenizer = MockTokenizer(64)
-    assert record["token_ids"] == greedy(MockModel(64, 0), tokenizer.prompt_ids("Once upon a time"), 20)
+    assert out.prompt_token_ids == tokenizer.prompt_ids("Once upon a time")
+    assert out.token_ids == greedy(MockModel(64, 0), out.prompt_token_ids, 20)
+    assert (out.finish_reason, out.stop_reason, out.decoder, out.turn) == ("length", None, "draft", 0)
+    assert out.text == tokenizer.decode(out.token_ids) and out.prompt == tokenizer.decode(out.prompt_token_ids)
+    m = out.metrics
+    assert m.seconds > 0 and m.rounds == len(m.accept_lengths) and sum(m.accept_lengths) >= 20
+    assert m.tau == pytest.approx(sum(m.accept_lengths) / m.rounds) and m.acceptance and m.mean_tree_size == 8
+    assert out.record.keys() == make_record("p", "ar").keys() - {"warmup"}
+    assert DecodeOutput.of(json.loads(json.dumps(out.record))) == out  # serialisable as the record schema
     assert pair.models["drafter"]["model"] == "mock"
 
 
+def test_a_list_of_prompts_decodes_each_with_one_bar(pair, capsys):
+    prompts = ["a b c", [5, 9, 17], [{"role": "user", "content": "Why?"}]]
+    outs = pair.decode(prompts, decoder="ar", max_new_tokens=6)
+    assert [o.token_ids for o in outs] == [pair.decode(p, decoder="ar", max_new_tokens=6).token_ids for p in prompts]
+    assert "3/3" in capsys.readouterr().err  # the bar, on stderr
+    pair.decode(["x", "y"], decoder="ar", max_new_tokens=2, use_tqdm=False)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(InputError, match="^`prompt_id` names one prompt"):
+        pair.decode(["x", "y"], prompt_id="mine")
+
+
 def test_a_conversation_gives_a_record_per_turn(pair):
-    records = pair.chat(["Hello", "And then?"], "root", max_new_tokens=8)
-    assert [r["turn"] for r in records] == [0, 1] and records[1]["prompt_tokens"] > records[0]["prompt_tokens"]
+    outs = pair.chat(["Hello", "And then?"], "root", max_new_tokens=8)
+    assert [o.turn for o in outs] == [0, 1] and len(outs[1].prompt_token_ids) > len(outs[0].prompt_token_ids)
 
 
 def test_many_prompts_and_their_summary(pair):
-    records = pair.decode_many(["a b c", "d e f"], decoders=["ar", "root-draw"], max_new_tokens=12)
-    assert [(r["decoder"]) for r in records] == ["ar", "root-draw"] * 2
-    summary = pair.summarize(records)
+    outs = pair.decode_many(["a b c", "d e f"], decoders=["ar", "root-draw"], max_new_tokens=12)
+    assert [o.decoder for o in outs] == ["ar", "root-draw"] * 2
+    assert pair.summarize([o.record for o in outs]) == pair.summarize(outs)
+    summary = pair.summarize(outs)
     assert set(summary["decoders"]) == {"ar", "root-draw"} and set(summary["gains"]) == {"root-draw/ar"}
 
 
@@ -59,12 +81,12 @@ def test_a_target_in_its_own_process_gives_the_same_records(pair):
         there = remote.decode("Once upon a time", **settings)
         with pytest.raises(ConfigError):
             remote.decode("x", budget=0)
-        assert remote.decode("x", max_new_tokens=4)["new_tokens"] == 4  # still serving after a refusal
+        assert len(remote.decode("x", max_new_tokens=4).token_ids) == 4  # still serving after a refusal
         ids = [5, 9, 17, 3]
-        assert remote.decode(ids, max_new_tokens=8)["token_ids"] == pair.decode(ids, max_new_tokens=8)["token_ids"]
+        assert remote.decode(ids, max_new_tokens=8).token_ids == pair.decode(ids, max_new_tokens=8).token_ids
         with pytest.raises(InputError, match="outside the vocabulary"):
             remote.decode([64], max_new_tokens=4)
-    assert there["token_ids"] == here["token_ids"] and there.keys() == here.keys()
+    assert there.token_ids == here.token_ids and there.record.keys() == here.record.keys()
 
 
 def test_a_drafter_that_cannot_load_is_reported_at_once():
@@ -84,13 +106,13 @@ def test_importing_the_api_changes_nothing_process_wide():
 
 
 def test_one_decoder_may_be_named_as_a_string(pair):
-    records = pair.decode_many(["a b c"], decoders="ar", max_new_tokens=4)
-    assert [r["decoder"] for r in records] == ["ar"]
-    assert [r["decoder"] for r in pair.decode_many("a b", decoders="ar,draft", max_new_tokens=4)] == ["ar", "draft"]
+    outs = pair.decode_many(["a b c"], decoders="ar", max_new_tokens=4)
+    assert [o.decoder for o in outs] == ["ar"]
+    assert [o.decoder for o in pair.decode_many("a b", decoders="ar,draft", max_new_tokens=4)] == ["ar", "draft"]
 
 
 def test_summaries_of_no_records_or_of_several_settings_say_what_to_do(pair, make_record):
-    with pytest.raises(InputError, match="^`records` is empty"):
+    with pytest.raises(InputError, match="^`outputs` is empty"):
         pair.summarize([])
     records = [make_record(p, d, t) for t in (0.0, 1.0) for p in ("a", "b") for d in ("ar", "draft")]
     with pytest.raises(InputError, match=r"several matching settings \(temperature=0, budget=8; temperature=1, "):
@@ -114,12 +136,12 @@ def test_token_ids_and_chat_messages_are_prompts_too(pair, greedy):
     tokenizer = MockTokenizer(64)
     ids = [5, 9, 17, 3]
     record = pair.decode(ids, decoder="draft", max_new_tokens=12)
-    assert record["token_ids"] == greedy(MockModel(64, 0), ids, 12) and record["prompt_tokens"] == 4
+    assert record.token_ids == greedy(MockModel(64, 0), ids, 12) and record.prompt_token_ids == ids
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}]
     record = pair.decode(messages, decoder="root-draw", max_new_tokens=12)
     context = tokenizer.message_ids(messages)
-    assert record["token_ids"] == greedy(MockModel(64, 0), context, 12)
-    assert record["prompt_tokens"] == len(context) > len(tokenizer.prompt_ids("Why?"))
+    assert record.token_ids == greedy(MockModel(64, 0), context, 12)
+    assert record.prompt_token_ids == context and len(context) > len(tokenizer.prompt_ids("Why?"))
 
 
 @pytest.mark.parametrize("prompt, message", [
@@ -133,17 +155,17 @@ def test_bad_prompts_are_refused_naming_the_problem(pair, prompt, message):
 
 
 def check_stream(pair) -> None:
-    """A stream's tokens and text add up to its record's; leaving one early leaves the pair answering right."""
+    """A stream's tokens and text add up to its output's; leaving one early leaves the pair answering right."""
     chunks = list(pair.stream("Once upon a time", decoder="root-draw", max_new_tokens=40))
-    *rounds, record = chunks
-    assert record["kind"] == "decode" and rounds and all(c["kind"] == "tokens" for c in rounds)
-    assert [t for c in rounds for t in c["tokens"]] == record["token_ids"]
-    assert "".join(c["text"] for c in rounds) == record["text"]
+    *rounds, last = chunks
+    assert last.finished and last.token_ids == [] and rounds and not any(c.finished for c in rounds)
+    assert [t for c in rounds for t in c.token_ids] == last.output.token_ids
+    assert "".join(c.text for c in rounds) == last.output.text
     expected = pair.decode("again", decoder="root-draw", max_new_tokens=16)
     stream = pair.stream("A long story", decoder="root-draw", max_new_tokens=400)
-    assert next(stream)["kind"] == "tokens"
+    assert not next(stream).finished
     stream.close()  # the reader leaves after the first round
-    assert pair.decode("again", decoder="root-draw", max_new_tokens=16)["token_ids"] == expected["token_ids"]
+    assert pair.decode("again", decoder="root-draw", max_new_tokens=16).token_ids == expected.token_ids
 
 
 def check_stops(pair) -> None:
@@ -152,24 +174,24 @@ def check_stops(pair) -> None:
     whole = pair.decode("Once upon a time", decoder="ar", max_new_tokens=40)
     tokenizer = MockTokenizer(64)  # its 64 ids wrap its alphabet: the text of the ids the mock target read
     prompt = tokenizer.decode(tokenizer.prompt_ids("Once upon a time"))
-    assert (whole["finish_reason"], whole["stop_reason"], whole["prompt"]) == ("length", None, prompt)
-    stop, token = whole["text"][12:15], whole["token_ids"][20]
-    cut, ids = whole["text"][: whole["text"].index(stop)], whole["token_ids"][: whole["token_ids"].index(token) + 1]
+    assert (whole.finish_reason, whole.stop_reason, whole.prompt) == ("length", None, prompt)
+    stop, token = whole.text[12:15], whole.token_ids[20]
+    cut, ids = whole.text[: whole.text.index(stop)], whole.token_ids[: whole.token_ids.index(token) + 1]
     settings = dict(max_new_tokens=40, stop=stop)
     by_string = [pair.decode("Once upon a time", decoder="draft", **settings),
                  *pair.decode_many(["Once upon a time"], decoders="root-draw,pearl", **settings)]
     chunks = list(pair.stream("Once upon a time", decoder="root", **settings))
-    by_string.append(chunks[-1])
-    assert all((r["text"], r["finish_reason"], r["stop_reason"]) == (cut, "stop", stop) for r in by_string)
-    assert "".join(c["text"] for c in chunks[:-1]) == cut
-    assert all(stop not in "".join(c["text"] for c in chunks[: i + 1]) for i in range(len(chunks) - 1))
+    by_string.append(chunks[-1].output)
+    assert all((o.text, o.finish_reason, o.stop_reason) == (cut, "stop", stop) for o in by_string)
+    assert "".join(c.text for c in chunks[:-1]) == cut
+    assert all(stop not in "".join(c.text for c in chunks[: i + 1]) for i in range(len(chunks) - 1))
     chunks = list(pair.stream("Once upon a time", decoder="root-draw", max_new_tokens=40, stop_token_ids=[token]))
-    record = chunks[-1]
-    assert (record["token_ids"], record["finish_reason"], record["stop_reason"]) == (ids, "stop", token)
-    assert "".join(c["text"] for c in chunks[:-1]) == record["text"] == whole["text"][: len(ids) - 1]
+    out = chunks[-1].output
+    assert (out.token_ids, out.finish_reason, out.stop_reason) == (ids, "stop", token)
+    assert "".join(c.text for c in chunks[:-1]) == out.text == whole.text[: len(ids) - 1]
 
 
-def test_a_stream_gives_each_rounds_tokens_then_the_record(pair):
+def test_a_stream_gives_each_rounds_tokens_then_the_output(pair):
     check_stream(pair)
 
 

@@ -52,8 +52,8 @@ def test_an_interrupted_decode_leaves_the_in_process_pair_answering_correctly():
         with pytest.raises(KeyboardInterrupt):
             pair.decode("long", decoder="root-draw", max_new_tokens=80)
         again = pair.decode("again", decoder="root-draw", max_new_tokens=16)
-        assert again["token_ids"] == expected["token_ids"] and again["prompt_id"] == expected["prompt_id"]
-        assert pair.decode("other", decoder="ar", max_new_tokens=8)["decoder"] == "ar"
+        assert again.token_ids == expected.token_ids and again.prompt_id == expected.prompt_id
+        assert pair.decode("other", decoder="ar", max_new_tokens=8).decoder == "ar"
         t0 = time.monotonic()
     assert time.monotonic() - t0 < 5  # the drafter exits on its Shutdown, not after close()'s wait
 
@@ -61,14 +61,41 @@ def test_an_interrupted_decode_leaves_the_in_process_pair_answering_correctly():
 def test_an_interrupted_decode_leaves_the_target_process_pair_answering_correctly():
     with Pair("mock", target_process=True) as pair:
         # A Ctrl-C while the second turn's reply is awaited: the rest of the request's lines are still to come.
-        _interrupted_in(pair, "_answer", 2)
+        _interrupted_in(pair._target, "_answer", 2)
         with pytest.raises(KeyboardInterrupt):
             pair.chat(["long"] * 6, decoder="root-draw", max_new_tokens=200)
-        records = [pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16) for i in range(2)]
-        for i, record in enumerate(records):
-            assert (record["decoder"], record["max_new_tokens"], record["turn"]) == ("ar", 16, 0)
-            assert record["prompt_id"] == pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16)["prompt_id"]
-        assert records[0]["prompt_id"] != records[1]["prompt_id"]
+        outs = [pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16) for i in range(2)]
+        for i, out in enumerate(outs):
+            assert (out.decoder, out.record["max_new_tokens"], out.turn) == ("ar", 16, 0)
+            assert out.prompt_id == pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16).prompt_id
+        assert outs[0].prompt_id != outs[1].prompt_id
+
+
+class Tee:
+    """A pipe's reader that keeps every line read."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.lines = stream, []
+
+    def readline(self) -> str:
+        line = self.stream.readline()
+        self.lines.append(line)
+        return line
+
+
+def test_an_interrupted_request_stops_in_the_target_process_so_the_next_starts_at_once():
+    import json
+
+    with Pair("mock", target_process=True) as pair:
+        tee = pair._target.proc.stdout = Tee(pair._target.proc.stdout)
+        _interrupted_in(pair._target, "_answer", 1)  # a Ctrl-C as the caller starts waiting for the record
+        with pytest.raises(KeyboardInterrupt):
+            pair.decode("a long story", decoder="root-draw", max_new_tokens=1800)
+        out = pair.decode("short", decoder="ar", max_new_tokens=4)
+        assert len(out.token_ids) == 4
+        answers = [json.loads(line) for line in tee.lines]
+        first = [a["kind"] for a in answers if a.get("request") == 1]
+        assert first == ["cancelled", "done"]  # stopped at its next round: no record of 1,800 tokens was made
 
 
 def test_a_closed_pair_says_so():
