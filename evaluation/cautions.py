@@ -96,7 +96,7 @@ def load(decoders: dict) -> Caution | None:
     if peak <= cpus + PAIR_THREADS:
         return None
     total = sum(st.decodes for st in decoders.values() if st.load is not None)
-    return Caution("load", f"ran under load: the machine's load average reached {peak:.1f} on {cpus} CPUs (the "
+    return Caution("load", f"the machine's load average reached {peak:.1f} on {cpus} CPUs (the "
                            f"pair alone keeps at most {cpus + PAIR_THREADS} busy) in {busy} of {total} decodes: "
                            f"other work took cores from the decoders, unevenly")
 

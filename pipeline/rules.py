@@ -46,6 +46,8 @@ class Rule:
     #                                                 recorded round (the drawn X1 counts as accepted)
     covers: bool = False  # walks its tree with sampled-leaf stopping: a leaf drawn is the continuation, and the
     #                       row its pass scored there is the next round's root row (pipeline.decode's covering flow)
+    draw_in_tree: bool = False  # its tree always holds the target's draw X1: every tree round accepts a node at
+    #                             depth 1 by construction
 
 
 def _root(pool: Pool, budget: int, root: RootDraw) -> Tree:
@@ -72,12 +74,14 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "wait for the pool, keep the B candidates of highest cumulative draft log-prob, verify root and tree "
          "in one pass", value_draft),
     Rule("pearl", lambda pool, budget, x: select_pearl(pool, budget, x.token), True, ("draft",),
-         "root pass while drafting; draw X1; keep the part of draft's tree beneath X1 (or X1 alone)", value_pearl),
+         "root pass while drafting; draw X1; keep the part of draft's tree beneath X1 (or X1 alone)", value_pearl,
+         draw_in_tree=True),
     Rule("pearl-top1", lambda pool, budget, x: select_pearl_top1(pool, budget, x.token), True, ("draft",),
          "as pearl, but the drafter commits to its most probable first token; a different draw is verified "
-         "alone", value_pearl_top1),
+         "alone", value_pearl_top1, draw_in_tree=True),
     Rule("root-draw", lambda pool, budget, x: select_root_draw(pool, budget, x.token), True, ("draft", "pearl"),
-         "root pass while drafting; X1 plus its B-1 highest-ranked pool descendants", value_root_draw),
+         "root pass while drafting; X1 plus its B-1 highest-ranked pool descendants", value_root_draw,
+         draw_in_tree=True),
     Rule("root", _root, True, ("draft",),
          "root pass while drafting; rank the pool with the root row's probabilities in place of the first "
          "draft factor", value_root),

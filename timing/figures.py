@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from evaluation.summary import DecoderStats, Setting
-from pipeline.rules import SPECULATIVE
+from pipeline.rules import RULES, SPECULATIVE
 
 ROUND_KINDS = ("tree", "plain")
 
@@ -35,6 +35,33 @@ def decoder_values(settings: Sequence[Setting], metric: str) -> dict[str, np.nda
             if st.seconds.sum() > 0:
                 out[d][i] = st.speed if metric == "speed" else st.rounds.tau
     return out
+
+
+def plain_only(settings: Sequence[Setting]) -> dict[str, np.ndarray]:
+    """{decoder: (len(settings),) bool}: where it ran plain rounds only, so that its τ is 1 by construction."""
+    names = list(dict.fromkeys(d for s in settings for d in s.decoders))
+    return {d: np.array([d in s.decoders and plain_rounds_only(s.decoders[d]) for s in settings]) for d in names}
+
+
+def plain_rounds_only(stats: DecoderStats) -> bool:
+    return len(stats.chosen) > 0 and not stats.chosen.any()
+
+
+def gain_marks(s: Setting) -> dict[tuple[str, str], str]:
+    """(a, b) -> the kinds of the cautions that concern that gain, comma-separated ("" for none)."""
+    return {pair: ", ".join(c.kind for c in s.cautions if c.concerns(pair)) for pair in s.gains}
+
+
+def by_construction(decoder: str) -> bool:
+    """Whether every tree round of `decoder` accepts a node at depth 1 by construction (its tree holds the
+    target's own draw X1)."""
+    return decoder in RULES and RULES[decoder].draw_in_tree
+
+
+def informative(panels: list) -> list:
+    """The panels of tree sizes that say something: those where some series verified a tree (a panel whose
+    every series ran plain rounds only is one bar at 0 each, which the budget shares' table says already)."""
+    return [(title, series) for title, series in panels if any(st.tree_sizes.any() for _, st in series)]
 
 
 def tree_rounds(stats: DecoderStats) -> np.ndarray:

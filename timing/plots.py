@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from evaluation.stats import MIN_INTERVAL_PROMPTS  # noqa: E402
 from evaluation.summary import Setting, median_rounds  # noqa: E402
 from pipeline.result import PHASES  # noqa: E402
 from pipeline.rules import DECODERS  # noqa: E402
@@ -27,31 +28,41 @@ DECODER_COLORS = {d: plt.get_cmap("tab10")(i) for i, d in enumerate(DECODERS)}
 
 
 def plot_gains(settings: Sequence[Setting], path: Path, confidence: float = 0.95) -> bool:
-    """A panel per comparison: its gain at each setting with the interval -> False when no setting has a gain."""
+    """A panel per comparison: its gain at each setting, with its interval where there is one (from
+    MIN_INTERVAL_PROMPTS prompts on) and an open marker where there is none; a gain a caution concerns
+    (evaluation.cautions: the same work, spread timings, load) is a cross, its caution named under it
+    -> False when no setting has a gain."""
     shown = [s for s in settings if s.gains]
     if not shown:
         return False
     pairs = list(dict.fromkeys(p for s in shown for p in s.gains))
-    fig, axes = _panel_grid(len(pairs), max(4.0, 0.9 * len(shown) + 1.2), 3.4)
+    fig, axes = _panel_grid(len(pairs), max(4.0, 1.2 * len(shown) + 1.2), 3.9)
     for ax, pair in zip(axes.flat, pairs):
-        xs, ys, lo, hi, ticks = [], [], [], [], []
-        for s in shown:
-            if pair in s.gains:
-                g = s.gains[pair]
-                xs.append(len(xs))
-                ys.append(100 * g.gain)
-                lo.append(100 * (g.gain - g.low) if g.has_interval else 0.0)  # too few prompts: no bar
-                hi.append(100 * (g.high - g.gain) if g.has_interval else 0.0)
-                ticks.append(f"T={s.temperature:g}\nB={s.budget}\n{g.n_prompts} prompts")
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, color=DECODER_COLORS.get(pair[0]))
+        points = [(s, s.gains[pair], figures.gain_marks(s)[pair]) for s in shown if pair in s.gains]
+        for x, (s, g, marks) in enumerate(points):
+            color = "#8c8c8c" if marks else DECODER_COLORS.get(pair[0])
+            if g.has_interval:
+                ax.errorbar([x], [100 * g.gain], yerr=[[100 * (g.gain - g.low)], [100 * (g.high - g.gain)]],
+                            fmt="none", capsize=4, color=color)
+            ax.plot([x], [100 * g.gain], "x" if marks else "o", color=color, markersize=7,
+                    markerfacecolor=color if g.has_interval else "white")
         ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_xticks(xs, ticks, fontsize="x-small")
-        ax.set_xlim(-0.6, len(xs) - 0.4)
+        ax.set_xticks(range(len(points)), [_gain_tick(s, g, marks) for s, g, marks in points], fontsize="x-small")
+        ax.set_xlim(-0.6, len(points) - 0.4)
         ax.set_title(f"{pair[0]} over {pair[1]}", fontsize="medium")
-        ax.set_ylabel(f"speed gain (%), {confidence:.0%} interval", fontsize="small")
+        ax.set_ylabel("speed gain (%)", fontsize="small")
         ax.grid(axis="y", alpha=0.3)
     _hide_unused(axes, len(pairs))
-    return _save(fig, path)
+    fig.text(0.5, 0.005, f"bars: {confidence:.0%} paired bootstrap interval over prompts; open circle: fewer than "
+             f"{MIN_INTERVAL_PROMPTS} prompts, no interval; ×: a caution of report.md says the gain measures the "
+             f"machine", ha="center", va="bottom", fontsize="x-small")
+    return _save(fig, path, bottom=0.06)
+
+
+def _gain_tick(s: Setting, g, marks: str) -> str:
+    lines = [f"T={s.temperature:g} B={s.budget}", f"{g.n_prompts} prompts"] + ([] if g.has_interval else
+                                                                               ["no interval"])
+    return "\n".join(lines + [f"⚠ {m}" for m in marks.split(", ") if m])
 
 
 def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int = 3) -> bool:
@@ -106,8 +117,8 @@ def _phase_legend(fig, names: Sequence[str]) -> None:
                ncol=4, fontsize="x-small", frameon=False)
 
 
-def _save(fig, path: Path, top: float = 1.0) -> bool:
-    fig.tight_layout(rect=(0, 0, 1, top))
+def _save(fig, path: Path, top: float = 1.0, bottom: float = 0.0) -> bool:
+    fig.tight_layout(rect=(0, bottom, 1, top))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
@@ -115,43 +126,57 @@ def _save(fig, path: Path, top: float = 1.0) -> bool:
 
 def plot_speed(panels, path: Path) -> bool:
     """Speed (tok/s) and τ (tokens per round) by decoder: a row per panel of timing.figures' speed panels,
-    bars per decoder in each group -> False with no panel."""
+    bars per decoder in each group, hatched where τ is 1 by construction (plain rounds only), a group marked
+    ⚠ where a caution concerns its gains -> False with no panel. Speeds are summed tokens over summed
+    seconds and carry no interval: the gains' intervals are in gains.png."""
     if not panels:
         return False
     groups = max(len(g) for _, g in panels)
     names = list(dict.fromkeys(d for _, g in panels for _, s in g for d in s.decoders))
     width = max(4.0, 0.35 * groups * len(names) + 1.5)
-    fig, axes = plt.subplots(len(panels), 2, figsize=(2 * width, 2.9 * len(panels) + 0.4), squeeze=False)
+    height = 2.9 * len(panels) + 0.85
+    fig, axes = plt.subplots(len(panels), 2, figsize=(2 * width, height), squeeze=False)
     for (title, g), row in zip(panels, axes):
+        settings = [s for _, s in g]
+        labels = [label + (" ⚠" if s.cautions else "") for label, s in g]
         for ax, metric, unit in zip(row, ("speed", "tau"), ("tokens per second", "τ, tokens per round")):
-            values = figures.decoder_values([s for _, s in g], metric)
-            _grouped_bars(ax, [label for label, _ in g], values)
+            values = figures.decoder_values(settings, metric)
+            _grouped_bars(ax, labels, values, figures.plain_only(settings) if metric == "tau" else None)
             ax.set_ylabel(unit, fontsize="small")
             ax.set_title(f"{title}: {'speed' if metric == 'speed' else 'τ'}", fontsize="medium")
     _decoder_legend(fig, names)
-    return _save(fig, path, 1 - 0.4 / (2.9 * len(panels) + 0.4))
+    fig.text(0.5, 0.005, "speed: summed tokens over summed seconds, no interval (the gains' are in gains.png)\n"
+             "hatched: τ = 1 by construction (plain rounds only); ⚠: a caution in report.md", ha="center",
+             va="bottom", fontsize="x-small")
+    return _save(fig, path, 1 - 0.4 / height, 0.45 / height)
 
 
 def plot_acceptance(panels, path: Path) -> bool:
-    """Per panel, each series' share of tree rounds that accepted at least d tree tokens against d."""
+    """Per panel, each series' share of tree rounds that accepted at least d tree tokens against d; an open
+    marker at d = 1 where that share is 100% by construction (a rule whose tree holds the target's draw)."""
     if not panels:
         return False
-    fig, axes = _panel_grid(len(panels), 4.2, 3.2)
+    fig, axes = _panel_grid(len(panels), 4.2, 3.4)
     for ax, (title, series) in zip(axes.flat, panels):
         depth = max(int(st.accepted[figures.tree_rounds(st)].max()) for _, st in series)
         d = np.arange(1, depth + 1)
         for label, st in series:
-            ax.plot(d, 100 * figures.acceptance_at_least(st, depth), marker="o", markersize=3, label=label,
-                    color=DECODER_COLORS.get(label))
+            share = 100 * figures.acceptance_at_least(st, depth)
+            (line,) = ax.plot(d, share, marker="o", markersize=3, label=label, color=DECODER_COLORS.get(label))
+            if figures.by_construction(st.decoder):
+                ax.plot(d[:1], share[:1], "o", markersize=8, color=line.get_color(), markerfacecolor="white")
         ax.set_xticks(d)
-        ax.set_ylim(0, 102)
+        ax.set_ylim(0, 105)
         ax.set_xlabel("d, tree tokens accepted (bonus token not counted)", fontsize="small")
         ax.set_ylabel("tree rounds accepting ≥ d (%)", fontsize="small")
         ax.set_title(title, fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
     _hide_unused(axes, len(panels))
-    return _save(fig, path)
+    if any(figures.by_construction(st.decoder) for _, series in panels for _, st in series):
+        fig.text(0.5, 0.005, "open circle: 100% by construction (the tree holds the target's own draw X1, which "
+                 "every tree round accepts)", ha="center", va="bottom", fontsize="x-small")
+    return _save(fig, path, bottom=0.25 / (3.4 * -(-len(panels) // 3)))
 
 
 def plot_tree_sizes(panels, path: Path) -> bool:
@@ -164,7 +189,7 @@ def plot_tree_sizes(panels, path: Path) -> bool:
         sizes = sorted({k for sh in shares for k in sh})
         percent = {label: 100 * np.array([sh.get(k, 0.0) for k in sizes]) for (label, _), sh in zip(series, shares)}
         _grouped_bars(ax, [str(k) for k in sizes], percent)
-        ax.set_xlabel("tree size (nodes verified)", fontsize="small")
+        ax.set_xlabel("tree size (nodes verified; 0: a plain round or no tree pass)", fontsize="small")
         ax.set_ylabel("rounds (%)", fontsize="small")
         ax.set_title(title, fontsize="medium")
         ax.legend(fontsize="x-small")
@@ -202,12 +227,18 @@ def plot_phases(panels, path: Path) -> bool:
     return _save(fig, path, 1 - 0.6 / (sum(heights) + 0.6))
 
 
-def _grouped_bars(ax, groups: Sequence[str], values: dict[str, np.ndarray]) -> None:
-    """values: {series: (len(groups),)}, NaN where a group lacks the series."""
+def _grouped_bars(ax, groups: Sequence[str], values: dict[str, np.ndarray],
+                  hatched: dict[str, np.ndarray] | None = None) -> None:
+    """values: {series: (len(groups),)}, NaN where a group lacks the series; hatched: {series: (len(groups),)
+    bool}, the bars that hold by construction."""
     width = 0.8 / max(1, len(values))
     for j, (name, ys) in enumerate(values.items()):
         xs = np.arange(len(groups)) - 0.4 + width * (j + 0.5)
-        ax.bar(xs, np.nan_to_num(ys), width=width, label=name, color=DECODER_COLORS.get(name))
+        bars = ax.bar(xs, np.nan_to_num(ys), width=width, label=name, color=DECODER_COLORS.get(name))
+        for bar, mark in zip(bars, (hatched or {}).get(name, np.zeros(len(groups), bool))):
+            if mark:
+                bar.set_hatch("//")
+                bar.set_edgecolor("white")
     ax.set_xticks(range(len(groups)), groups, fontsize="x-small")
     ax.grid(axis="y", alpha=0.3)
 

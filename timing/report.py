@@ -73,16 +73,20 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
 
     cats = by_category
     wanted = [
-        ("gains.png", f"each comparison's speed gain per setting, with its {options.confidence:.0%} interval",
+        ("gains.png", f"each comparison's speed gain per setting, with its {options.confidence:.0%} interval where "
+                      f"enough prompts give one; a gain a caution concerns is a cross",
          lambda path: p.plot_gains(settings, path, options.confidence)),
         ("timeline.png", "the drafter's and the target's phases in the rounds nearest the median round time",
          lambda path: p.plot_timeline(settings, options.timeline_decoder, path)),
-        ("speed.png", "speed (tokens per second) and τ (tokens per round) by decoder, temperature and budget",
+        ("speed.png", "speed (tokens per second, no interval) and τ (tokens per round; hatched where 1 by "
+                      "construction) by decoder, temperature and budget",
          lambda path: p.plot_speed(f.speed_panels(settings), path)),
-        ("acceptance.png", "acceptance by depth: the share of tree rounds that accepted at least d tree tokens",
+        ("acceptance.png", "acceptance by depth: the share of tree rounds that accepted at least d tree tokens "
+                           "(open circle: 100% by construction)",
          lambda path: p.plot_acceptance(f.decoder_panels(settings, f.has_tree_rounds), path)),
-        ("tree_sizes.png", "under budget auto, the share of rounds at each tree size (0: a plain round)",
-         lambda path: p.plot_tree_sizes(f.decoder_panels(settings, f.ran_auto), path)),
+        ("tree_sizes.png", "under budget auto, the share of rounds at each tree size (0: a plain round), for the "
+                           "settings where some round verified a tree",
+         lambda path: p.plot_tree_sizes(f.informative(f.decoder_panels(settings, f.ran_auto)), path)),
         ("phases.png", "where a round's time goes: median ms per phase, tree and plain rounds apart",
          lambda path: p.plot_phases(f.decoder_panels(settings, f.has_rounds), path)),
     ]
@@ -93,7 +97,7 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
             ("acceptance_by_category.png", "acceptance by depth by prompt category, per setting and decoder",
              lambda path: p.plot_acceptance(f.category_panels(settings, cats, f.has_tree_rounds), path)),
             ("tree_sizes_by_category.png", "tree sizes under budget auto by prompt category",
-             lambda path: p.plot_tree_sizes(f.category_panels(settings, cats, f.ran_auto), path)),
+             lambda path: p.plot_tree_sizes(f.informative(f.category_panels(settings, cats, f.ran_auto)), path)),
             ("phases_by_category.png", "where a round's time goes by prompt category, per setting and decoder",
              lambda path: p.plot_phases(f.category_panels(settings, cats, f.has_rounds), path)),
         ]

@@ -67,3 +67,18 @@ def test_decode_config_takes_the_names_of_the_table_and_no_other(monkeypatch):
         DecodeConfig("half-draft")
     monkeypatch.setitem(RULES, "half-draft", Rule("half-draft", RULES["draft"].select, False, (), "a test row"))
     assert DecodeConfig("half-draft").decoder == "half-draft"  # a row added to the table is a decoder at once
+
+
+@pytest.mark.parametrize("decoder", SPECULATIVE)
+def test_a_rule_that_says_its_tree_holds_the_draw_accepts_depth_one_in_every_tree_round(decoder, mock_session):
+    session = mock_session()
+    accepted = []
+    for temperature in (0.0, 1.0):
+        for prompt in ([3, 5, 7], [11, 2], [40, 41, 42, 43]):
+            result = session.decode(prompt, DecodeConfig(decoder, temperature, 4, 40), f"{prompt}")
+            accepted += [r.accepted for r in result.rounds if r.budget > 0]  # tree rounds, as reports count them
+    assert accepted
+    if RULES[decoder].draw_in_tree:
+        assert min(accepted) >= 1
+    else:
+        assert min(accepted) == 0  # a draft that misses: the mock drafter's noise makes one

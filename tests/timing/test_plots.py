@@ -66,3 +66,22 @@ def test_the_report_names_each_written_plot_with_what_it_shows(fixed_run, tmp_pa
     for name, caption in written:
         assert f"- `{name}`: {caption}\n\n![{name}]({name})" in text
     assert "tree_sizes.png" not in text and text.count("![") == len(written)
+
+
+def test_a_setting_whose_every_decoder_ran_plain_draws_no_tree_sizes_and_marks_its_gains(make_record, tmp_path):
+    plain = dict(tree_sizes=(0, 0), accepted=(0, 0), budgets=(0, 0))
+    records = [make_record(f"p/{i}", d, budget="auto", tokens=8, seconds=1.0 + (d == "ar"), **plain)
+               for i in range(3) for d in ("ar", "root-draw")]
+    settings, _, written = draw(records, tmp_path)
+    assert "tree_sizes.png" not in {name for name, _ in written}  # one bar at 0 per decoder says nothing
+    from timing import figures
+
+    assert figures.gain_marks(settings[0]) == {("root-draw", "ar"): "same work"}
+    assert figures.plain_only(settings)["root-draw"].tolist() == [True]  # its τ of 1 holds by construction
+
+
+def test_only_the_rules_whose_tree_holds_the_draw_accept_depth_one_by_construction():
+    from timing.figures import by_construction
+
+    assert [d for d in ("ar", "draft", "pearl", "pearl-top1", "root-draw", "root") if by_construction(d)] == [
+        "pearl", "pearl-top1", "root-draw"]
