@@ -8,9 +8,11 @@ command lines from these classes through programs.cli, so each flag, default and
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 
 from evaluation.prompts import STRATA
+from evaluation.rounds_file import rounds_path
 from pipeline.config import ConfigError, check_int, check_seconds, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
@@ -103,6 +105,12 @@ class RunOptions:
     def __post_init__(self) -> None:
         check_decoders("decoders", self.decoders)
         check_int("num_seeds", self.num_seeds, 1)
+        if self.record_rounds:  # said before any process starts
+            if os.path.exists(self.record_rounds) and not os.path.isdir(self.record_rounds):
+                raise ConfigError("record_rounds", f"{self.record_rounds} is not a directory")
+            if (path := rounds_path(self.record_rounds, 1, 1)).exists():
+                raise ConfigError("record_rounds", f"{path} exists already; name an empty directory for this run's "
+                                                   f"rounds")
 
     @property
     def decoder_list(self) -> list[str]:

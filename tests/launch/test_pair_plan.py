@@ -304,3 +304,14 @@ def test_a_context_the_hosts_memory_cannot_hold_is_refused_before_any_process_st
     err = capsys.readouterr().err
     assert err == ("launch/pair.sh: error: --max-context 16384: the KV caches of 16384 slots take the target's "
                    "8.1 MiB and the drafter's 8.1 MiB, and this host has 3.0 MiB free; lower --max-context\n")
+
+
+def test_a_rounds_directory_that_cannot_take_this_runs_rounds_is_refused_before_any_process_starts(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "rounds.shard-1-of-1.bin").write_bytes(b"")
+    for given, said in (("file", "is not a directory"), ("", "rounds.shard-1-of-1.bin exists already")):
+        with pytest.raises(SystemExit) as exited:
+            plan(["--target", "mock", "--record-rounds", str(tmp_path / given)])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--record-rounds" in err and said in err
