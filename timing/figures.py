@@ -133,6 +133,13 @@ def has_tree_rounds(stats: DecoderStats) -> bool:
     return bool(tree_rounds(stats).any())
 
 
+def has_acceptance(stats: DecoderStats) -> bool:
+    """Tree rounds whose acceptance says something: not those of a rule whose trees all held the target's
+    draw alone (budget 1 of a draw rule), which accept it and nothing more by construction."""
+    tree = tree_rounds(stats)
+    return bool(tree.any()) and not (by_construction(stats.decoder) and stats.tree_sizes[tree].max() <= 1)
+
+
 def ran_auto(stats: DecoderStats) -> bool:
     """A decoder that may speculate, run with budget auto (`ar` under auto runs plain rounds only)."""
     return "auto" in stats.budgets and stats.decoder in SPECULATIVE

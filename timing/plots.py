@@ -162,7 +162,9 @@ def plot_acceptance(panels, path: Path) -> bool:
         d = np.arange(1, depth + 1)
         for label, st in series:
             share = 100 * figures.acceptance_at_least(st, depth)
-            (line,) = ax.plot(d, share, marker="o", markersize=3, label=label, color=DECODER_COLORS.get(label))
+            rounds = int(figures.tree_rounds(st).sum())
+            (line,) = ax.plot(d, share, marker="o", markersize=3, label=f"{label} ({rounds} tree rounds)",
+                              color=DECODER_COLORS.get(label))
             if figures.by_construction(st.decoder):
                 ax.plot(d[:1], share[:1], "o", markersize=8, color=line.get_color(), markerfacecolor="white")
         ax.set_xticks(d)

@@ -83,7 +83,7 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
          lambda path: p.plot_speed(f.speed_panels(settings), path)),
         ("acceptance.png", "acceptance by depth: the share of tree rounds that accepted at least d tree tokens "
                            "(open circle: 100% by construction)",
-         lambda path: p.plot_acceptance(f.decoder_panels(settings, f.has_tree_rounds), path)),
+         lambda path: p.plot_acceptance(f.decoder_panels(settings, f.has_acceptance), path)),
         ("tree_sizes.png", "under budget auto, the share of rounds at each tree size (0: a plain round), for the "
                            "settings where some round verified a tree",
          lambda path: p.plot_tree_sizes(f.informative(f.decoder_panels(settings, f.ran_auto)), path)),
@@ -95,7 +95,7 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
             ("speed_by_category.png", "speed and τ by prompt category, per setting",
              lambda path: p.plot_speed(f.category_speed_panels(settings, cats), path)),
             ("acceptance_by_category.png", "acceptance by depth by prompt category, per setting and decoder",
-             lambda path: p.plot_acceptance(f.category_panels(settings, cats, f.has_tree_rounds), path)),
+             lambda path: p.plot_acceptance(f.category_panels(settings, cats, f.has_acceptance), path)),
             ("tree_sizes_by_category.png", "tree sizes under budget auto by prompt category",
              lambda path: p.plot_tree_sizes(f.informative(f.category_panels(settings, cats, f.ran_auto)), path)),
             ("phases_by_category.png", "where a round's time goes by prompt category, per setting and decoder",

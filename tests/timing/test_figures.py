@@ -85,3 +85,13 @@ def test_panels_hold_only_what_has_the_plots_data(auto_run, make_record):
     assert [(t, [c for c, _ in series]) for t, series in by_cat] == [("T=0 B=auto, root-draw", ["qa", "rag"])]
     assert [t for t, _ in figures.category_speed_panels(settings, cats)] == ["T=0 B=8", "T=0 B=auto"]
     assert figures.decoder_panels(settings[:1], figures.ran_auto) == []
+
+
+def test_a_draw_rule_whose_trees_held_its_draw_alone_says_nothing_about_acceptance(make_record):
+    alone = [make_record(f"p/{i}", "root-draw", budget="auto", tree_sizes=(1, 1), accepted=(1, 1), budgets=(1, 1))
+             for i in range(2)]
+    st = analyse(alone, 0.0, "auto").decoders["root-draw"]
+    assert figures.has_tree_rounds(st) and not figures.has_acceptance(st)  # 100% at d = 1 by construction
+    single = [make_record(f"p/{i}", "draft", budget="auto", tree_sizes=(1, 1), accepted=(1, 0), budgets=(1, 1))
+              for i in range(2)]
+    assert figures.has_acceptance(analyse(single, 0.0, "auto").decoders["draft"])  # a draft can miss
