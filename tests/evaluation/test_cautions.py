@@ -29,7 +29,7 @@ def test_decoders_that_all_ran_plain_rounds_are_said_to_have_done_the_same_work(
                for d in ("ar", "draft", "root-draw")]
     for s in both(records):
         (caution,) = s.cautions
-        assert caution.kind == "same work" and caution.message.startswith("every decoder ran plain rounds only")
+        assert caution.kind == "same work" and caution.message.startswith("every decoder ran plain rounds (no tree")
         assert set(caution.pairs) == set(s.gains) and s.gains[("draft", "ar")].gain > 0.8  # a gain, flagged
         doc = as_json(s)
         assert doc["gains"]["draft/ar"]["cautions"] == ["same work"] and doc["cautions"][0]["kind"] == "same work"
@@ -42,6 +42,17 @@ def test_a_decoder_that_speculated_is_no_same_work(make_record):
     (caution,) = analyse(records, 0.0, "auto").cautions
     assert caution.pairs == (("root-draw", "ar"),) and caution.message.startswith("ar, root-draw ran plain")
     assert not caution.concerns(("draft", "ar"))
+
+
+def test_a_decoder_that_speculated_in_one_round_of_a_hundred_did_plain_decodings_work(make_record):
+    records = [plain(make_record, f"p/{i}", "ar") for i in range(3)]
+    records += [make_record(f"p/{i}", "draft", budget="auto", tree_sizes=(8,) + (0,) * (99 + i),
+                            accepted=(2,) + (0,) * (99 + i), budgets=(8,) + (0,) * (99 + i)) for i in range(3)]
+    (caution,) = analyse(records, 0.0, "auto").cautions
+    assert caution.pairs == (("draft", "ar"),)
+    records[3] = make_record("p/0", "draft", budget="auto", tree_sizes=(8, 8) + (0,) * 98,
+                             accepted=(2, 2) + (0,) * 98, budgets=(8, 8) + (0,) * 98)  # 2 of 100: speculation
+    assert analyse(records, 0.0, "auto").cautions == []
 
 
 def test_the_same_works_timings_spreading_beyond_the_limit_are_flagged(make_record):
