@@ -158,12 +158,13 @@ def plot_acceptance(panels, path: Path) -> bool:
         return False
     fig, axes = _panel_grid(len(panels), 4.2, 3.4)
     for ax, (title, series) in zip(axes.flat, panels):
-        depth = max(int(st.accepted[figures.tree_rounds(st)].max()) for _, st in series)
+        depth = max(1, *(int(st.accepted[figures.tree_rounds(st)].max()) for _, st in series))  # 0% shown at d = 1
         d = np.arange(1, depth + 1)
         for label, st in series:
             share = 100 * figures.acceptance_at_least(st, depth)
             rounds = int(figures.tree_rounds(st).sum())
-            (line,) = ax.plot(d, share, marker="o", markersize=3, label=f"{label} ({rounds} tree rounds)",
+            (line,) = ax.plot(d, share, marker="o", markersize=3,
+                              label=f"{label} ({rounds} tree round{'s' * (rounds != 1)})",
                               color=DECODER_COLORS.get(label))
             if figures.by_construction(st.decoder):
                 ax.plot(d[:1], share[:1], "o", markersize=8, color=line.get_color(), markerfacecolor="white")
