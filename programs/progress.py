@@ -4,6 +4,7 @@ terminal) the same said at the end of each decode's line."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from typing import TextIO
@@ -55,6 +56,18 @@ class Progress:
             return f"{self.done}/{self.total}"
         eta = (time.monotonic() - self._start) / self.done * left
         return f"{self.done}/{self.total}, about {_duration(eta)} left"
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux: /proc), or None where that cannot be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, clock ticks after boot
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - started / os.sysconf("SC_CLK_TCK"))
 
 
 def _duration(seconds: float) -> str:

@@ -34,7 +34,7 @@ from pipeline.settings import DecodeConfig
 from programs.cli import (Parser, add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of,
                           from_options, option_values, run_program, setup_logging)
 from programs.options import ConnectOptions, KeyOptions, RunOptions
-from programs.progress import Progress
+from programs.progress import Progress, process_age
 from target_proc.conversation import decode_context, decode_conversation
 from target_proc.recorder import RECORDING
 from target_proc.session import Session, open_session
@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             if emit:
                 emit(header)
             total = decode_count(prompts, run)
-            log.info("decoding: %s", plan_text(prompts, run, total))
+            age = process_age()
+            log.info("decoding: %s%s", plan_text(prompts, run, total),
+                     "" if age is None else f" (ready {age:.1f} s after this process started)")
             with _round_store(run, header) as rounds, Progress(total) as progress:
                 for record in run_decodes(session, prompts, run, rounds, progress):
                     first = first or record

@@ -41,3 +41,15 @@ def test_the_plan_counts_turns_decoders_and_seeds():
     run = RunOptions(decode=DecodeConfig(), decoders="ar,root-draw", num_seeds=2)
     assert decode_count(prompts, run) == 3 * 2 * 2
     assert plan_text(prompts, run, 12) == "2 prompts (3 turns) x 2 decoders x 2 seeds = 12 decodes"
+
+
+def test_a_process_knows_how_long_ago_it_started():
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(0.5); from programs.progress import process_age; print(process_age())"
+    from tests.processes.proc_tools import ROOT
+
+    age = float(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                               timeout=60).stdout)
+    assert 0.5 <= age < 60
