@@ -83,7 +83,8 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
             "ahead_seconds": list(ahead_seconds) if ahead_seconds is not None else [0.0] * n,
             "cut_pools": pool_depths is not None, "cut_weigh": False, "pool_depths": list(pool_depths) if pool_depths is not None else
             [3 if decoder != "ar" else 0] * n,
-            "drafter_window": 0, "load_average": list(load_average), "cpus": cpus, "finished": 0.0, "warmup": warmup,
+            "drafter_window": 0, "held_rows": [0] * n, "load_average": list(load_average), "cpus": cpus,
+            "finished": 0.0, "warmup": warmup,
             **({} if grid_budget is None else {"grid_budget": grid_budget})}
 
 
