@@ -168,7 +168,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         name = d if st.budgets == [s.budget] else f"{d} (cap {', '.join(map(str, st.budgets))})"
         rounds = st.round_seconds
         gain = s.gains.get((d, "ar"))
-        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {_interval(gain)}",
+        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {gain.interval_text()}",
                  f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
                  f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
                  " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
@@ -202,7 +202,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     if s.gains:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts |", "|---|---|---|---|"]
         for (a, b), g in s.gains.items():
-            out.append(f"| {a} over {b} | {_pct(g.gain)} | {_interval(g)} | {g.n_prompts} |")
+            out.append(f"| {a} over {b} | {_pct(g.gain)} | {g.interval_text()} | {g.n_prompts} |")
         out.append("")
     elif len(s.decoders) > 1:
         out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
@@ -232,11 +232,6 @@ def _phase_table(settings: Sequence[Setting], by_category: dict[str, list[Settin
 
 def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{1000 * seconds:.2f}"
-
-
-def _interval(g) -> str:
-    """A gain's interval, or, from fewer than MIN_INTERVAL_PROMPTS prompts, none (it would be about their range)."""
-    return f"[{_pct(g.low)}, {_pct(g.high)}]" if g.has_interval else f"none ({g.n_prompts} prompts)"
 
 
 def _pct(x: float) -> str:
