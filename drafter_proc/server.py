@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from drafter_proc.drafter import Abandoned, Drafter
-from drafter_proc.memory import device_of, free_bytes, gib, kv_bytes
+from models.memory import device_of, free_bytes, gib, kv_bytes
 from models.load import Loaded
 from pipeline.config import CapacityError, PoolConfig
 from pipeline.cut import NOW, WEIGH, LevelValues, reached

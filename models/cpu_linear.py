@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.free_memory import free_bytes
+from models.memory import free_bytes
 
 # Row classes: a pass of n rows uses the kernel tuned for the first class bound >= n, timed at that bound.
 # Passes of more rows (prefill chunks, the largest trees) run the stock kernel: there the kernels measured

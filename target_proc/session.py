@@ -84,7 +84,7 @@ def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientK
 def check_kv_memory(loaded, capacity: int) -> None:
     """CapacityError when the target's device cannot hold a KV cache of `capacity` slots (as the drafter
     checks a Hello's), instead of an allocator's traceback."""
-    from models.kv_memory import device_of, free_bytes, gib, kv_bytes
+    from models.memory import device_of, free_bytes, gib, kv_bytes
 
     device = device_of(loaded)
     need, free = kv_bytes(loaded, capacity), free_bytes(device)

@@ -14,7 +14,7 @@ from target_proc import session
 def test_a_cache_beyond_free_memory_is_a_capacity_error_naming_max_context(monkeypatch):
     loaded = load(ModelOptions(model="mock"), "target")
     session.check_kv_memory(loaded, 4096)  # a mock slot costs 64 bytes
-    monkeypatch.setattr("models.kv_memory.free_bytes", lambda device: 1000)
+    monkeypatch.setattr("models.memory.free_bytes", lambda device: 1000)
     with pytest.raises(CapacityError, match=r"the target cannot allocate a KV cache of 4096 slots: it needs "
                                             r"0.00 GiB and cpu has 0.00 GiB free \(lower `max_context`\)"):
         session.check_kv_memory(loaded, 4096)
