@@ -160,22 +160,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
            f"{len(s.prompt_ids)} of {s.prompts_seen} prompts have every decoder at this setting{seeds}.", ""]
     if not s.prompt_ids:
         return out
-    head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
-            "round ms"]
-    head += [f"{p} ms" for p in PHASES]
-    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for d, st in s.decoders.items():
-        name = d if st.budgets == [s.budget] else f"{d} (cap {', '.join(map(str, st.budgets))})"
-        rounds = st.round_seconds
-        gain = s.gains.get((d, "ar"))
-        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {gain.interval_text()}",
-                 f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
-                 f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
-                 " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
-                 f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
-        cells += [_ms(st.phase_median(p)) for p in PHASES]
-        out.append("| " + " | ".join(cells) + " |")
-    out.append("")
+    out += _decoder_table(s)
     auto = {d: st for d, st in s.decoders.items() if "auto" in st.budgets}
     if auto:
         sizes = sorted({b for st in auto.values() for b in st.budget_shares()})
@@ -209,6 +194,26 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
             "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
     return out
+
+
+def _decoder_table(s: Setting) -> list[str]:
+    """A setting's row per decoder: speed, its gain over ar, tokens, acceptance and round phases."""
+    head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
+            "round ms"]
+    head += [f"{p} ms" for p in PHASES]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d, st in s.decoders.items():
+        name = d if st.budgets == [s.budget] else f"{d} (cap {', '.join(map(str, st.budgets))})"
+        rounds = st.round_seconds
+        gain = s.gains.get((d, "ar"))
+        cells = [name, f"{st.speed:.1f}", "—" if gain is None else f"{_pct(gain.gain)} {gain.interval_text()}",
+                 f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
+                 f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
+                 " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
+                 f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
+        cells += [_ms(st.phase_median(p)) for p in PHASES]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def _phase_table(settings: Sequence[Setting], by_category: dict[str, list[Setting]]) -> list[str]:
