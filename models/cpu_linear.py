@@ -5,7 +5,7 @@ often faster for the few rows of a decoding pass: which one depends on the weigh
 the machine (on the default pair's 49152 x 576 output layer, a product with the weight stored transposed for
 one row, oneDNN's prepacked linear for several). So `tune` times the candidates on the model's own weights at
 load and keeps, per shape and row class, the fastest, where it beats the stock kernel clearly;
-`python -m timing.bench_linears` times the target's passes both ways. Every row of a pass comes from one
+`python -m bench.linears` times the target's passes both ways. Every row of a pass comes from one
 kernel; rounding differs from `F.linear` in the last bits, as it already does between BLAS paths for
 different row counts.
 

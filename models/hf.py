@@ -35,9 +35,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from models.options import CPU_BUCKETS, CUDA_BUCKETS
+
 ATTENTION = "specpair_static_tree"
-CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
-CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own bucket
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
 SLOT_ALIGN = 128  # physical cache slots are a multiple of this (SPAN_STEP divides it)

@@ -49,7 +49,15 @@ class Flags(dict):
         return re.sub(r"`(\w+)`", lambda m: self.get(m.group(1), m.group(0)), message)
 
 
-PARSERS = {"budget": parse_budget, "token_ids": parse_token_ids}  # option values of fields whose type is not one word
+def parse_ints(text: str) -> tuple[int, ...] | str:
+    """Integers as a command line spells them, comma-separated; text that is not such a list is handed on as it
+    is, for the field's own check to name."""
+    items = [item.strip() for item in text.split(",")]
+    return tuple(int(t) for t in items) if all(t.lstrip("-").isdigit() for t in items) else text
+
+
+# Option values of fields whose type is not one word
+PARSERS = {"budget": parse_budget, "token_ids": parse_token_ids, "ints": parse_ints}
 
 
 def flags_of(parser: argparse.ArgumentParser) -> Flags:
@@ -108,7 +116,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
                                metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
         else:
             kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
-            shown = f" (default: {default})" if default not in (None, "", (), dataclasses.MISSING) else ""
+            shown = "" if default in (None, "", (), dataclasses.MISSING) else \
+                f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
             group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
                                metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
 

@@ -1,6 +1,6 @@
-"""The CPU target's passes with torch's stock linear kernels and with the kernels tuned at load, side by side.
+"""python -m bench.linears: the CPU target's passes with torch's stock linear kernels and with those tuned at load.
 
-python -m timing.bench_linears [--context 40] [--trees 8,59] [--reps 15] [--threads 1]
+python -m bench.linears [--context 40] [--trees 8,59] [--reps 15] [--threads 1]
 
 Loads the default pair's target, tunes its linear layers (models.cpu_linear: prints the choice and the seconds
 it took), then times its root pass and tree passes of each size in --trees, each repetition once with every
@@ -13,24 +13,44 @@ last line of the output is one JSON document.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
+import sys
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from models.cpu_linear import copies_bytes, stock_kernels, tune
-from models.hf import CPU_BUCKETS
-from models.load import load
-from models.options import ModelOptions
-from timing.bench_context import at_least, load_average, paired_ratios, sizes, spread, target_passes
+from bench.common import at_least, bench_parser, close, command_line, ints, load_average, paired_ratios, spread
+from models.options import CPU_BUCKETS
+
+
+@dataclass(frozen=True, slots=True)
+class LinearsOptions:
+    """Passes"""
+
+    context: int = field(default=40, metadata={"help": "tokens of context before the passes"})
+    trees: tuple[int, ...] = field(default=(8, 59), metadata={
+        "help": "tree pass sizes, comma-separated", "parse": "ints", "metavar": "B,B"})
+    reps: int = field(default=15, metadata={"help": "repetitions of every pass, both ways"})
+    threads: int = field(default=1, metadata={"help": "torch threads, while tuning and timing"})
+
+    def __post_init__(self) -> None:
+        ints("trees", self.trees, 1, CPU_BUCKETS[-1])
+        at_least("context", self.context, 2)
+        at_least("reps", self.reps, 1)
+        at_least("threads", self.threads, 1)
 
 
 def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, float, int]:
     """-> (kernel choice, (pass, "stock" | "tuned") -> seconds of each repetition, seconds the tuning took,
     bytes of the weight copies it added)."""
+    import contextlib
+
+    from bench.passes import target_passes
+    from models.cpu_linear import copies_bytes, stock_kernels, tune
+    from models.load import load
+    from models.options import ModelOptions
+
     loaded = load(ModelOptions(tune_linears=False), "target")
     t0 = time.perf_counter()
     choice = tune(loaded.model)
@@ -55,22 +75,21 @@ def measure(context: int, trees: list[int], reps: int) -> tuple[dict, dict, floa
     return choice, times, tune_seconds, copies_bytes(loaded.model)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m timing.bench_linears", description=__doc__.splitlines()[0])
-    parser.add_argument("--context", type=int, default=40, help="tokens of context before the passes")
-    parser.add_argument("--trees", default="8,59", help="tree pass sizes, comma-separated")
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, while tuning and timing")
-    args = parser.parse_args()
-    trees = sizes(parser, "--trees", args.trees, 1, CPU_BUCKETS[-1])
-    at_least(parser, ("--context", args.context, 2), ("--reps", args.reps, 1), ("--threads", args.threads, 1))
-    torch.set_num_threads(args.threads)
+def build_parser() -> argparse.ArgumentParser:
+    return bench_parser(LinearsOptions, __spec__.name, __doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, _ = command_line(build_parser(), argv)
+    import torch
+
+    torch.set_num_threads(options.threads)
     before = load_average()
-    print(f"load average before: {before}, {args.threads} thread(s), {os.cpu_count()} cores")
-    choice, times, tune_seconds, copies = measure(args.context, trees, args.reps)
+    print(f"load average before: {before}, {options.threads} thread(s), {os.cpu_count()} cores")
+    choice, times, tune_seconds, copies = measure(options.context, list(options.trees), options.reps)
     after = load_average()
     print(f"tuned in {tune_seconds:.1f} s, {copies / 2**20:.0f} MiB of weight copies: {choice or 'every shape stock'}")
-    print(f"median ms [quartiles] over {args.reps} repetitions at {args.context} tokens of context; speedup "
+    print(f"median ms [quartiles] over {options.reps} repetitions at {options.context} tokens of context; speedup "
           f"stock / tuned per repetition")
     results = {}
     for name in dict.fromkeys(k[0] for k in times):
@@ -82,10 +101,11 @@ def main() -> None:
               f"  tuned {ms['tuned']['median']:7.1f} [{ms['tuned']['q1']:6.1f},{ms['tuned']['q3']:6.1f}]"
               f"  speedup {speedup['median']:.3f} [{speedup['q1']:.3f}, {speedup['q3']:.3f}]")
     print(f"load average after: {after}")
-    print(json.dumps({"context": args.context, "threads": args.threads, "reps": args.reps, "choice": choice,
-                      "tune_seconds": tune_seconds, "copies_bytes": copies, "passes": results,
-                      "load_average": {"before": before, "after": after}}))
+    close({"context": options.context, "threads": options.threads, "reps": options.reps, "choice": choice,
+           "tune_seconds": tune_seconds, "copies_bytes": copies, "passes": results,
+           "load_average": {"before": before, "after": after}})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
