@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import re
+import resource
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -283,6 +284,23 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit -> the soft limit now.
+
+    A drafter holds a descriptor for every connection, those still in their handshake too: at the common soft
+    limit of 1024, a thousand connections that never finish their handshake would keep targets out until
+    they time out (protocol.transport.HANDSHAKE_IVL_MS), and make the model's own files fail to open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as e:  # a system maximum below the hard limit (macOS's OPEN_MAX)
+            logging.getLogger("program").debug("open-file limit kept at %d: %s", soft, e)
+    return soft
 
 
 @contextmanager

@@ -23,6 +23,7 @@ BAD_FLAG = {  # one refused value per benchmark
     "linears": ["--context", "1"],
     "protocol": ["--vocab", "9"],
     "values": ["--resamples", "0"],
+    "handshake": ["--every", "0"],
 }
 PROBE = """
 import sys
