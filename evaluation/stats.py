@@ -41,35 +41,11 @@ class GainResult:
         """Whether enough prompts back the interval for it to be reported as a bootstrap interval."""
         return self.n_prompts >= MIN_INTERVAL_PROMPTS
 
-    def interval_text(self, digits: int = 1) -> str:
-        """"[+a%, +b%]", or why there is none."""
+    def interval_text(self) -> str:
+        """"[+a%, +b%]", or, from fewer than MIN_INTERVAL_PROMPTS prompts, none (it would be about their range)."""
         if not self.has_interval:
-            return f"(no interval: {self.n_prompts} prompts, fewer than {MIN_INTERVAL_PROMPTS})"
-        return f"[{100 * self.low:+.{digits}f}%, {100 * self.high:+.{digits}f}%]"
-
-
-def run_speed(tokens, seconds) -> float:
-    """A run's speed from (n_prompts,) per-prompt tokens and seconds: summed tokens over summed seconds.
-
-    Not the mean of per-prompt speeds, which would weight a short decode as much as a long one.
-    """
-    tokens, seconds = _check_run(tokens, seconds, "tokens", "seconds", min_prompts=1)
-    return _speed(tokens, seconds)
-
-
-def paired_gain(tokens_a, seconds_a, tokens_b, seconds_b, *, n_resamples: int = 2000,
-                confidence_level: float = 0.95, rng=None) -> GainResult:
-    """Gain of decoder A over decoder B from (n_prompts,) per-prompt tokens and seconds aligned by prompt.
-
-    rng: None, an int seed or a numpy Generator (which is advanced).
-    """
-    ta, sa = _check_run(tokens_a, seconds_a, "tokens_a", "seconds_a")
-    tb, sb = _check_run(tokens_b, seconds_b, "tokens_b", "seconds_b")
-    _check_same_length(tb, "tokens_b", ta, "tokens_a")
-    _check_denominator(tb, "tokens_b")
-    n_resamples, confidence_level, rng = _check_settings(n_resamples, confidence_level, rng)
-    gains = _gains({"a": ta, "b": tb}, {"a": sa, "b": sb}, [("a", "b")], n_resamples, confidence_level, rng)
-    return gains["a", "b"]
+            return f"none ({self.n_prompts} prompts)"
+        return f"[{_percent(self.low)}, {_percent(self.high)}]"
 
 
 def paired_gains(tokens: Mapping[str, object], seconds: Mapping[str, object], pairs: Sequence[tuple[str, str]],
@@ -97,6 +73,10 @@ def paired_gains(tokens: Mapping[str, object], seconds: Mapping[str, object], pa
 
 
 # ---- computation: inputs are clean ----
+
+def _percent(x: float) -> str:
+    return f"{100 * x:+.1f}%" if np.isfinite(x) else str(x)
+
 
 def _speed(tokens: np.ndarray, seconds: np.ndarray) -> float:
     """Summed tokens over summed seconds of (n,) arrays."""
@@ -155,13 +135,12 @@ def _as_1d(x, name: str) -> np.ndarray:
     return arr
 
 
-def _check_run(tokens, seconds, tokens_name: str, seconds_name: str,
-               min_prompts: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def _check_run(tokens, seconds, tokens_name: str, seconds_name: str) -> tuple[np.ndarray, np.ndarray]:
     """One decoder's (n_prompts,) tokens and seconds as float64 arrays, or ValueError."""
     tokens, seconds = _as_1d(tokens, tokens_name), _as_1d(seconds, seconds_name)
     _check_same_length(seconds, seconds_name, tokens, tokens_name)
-    if len(tokens) < min_prompts:
-        raise ValueError(f"`{tokens_name}` must hold at least {min_prompts} prompts, got {len(tokens)}")
+    if len(tokens) < 2:
+        raise ValueError(f"`{tokens_name}` must hold at least 2 prompts, got {len(tokens)}")
     if (tokens < 0).any():
         raise ValueError(f"`{tokens_name}` must be non-negative")
     if (seconds <= 0).any():

@@ -24,7 +24,6 @@ import argparse
 import ctypes
 import dataclasses
 import difflib
-import json
 import os
 import shutil
 import signal
@@ -34,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from evaluation.prompts import BUILTIN, select
-from models.free_memory import host_free_bytes
+from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import InputError, PoolConfig

@@ -6,7 +6,7 @@ the machine (on the default pair's 49152 x 576 output layer, a product with the 
 one row, oneDNN's prepacked linear for several). So `tune` times the candidates on the model's own weights at
 load and keeps, per shape and row class, the fastest, where it beats the stock kernel clearly. The choice is
 made once per machine, thread count and torch version and kept (models.kernel_cache), so that later starts
-reuse it and every run on the machine runs the same kernels; `python -m timing.bench_linears` times the
+reuse it and every run on the machine runs the same kernels; `python -m bench.linears` times the
 target's passes both ways. Every row of a pass comes from one
 kernel; rounding differs from `F.linear` in the last bits, as it already does between BLAS paths for
 different row counts.
@@ -30,8 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.free_memory import free_bytes
 from models.kernel_cache import Key, KernelCache, processor
+from models.memory import free_bytes
 
 # Row classes: a pass of n rows uses the kernel tuned for the first class bound >= n, timed at that bound.
 # Passes of more rows (prefill chunks, the largest trees) run the stock kernel: there the kernels measured

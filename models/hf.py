@@ -36,10 +36,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from models.kv_plan import SLOT_ALIGN, aligned_slots  # noqa: F401 (part of this module's interface)
+from models.options import CPU_BUCKETS, CUDA_BUCKETS
 
 ATTENTION = "specpair_static_tree"
-CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
-CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own bucket
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
 GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/2, 1/4 and 1/8 of it

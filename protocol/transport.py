@@ -3,7 +3,8 @@
 The drafter binds and hears every peer that connects, each tagged by its connection, so that it can serve
 one target and tell any other that it is busy; the target connects. Both sockets refuse a frame over
 MAX_FRAME_BYTES (the sender is disconnected before the frame is read), queue few messages per peer, and
-exchange ZMTP heartbeats, so that a peer whose host vanished is noticed as a closed connection.
+exchange ZMTP heartbeats, so that a peer whose host vanished is noticed as a closed connection; the listener
+closes a connection that has not finished its handshake within HANDSHAKE_IVL_MS.
 
 With keys, CURVE encrypts every frame and authenticates both ends: the connecting side must know the
 server's public key, and the server admits only the client keys its `trusted` test accepts (a ZAP handler
@@ -55,6 +56,12 @@ CONNECT_TIMEOUT_S = 5.0  # how long a target waits for anything to answer at its
 SEND_TIMEOUT_MS = 5000  # a message the target cannot hand to any connection for this long: the drafter is gone
 HEARTBEAT_IVL_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 10_000  # a peer silent this long (its host gone, say) counts as disconnected
+# A connection to the drafter that has not finished its handshake this long after it was made is closed (libzmq's
+# default: 30 s), so that connections that never finish it hold the drafter's descriptors for seconds, not half a
+# minute. A target's CURVE handshake takes a few ms at an idle drafter and up to about 1 s while the drafter imports
+# torch and loads its model on a loaded two-core host (python -m bench.handshake); across a network it adds a few
+# round trips.
+HANDSHAKE_IVL_MS = 5000
 PRIVATE_PREFIX = "specpair-"  # private socket directories: tempdir/specpair-XXXX/drafter.sock
 OWNER_FILE = "launcher.pid"  # the process that made a private directory, for removal after it was killed
 ZAP_DOMAIN = b"specpair"
@@ -306,6 +313,7 @@ class Listener:
                                               credentials_provider=_Trust(keys.trusted, throttle))
             sock = _bounded(context.socket(zmq.ROUTER), frame_bytes)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a peer that has gone fails, not vanishes
+            sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
             sock.zap_domain = ZAP_DOMAIN
             if keys is not None:
                 sock.curve_server = True

@@ -84,7 +84,7 @@ def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientK
 def check_kv_memory(loaded, capacity: int) -> None:
     """CapacityError when the target's device cannot hold a KV cache of `capacity` slots (as the drafter
     checks a Hello's), instead of an allocator's traceback."""
-    from models.kv_memory import device_of, free_bytes, kv_bytes
+    from models.memory import device_of, free_bytes, kv_bytes
 
     device = device_of(loaded)
     _refuse_beyond(kv_bytes(loaded, capacity), free_bytes(device), capacity, device)
@@ -94,7 +94,7 @@ def check_planned_kv_memory(options: ModelOptions) -> None:
     """check_kv_memory before the model loads, from its config: a cache that cannot fit even the memory free
     now is refused in a moment, not after the load and the kernels' timing."""
     from models.cuda_env import require_cuda
-    from models.kv_memory import free_bytes, planned_kv_bytes
+    from models.memory import free_bytes, planned_kv_bytes
 
     need = planned_kv_bytes(options, options.max_context)
     if need is None:
@@ -106,7 +106,7 @@ def check_planned_kv_memory(options: ModelOptions) -> None:
 
 
 def _refuse_beyond(need: int, free: int, capacity: int, device) -> None:
-    from models.kv_memory import gib
+    from models.memory import gib
 
     if need > free:
         raise CapacityError(f"the target cannot allocate a KV cache of {capacity} slots: it needs {gib(need)} and "

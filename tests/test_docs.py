@@ -19,7 +19,7 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 MAX_README_LINES = 150
 PACKAGES = ("pipeline", "protocol", "models", "evaluation", "target_proc", "drafter_proc", "programs", "timing",
-            "launch")
+            "launch", "bench")
 OURS = (*PACKAGES, "tests", "results", "docs")  # a backticked path under one of these must exist
 FOREIGN = {"evaluation/speed.py"}  # paths in Spec-Bench's repository, which the pages name as such
 
@@ -59,15 +59,19 @@ def anchors(path: Path) -> set[str]:
 
 
 def program_flags() -> set[str]:
-    """Every flag the programs take: their parsers' options, and the flags written in the source of the
-    benchmarks and scripts that build their command lines by hand."""
+    """Every flag the programs and the benchmarks take: their parsers' options, and the flags written in the
+    source of the scripts that build their command lines by hand."""
+    from importlib import import_module
+
     import launch.pair
+    from bench.__main__ import BENCHMARKS
     from programs import drafter_program, keys_program
     from timing import export, matched, report, values
 
     parsers = [launch.pair.build_parser("decode"), launch.pair.build_parser("sweep"), drafter_program.build_parser(),
                keys_program.build_parser("keys"), report.build_parser(), values.build_parser(),
                export.build_parser(), matched.build_parser()]
+    parsers += [import_module(f"bench.{name}").build_parser() for name in BENCHMARKS]
     flags = {option for parser in parsers for action in parser._actions for option in action.option_strings}
     sources = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
     sources += [p for p in (ROOT / "launch").glob("*.sh")] + [p for p in (ROOT / "tests" / "gpu").glob("*.sh")]

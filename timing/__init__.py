@@ -1,4 +1,4 @@
-"""Timing harness: sweeps, statistics and reports."""
+"""Timing harness: sweeps and their records, reports and plots, the values program and the round model."""
 
 import os
 

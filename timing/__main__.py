@@ -12,8 +12,8 @@ PROGRAMS = {
 }
 USAGE = ("usage: python -m timing {" + ",".join(PROGRAMS) + "} [options]\n\n"
          + "\n".join(f"  {name:<8} {about}" for name, about in PROGRAMS.items())
-         + "\n\npython -m timing COMMAND --help shows a command's options. The benchmarks run as modules of\n"
-         + "their own: python -m timing.bench_pair, timing.bench_protocol.")
+         + "\n\npython -m timing COMMAND --help shows a command's options. The benchmarks are in a package of\n"
+         + "their own: python -m bench lists them.")
 
 
 def main(argv: list[str]) -> int:

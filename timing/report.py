@@ -167,28 +167,12 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     if s.cautions:
         out += ["**Caution: gains marked ⚠ measure the machine, not speculation.**", "",
                 *(f"- ⚠ {c.kind}: {c.message}." for c in s.cautions), ""]
-    head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
-            "round ms"]
-    head += [f"{p} ms" for p in PHASES]
-    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for d, st in s.decoders.items():
-        name = d if st.budgets == [s.budget] or d == "ar" else f"{d} (cap {', '.join(map(str, st.budgets))})"
-        rounds = st.round_seconds
-        gain = s.gains.get((d, "ar"))
-        cells = [name, f"{st.speed:.1f}", "—" if gain is None else _gain(s, (d, "ar"), gain),
-                 f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
-                 f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
-                 " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
-                 f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
-        cells += [_ms(st.phase_median(p)) for p in PHASES]
-        out.append("| " + " | ".join(cells) + " |")
-    out.append("")
-    out += _round_tables(s)
+    out += _decoder_table(s) + _round_tables(s)
     if s.gains:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts | caution |", "|---|---|---|---|---|"]
         for (a, b), g in s.gains.items():
             flags = ", ".join(c.kind for c in s.cautions if c.concerns((a, b))) or "—"
-            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{_pct(g.gain)} | {_interval(g)} | {g.n_prompts} | "
+            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{_pct(g.gain)} | {g.interval_text()} | {g.n_prompts} | "
                        f"{flags} |")
         out.append("")
     elif len(s.decoders) > 1:
@@ -228,6 +212,26 @@ def _round_tables(s: Setting) -> list[str]:
     return out
 
 
+def _decoder_table(s: Setting) -> list[str]:
+    """A setting's row per decoder: speed, its gain over ar, tokens, acceptance and round phases."""
+    head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
+            "round ms"]
+    head += [f"{p} ms" for p in PHASES]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d, st in s.decoders.items():
+        name = d if st.budgets == [s.budget] or d == "ar" else f"{d} (cap {', '.join(map(str, st.budgets))})"
+        rounds = st.round_seconds
+        gain = s.gains.get((d, "ar"))
+        cells = [name, f"{st.speed:.1f}", "—" if gain is None else _gain(s, (d, "ar"), gain),
+                 f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
+                 f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
+                 " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
+                 f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
+        cells += [_ms(st.phase_median(p)) for p in PHASES]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def _phase_table(settings: Sequence[Setting], by_category: dict[str, list[Setting]]) -> list[str]:
     """Where a round's time goes: median ms per phase per setting, decoder (and category) and round kind."""
     rows = []
@@ -249,7 +253,7 @@ def _phase_table(settings: Sequence[Setting], by_category: dict[str, list[Settin
 
 def _gain(s: Setting, pair: tuple[str, str], g) -> str:
     """A gain and its interval, marked when a caution concerns it."""
-    return f"{_flagged(s, pair)}{_pct(g.gain)} {_interval(g)}"
+    return f"{_flagged(s, pair)}{_pct(g.gain)} {g.interval_text()}"
 
 
 def _flagged(s: Setting, pair: tuple[str, str]) -> str:
@@ -258,11 +262,6 @@ def _flagged(s: Setting, pair: tuple[str, str]) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{1000 * seconds:.2f}"
-
-
-def _interval(g) -> str:
-    """A gain's interval, or, from fewer than MIN_INTERVAL_PROMPTS prompts, none (it would be about their range)."""
-    return f"[{_pct(g.low)}, {_pct(g.high)}]" if g.has_interval else f"none ({g.n_prompts} prompts)"
 
 
 def _pct(x: float) -> str:

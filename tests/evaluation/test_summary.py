@@ -127,7 +127,7 @@ def test_an_interval_is_reported_from_enough_prompts_only(make_record, n_prompts
     gain = next(iter(setting.gains.values()))
     assert gain.has_interval is shown and gain.n_prompts == n_prompts
     text = gain.interval_text()
-    assert text.startswith("[") if shown else text == f"(no interval: {n_prompts} prompts, fewer than 5)"
+    assert text.startswith("[") if shown else text == f"none ({n_prompts} prompts)"
     low = next(iter(as_json(setting)["gains"].values()))["low"]
     assert (low is not None) is shown
 

@@ -60,8 +60,8 @@ def test_eager_cpu_passes_attend_over_the_used_slots_rounded_up():
 
 @pytest.mark.parametrize("context", [1, 50, 55, 56, 127, 200, 383, 430])
 def test_the_byte_model_reads_the_span_the_runner_attends_over(context):
-    """models.pass_bytes predicts a captured pass's K/V from the same ladder: its span is the runner's."""
-    from models.pass_bytes import captured_pass_bytes
+    """bench.pass_bytes predicts a captured pass's K/V from the same ladder: its span is the runner's."""
+    from bench.pass_bytes import captured_pass_bytes
     from tests.models.test_tree_pass import random_tree
 
     runner = HFRunner(tiny_llama(), 512, buckets=CUDA_BUCKETS, attend="ladder")

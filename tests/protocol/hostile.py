@@ -1,7 +1,7 @@
 """python -m tests.protocol.hostile: a hostile peer against the real drafter and target code, and the drafter's memory
 under attack.
 
-    .venv/bin/python -m tests.protocol.hostile [--mutations 300] [--seed 0] [--memory]
+    .venv/bin/python -m tests.protocol.hostile [--mutations 300] [--seed 0] [--memory] [--half-open]
 
 Campaign: a real DrafterServer (mock drafter) serves on a thread; each trial runs one greedy decode of the
 mock target through the real RemoteDrafter and Channel, with one message of the exchange mutated on its way
@@ -11,8 +11,9 @@ usage error), accepted (the decode completed, the mutation was harmless: its out
 wrong (it completed with another output), crashed (any other exception, or the server thread died) and
 hung (past a hard bound). With --memory, the drafter process's resident memory before and after a 512 MiB
 frame, eight Hellos of growing capacities up to its request limit, Hellos asking for more than that limit,
-a message of two million frames and peers with long routing ids. The last line of the output is one JSON
-document.
+a message of two million frames and peers with long routing ids. With --half-open, how soon a target with an
+authorized key is served by a CURVE drafter process started with a soft limit of 1024 open files beside
+1,100 connections that never begin their handshake. The last line of the output is one JSON document.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import math
 import os
 import random
 import re
+import resource
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -54,7 +58,9 @@ from protocol.errors import (AccessDenied, BadArray, DrafterBusy, InvalidPoolMes
                              PeerError, PeerTimeout, ProtocolError, UnexpectedMessage)
 from protocol.limits import MAX_CONTEXT, MAX_FRAME_BYTES, REQUEST_CONTEXT, request_frame_bytes
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
-from protocol.transport import Channel, EndpointError, Listener, private_ipc_endpoint
+from protocol.keys import key_dir, own_keys
+from protocol.transport import (Channel, ClientKeys, EndpointError, Listener, loopback_tcp_endpoint,
+                                private_ipc_endpoint)
 from target_proc.client import RemoteDrafter, ask_while_busy
 from target_proc.target import Target
 
@@ -662,8 +668,6 @@ def empty_frames(header: bytes, count: int) -> bytes:
 
 def _raw_connect(endpoint: str, identity: bytes | None = None):
     """A unix socket connected to `endpoint`; with `identity`, past a ZMTP 3 handshake as a DEALER."""
-    import socket
-
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(HARD_S)
     sock.connect(endpoint[len("ipc://"):])
@@ -842,6 +846,84 @@ def drafter_process() -> Iterator[tuple[str, subprocess.Popen, zmq.Context]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextmanager
+def curve_drafter_process(keys: Path, soft_files: int) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A persisting mock drafter process on loopback tcp with CURVE (its keys and the target's in `keys`),
+    started with a soft open-file limit of `soft_files` -> (endpoint, process) once it serves; killed on
+    leaving."""
+    endpoint = loopback_tcp_endpoint()
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    log_path = keys / "drafter.err"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "programs.drafter_program", "--model", "mock", "--endpoint",
+                                 endpoint, "--persist"], stderr=log, cwd=Path(__file__).resolve().parents[2],
+                                env={**os.environ, "SPECPAIR_KEYS": str(keys)},
+                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft_files, hard)))
+    try:
+        deadline = time.monotonic() + 120
+        while b"serving on" not in log_path.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the drafter did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield endpoint, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def open_files(pid: int) -> tuple[int, int]:
+    """(descriptors a process holds, its soft limit on them)."""
+    limit = next(line for line in Path(f"/proc/{pid}/limits").read_text().splitlines()
+                 if line.startswith("Max open files"))
+    return len(os.listdir(f"/proc/{pid}/fd")), int(limit.split()[3])
+
+
+def half_open(endpoint: str, pid: int, count: int, batch: int = 100, within_s: float = 3.0) -> list[socket.socket]:
+    """`count` TCP connections to `endpoint` that never send a byte, made `batch` at a time, each batch once
+    the drafter (process `pid`) holds the last or `within_s` s are spent -> the sockets (close them)."""
+    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    made: list[socket.socket] = []
+    base, deadline = open_files(pid)[0], time.monotonic() + within_s
+    while len(made) < count:
+        for _ in range(min(batch, count - len(made))):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex((host, int(port)))
+            made.append(sock)
+        while open_files(pid)[0] < base + len(made) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return made
+
+
+def served_beside_half_open(connections: int = 1100, soft_files: int = 1024, ready_s: float = 5.0) -> dict:
+    """A CURVE drafter process started with a soft limit of `soft_files` open files, `connections` connections
+    that never begin their handshake, then a target with an authorized key: how many descriptors the drafter
+    held, its limit, and the seconds until the target's Ready (None: none within `ready_s`)."""
+    with tempfile.TemporaryDirectory(prefix="half-open-") as folder:
+        keys = Path(folder) / "keys"
+        own = own_keys(key_dir(str(keys)))
+        with curve_drafter_process(keys, soft_files) as (endpoint, proc):
+            before, limit = open_files(proc.pid)
+            socks = half_open(endpoint, proc.pid, connections)
+            try:
+                held = open_files(proc.pid)[0] - before
+                channel = Channel.connect(endpoint, peer="drafter", keys=ClientKeys(own, own.public))
+                t0 = time.perf_counter()
+                try:
+                    RemoteDrafter(channel, VOCAB, POOL, WAIT_S).handshake("mock", MockTokenizer(VOCAB).fingerprint,
+                                                                          CAPACITY, ready_s)
+                    seconds = time.perf_counter() - t0
+                except (PeerTimeout, PeerDied, AccessDenied):
+                    seconds = None
+                finally:
+                    channel.close()
+            finally:
+                for sock in socks:
+                    sock.close()
+    return {"connections": connections, "soft_files_given": soft_files, "soft_files": limit, "held": held,
+            "ready_s": seconds}
+
+
 def memory_under_attack(frame_mib: int = 512, hellos: int = 8) -> dict:
     """A mock drafter process's RSS (MiB) at rest, after an oversized frame, after `hellos` Hellos of growing
     capacity (the last at its request limit), under Hellos beyond that limit, a many-frame message and long
@@ -1017,6 +1099,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true",
                         help="also measure a drafter process's memory under a 512 MiB frame, Hellos within and "
                              "beyond its request limit, two million frames and long routing ids")
+    parser.add_argument("--half-open", action="store_true",
+                        help="also start a CURVE drafter process with a soft limit of 1024 open files, make 1,100 "
+                             "connections that never begin their handshake, and time a keyed target's Ready")
     ns = parser.parse_args(argv)
     if ns.mutations < 0:
         parser.error(f"--mutations must be >= 0, got {ns.mutations}")
@@ -1049,6 +1134,9 @@ def main(argv: list[str] | None = None) -> int:
         result["memory"] = memory_under_attack()
         print("drafter RSS (MiB): " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
                                                for k, v in result["memory"].items()))
+    if ns.half_open:
+        result["half_open"] = served_beside_half_open()
+        print("half-open connections: " + ", ".join(f"{k} {v}" for k, v in result["half_open"].items()))
     print(json.dumps(result))
     return 0
 

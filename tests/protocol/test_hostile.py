@@ -4,13 +4,15 @@ either side, and every decode that completes despite it gives ar's greedy output
 
 from __future__ import annotations
 
+import resource
 import threading
 
 import pytest
 
+from programs.cli import raise_open_file_limit
 from protocol.limits import REQUEST_CONTEXT, request_frame_bytes
 from tests.protocol.hostile import (ATTACKS, HARD_S, OUTCOMES, TYPES, Arena, Campaign, _handshake, drafter_process,
-                                    long_ids_cost, memory_requests_cost)
+                                    long_ids_cost, memory_requests_cost, served_beside_half_open)
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +85,16 @@ def test_routing_ids_beyond_the_frame_limit_are_refused_and_ids_within_it_cost_b
         assert within["ids_100x63_kib_peak_mib"] - within["ids_100x63_kib_before_mib"] < 100
         assert within["ids_100x63_kib_after_mib"] - within["ids_100x63_kib_before_mib"] < 10
         assert _handshake(context, endpoint, [256]) and proc.poll() is None  # serving on
+
+
+@pytest.mark.slow
+def test_connections_that_never_handshake_do_not_keep_a_keyed_target_out():
+    """At the common soft limit of 1024 open files, 1,100 connections that never begin their handshake would
+    take every descriptor a drafter may hold; it raises its soft limit to the hard one at start, so that it
+    takes them all and still serves a target with an authorized key at once."""
+    if raise_open_file_limit() < 1500 or resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1500:
+        pytest.skip("this host's hard limit on open files is below what the attack and the drafter need")
+    got = served_beside_half_open(connections=1100, soft_files=1024, ready_s=5.0)
+    assert got["soft_files"] > 1024  # raised at start, to the hard limit
+    assert got["held"] > 1024  # more connections than the limit it was started with allows, at once
+    assert got["ready_s"] is not None and got["ready_s"] < 5.0, got

@@ -348,3 +348,15 @@ def test_a_cut_pool_is_taken_only_when_it_was_asked_for(fake_drafter):
     peer.send(pool_msg(1, 1, token=[3, 9], parent=[-1, -1], logp=[-0.1, -2.0], expanded=[False, False]))
     with pytest.raises(InvalidPoolMessage, match=r"2 candidates on levels of \[2\]; the handshake's pool"):
         client.pool()  # not asked for early this round: only a whole pool is taken
+
+
+def test_an_error_from_the_drafter_before_start_is_raised_at_start(fake_drafter):
+    peer, channel = fake_drafter
+    client = RemoteDrafter(channel, VOCAB, POOL, WAIT_S)
+    answer = peer.answer(Ready(PROTOCOL_VERSION, VOCAB, FINGERPRINT, "fake"))
+    client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
+    answer.result()
+    peer.send(Error("stale", "end of request 3, but no request is open"))
+    time.sleep(0.2)
+    with pytest.raises(PeerError, match=r"peer reported stale: end of request 3, but no request is open"):
+        client.start(PROMPT)

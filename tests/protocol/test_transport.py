@@ -148,6 +148,26 @@ def test_both_ends_bound_frames_queues_and_silence(endpoint):
         listener.close()
 
 
+@pytest.mark.slow
+def test_a_connection_that_never_begins_its_handshake_is_closed_within_the_handshake_interval():
+    import time
+
+    from protocol.transport import HANDSHAKE_IVL_MS
+
+    endpoint = loopback_tcp_endpoint()
+    listener = Listener.bind(endpoint)
+    try:
+        host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as silent:  # says nothing, not even a greeting
+            silent.settimeout(HANDSHAKE_IVL_MS / 1000 + 10)  # libzmq's default interval is 30 s
+            t0 = time.monotonic()
+            while silent.recv(4096):  # the listener's greeting, then its close
+                pass
+            assert time.monotonic() - t0 < HANDSHAKE_IVL_MS / 1000 + 10
+    finally:
+        listener.close()
+
+
 def test_an_endpoint_that_cannot_be_connected_to_is_a_usage_error():
     from protocol.transport import Channel, EndpointError
 

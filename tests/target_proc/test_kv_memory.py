@@ -14,14 +14,14 @@ from target_proc import session
 def test_a_cache_beyond_free_memory_is_a_capacity_error_naming_max_context(monkeypatch):
     loaded = load(ModelOptions(model="mock"), "target")
     session.check_kv_memory(loaded, 4096)  # a mock slot costs 64 bytes
-    monkeypatch.setattr("models.kv_memory.free_bytes", lambda device: 1000)
+    monkeypatch.setattr("models.memory.free_bytes", lambda device: 1000)
     with pytest.raises(CapacityError, match=r"the target cannot allocate a KV cache of 4096 slots: it needs "
                                             r"0.00 GiB and cpu has 0.00 GiB free \(lower `max_context`\)"):
         session.check_kv_memory(loaded, 4096)
 
 
 def test_too_large_a_cache_is_refused_before_the_model_loads_or_anything_connects(monkeypatch, endpoint):
-    monkeypatch.setattr("models.kv_memory.free_bytes", lambda device: 1000)
+    monkeypatch.setattr("models.memory.free_bytes", lambda device: 1000)
     monkeypatch.setattr(session, "load", lambda *a: pytest.fail("the model loaded before the refusal"))
     monkeypatch.setattr(session.Channel, "connect", lambda *a, **k: pytest.fail("connected before the refusal"))
     options = ModelOptions(model="random:tiny", max_context=4096)
@@ -31,7 +31,7 @@ def test_too_large_a_cache_is_refused_before_the_model_loads_or_anything_connect
 
 
 def test_the_planned_cache_is_what_the_loaded_model_takes():
-    from models.kv_memory import kv_bytes, planned_kv_bytes
+    from models.memory import kv_bytes, planned_kv_bytes
 
     for spec in ("mock", "random:tiny"):
         options = ModelOptions(model=spec, tune_linears=False)

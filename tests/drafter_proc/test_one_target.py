@@ -17,8 +17,8 @@ from drafter_proc.server import DrafterServer
 from models.load import load
 from models.options import ModelOptions
 from pipeline.config import PoolConfig
-from protocol.errors import DrafterBusy, InvalidPoolMessage, PeerError
-from protocol.messages import PROTOCOL_VERSION, Commit, End, Error, PoolMsg, Ready, Shutdown, Start
+from protocol.errors import DrafterBusy, InvalidPoolMessage
+from protocol.messages import Commit, End, Error, PoolMsg, Ready, Shutdown, Start
 from protocol.codec import encode
 from protocol.log_limit import Throttle
 from protocol.transport import Channel, Left, Listener, Received
@@ -186,18 +186,6 @@ def test_the_target_refuses_a_pool_of_another_shape_than_the_handshake_said(serv
             client.pool()
     finally:
         channel.close()
-
-
-def test_an_error_from_the_drafter_before_start_is_raised_at_start(fake_drafter):
-    peer, channel = fake_drafter
-    client = RemoteDrafter(channel, VOCAB, POOL, WAIT_S)
-    answer = peer.answer(Ready(PROTOCOL_VERSION, VOCAB, FINGERPRINT, "fake"))
-    client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
-    answer.result()
-    peer.send(Error("stale", "end of request 3, but no request is open"))
-    time.sleep(0.2)
-    with pytest.raises(PeerError, match=r"peer reported stale: end of request 3, but no request is open"):
-        client.start(PROMPT)
 
 
 def test_a_private_drafter_exits_once_its_target_has_gone(endpoint):

@@ -1,15 +1,15 @@
-"""Speed of the per-round host work outside the models: the pool's trip over the wire, and selection plus
-verification of a B-node tree.
+"""python -m bench.protocol: a round's host work outside the models: the pool over the wire, selection, verification.
 
-    .venv/bin/python -m timing.bench_protocol [--iterations 2000] [--rounds 300] [--device cpu]
-    .venv/bin/python -m timing.bench_protocol --transports tcp tcp+curve --no-select   (what CURVE costs)
+    .venv/bin/python -m bench.protocol [--iterations 2000] [--rounds 300] [--device cpu]
+    .venv/bin/python -m bench.protocol --transports tcp,tcp+curve --no-select   (what CURVE costs)
 
 Round trip: this process (the target's side) encodes and sends a full pool (PoolConfig() defaults, 710
 candidates) through the project's Channel over the default transport, ipc in a private directory (or
 over each of --transports: loopback tcp, and loopback tcp with CURVE); an echo process decodes it, encodes
-it again and sends it back; this side decodes the echo. One way is the echo's leg alone (stamp before its encode, read after this side's decode), timed on
-CLOCK_MONOTONIC, which both processes share. The parts are timed alone too: encode, decode, and the
-target's validation of a received pool (Pool.from_edges, which RemoteDrafter.pool adds to every round).
+it again and sends it back; this side decodes the echo. One way is the echo's leg alone (stamp before its
+encode, read after this side's decode), timed on CLOCK_MONOTONIC, which both processes share. The parts are
+timed alone too: encode, decode, and the target's validation of a received pool (Pool.from_edges, which
+RemoteDrafter.pool adds to every round).
 
 Selection + verification, per round and for every selection rule of pipeline.rules, on a pool grown over
 V tokens and fixed (B + 1, V) logits, through the round loop's own `select` and `verify`: rules without a
@@ -31,16 +31,20 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import math
 import os
 import pstats
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.common import at_least, bench_parser, close, command_line, ints, load_average, names, refuse, spread
+from pipeline.config import ConfigError, PoolConfig, split_list
 
 ROUND_TRIP_TARGET_MS = 0.3
 SELECT_VERIFY_TARGET_MS = 1.0
@@ -73,8 +77,8 @@ def echo(endpoint: str, key_dir: str | None = None) -> None:
             msg = decode(event.frames, expect=(PoolMsg, Shutdown))
             if isinstance(msg, Shutdown):
                 return
-            listener.send(event.peer, PoolMsg(msg.request, msg.round, time.perf_counter(), -1, 0.0, msg.token, msg.parent,
-                                              msg.logp, msg.expanded))
+            listener.send(event.peer, PoolMsg(msg.request, msg.round, time.perf_counter(), -1, 0.0, msg.token,
+                                              msg.parent, msg.logp, msg.expanded))
     finally:
         listener.close()
 
@@ -83,7 +87,6 @@ def full_pool(vocab_size: int, seed: int = 0):
     """A pool of PoolConfig() shape grown from random draft rows over `vocab_size` tokens."""
     import torch
 
-    from pipeline.config import PoolConfig
     from pipeline.pool import grow_pool
 
     config = PoolConfig()
@@ -98,9 +101,8 @@ def full_pool(vocab_size: int, seed: int = 0):
 
 
 def quantiles(samples_s: list[float]) -> dict[str, float]:
-    """Median and interquartile range in milliseconds."""
-    q1, med, q3 = statistics.quantiles(samples_s, n=4)
-    return {"median_ms": med * 1e3, "q1_ms": q1 * 1e3, "q3_ms": q3 * 1e3, "n": len(samples_s)}
+    """Median and quartiles in milliseconds (bench.common.spread), and the sample's size."""
+    return {f"{k}_ms": 1e3 * v for k, v in spread(samples_s).items()} | {"n": len(samples_s)}
 
 
 TRANSPORTS = ("ipc", "tcp", "tcp+curve")
@@ -115,7 +117,7 @@ class Echo:
 
         self.endpoint = private_ipc_endpoint() if transport == "ipc" else loopback_tcp_endpoint()
         curve = transport.endswith("+curve")
-        argv = [sys.executable, "-m", "timing.bench_protocol", "--echo", self.endpoint]
+        argv = [sys.executable, "-m", "bench.protocol", "--echo", self.endpoint]
         self.peer = subprocess.Popen(argv + (["--echo-keys", key_dir] if curve else []),
                                      cwd=Path(__file__).resolve().parents[1])
         own = own_keys(directory(key_dir)) if curve else None
@@ -150,6 +152,40 @@ class Echo:
                 shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
 
 
+def bench_parts(pool, iterations: int, warmup: int) -> dict[str, dict[str, float]]:
+    """The parts of a round trip without the transport: what each side spends on the codec, and the target's
+    validation of a received pool."""
+    import numpy as np
+
+    from pipeline.pool import Pool
+    from protocol.codec import decode, encode
+    from protocol.messages import PoolMsg
+    from target_proc.client import shape_problem
+
+    out = {}
+    msg = PoolMsg(1, 0, 0.0, -1, 0.0, pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp,
+                  pool.expanded)
+    frames = encode(msg)
+    config = PoolConfig()
+
+    def validate():  # what RemoteDrafter.pool checks of every pool
+        shape_problem(Pool.from_edges(msg.token, msg.parent, msg.logp, msg.expanded, vocab_size=49152,
+                                      max_depth=config.depth), config)
+
+    parts = {"encode": lambda: encode(msg), "decode": lambda: decode(frames, (PoolMsg,)), "validate": validate}
+    for name, fn in parts.items():
+        for _ in range(warmup):
+            fn()
+        samples = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        out[name] = quantiles(samples)
+    out["pool"] = {"bytes": sum(len(f) for f in frames), "frames": len(frames), "candidates": len(pool)}
+    return out
+
+
 def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc",),
                blocks: int = 10) -> dict[str, dict[str, float]]:
     """Round trips over each transport, interleaved in `blocks` blocks so that a change of load on a shared
@@ -157,12 +193,6 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
     import tempfile
 
     import numpy as np
-
-    from pipeline.config import PoolConfig
-    from pipeline.pool import Pool
-    from protocol.codec import decode, encode
-    from protocol.messages import PoolMsg
-    from target_proc.client import shape_problem
 
     pool = full_pool(49152)
     token, parent = pool.token.astype(np.int32), pool.parent.astype(np.int32)
@@ -184,27 +214,7 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
         suffix = "" if transport == transports[0] else f" {transport}"
         out["round trip" + suffix] = quantiles(echo_.round_trip)
         out["one way" + suffix] = quantiles(echo_.one_way)
-
-    # The parts, without the transport: what each side spends on the codec, and the target's validation.
-    msg = PoolMsg(1, 0, 0.0, -1, 0.0, token, parent, pool.logp, pool.expanded)
-    frames = encode(msg)
-    config = PoolConfig()
-
-    def validate():  # what RemoteDrafter.pool checks of every pool
-        shape_problem(Pool.from_edges(msg.token, msg.parent, msg.logp, msg.expanded, vocab_size=49152,
-                                      max_depth=config.depth), config)
-
-    parts = {"encode": lambda: encode(msg), "decode": lambda: decode(frames, (PoolMsg,)), "validate": validate}
-    for name, fn in parts.items():
-        for _ in range(warmup):
-            fn()
-        samples = []
-        for _ in range(iterations):
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-        out[name] = quantiles(samples)
-    out["pool"] = {"bytes": sum(len(f) for f in frames), "frames": len(frames), "candidates": len(pool)}
+    out.update(bench_parts(pool, iterations, warmup))
     return out
 
 
@@ -331,110 +341,124 @@ def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds
     return text.getvalue()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timing.bench_protocol", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iterations", type=int, default=2000, help="timed round trips (default: 2000)")
-    parser.add_argument("--rounds", type=int, default=300, help="timed rounds per rule and V (default: 300)")
-    parser.add_argument("--warmup", type=int, default=50, help="untimed iterations first (default: 50)")
-    parser.add_argument("--seconds", type=float, default=2.0,
-                        help="time budget of one selection case; slow cases run fewer rounds (default: 2)")
-    parser.add_argument("--budget", type=int, default=59, help="tree budget B (default: 59)")
-    parser.add_argument("--vocab", type=int, nargs="+", default=[49152, 1000], help="V (default: 49152 1000)")
-    parser.add_argument("--temperature", type=float, nargs="+", default=[0.0, 1.0], help="T (default: 0 1)")
-    parser.add_argument("--device", default="cpu", help="where the logits live (default: cpu)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op CPU threads, as the target process runs (default: 1)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also print cProfile of the slowest selection + verification case")
-    parser.add_argument("--transports", nargs="+", default=["ipc"], choices=TRANSPORTS,
-                        help="round trips over each, interleaved; the first is the headline figure; tcp is "
-                             "loopback, tcp+curve the same with CURVE (default: ipc)")
-    parser.add_argument("--no-select", action="store_true", help="time the wire only")
-    parser.add_argument("--echo", metavar="ENDPOINT", help=argparse.SUPPRESS)  # the peer process
-    parser.add_argument("--echo-keys", metavar="DIR", help=argparse.SUPPRESS)
-    return parser
+@dataclass(frozen=True, slots=True)
+class ProtocolOptions:
+    """Wire and selection"""
+
+    iterations: int = field(default=2000, metadata={"help": "timed round trips"})
+    rounds: int = field(default=300, metadata={"help": "timed rounds per rule and V"})
+    warmup: int = field(default=50, metadata={"help": "untimed iterations first"})
+    seconds: float = field(default=2.0, metadata={
+        "help": "time budget of one selection case; slow cases run fewer rounds"})
+    budget: int = field(default=59, metadata={"help": "tree budget B"})
+    vocab: tuple[int, ...] = field(default=(49152, 1000), metadata={
+        "help": "vocabulary sizes V, comma-separated", "parse": "ints", "metavar": "V,V"})
+    temperature: str = field(default="0,1", metadata={"help": "temperatures T, comma-separated", "metavar": "T,T"})
+    device: str = field(default="cpu", metadata={"help": "where the logits live: cpu, cuda or cuda:N"})
+    threads: int = field(default=1, metadata={"help": "intra-op CPU threads, as the target process runs"})
+    profile: bool = field(default=False, metadata={
+        "help": "also print cProfile of the slowest selection + verification case"})
+    transports: str = field(default="ipc", metadata={
+        "help": f"round trips over each of {', '.join(TRANSPORTS)}, interleaved, comma-separated; the first is the "
+                "headline figure; tcp is loopback, tcp+curve the same with CURVE", "metavar": "LIST"})
+    select: bool = field(default=True, metadata={"help": "time the wire only"})
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "rounds", "budget", "threads"):
+            at_least(name, getattr(self, name), 1)
+        at_least("warmup", self.warmup, 0)
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ConfigError("seconds", f"must be positive, got {self.seconds}")
+        ints("vocab", self.vocab, PoolConfig().topk)  # the pool's first level takes that many distinct tokens
+        temperatures(self.temperature)
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}")
+        transports = names("transports", self.transports, TRANSPORTS)
+        if len(set(transports)) != len(transports):
+            raise ConfigError("transports", f"must be distinct, got {self.transports!r}")
 
 
-def _check(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
-    import torch
 
-    from pipeline.config import PoolConfig
-
-    for name in ("iterations", "rounds", "budget", "threads"):
-        if getattr(ns, name) < 1:
-            parser.error(f"--{name} must be a positive integer, got {getattr(ns, name)}")
-    if not ns.seconds > 0:
-        parser.error(f"--seconds must be positive, got {ns.seconds}")
-    if ns.warmup < 0:
-        parser.error(f"--warmup must be >= 0, got {ns.warmup}")
-    if len(set(ns.transports)) != len(ns.transports):
-        parser.error(f"--transports must be distinct, got {' '.join(ns.transports)}")
-    least = PoolConfig().topk  # the pool's first level takes that many distinct tokens
-    if min(ns.vocab) < least:
-        parser.error(f"--vocab sizes must be at least {least} (the pool's top-k), got {' '.join(map(str, ns.vocab))}")
-    if not all(math.isfinite(t) and t >= 0 for t in ns.temperature):
-        parser.error(f"--temperature takes finite numbers >= 0, got {' '.join(map(str, ns.temperature))}")
+def temperatures(text: str) -> list[float]:
+    """The temperatures of a comma-separated list, each finite and >= 0."""
     try:
-        device = torch.device(ns.device)
-    except RuntimeError:
-        parser.error(f"--device {ns.device!r} is not a torch device (cpu, cuda, cuda:N, ...)")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {ns.device}: this torch has no usable CUDA")
+        values = [float(t) for t in split_list(text)]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(t) and t >= 0 for t in values):
+        raise ConfigError("temperature", f"takes finite numbers >= 0, comma-separated, got {text!r}")
+    return values
 
 
-def _summary(ns: argparse.Namespace, wire: dict, select: dict, round_trips: dict, load, choice: dict,
+def _summary(options: ProtocolOptions, wire: dict, select: dict, round_trips: dict, load, choice: dict,
              met: dict) -> dict:
     """The benchmark's last line: one JSON document."""
     shape = wire["pool"]
-    return {"device": ns.device, "threads": ns.threads, "budget": ns.budget,
-              "pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
-              **{f"{k.replace(' ', '_')}_median_ms": wire[k]["median_ms"]
-                 for k in ("round trip", "one way", "encode", "decode", "validate")},
-              "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
-              "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
-              "round_trip_median_ms_by_transport": round_trips, "load_average": load,
-              "budget_choice_median_ms": choice["median_ms"],
-              "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
-                             "budget_choice": BUDGET_CHOICE_TARGET_MS},
-              "met": met}
+    return {"device": options.device, "threads": options.threads, "budget": options.budget,
+            "pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
+            **{f"{k.replace(' ', '_')}_median_ms": wire[k]["median_ms"]
+               for k in ("round trip", "one way", "encode", "decode", "validate")},
+            "select_verify_median_ms": {k: r["median_ms"] for k, r in select.items()},
+            "select_traverse_median_ms": {k: r["host_rule_ms"] for k, r in select.items()},
+            "round_trip_median_ms_by_transport": round_trips, "load_average": load,
+            "budget_choice_median_ms": choice["median_ms"],
+            "targets_ms": {"round_trip": ROUND_TRIP_TARGET_MS, "select_verify": SELECT_VERIFY_TARGET_MS,
+                           "budget_choice": BUDGET_CHOICE_TARGET_MS},
+            "met": met}
+
+
+ECHO = (("--echo", {"metavar": "ENDPOINT", "help": argparse.SUPPRESS}),  # the peer process's own flags
+        ("--echo-keys", {"metavar": "DIR", "help": argparse.SUPPRESS}))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return bench_parser(ProtocolOptions, __spec__.name, __doc__, extra=ECHO)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
+    options, ns = command_line(build_parser(), argv)
     if ns.echo:
         echo(ns.echo, ns.echo_keys)
         return 0
-    _check(parser, ns)
     import torch
 
-    torch.set_num_threads(ns.threads)
-    load = os.getloadavg()
-    wire = bench_wire(ns.iterations, ns.warmup, tuple(ns.transports))
-    select = {} if ns.no_select else bench_select_verify(ns.vocab, ns.temperature, ns.budget, ns.rounds, ns.warmup,
-                                                         ns.seconds, ns.device)
-
+    if options.device.startswith("cuda") and not torch.cuda.is_available():
+        refuse(__spec__.name, f"--device {options.device}: this torch has no usable CUDA")
+    torch.set_num_threads(options.threads)
+    load = load_average()
+    transports = split_list(options.transports)
+    wire = bench_wire(options.iterations, options.warmup, tuple(transports))
+    select = {} if not options.select else bench_select_verify(
+        list(options.vocab), temperatures(options.temperature), options.budget, options.rounds, options.warmup,
+        options.seconds, options.device)
     shape = wire["pool"]
     print(f"pool: {shape['candidates']} candidates, {shape['bytes']} bytes in {shape['frames']} frames; medians "
-          f"over {ns.iterations} iterations, IQR in brackets; round trips over {ns.transports[0]} unless named; "
+          f"over {options.iterations} iterations, IQR in brackets; round trips over {transports[0]} unless named; "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'wire':<28}{'median ms':>10}{'IQR ms':>20}")
     for name in [k for k in wire if k != "pool"]:
         r = wire[name]
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]")
-    round_trips = {t: wire["round trip" + ("" if t == ns.transports[0] else f" {t}")]["median_ms"]
-                   for t in ns.transports}
+    round_trips = {t: wire["round trip" + ("" if t == transports[0] else f" {t}")]["median_ms"] for t in transports}
     if not select:
-        print(json.dumps({"pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"],
-                          "load_average": load, "round_trip_median_ms": round_trips}))
+        close({"pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"], "load_average": load,
+               "round_trip_median_ms": round_trips})
         return 0
-    print(f"\nselection + verification per round, B={ns.budget}, device {ns.device}, {ns.threads} thread(s); "
-          f"'rules ms' leaves out only the root's draw before selection")
+    choice, met = report_select(options, wire, select)
+    close(_summary(options, wire, select, round_trips, load, choice, met))
+    return 0
+
+
+def report_select(options: ProtocolOptions, wire: dict, select: dict) -> tuple[dict, dict]:
+    """Selection + verification per rule, budget auto's choice and the targets met, printed -> (the choice's
+    timing, which targets were met)."""
+    print(f"\nselection + verification per round, B={options.budget}, device {options.device}, {options.threads} "
+          f"thread(s); 'rules ms' leaves out only the root's draw before selection")
     print(f"{'rule':<28}{'median ms':>10}{'IQR ms':>20}{'rules ms':>10}{'accepted':>10}{'rounds':>8}")
     for name, r in select.items():
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]"
               f"{r['host_rule_ms']:>10.4f}{r['accepted']:>10g}{r['n']:>8}")
-    choice = bench_budget_choice(ns.budget, max(ns.rounds, 200))
+    choice = bench_budget_choice(options.budget, max(options.rounds, 200))
     print(f"\nbudget auto, per round (choose the size, fold the round into the estimates): median "
           f"{choice['median_ms']:.4f} ms [{choice['q1_ms']:.4f}, {choice['q3_ms']:.4f}] over {choice['n']} rounds")
     slowest = max(select, key=lambda k: select[k]["median_ms"])
@@ -445,12 +469,11 @@ def main(argv: list[str] | None = None) -> int:
           f"selection + verification target {SELECT_VERIFY_TARGET_MS} ms: "
           f"{'met' if met['select_verify'] else 'MISSED'} (slowest: {slowest}); budget auto's choice target "
           f"{BUDGET_CHOICE_TARGET_MS} ms: {'met' if met['budget_choice'] else 'MISSED'}")
-    if ns.profile:
+    if options.profile:
         rule, v, t = slowest.split(" ")
         print(f"\ncProfile of {slowest}:")
-        print(profile_round(rule, int(v[2:]), float(t[2:]), ns.budget, select[slowest]["n"], ns.device))
-    print(json.dumps(_summary(ns, wire, select, round_trips, load, choice, met)))
-    return 0
+        print(profile_round(rule, int(v[2:]), float(t[2:]), options.budget, select[slowest]["n"], options.device))
+    return choice, met
 
 
 if __name__ == "__main__":

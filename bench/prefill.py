@@ -1,7 +1,7 @@
-"""What the drafter's prompt prefill adds to the target's on long prompts, and a bounded drafting context.
+"""python -m bench.prefill: the drafter's prefill beside the target's on long prompts, and a bounded drafting context.
 
-python -m timing.bench_prefill --prompts spec-bench:PATH [--categories summarization,rag] [--limit 2]
-                               [--windows 0,128,256] [--reps 3] [--max-new-tokens 48] [--budget 8]
+python -m bench.prefill --prompts spec-bench:PATH [--categories summarization,rag] [--limit 1]
+                        [--windows 0,128,256] [--reps 3] [--max-new-tokens 48] [--budget 8]
 
 On the CPU default pair with the deployed threads (the target: one thread while the drafter works, every
 core after; the drafter: one thread, in its own process), for each long prompt: the target's prefill
@@ -15,30 +15,30 @@ output is one JSON document.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
+import sys
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from drafter_proc.drafter import Drafter
-from evaluation.prompts import PromptError, load_prompts
-from models.load import load
+from bench.common import at_least, bench_parser, close, command_line, ints, load_average, refuse, spread
 from models.options import EMBEDDED_POOL, ModelOptions
-from pipeline.decode import decode
-from pipeline.settings import DecodeConfig
-from target_proc.target import Target
-from timing.bench_context import at_least, load_average, sizes, spread
+from pipeline.config import split_list
 
-DRAFTER = ModelOptions(model="smollm2:int8")
+DRAFTER = "smollm2:int8"  # the drafter model
 
 
 def drafter_worker(jobs, done, results) -> None:
     """A drafter process: for each (prompt, window) job, its first round; sets `done` when the pool is there."""
+    import torch
+
+    from drafter_proc.drafter import Drafter
+    from models.load import load
+
     torch.set_num_threads(1)
-    model = load(DRAFTER, "drafter")
+    model = load(ModelOptions(model=DRAFTER), "drafter")
     drafter_of = {}
     results.put("ready")
     while (job := jobs.get()) is not None:
@@ -51,7 +51,7 @@ def drafter_worker(jobs, done, results) -> None:
         results.put(time.perf_counter() - t0)
 
 
-def prefill_times(target: Target, prompts: list[list[int]], windows: list[int], reps: int) -> dict:
+def prefill_times(target, prompts: list[list[int]], windows: list[int], reps: int) -> dict:
     """Seconds of the target's prefill alone and beside the drafter's first round of each window."""
     ctx = mp.get_context("spawn")
     jobs, results, done = ctx.Queue(), ctx.Queue(), ctx.Event()
@@ -87,7 +87,7 @@ def prefill_times(target: Target, prompts: list[list[int]], windows: list[int], 
 class LocalFeed:
     """The drafter in this process, one call after another (pipeline.decode's DrafterClient)."""
 
-    def __init__(self, drafter: Drafter) -> None:
+    def __init__(self, drafter) -> None:
         self.drafter, self.pending, self.seconds = drafter, None, []
 
     def start(self, prompt) -> None:
@@ -110,7 +110,15 @@ class LocalFeed:
 
 def acceptance(target_model, prompts: list[list[int]], windows: list[int], max_new: int, budget: int) -> dict:
     """Per window: tokens per round of greedy `draft` decodes and the drafter's median seconds per round."""
-    drafter_model = load(DRAFTER, "drafter")
+    import torch
+
+    from drafter_proc.drafter import Drafter
+    from models.load import load
+    from pipeline.decode import decode
+    from pipeline.settings import DecodeConfig
+    from target_proc.target import Target
+
+    drafter_model = load(ModelOptions(model=DRAFTER), "drafter")
     eos = frozenset(target_model.tokenizer.eos)
     torch.set_num_threads(1)
     out = {}
@@ -132,51 +140,78 @@ def acceptance(target_model, prompts: list[list[int]], windows: list[int], max_n
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m timing.bench_prefill", description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", required=True, metavar="SOURCE", help="spec-bench:PATH, or another source")
-    parser.add_argument("--categories", default="summarization,rag")
-    parser.add_argument("--limit", type=int, default=1, help="prompts per category")
-    parser.add_argument("--windows", default="0,128,256")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--budget", type=int, default=8)
-    args = parser.parse_args()
-    windows = sizes(parser, "--windows", args.windows, 0)
-    at_least(parser, ("--limit", args.limit, 1), ("--reps", args.reps, 1), ("--max-new-tokens", args.max_new_tokens, 1),
-             ("--budget", args.budget, 1))
+@dataclass(frozen=True, slots=True)
+class PrefillOptions:
+    """Prompts and windows"""
+
+    prompts: str = field(default="", metadata={
+        "help": "spec-bench:PATH, or another prompt source", "metavar": "SOURCE", "required": True})
+    categories: str = field(default="summarization,rag", metadata={"help": "prompt categories, comma-separated",
+                                                                   "metavar": "LIST"})
+    limit: int = field(default=1, metadata={"help": "prompts per category"})
+    windows: tuple[int, ...] = field(default=(0, 128, 256), metadata={
+        "help": "drafting windows (0: the whole prompt), comma-separated", "parse": "ints", "metavar": "K,K"})
+    reps: int = field(default=3, metadata={"help": "repetitions of every prompt's prefills"})
+    max_new_tokens: int = field(default=48, metadata={"help": "tokens of each greedy draft decode"})
+    budget: int = field(default=8, metadata={"help": "tree budget of the draft decodes"})
+
+    def __post_init__(self) -> None:
+        ints("windows", self.windows, 0)
+        at_least("limit", self.limit, 1)
+        at_least("reps", self.reps, 1)
+        at_least("max_new_tokens", self.max_new_tokens, 1)
+        at_least("budget", self.budget, 1)
+
+
+def long_prompt_texts(options: PrefillOptions) -> list[str]:
+    """The first --limit prompts of each category, before any model loads; one line naming the flag when the
+    source is not one or holds none of them."""
+    from evaluation.prompts import PromptError, load_prompts
+
     try:
-        source = load_prompts(args.prompts)
+        source = load_prompts(options.prompts)
     except PromptError as e:
-        parser.error(f"`--prompts`: {e}")
+        refuse(__spec__.name, f"--prompts: {e}")
+    texts = [p.text for category in split_list(options.categories)
+             for p in [p for p in source if p.category == category][: options.limit]]
+    if not texts:
+        refuse(__spec__.name, f"--categories: no prompt of {options.categories} in {options.prompts}")
+    return texts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return bench_parser(PrefillOptions, __spec__.name, __doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, _ = command_line(build_parser(), argv)
+    texts = long_prompt_texts(options)
+    from models.load import load
+    from target_proc.target import Target
+
     target_model = load(ModelOptions(), "target")
-    prompts = []
-    for category in args.categories.split(","):
-        chosen = [p for p in source if p.category == category][: args.limit]
-        prompts += [target_model.tokenizer.prompt_ids(p.text) for p in chosen]
-    if not prompts:
-        parser.error(f"`--categories`: no prompt of {args.categories} in {args.prompts}")
-    lengths = [len(p) for p in prompts]
+    prompts = [target_model.tokenizer.prompt_ids(text) for text in texts]
+    lengths, windows = [len(p) for p in prompts], list(options.windows)
     load_before = load_average()
     print(f"{len(prompts)} prompts of {lengths} tokens; load average before: {load_before}, {os.cpu_count()} cores")
-    options = ModelOptions()
-    target = Target(target_model.runner(max(lengths) + 8), options.cpu_threads)
-    times = prefill_times(target, prompts, windows, args.reps)
+    target = Target(target_model.runner(max(lengths) + 8), ModelOptions().cpu_threads)
+    times = prefill_times(target, prompts, windows, options.reps)
     rows = {name: spread(1e3 * np.asarray(t)) for name, t in times.items()}
-    print(f"\nprefill, median ms [quartiles] over {args.reps} repetitions of every prompt")
+    print(f"\nprefill, median ms [quartiles] over {options.reps} repetitions of every prompt")
     for name, r in rows.items():
         print(f"  {name:<32}{r['median']:8.0f} [{r['q1']:6.0f}, {r['q3']:6.0f}]")
-    accepted = acceptance(target_model, prompts, windows, args.max_new_tokens, args.budget)
-    print(f"\ngreedy draft decodes, B={args.budget}, {args.max_new_tokens} new tokens, one thread each")
+    accepted = acceptance(target_model, prompts, windows, options.max_new_tokens, options.budget)
+    print(f"\ngreedy draft decodes, B={options.budget}, {options.max_new_tokens} new tokens, one thread each")
     for name, a in accepted.items():
         print(f"  {name:<12} tau {a['tau']:.2f} over {a['rounds']} rounds, drafter round "
               f"{a['drafter_round_ms']['median']:.0f} ms [{a['drafter_round_ms']['q1']:.0f}, "
               f"{a['drafter_round_ms']['q3']:.0f}]")
     load_after = load_average()
     print(f"load average after: {load_after}")
-    print(json.dumps({"prompt_tokens": lengths, "prefill_ms": rows, "acceptance": accepted,
-                      "load_average": {"before": load_before, "after": load_after}}))
+    close({"prompt_tokens": lengths, "prefill_ms": rows, "acceptance": accepted,
+           "load_average": {"before": load_before, "after": load_after}})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,14 +3,12 @@ command line refuses bad values before loading a model."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
+from bench.prefill import LocalFeed
 from drafter_proc.drafter import Drafter
 from models.mock import MockModel, MockRunner
 from pipeline.config import PoolConfig
-from timing.bench_prefill import LocalFeed
 
 POOL = PoolConfig(topk=3, depth=2, expand=2)
 
@@ -31,11 +29,10 @@ def test_a_pool_is_handed_out_once_and_commit_times_are_kept():
 @pytest.mark.parametrize("argv, flag", [(["--windows", "0,x"], "--windows"), (["--windows", "-1"], "--windows"),
                                         (["--reps", "0"], "--reps"), (["--limit", "0"], "--limit"),
                                         (["--budget", "0"], "--budget"), (["--prompts", "nope"], "--prompts")])
-def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, monkeypatch, capsys):
-    from timing.bench_prefill import main
+def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, capsys):
+    from bench.prefill import main
 
-    monkeypatch.setattr(sys, "argv", ["bench_prefill", "--prompts", "builtin", *argv])
-    with pytest.raises(SystemExit) as stop:
-        main()
+    with pytest.raises(SystemExit) as stop:  # before any model loads
+        main(["--prompts", "builtin", *argv])
     assert stop.value.code == 2
-    assert f"`{flag}`" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"error: {flag}" in capsys.readouterr().err.strip().splitlines()[-1]

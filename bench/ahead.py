@@ -1,4 +1,4 @@
-"""python -m launch.bench_ahead: the drafter's idle halves used, each way against none, side by side per prompt.
+"""python -m bench.ahead: the drafter's idle halves used, each way against none, side by side per prompt.
 
 Variants of the decoder: `none` (the paper's deployment and the default: the target keeps its cores, the
 drafter drafts after each commit), `lend` (`--lend-cores`: a target on the CPU lends the drafter its cores
@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import sys
-from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from bench.common import bench_parser, close, command_line, load_average, refuse, spread
 from evaluation.prompts import STRATA, PromptError, gather
 from evaluation.summary import category_group
-from launch.api import Pair
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, split_list
 from pipeline.settings import DecodeConfig
 from programs.options import PromptOptions
 
@@ -51,99 +50,115 @@ def variant_settings(name: str) -> dict | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class AheadOptions:
+    """Prompts, decodes and variants"""
+
+    prompts: str = field(default="", metadata={
+        "help": "a prompt source as the sweep takes it (spec-bench:PATH, humaneval, FILE.jsonl)", "metavar": "SOURCE",
+        "required": True})
+    limit_prompts: int = field(default=12, metadata={"help": "a subset stratified by category", "metavar": "N"})
+    stratify: str = field(default="category", metadata={
+        "help": "spread --limit-prompts over categories or over Spec-Bench's groups", "metavar": "category|group"})
+    categories: str = field(default="", metadata={
+        "help": "only prompts of these categories or Spec-Bench groups (comma-separated)", "metavar": "LIST"})
+    decoder: str = field(default="root-draw", metadata={"help": "the decoder every variant runs"})
+    budgets: str = field(default="8,auto", metadata={"help": "tree budgets, comma-separated", "metavar": "LIST"})
+    temperature: float = field(default=0.0, metadata={"metavar": "T"})
+    max_new_tokens: int = field(default=96, metadata={"metavar": "N"})
+    target: str = field(default="", metadata={"help": "the pair's target (default: the embedded pair)"})
+    drafter: str = field(default="", metadata={"help": "the pair's drafter (default: the embedded pair's)"})
+    seed: int = 0
+    records: str = field(default="", metadata={
+        "help": "also write every timed decode's record to FILE, a new file (JSON lines, each with its "
+                "`bench_budget` and `bench_variant`, null for ar)", "metavar": "FILE"})
+    variants: str = field(default=",".join(VARIANTS), metadata={
+        "help": f"comma-separated, from {','.join(VARIANTS)}, window-N and cut+window-N (none is always run: the "
+                "others' baseline)", "metavar": "LIST"})
+
+    def __post_init__(self) -> None:
+        if self.stratify not in STRATA:
+            raise ConfigError("stratify", f"must be one of {', '.join(STRATA)}, got {self.stratify!r}")
+        if unknown := [v for v in self.variant_names if variant_settings(v) is None]:
+            raise ConfigError("variants", f"unknown {', '.join(unknown)} (from {', '.join(VARIANTS)}, window-N and "
+                                          "cut+window-N, N a positive number of tokens)")
+        for budget in self.budget_list:  # every decode's settings checked before the pair starts
+            for name in self.variant_names:
+                DecodeConfig(self.decoder, self.temperature, budget, self.max_new_tokens, seed=self.seed,
+                             **variant_settings(name))
+
+    @property
+    def variant_names(self) -> list[str]:
+        """The variants run: none first, then the others named, each once."""
+        return list(dict.fromkeys(["none"] + [v for v in split_list(self.variants) if v != "none"]))
+
+    @property
+    def budget_list(self) -> list[int | str]:
+        budgets = [b.strip() for b in self.budgets.split(",")]
+        if not all(b == "auto" or (b.isdecimal() and b.isascii() and int(b) > 0) for b in budgets):
+            raise ConfigError("budgets", f"takes comma-separated positive integers or auto, got {self.budgets!r}")
+        return [b if b == "auto" else int(b) for b in budgets]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m launch.bench_ahead", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", required=True, metavar="SOURCE",
-                        help="a prompt source as the sweep takes it (spec-bench:PATH, humaneval, FILE.jsonl)")
-    parser.add_argument("--limit-prompts", type=int, default=12, metavar="N",
-                        help="a subset stratified by category (default 12)")
-    parser.add_argument("--stratify", choices=STRATA, default="category",
-                        help="spread --limit-prompts over categories or over Spec-Bench's groups")
-    parser.add_argument("--categories", default="", metavar="LIST",
-                        help="only prompts of these categories or Spec-Bench groups (comma-separated)")
-    parser.add_argument("--decoder", default="root-draw")
-    parser.add_argument("--budgets", default="8,auto", metavar="LIST")
-    parser.add_argument("--temperature", type=float, default=0.0, metavar="T")
-    parser.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
-    parser.add_argument("--target", default=None, help="the pair's target (default: the embedded pair)")
-    parser.add_argument("--drafter", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--records", metavar="FILE", default=None,
-                        help="also write every timed decode's record to FILE, a new file (JSON lines, each with its "
-                             "`bench_budget` and `bench_variant`, null for ar)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), metavar="LIST",
-                        help=f"comma-separated, from {','.join(VARIANTS)}, window-N and cut+window-N (none is always "
-                             "run: the others' baseline)")
-    return parser
+    return bench_parser(AheadOptions, __spec__.name, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    variants = list(dict.fromkeys(["none"] + [v for v in ns.variants.split(",") if v and v != "none"]))
-    if unknown := [v for v in variants if variant_settings(v) is None]:
-        parser.error(f"--variants: unknown {', '.join(unknown)} (from {', '.join(VARIANTS)}, window-N and "
-                     "cut+window-N, N a positive number of tokens)")
-    budgets = [b.strip() for b in ns.budgets.split(",")]
-    if not all(b == "auto" or (b.isdecimal() and b.isascii() and int(b) > 0) for b in budgets):
-        parser.error(f"--budgets takes comma-separated positive integers or auto, got {ns.budgets!r}")
-    budgets = [b if b == "auto" else int(b) for b in budgets]
-    try:  # every decode's settings checked before the pair starts
-        for budget in budgets:
-            for name in variants:
-                DecodeConfig(ns.decoder, ns.temperature, budget, ns.max_new_tokens, seed=ns.seed,
-                             **variant_settings(name))
-    except ConfigError as e:
-        parser.error(str(e))
+    options, _ = command_line(build_parser(), argv)
     try:
-        prompts = gather(PromptOptions(prompts=(ns.prompts,), categories=ns.categories,
-                                       limit_prompts=ns.limit_prompts, stratify=ns.stratify), ns.seed)
+        prompts = gather(PromptOptions(prompts=(options.prompts,), categories=options.categories,
+                                       limit_prompts=options.limit_prompts, stratify=options.stratify), options.seed)
     except (PromptError, ConfigError) as e:
-        parser.error(str(e))
-    if ns.records and (problem := _unwritable(Path(ns.records))):
-        parser.error(f"--records {ns.records}: {problem}")
-    load_start = os.getloadavg()
+        refuse(__spec__.name, str(e))
+    if options.records and (problem := _unwritable(Path(options.records))):
+        refuse(__spec__.name, f"--records {options.records}: {problem}")
+    load_start = load_average()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
-    pair = Pair(**({"target": ns.target} if ns.target else {}), **({"drafter": ns.drafter} if ns.drafter else {}))
-    with pair, open(ns.records, "x", encoding="utf-8") if ns.records else contextlib.nullcontext() as records:
-        rows = _decode_all(pair, prompts, budgets, variants, ns, functools.partial(_kept, records))
-    load_end = os.getloadavg()
-    summary = summarize(rows, budgets)
-    summary.update(decoder=ns.decoder, temperature=ns.temperature, prompts=len(prompts),
-                   max_new_tokens=ns.max_new_tokens, load_average_start=load_start[0], load_average_end=load_end[0])
+    rows = run(options, prompts)
+    load_end = load_average()
+    summary = summarize(rows, options.budget_list)
+    summary.update(decoder=options.decoder, temperature=options.temperature, prompts=len(prompts),
+                   max_new_tokens=options.max_new_tokens, load_average_start=load_start[0],
+                   load_average_end=load_end[0])
     for line in render(summary):
         print(line)
-    print(json.dumps(summary))
+    close(summary)
     return 0
 
 
-def _kept(records, record: dict, budget, variant) -> dict:
-    """A decode's numbers, its record written to `records` first (when --records names a file)."""
-    if records is not None:
-        records.write(json.dumps({**record, "bench_budget": budget, "bench_variant": variant}) + "\n")
-        records.flush()
-    return _numbers(record)
+def run(options: AheadOptions, prompts: list) -> list[dict]:
+    """One pair decodes each prompt with ar, then with each variant at each budget, in an order rotated from
+    prompt to prompt -> a row of numbers per timed decode (with --records, each record kept too)."""
+    from launch.api import Pair
 
-
-def _decode_all(pair, prompts, budgets: list, variants: list[str], ns, kept) -> list[dict]:
-    """Warm up, then every prompt with `ar` and with every variant at every budget (variants in an order
-    rotated by the prompt) -> a row of numbers per decode; kept(record, budget, variant) keeps each."""
+    budgets, variants = options.budget_list, options.variant_names
+    pair = Pair(**({"target": options.target} if options.target else {}),
+                **({"drafter": options.drafter} if options.drafter else {}))
     rows = []
-    settings = dict(temperature=ns.temperature, max_new_tokens=ns.max_new_tokens, seed=ns.seed)
-    pair.decode(prompts[0].turns[0], "ar", **settings)  # warm-up, off the record
-    pair.decode(prompts[0].turns[0], ns.decoder, budget=budgets[0], ahead=True, **settings)
-    for i, prompt in enumerate(prompts):
-        text, group = prompt.turns[0], category_group(prompt.category)
-        run = lambda decoder, **kw: pair.decode(text, decoder, prompt_id=prompt.id, **settings,  # noqa: E731
-                                                **kw).record
-        rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None,
-                     **kept(run("ar"), None, None)})
-        for budget in budgets:
-            for k in range(len(variants)):
-                name = variants[(i + k) % len(variants)]
-                rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
-                             **kept(run(ns.decoder, budget=budget, **variant_settings(name)), budget, name)})
-        print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
+    with pair, open(options.records, "x", encoding="utf-8") if options.records else contextlib.nullcontext() as out:
+        def kept(record: dict, budget, variant) -> dict:
+            if out is not None:
+                out.write(json.dumps({**record, "bench_budget": budget, "bench_variant": variant}) + "\n")
+                out.flush()
+            return _numbers(record)
+
+        settings = dict(temperature=options.temperature, max_new_tokens=options.max_new_tokens, seed=options.seed)
+        pair.decode(prompts[0].turns[0], "ar", **settings)  # warm-up, off the record
+        pair.decode(prompts[0].turns[0], options.decoder, budget=budgets[0], ahead=True, **settings)
+        for i, prompt in enumerate(prompts):
+            text, group = prompt.turns[0], category_group(prompt.category)
+            run_one = lambda decoder, **kw: pair.decode(  # noqa: E731
+                text, decoder, prompt_id=prompt.id, **settings, **kw).record
+            rows.append({"prompt": prompt.id, "group": group, "budget": None, "variant": None,
+                         **kept(run_one("ar"), None, None)})
+            for budget in budgets:
+                for k in range(len(variants)):
+                    name = variants[(i + k) % len(variants)]
+                    rows.append({"prompt": prompt.id, "group": group, "budget": budget, "variant": name,
+                                 **kept(run_one(options.decoder, budget=budget, **variant_settings(name)), budget,
+                                        name)})
+            print(f"{i + 1}/{len(prompts)} {prompt.id}", file=sys.stderr)
     return rows
 
 
@@ -187,17 +202,18 @@ def summarize(rows: list[dict], budgets: list) -> dict:
             ratio = [_speed([by_prompt[p]]) / _speed([variants["none"][p]]) for p in prompts]
             entry[v] = {
                 "tokens_per_second": _speed(got), "over_ar": _speed(got) / _speed(list(ar.values())),
-                "over_none_median": float(np.median(ratio)), "over_none_range": [float(min(ratio)), float(max(ratio))],
-                "wait_ms_median": 1000 * float(np.median(waits)) if waits else None,
+                "over_none_median": spread(ratio)["median"], "over_none_range": [float(min(ratio)), float(max(ratio))],
+                "wait_ms_median": 1000 * spread(waits)["median"] if waits else None,
                 "hit_rate": sum(r["hits"] for r in got) / tried if tried else None,
-                "hidden_ms_median": 1000 * float(np.median(hidden)) if hidden else None,
+                "hidden_ms_median": 1000 * spread(hidden)["median"] if hidden else None,
                 "pool_depth_mean": float(np.mean([d for r in got for d in r["depths"]] or [0])),
                 "tau": float(np.mean([a for r in got for a in r["emitted"]] or [0]))}
         entry["by_group"] = {}
         for group in sorted({r["group"] for r in rows}):
             mine = [p for p in prompts if variants["none"][p]["group"] == group]
             entry["by_group"][group] = {"prompts": len(mine), "ar": _speed([ar[p] for p in mine]),
-                                        **{v: _speed([by_prompt[p] for p in mine]) for v, by_prompt in variants.items()}}
+                                        **{v: _speed([by_prompt[p] for p in mine])
+                                           for v, by_prompt in variants.items()}}
         out["budgets"][str(budget)] = entry
     out["ar_tokens_per_second"] = _speed(list(ar.values()))
     return out

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from launch.bench_ahead import summarize, variant_settings
+from bench.ahead import summarize, variant_settings
 
 
 def row(prompt, group, budget, variant, tokens, seconds, wait=(0.01,), tried=0, hits=0, hidden=(), depths=(4,),
@@ -56,7 +56,7 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": i, "category": c, "prompt": f"Tell me about {c} {i}"}) + "\n"
                                for i, c in enumerate(["qa", "math", "qa", "coding"])))
-    done = subprocess.run([sys.executable, "-m", "launch.bench_ahead", "--target", "mock", "--prompts", str(prompts),
+    done = subprocess.run([sys.executable, "-m", "bench.ahead", "--target", "mock", "--prompts", str(prompts),
                            "--limit-prompts", "2", "--budgets", "4", "--max-new-tokens", "16",
                            "--records", str(tmp_path / "records.jsonl")],
                           capture_output=True, text=True, timeout=600)
@@ -82,7 +82,7 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
 def test_records_go_to_a_new_file_only(tmp_path, make, message):
     path = make(tmp_path)
     before = path.read_text() if path.exists() else None
-    done = subprocess.run([sys.executable, "-m", "launch.bench_ahead", "--target", "mock", "--prompts", "humaneval",
+    done = subprocess.run([sys.executable, "-m", "bench.ahead", "--target", "mock", "--prompts", "humaneval",
                            "--records", str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and re.search(r"error: --records .*" + message, done.stderr), done.stderr
     assert (path.read_text() if path.exists() else None) == before  # another run's records untouched
@@ -91,12 +91,12 @@ def test_records_go_to_a_new_file_only(tmp_path, make, message):
 @pytest.mark.parametrize("argv, words", [
     (["--budgets", "8,x"], "--budgets takes comma-separated positive integers or auto, got '8,x'"),
     (["--budgets", "0"], "--budgets takes comma-separated positive integers or auto, got '0'"),
-    (["--decoder", "nope"], "`decoder` must be one of"),
-    (["--temperature", "-1"], "`temperature` must be a finite number >= 0"),
-    (["--max-new-tokens", "0"], "`max_new_tokens` must be a positive integer"),
+    (["--decoder", "nope"], "--decoder must be one of"),
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be a positive integer"),
 ], ids=["budget-text", "budget-zero", "decoder", "temperature", "max-new-tokens"])
 def test_bad_values_end_with_one_line_before_the_pair_starts(argv, words, capsys):
-    from launch.bench_ahead import main
+    from bench.ahead import main
 
     with pytest.raises(SystemExit) as stop:
         main(["--target", "mock", "--prompts", "builtin", *argv])

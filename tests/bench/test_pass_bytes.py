@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.hf import aligned_slots, graph_spans
-from models.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes, weight_count
+from bench.pass_bytes import attention_flop_share, captured_pass_bytes, pass_bytes, weight_count
 
 
 def test_llama_8b_weights_are_its_parameters_less_the_input_embedding():

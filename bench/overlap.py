@@ -1,7 +1,7 @@
-"""What running the two processes side by side costs on this machine: each pass alone and beside the other's.
+"""python -m bench.overlap: what running the two processes side by side costs: each pass alone and beside the other's.
 
-python -m timing.bench_overlap [--pairs root:drafter,drafter:root,tree:drafter,compute:compute,memory:memory]
-                               [--context 40] [--reps 9]
+python -m bench.overlap [--pairs root:drafter,drafter:root,tree:drafter,compute:compute,memory:memory]
+                        [--context 40] [--reps 9]
 
 A pipelined round overlaps the target's root pass with the drafter's round, and drafting ahead overlaps
 the drafter with the tree pass. On one machine the two processes run on different cores but share the
@@ -26,19 +26,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from models.load import load
-from models.options import ModelOptions
-from timing.bench_context import (at_least, drafter_step, least_capacity, load_average, paired_ratios, spread,
-                                  target_passes)
+from bench.common import at_least, bench_parser, close, command_line, load_average, paired_ratios, refuse, spread
+from pipeline.config import ConfigError, split_list
 
 WORKLOADS = {
     "root": "target root pass",
@@ -53,6 +51,12 @@ START_TIMEOUT_S = 600.0  # loading the models in the background process
 
 def workloads(names: set[str], context: int) -> dict[str, Callable[[], None]]:
     """name -> a call that runs one pass of it and waits for its result, each built once."""
+    import torch
+
+    from bench.passes import drafter_step, least_capacity, target_passes
+    from models.load import load
+    from models.options import ModelOptions
+
     out: dict[str, Callable[[], None]] = {}
     capacity = least_capacity([context], [8])
     if names & {"root", "tree"}:
@@ -82,6 +86,8 @@ def _background(names: list[str], context: int, conn) -> None:
     """The second process: build `names`, then run the one the parent names in a loop until told to pause
     (None) or to stop ("exit"). Acknowledges each start after a whole pass, and each pause when the pass in
     flight is done, so the parent times only while the loop runs and only after it rests."""
+    import torch
+
     torch.set_num_threads(1)
     try:
         calls = workloads(set(names), context)
@@ -159,6 +165,8 @@ class Beside:
 
 def measure(pairs: list[tuple[str, str]], context: int, reps: int) -> dict:
     """(measured, beside) -> {"alone": seconds of each repetition, "beside": ...}."""
+    import torch
+
     torch.set_num_threads(1)
     calls = workloads({m for m, _ in pairs}, context)
     background = Beside(sorted({b for _, b in pairs}), context)
@@ -191,34 +199,47 @@ def two_cores(slowdowns: dict[tuple[str, str], float]) -> dict[str, float]:
     return out
 
 
-def parse_pairs(parser: argparse.ArgumentParser, text: str) -> list[tuple[str, str]]:
-    pairs = []
-    for item in text.split(","):
+@dataclass(frozen=True, slots=True)
+class OverlapOptions:
+    """Workloads"""
+
+    pairs: str = field(default=DEFAULT_PAIRS, metadata={
+        "help": f"MEASURED:BESIDE workload pairs of {', '.join(WORKLOADS)}, comma-separated", "metavar": "LIST"})
+    context: int = field(default=40, metadata={"help": "tokens of context before the model passes"})
+    reps: int = field(default=9, metadata={"help": "repetitions of every pair, both ways"})
+
+    def __post_init__(self) -> None:
+        pairs(self.pairs)
+        at_least("context", self.context, 2)
+        at_least("reps", self.reps, 1)
+
+
+def pairs(text: str) -> list[tuple[str, str]]:
+    """The distinct (measured, beside) pairs of a comma-separated list of MEASURED:BESIDE."""
+    found = []
+    for item in split_list(text) or [text]:
         parts = item.split(":")
         if len(parts) != 2 or not set(parts) <= set(WORKLOADS):
-            parser.error(f"`--pairs` takes MEASURED:BESIDE pairs of {', '.join(WORKLOADS)}, comma-separated, "
-                         f"got {item!r}")
-        pairs.append((parts[0], parts[1]))
-    return list(dict.fromkeys(pairs))
+            raise ConfigError("pairs", f"takes MEASURED:BESIDE pairs of {', '.join(WORKLOADS)}, comma-separated, "
+                                       f"got {item!r}")
+        found.append((parts[0], parts[1]))
+    return list(dict.fromkeys(found))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m timing.bench_overlap", description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", default=DEFAULT_PAIRS, help="MEASURED:BESIDE workload pairs, comma-separated")
-    parser.add_argument("--context", type=int, default=40, help="tokens of context before the model passes")
-    parser.add_argument("--reps", type=int, default=9)
-    args = parser.parse_args()
-    pairs = parse_pairs(parser, args.pairs)
-    at_least(parser, ("--context", args.context, 2), ("--reps", args.reps, 1))
+def build_parser() -> argparse.ArgumentParser:
+    return bench_parser(OverlapOptions, __spec__.name, __doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, _ = command_line(build_parser(), argv)
     if len(os.sched_getaffinity(0)) < 2:
-        parser.error("this benchmark runs two processes side by side: it needs two or more cores")
-
+        refuse(__spec__.name, "this benchmark runs two processes side by side: it needs two or more cores")
     before = load_average()
     print(f"load average before: {before}, 1 thread a process, {len(os.sched_getaffinity(0))} cores")
-    times = measure(pairs, args.context, args.reps)
+    times = measure(pairs(options.pairs), options.context, options.reps)
     after = load_average()
-    print(f"median ms [quartiles] over {args.reps} repetitions, {args.context} tokens of context; slowdown beside / "
-          f"alone per repetition")
+    print(f"median ms [quartiles] over {options.reps} repetitions, {options.context} tokens of context; slowdown "
+          f"beside / alone per repetition")
     results, slowdowns = {}, {}
     for (measured, beside), t in times.items():
         ms = {how: spread(1e3 * np.asarray(t[how])) for how in ("alone", "beside")}
@@ -229,6 +250,15 @@ def main() -> None:
         print(f"  {WORKLOADS[measured]:<21} alone {a['median']:7.1f} [{a['q1']:6.1f},{a['q3']:6.1f}]  beside "
               f"{WORKLOADS[beside]:<21} {b['median']:7.1f} [{b['q1']:6.1f},{b['q3']:6.1f}]  slowdown "
               f"{slowdown['median']:.3f} [{slowdown['q1']:.3f}, {slowdown['q3']:.3f}]")
+    together, wait = summary_lines(results, slowdowns)
+    print(f"load average after: {after}")
+    close({"context": options.context, "reps": options.reps, "pairs": results, "two_cores": together,
+           "implied_wait_ms": wait, "load_average": {"before": before, "after": after}})
+    return 0
+
+
+def summary_lines(results: dict, slowdowns: dict) -> tuple[dict, float | None]:
+    """The cores' work of pairs timed both ways and the wait for the drafter they imply, printed."""
     together = two_cores(slowdowns)
     if together:
         print("cores' work two cores give, running both together: "
@@ -238,10 +268,8 @@ def main() -> None:
         wait = results["drafter:root"]["ms"]["beside"]["median"] - results["root:drafter"]["ms"]["beside"]["median"]
         print(f"a pipelined round's wait for the drafter these imply (its round beside the root pass, less the root "
               f"pass beside it): {wait:.1f} ms")
-    print(f"load average after: {after}")
-    print(json.dumps({"context": args.context, "reps": args.reps, "pairs": results, "two_cores": together,
-                      "implied_wait_ms": wait, "load_average": {"before": before, "after": after}}))
+    return together, wait
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

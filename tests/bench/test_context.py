@@ -1,28 +1,13 @@
-"""The context benchmark: its statistics (paired ratios cancel drift shared by a repetition) and its command line."""
+"""The context benchmark: its statistics (paired ratios cancel drift shared by a repetition), its byte models,
+its paths and its command line."""
 
 from __future__ import annotations
 
-import sys
-
-import numpy as np
 import pytest
-
-from timing.bench_context import paired_ratios, spread
-
-
-def test_paired_ratios_cancel_drift_shared_by_a_repetition():
-    drift = np.array([1.0, 3.0, 0.5, 2.0, 1.5])  # a machine slowing down and speeding up between repetitions
-    ratio = paired_ratios(list(0.1 * drift), list(0.13 * drift))
-    assert abs(ratio["median"] - 1.3) < 1e-12 and abs(ratio["q3"] - ratio["q1"]) < 1e-12
-
-
-def test_spread_is_ordered_quartiles_around_the_median():
-    s = spread([5.0, 1.0, 3.0, 2.0, 4.0])
-    assert s == {"median": 3.0, "q1": 2.0, "q3": 4.0}
 
 
 def test_the_cpu_model_reads_the_used_slots_rounded_up():
-    from timing.bench_context import cpu_model
+    from bench.context import cpu_model
 
     model = cpu_model([40, 2000])
     assert model[40]["span"] == 64 and model[2000]["span"] == 2048
@@ -30,7 +15,7 @@ def test_the_cpu_model_reads_the_used_slots_rounded_up():
 
 
 def test_the_gpu_model_reads_the_span_covering_the_context():
-    from timing.bench_context import gpu_model
+    from bench.context import gpu_model
 
     model = gpu_model()
     whole, short = model["32768 capacity, 1 rows, whole cache"], model["32768 capacity, 1 rows, 512 tokens"]
@@ -40,7 +25,7 @@ def test_the_gpu_model_reads_the_span_covering_the_context():
 
 
 def test_paths_after_the_first_are_compared_with_it_repetition_by_repetition():
-    from timing.bench_context import compare_paths
+    from bench.context import compare_paths
 
     drift = [1.0, 2.0, 4.0]
     times = {("whole", "root pass", 40): [0.1 * d for d in drift],
@@ -53,7 +38,7 @@ def test_each_path_attends_over_what_it_names():
     from models.hf import SPAN_STEP, graph_spans
     from target_proc.target import Target
     from tests.models.conftest import tiny_llama
-    from timing.bench_context import runner
+    from bench.passes import runner
 
     model, spans = tiny_llama(), {}
     for path in ("eager", "ladder", "whole"):
@@ -70,12 +55,11 @@ def test_each_path_attends_over_what_it_names():
                                         (["--trees", "8,a"], "--trees"), (["--trees", "73"], "--trees"),
                                         (["--reps", "0"], "--reps"), (["--threads", "0"], "--threads"),
                                         (["--paths", "eager,gpu"], "--paths"), (["--capacity", "-5"], "--capacity")])
-def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, monkeypatch, capsys):
-    from timing.bench_context import main
+def test_bad_values_end_with_one_line_naming_the_flag(argv, flag, capsys):
+    from bench.context import main
 
-    monkeypatch.setattr(sys, "argv", ["bench_context", *argv])
     with pytest.raises(SystemExit) as stop:
-        main()
+        main(argv)
     assert stop.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     flags = ("--contexts", "--trees", "--reps", "--threads", "--paths", "--capacity")

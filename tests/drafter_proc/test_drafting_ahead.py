@@ -16,7 +16,7 @@ from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
 from pipeline.pool import Pool
 from protocol.messages import Ahead, Commit, End, Error, PoolMsg, Start, Waiting
 
-from tests.protocol.test_drafter_server import (PROMPT, assert_error, assert_still_serving, assert_valid_pool,
+from tests.drafter_proc.test_drafter_server import (PROMPT, assert_error, assert_still_serving, assert_valid_pool,
                                                  open_request)
 from tests.protocol.wire_peers import CAPACITY, POOL, VOCAB
 
@@ -125,15 +125,17 @@ def serving_with(endpoint):
 
 
 def test_a_waiting_target_lends_its_cores_until_the_pool_is_sent(serving_with, monkeypatch):
+    import time
+
     import torch
 
     from drafter_proc import drafter as drafter_module
 
     seen, expand = [], drafter_module.Drafter._expander
 
-    def watching(self, length):  # each level's pass runs with the threads in use then
-        inner = expand(self, length)
-        return lambda *a: seen.append(torch.get_num_threads()) or inner(*a)
+    def watching(self, length):  # each level's pass runs with the threads in use then, slowed so that the
+        inner = expand(self, length)  # Waiting sent with the Commit comes before the last level, however loaded
+        return lambda *a: seen.append(torch.get_num_threads()) or time.sleep(0.05) or inner(*a)
 
     monkeypatch.setattr(drafter_module.Drafter, "_expander", watching)
     peer = serving_with(threads=(1, 2))

@@ -1,7 +1,7 @@
-"""Benchmark of the default pair on this machine: per-pass latencies, every decoder, and transformers.
+"""python -m bench.pair: the default pair on this machine: per-pass latencies, every decoder, and transformers.
 
-python -m timing.bench_pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
-                           [--budget B|auto] [--decoders LIST]
+python -m bench.pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
+                     [--budget B|auto] [--decoders LIST]
 
 In one run on the same prompts: (1) per-pass latencies of the target and drafter runners with the
 threads they get when deployed (the drafter one; the target one while the drafter works, every core for
@@ -16,43 +16,41 @@ of the output is one JSON document.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from drafter_proc.drafter import Drafter
+from bench.common import bench_parser, close, command_line, refuse
 from evaluation.prompts import STRATA, gather
-from evaluation.summary import analyse
-from models.cpu_linear import ROW_CLASSES, stock_kernels
-from models.load import load
 from models.options import EMBEDDED_POOL, ModelOptions
-from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, parse_budget
+from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
-from pipeline.tree import Tree
 from programs.options import PromptOptions, check_decoders
-from target_proc.costs import timed
-from target_proc.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def median_ms(fn, reps: int = 15) -> float:
+    from target_proc.costs import timed
+
     return 1e3 * timed(fn, reps)
 
 
-def bushy_tree(n: int) -> Tree:
-    parent = np.array([-1 if i < 4 else (i - 4) // 3 for i in range(n)])
-    return Tree(100 + np.arange(n), parent, np.arange(n))
-
-
 def pass_latencies(prompt_ids: list[int]) -> dict:
+    """Median ms of each pass of the default pair's target and drafter, with their deployed threads."""
+    import torch
+
+    from bench.passes import bushy_tree
+    from drafter_proc.drafter import Drafter
+    from models.load import load
+    from target_proc.target import Target
+
     options = ModelOptions()
     target_model = load(options, "target")
     drafter_model = load(ModelOptions(model="smollm2:int8"), "drafter")
@@ -90,6 +88,10 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
 def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
     """How often the int8 drafter's argmax is the target's, and the target's argmax is in the drafter's
     top 10, along the target's own greedy outputs (the `ar` decodes), teacher-forced."""
+    import torch
+
+    from models.load import load
+
     cores = ModelOptions().cpu_threads[1]
     target = load(ModelOptions(tune_linears=False), "target")  # rows, not speed: no kernels to time
     drafter = load(ModelOptions(model="smollm2:int8"), "drafter")
@@ -128,6 +130,13 @@ def transformers_baselines(prompts: list[str], max_new: int) -> tuple[dict, dict
     torch's stock kernel), and generate again through the kernels this runtime tuned (models.cpu_linear, at
     the threads generate runs with), which tells the kernels' share of a gain over generate from the
     pipeline's. Each prompt runs the three in a rotated order. -> (name -> speed, the kernels chosen)."""
+    import contextlib
+
+    import torch
+
+    from models.cpu_linear import stock_kernels
+    from models.load import load
+
     torch.set_num_threads(ModelOptions().cpu_threads[1])  # before the load: the kernels are timed with them
     target = load(ModelOptions(), "target")
     drafter = load(ModelOptions(model="smollm2:int8"), "drafter")
@@ -150,29 +159,30 @@ def transformers_baselines(prompts: list[str], max_new: int) -> tuple[dict, dict
     return speeds, target.linear_kernels
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m timing.bench_pair", description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", action="append", metavar="SOURCE",
-                        help="prompt source, repeatable, as a sweep takes it (default: builtin)")
-    parser.add_argument("--limit", type=int, default=4, metavar="N",
-                        help="N prompts: the first N of one source, else spread as --stratify says (default 4)")
-    parser.add_argument("--stratify", choices=STRATA, default=None,
-                        help="spread --limit over categories or Spec-Bench's groups (under seed 0)")
-    parser.add_argument("--max-new-tokens", type=int, default=96, metavar="N")
-    parser.add_argument("--budget", type=parse_budget, default=8, metavar="B|auto")
-    parser.add_argument("--decoders", default=",".join(DECODERS), metavar="LIST",
-                        help="decoders of the pair run, ar among them (default: all)")
-    args = parser.parse_args(argv)
-    try:
-        check_int("limit", args.limit, 1)
-        check_int("max_new_tokens", args.max_new_tokens, 1)
-        check_budget("budget", args.budget)
-        args.decoders = check_decoders("decoders", args.decoders)
-    except ConfigError as e:
-        parser.error(str(e))
-    if "ar" not in args.decoders or len(args.decoders) < 2:
-        parser.error("`decoders` must hold ar and at least one other decoder (the ratios compare them)")
-    return args
+@dataclass(frozen=True, slots=True)
+class PairOptions:
+    """Prompts and decodes"""
+
+    prompts: tuple[str, ...] = field(default=(), metadata={
+        "help": "prompt source, repeatable, as a sweep takes it (default: builtin)", "metavar": "SOURCE"})
+    limit: int = field(default=4, metadata={
+        "help": "N prompts: the first N of one source, else spread as --stratify says", "metavar": "N"})
+    stratify: str = field(default="", metadata={
+        "help": "spread --limit over categories or Spec-Bench's groups (under seed 0)", "metavar": "category|group"})
+    max_new_tokens: int = field(default=96, metadata={"metavar": "N"})
+    budget: int | str = field(default=8, metadata={"metavar": "B|auto", "parse": "budget"})
+    decoders: str = field(default=",".join(DECODERS), metadata={
+        "help": "decoders of the pair run, ar among them (default: all)", "metavar": "LIST"})
+
+    def __post_init__(self) -> None:
+        check_int("limit", self.limit, 1)
+        if self.stratify not in ("", *STRATA):
+            raise ConfigError("stratify", f"must be {' or '.join(STRATA)}, got {self.stratify!r}")
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_budget("budget", self.budget)
+        decoders = check_decoders("decoders", self.decoders)
+        if "ar" not in decoders or len(decoders) < 2:
+            raise ConfigError("decoders", "must hold ar and at least one other decoder (the ratios compare them)")
 
 
 def bench_prompts(sources: list[str], limit: int, stratify: str | None) -> list[str]:
@@ -183,26 +193,49 @@ def bench_prompts(sources: list[str], limit: int, stratify: str | None) -> list[
     return [p.text for p in gather(options, 0)[: limit]]
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def build_parser() -> argparse.ArgumentParser:
+    return bench_parser(PairOptions, __spec__.name, __doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, _ = command_line(build_parser(), argv)
     try:
-        prompts = bench_prompts(args.prompts or ["builtin"], args.limit, args.stratify)
+        prompts = bench_prompts(list(options.prompts) or ["builtin"], options.limit, options.stratify or None)
     except InputError as e:
-        print(f"python -m timing.bench_pair: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        refuse(__spec__.name, str(e))
+    from models.load import load
+
+    decoders = options.decoders.split(",")
     target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
-    records = pair_run(prompts, args.max_new_tokens, args.budget, args.decoders)
-    baselines, kernels = transformers_baselines(prompts, args.max_new_tokens)
+    records = pair_run(prompts, options.max_new_tokens, options.budget, decoders)
+    baselines, kernels = transformers_baselines(prompts, options.max_new_tokens)
     agreement = drafter_agreement(records, prompts)
-
     print(f"\nper-pass latency, median ms ({len(target_tok.prompt_ids(prompts[0]))}-token prompt)")
     for name, ms in latencies.items():
         print(f"  {name:<56}{ms:8.1f}")
+    speeds, ratios = decoder_speeds(records, options, baselines, kernels, len(prompts))
+    print(f"\nint8 drafter along the target's greedy outputs ({agreement['positions']} positions): top-1 "
+          f"agreement {agreement['top1']:.2f}, target argmax in drafter top 10 "
+          f"{agreement['target_argmax_in_drafter_top10']:.2f}")
+    close({"latency_ms": latencies, "decoders": speeds, "transformers": baselines, "ratios": ratios,
+           "linear_kernels": kernels, "drafter_agreement": agreement, "prompts": len(prompts),
+           "max_new_tokens": options.max_new_tokens, "budget": options.budget})
+    return 0
+
+
+def decoder_speeds(records: list[dict], options: PairOptions, baselines: dict, kernels: dict,
+                   n_prompts: int) -> tuple[dict, dict]:
+    """Each decoder's speed and median phases, transformers' speeds and the ratios between them, printed."""
+    import torch
+
+    from evaluation.summary import analyse
+    from models.cpu_linear import ROW_CLASSES
+
     speeds = {}
-    print(f"\n{len(prompts)} prompts, T=0, B={args.budget}, {args.max_new_tokens} new tokens")
+    print(f"\n{n_prompts} prompts, T=0, B={options.budget}, {options.max_new_tokens} new tokens")
     print(f"{'':<24}{'tok/s':>8}{'round ms':>10}{'draft':>8}{'root':>8}{'wait':>8}{'tree':>8}{'tau':>9}")
-    setting = analyse(records, 0.0, args.budget, speed_tokens="output")
+    setting = analyse(records, 0.0, options.budget, speed_tokens="output")
     for decoder, st in setting.decoders.items():
         med = {k: 1e3 * (st.phase_median(k) or 0.0) for k in PHASES}
         round_ms = 1e3 * float(np.median(st.round_seconds))
@@ -213,24 +246,22 @@ def main(argv: list[str] | None = None) -> None:
     for name, b in baselines.items():
         print(f"  {name:<23}{b['tok_per_s']:7.1f}   ({torch.get_num_threads()} threads)")
     print(f"  (tuned kernels by row class {ROW_CLASSES}: {kernels or 'every shape stock'})")
+    ratios = speed_ratios(speeds, baselines)
+    for name, r in ratios.items():
+        print(f"  {name:<30}{r:6.2f}")
+    return speeds, ratios
+
+
+def speed_ratios(speeds: dict, baselines: dict) -> dict:
     best = max((d for d in speeds if d != "ar"), key=lambda d: speeds[d]["tok_per_s"])
-    ratios = {
+    return {
         "ar / generate": speeds["ar"]["tok_per_s"] / baselines["transformers generate"]["tok_per_s"],
         "ar / generate, tuned linears": speeds["ar"]["tok_per_s"] / baselines["generate, tuned linears"]["tok_per_s"],
         f"{best} / generate": speeds[best]["tok_per_s"] / baselines["transformers generate"]["tok_per_s"],
         f"{best} / assisted": speeds[best]["tok_per_s"] / baselines["transformers assisted"]["tok_per_s"],
         f"{best} / ar": speeds[best]["tok_per_s"] / speeds["ar"]["tok_per_s"],
     }
-    for name, r in ratios.items():
-        print(f"  {name:<30}{r:6.2f}")
-    print(f"\nint8 drafter along the target's greedy outputs ({agreement['positions']} positions): top-1 "
-          f"agreement {agreement['top1']:.2f}, target argmax in drafter top 10 "
-          f"{agreement['target_argmax_in_drafter_top10']:.2f}")
-    print(json.dumps({"latency_ms": latencies, "decoders": speeds, "transformers": baselines, "ratios": ratios,
-                      "linear_kernels": kernels,
-                      "drafter_agreement": agreement,
-                      "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "budget": args.budget}))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

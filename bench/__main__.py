@@ -1,0 +1,31 @@
+"""python -m bench: every benchmark with what it measures; python -m bench NAME [options] runs one."""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+from bench.common import summary
+
+# Each a module bench.NAME whose docstring's first line says what it measures; the rest of the package is
+# what they share (common, passes, pass_bytes).
+BENCHMARKS = ("pair", "ahead", "overlap", "prefill", "context", "linears", "protocol", "values", "handshake")
+
+
+def listing() -> str:
+    lines = [f"  {name:<10}{summary(import_module(f'bench.{name}').__doc__)}" for name in BENCHMARKS]
+    return ("usage: python -m bench {" + ",".join(BENCHMARKS) + "} [options]\n\n" + "\n".join(lines)
+            + "\n\npython -m bench.NAME --help (or python -m bench NAME --help) shows a benchmark's options; the "
+              "last line\nof every benchmark's output is one JSON document.")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHMARKS:
+        asked = argv[:1] in ([], ["-h"], ["--help"])
+        print(listing(), file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    return import_module(f"bench.{argv[0]}").main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""The served target's session on the drafter, made by its Hello: a handler per request message.
+
+A Session holds the drafter (on the process's one KV cache), what each pool level brought in its recent
+rounds (pipeline.cut) and the open Request (drafter_proc.request). It is dropped by the next Hello or when
+its target leaves, and its request with it; a Start makes a new request and an End drops it. A message that
+names another request or round than the one expected is refused (StaleMessage) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from drafter_proc.between import Between
+from drafter_proc.drafter import Drafter
+from drafter_proc.request import Request
+from pipeline.ahead import HIT, Drafted
+from pipeline.cut import LevelValues
+from pipeline.cut_policy import CutPolicy
+from pipeline.pool import out_of_vocab
+from protocol.errors import StaleMessage, TokenOutOfRange
+from protocol.messages import Ahead, Commit, End, PoolMsg, Start, Waiting
+
+BetweenFor = Callable[[Request, Drafter, Ahead | None], Between]  # the between-passes callback of a growth
+
+
+class Session:
+    def __init__(self, drafter: Drafter, vocab_size: int, between: BetweenFor,
+                 use_threads: Callable[[bool], None]) -> None:
+        self.drafter = drafter
+        self.vocab_size = vocab_size  # of the drafter's model: tokens beyond it are refused
+        self.between = between
+        self.use_threads = use_threads  # every core (True) while the target waits for a pool, else its own
+        self.values = LevelValues()  # what each pool level brought, over this session's recent rounds
+        self.request: Request | None = None
+
+    def start(self, msg: Start, arrived: float) -> PoolMsg:
+        """A new request: round 0's pool from the prompt."""
+        self._check_tokens(msg.prompt, "prompt")
+        self.request = request = Request(msg.request, CutPolicy(self.values))
+        request.growing(arrived)
+        drafted = self.drafter.start(msg.prompt, self.between(request, self.drafter, None))
+        request.round = 0
+        return self._pool_msg(drafted, arrived)
+
+    def commit(self, msg: Commit, arrived: float) -> PoolMsg:
+        """The tokens the last round emitted: the next round's pool (or the one grown ahead from them)."""
+        request = self._next_round(msg)
+        request.round_ended(msg.tokens, arrived)
+        request.growing(arrived)
+        drafted = self.drafter.commit(msg.tokens, self.between(request, self.drafter, None))
+        request.round = msg.round
+        return self._pool_msg(drafted, arrived)
+
+    def ahead(self, msg: Ahead, arrived: float) -> None:
+        """Grow round `msg.round`'s pool from the predicted tokens, until a message other than the Commit they
+        predict (or a Waiting) comes."""
+        request = self._next_round(msg)
+        self.drafter.ahead(msg.tokens, self.between(request, self.drafter, msg))
+        request.ahead_finished = time.perf_counter()
+
+    def waiting(self, msg: Waiting, arrived: float) -> None:
+        """A Waiting for a pool already sent (one for the pool being grown is taken between its levels)."""
+        open_id, last = self.position()
+        if msg.request != open_id or not 0 <= msg.round <= last:
+            raise StaleMessage(f"waiting for request {msg.request} round {msg.round}, but the drafter "
+                               f"serves request {open_id} round {last}")
+        if msg.cut and msg.round == last:
+            self.request.asked(msg.round, msg.after, msg.cut, arrived)
+
+    def end(self, msg: End, arrived: float) -> None:
+        open_id, _ = self.position()
+        if msg.request != open_id or open_id < 0:
+            raise StaleMessage(f"end of request {msg.request}, but "
+                               + (f"request {open_id} is open" if open_id >= 0 else "no request is open"))
+        self.request = None
+
+    def position(self) -> tuple[int, int]:
+        """(open request, its last round sent): (-1, -1) when no request is open."""
+        return (-1, -1) if self.request is None else (self.request.id, self.request.round)
+
+    def _next_round(self, msg: Commit | Ahead) -> Request:
+        """The open request, which a Commit or Ahead must name with its next round."""
+        name, (open_id, last) = type(msg).__name__.lower(), self.position()
+        if open_id < 0:  # before any Start or after End: (-1, 0) would otherwise match
+            raise StaleMessage(f"{name} for request {msg.request} round {msg.round}, but no request is "
+                               f"open (Start begins one)")
+        if (msg.request, msg.round) != (open_id, last + 1):
+            raise StaleMessage(f"{name} for request {msg.request} round {msg.round}, but the drafter "
+                               f"expects request {open_id} round {last + 1}")
+        self._check_tokens(msg.tokens, "tokens")
+        return self.request
+
+    def _check_tokens(self, tokens: np.ndarray, name: str) -> None:
+        if problem := out_of_vocab(tokens, self.vocab_size, name):
+            raise TokenOutOfRange(problem)
+
+    def _pool_msg(self, drafted: Drafted, arrived: float) -> PoolMsg:
+        """The reply to a Start or Commit. Its seconds run from the message's arrival: the part of the drafting
+        the target can have waited for; a pool grown ahead counts what it grew before that arrival apart."""
+        self.use_threads(False)  # the target works again once it has the pool
+        request, now = self.request, time.perf_counter()
+        ahead_seconds = 0.0
+        if drafted.ahead == HIT:
+            ahead_seconds = max(0.0, drafted.ahead_seconds - max(0.0, request.ahead_finished - arrived))
+        pool = drafted.pool
+        request.sending(pool, now)
+        return PoolMsg(request.id, request.round, now - arrived, drafted.ahead, ahead_seconds,
+                       pool.token.astype(np.int32), pool.parent.astype(np.int32), pool.logp, pool.expanded)
