@@ -95,12 +95,18 @@ class RowStudy:
         values.update({f"match:{name}": matches[:, i] for i, name in enumerate(MATCHES)})
         table.values = {name: v[:, None] for name, v in values.items()}
         self.averages = Averages(table, **resampling)
+        self._agreements: dict[str, RowAgreement] = {}  # each computed once: the medians resample every row
 
     def matches(self) -> dict[str, Estimate]:
         """MATCHES -> the share of rounds that could hold rows."""
         return {name: self.averages.ratio(f"match:{name}", "eligible")[0] for name in MATCHES}
 
     def agreement(self, row: str) -> RowAgreement:
+        if row not in self._agreements:
+            self._agreements[row] = self._agreement(row)
+        return self._agreements[row]
+
+    def _agreement(self, row: str) -> RowAgreement:
         avg = self.averages
         base = "all" if row == "own-root" else "eligible"
         rows = int(avg.totals[f"{row}:rows"].sum())
