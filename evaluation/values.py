@@ -294,6 +294,10 @@ class Averages:
         none = np.abs(advantage.sum(0)) <= 1e-9 * np.abs(f.sum(0)).clip(min=1.0)  # no advantage (the whole pool)
         return [Estimate(math.nan, math.nan, math.nan) if n else e for e, n in zip(out, none)]
 
+    def ratio(self, num: str, den: str) -> list[Estimate]:
+        """Per column, the sum of one figure over rounds and prompts over another's, with its interval."""
+        return self._ratio(self.totals[num], self.totals[den])
+
     def off_pool_share(self) -> Estimate:
         """The expected share of rounds whose draw X1 is not on the pool's first level."""
         num, den = self.off_pool[:, None], self.rounds[:, None]

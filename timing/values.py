@@ -27,11 +27,12 @@ from timing.options import ValuesOptions
 from timing.record_store import load_records, record_key, shard_files
 from timing.values_common import ValuesInput
 from timing.values_coverage import Coverage
+from timing.values_rows import Rows
 from timing.values_selection import Selection
 
 log = logging.getLogger("values")
 
-SECTIONS = (Selection, Coverage)  # each a part of the report (timing.values_common.Section), in the report's order
+SECTIONS = (Selection, Coverage, Rows)  # each a part of the report (timing.values_common.Section), in order
 
 
 def build_parser() -> argparse.ArgumentParser:
