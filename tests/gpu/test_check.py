@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.gpu import check, pipelined
-from tests.gpu.check import (EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME, compute_mode_lines, died, exit_status,
-                             goals, parse_compute_modes, run_reporting_child, scaled_budgets)
+from tests.gpu.check import (EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME, REHEARSAL, compute_mode_lines, exit_status,
+                             goals, parse_compute_modes, share, two_process_block)
+from tests.gpu.children import child_env, died, run_reporting_child
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK_SH = ROOT / "tests" / "gpu" / "check.sh"
@@ -174,42 +177,23 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
     report = json.loads((tmp_path / "check.json").read_text())
     assert report["status"] == dict.fromkeys(["environment", "gpu tests", "parity", "latency", "pipelined",
                                               "recorded rounds"], "passed")
+    assert sum(r["seconds"] for r in report["sections"].values()) < report["timeout_s"]
     rounds = report["sections"]["recorded rounds"]
-    assert rounds["rounds"] > 0 and not any(a["disagrees"] for a in rounds["agreement"])
+    assert rounds["rounds"] > 0 and not rounds["disagree"] and not rounds["without_agreement"]
+    assert list(rounds["decoders"]) == pipelined.decoder_names()  # every decoder sampled at T = 1
+    assert {a["decoder"] for a in rounds["agreement"]} == set(pipelined.decoder_names()) - {"ar"}
     assert {"draft", "root", "root-draw", "oracle"} <= set(rounds["rules"])
-    decoders = report["sections"]["pipelined"]["decoders"]
-    assert list(decoders) == pipelined.decoder_names() and report["sections"]["pipelined"]["outputs_differ"] == []
-    assert all(f"{d} " in done.stdout for d in decoders)  # a live line per decode
+    assert (tmp_path / "rounds" / "rounds.shard-1-of-1.bin").stat().st_size > 0
+    kinds = {json.loads(line)["kind"] for line in (tmp_path / "values.jsonl").read_text().splitlines()}
+    assert {"value", "agreement"} <= kinds
+    section = report["sections"]["pipelined"]
+    assert list(section["decoders"]) == pipelined.decoder_names() == list(section["decoders_no_graphs"])
+    assert section["outputs_differ"] == [] and section["partings"] == []
+    assert all(f"{d} " in done.stdout for d in section["decoders"])  # a live line per decode
     assert done.stdout.strip().splitlines()[-6:] == check.summary_lines(report)  # the output ends in the summary
     log = (tmp_path / "check.log").read_text()
     assert all(line in log for line in done.stdout.splitlines()[-6:]) and "== 5/6 pipelined" in log
-
-
-def record_line(decoder: str, prompt: int, tokens: list[int], phases: dict[str, list[float]]) -> str:
-    """A --json line of one decode (evaluation.record's fields that the check reads)."""
-    return json.dumps({"kind": "decode", "decoder": decoder, "prompt_id": f"p/{prompt}", "token_ids": tokens,
-                       "new_tokens": len(tokens), "seconds": 0.5, "phases": phases, "text": "", "budget": 8})
-
-
-def test_records_are_read_and_summarised_per_decoder():
-    phases = {"draft": [0.004, 0.004], "root": [0.002, 0.002], "wait": [0.001, 0.003], "select": [0.0002, 0.0004],
-              "tree": [0.005, 0.005], "commit": [0.0001, 0.0001]}
-    records = [pipelined.read_record(record_line("pearl", p, [1, 2, 3], phases)) for p in (0, 1)]
-    assert pipelined.read_record("[target] loaded") is None
-    assert pipelined.read_record(json.dumps({"kind": "run", "models": {}})) is None
-    s = pipelined.summarize(records)["pearl"]
-    assert s["rounds"] == 4 and s["tok_per_s"] == 6.0
-    assert s["median_host_ms"] == pytest.approx(0.4) and s["median_round_ms"] == pytest.approx(9.4)
-    assert s["median_draft_ms"] == pytest.approx(4.0)
-
-
-def test_outputs_that_differ_or_are_missing_are_named():
-    def record(decoder, prompt, tokens):
-        return pipelined.read_record(record_line(decoder, prompt, tokens, {"root": [0.1]}))
-    a = [record("ar", 0, [1, 2]), record("root", 0, [3]), record("root", 1, [4])]
-    b = [record("ar", 0, [1, 2]), record("root", 0, [5])]
-    assert pipelined.output_differences(a, b) == ["root prompt p/0", "root prompt p/1"]
-    assert pipelined.output_differences(a, a) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["check.json", "check.log", "rounds", "values.jsonl"]
 
 
 def test_exit_status_reports_failures_and_time():
@@ -218,6 +202,7 @@ def test_exit_status_reports_failures_and_time():
     assert exit_status(["passed", "error"]) == EXIT_FAILED
     assert exit_status(["failed", "out of time"]) == EXIT_OUT_OF_TIME
     assert exit_status(["passed", "skipped"]) == EXIT_OUT_OF_TIME
+    assert exit_status(["passed", "not run"]) == 0  # a compute mode that refuses two processes says so
 
 
 def test_goals_hold_root_replay_to_its_kernel_time_and_host_work_to_a_millisecond():
@@ -240,12 +225,18 @@ def test_compute_modes_are_read_and_an_exclusive_gpu_is_warned_about():
                          "compute mode: GPU 1 NVIDIA H200: Exclusive_Process"]
     assert len(lines) == 3 and lines[2].startswith("WARNING: GPU 1 is in Exclusive_Process mode")
     assert compute_mode_lines(None) == ["compute mode: unknown (nvidia-smi is missing or failed)"]
+    assert two_process_block(modes, "0") is None and two_process_block(modes, "1,0") is None
+    assert two_process_block(modes, "1").startswith("GPU 1 is in Exclusive_Process compute mode")
+    assert two_process_block(None, "1") is None and two_process_block(modes, None) is None
 
 
-def test_rehearsal_budgets_stretch_with_the_load_per_core():
-    budgets = {"parity": 30, "pipelined": 90}
-    assert scaled_budgets(budgets, load=1.0, cores=2) == (budgets, 1.0)
-    assert scaled_budgets(budgets, load=6.0, cores=2) == ({"parity": 90, "pipelined": 270}, 3.0)
+def test_sections_share_the_time_left_by_their_parts():
+    shares = {"a": 10, "b": 30, "c": 60}
+    assert share(shares, "a", ["a", "b", "c"], 200) == 20
+    assert share(shares, "b", ["b", "c"], 180) == 60  # a ended 20 s early: b and c share its time
+    assert share(shares, "c", ["c"], -3) == 0
+    with pytest.raises(ValueError, match="`shares`"):
+        check.Plan(shares={"a": 0})
 
 
 def test_a_child_that_crashes_hangs_or_reports_is_told_apart(tmp_path):
@@ -255,21 +246,94 @@ def test_a_child_that_crashes_hangs_or_reports_is_told_apart(tmp_path):
         "status": "crashed", "error": "its process was killed by SIGSEGV before reporting"}
     t0 = time.monotonic()
     hang = [sys.executable, "-c", "import time; time.sleep(60)"]
-    assert run_reporting_child(hang, 1, result, grace=1)["status"] == "out of time"
+    assert run_reporting_child(hang, 1, result)["status"] == "out of time"
     assert time.monotonic() - t0 < 30
     report = [sys.executable, "-c", f"open({str(result)!r}, 'w').write('{{\"status\": \"failed\", \"x\": 1}}')"]
     assert run_reporting_child(report, 30, result) == {"status": "failed", "x": 1}
     assert died(1) == "exited with status 1" and died(-6) == "was killed by SIGABRT"
 
 
+# A section's child that keeps a first figure, says so, then hangs: the check's side of a profiler that
+# never returns. It uses the section's own machinery (Section.keep, write_result) without importing torch.
+HANGING_CHILD = """
+import sys, time
+from pathlib import Path
+from tests.gpu.children import write_result
+from tests.gpu.section import Budget, Section
+result = Path(sys.argv[sys.argv.index("--result") + 1])
+s = Section("latency", None, Budget(600, time.monotonic() + 600), result.parent,
+            save=lambda figures: write_result(result, figures))
+s.keep(**{"target tiny": {"1": {"graph_ms": 1.5, "kernel_ms": None}}})
+print("timed the root pass", flush=True)
+time.sleep(600)
+"""
+
+
+def passing(s):
+    print(f"the {s.name} section ran")
+    return {"figure": "42 tok/s"}
+
+
+def test_a_section_killed_by_its_budget_leaves_the_earlier_sections_and_its_own_partial_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(check, "SECTIONS", (("environment", passing), ("latency", None), ("pipelined", passing)))
+    monkeypatch.setattr(check, "ISOLATED", ("latency",))
+    monkeypatch.setattr(check, "REHEARSAL", replace(REHEARSAL, shares={"environment": 1, "latency": 8, "pipelined": 1}))
+    monkeypatch.setattr(check, "section_command", lambda name, plan, seconds, rehearse, result: [
+        sys.executable, "-c", HANGING_CHILD, "--result", str(result)])
+    assert check.main(["--rehearse", "--out", str(tmp_path), "--timeout", "12"]) == EXIT_OUT_OF_TIME
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["status"] == {"environment": "passed", "latency": "out of time", "pipelined": "passed"}
+    latency = report["sections"]["latency"]  # 8 parts of the 9 left of 12 s less the 5 s kept for the summary
+    assert latency["target tiny"] == {"1": {"graph_ms": 1.5, "kernel_ms": None}}
+    assert re.fullmatch(r"its process ran past \d+ s and was stopped", latency["error"])
+    assert report["sections"]["environment"]["figure"] == "42 tok/s"
+    assert "timed the root pass" in (tmp_path / "check.log").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["check.json", "check.log"]
+
+
+# A check whose second section keeps a figure and then waits, as a section does when the outer timeout's
+# SIGTERM comes; its sections are made up here, the rest is the check's own.
+CUT_CHECK = """
+import sys, time
+from tests.gpu import check
+def first(s):
+    return {"figure": "first done"}
+def waiting(s):
+    s.keep(root_ms=1.25)
+    time.sleep(600)
+check.SECTIONS = (("environment", first), ("pipelined", waiting), ("recorded rounds", first))
+check.ISOLATED = ()
+sys.exit(check.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # the check's process imports torch and transformers
+def test_a_check_cut_by_the_outer_timeout_keeps_every_figure_measured(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-P", "-c", CUT_CHECK, "--rehearse", "--out", str(tmp_path)], cwd=ROOT,
+                            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+            report = json.loads((tmp_path / "check.json").read_text()) if (tmp_path / "check.json").exists() else {}
+            if report.get("sections", {}).get("pipelined", {}).get("root_ms"):
+                break
+        assert report["status"] == {"environment": "passed", "pipelined": "running", "recorded rounds": "pending"}
+        proc.terminate()  # what `timeout` sends first
+        assert proc.wait(30) == EXIT_OUT_OF_TIME
+    finally:
+        proc.kill()
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["status"] == {"environment": "passed", "pipelined": "interrupted", "recorded rounds": "skipped"}
+    assert report["sections"]["pipelined"]["root_ms"] == 1.25
+    assert report["sections"]["environment"]["figure"] == "first done"
+
+
 def test_every_section_runs_and_the_report_is_written_when_one_crashes(tmp_path, monkeypatch, capsys):
     """A section's process killed by a segfault, another section raising: the rest still run, check.json
     and check.log hold every section, and the output ends with one line per section."""
-    def passing(plan, budget):
-        print("a passing section")
-        return {"figure": "42 tok/s"}
-
-    def raising(plan, budget):
+    def raising(s):
+        s.keep(first_row=1.0)
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     sections = (("environment", passing), ("gpu tests", raising), ("parity", passing), ("latency", passing),
@@ -283,12 +347,26 @@ def test_every_section_runs_and_the_report_is_written_when_one_crashes(tmp_path,
     assert report["status"] == {"environment": "passed", "gpu tests": "error", "parity": "crashed",
                                 "latency": "passed", "pipelined": "passed"}
     assert report["sections"]["parity"]["error"] == "its process was killed by SIGSEGV before reporting"
+    assert report["sections"]["gpu tests"]["first_row"] == 1.0  # what it kept before it raised
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-5:] == check.summary_lines(report)
     assert out[-1].split()[:2] == ["pipelined", "passed"] and out[-1].endswith("42 tok/s")
     assert "illegal memory access" in out[-4]
     log = (tmp_path / "check.log").read_text()
-    assert "a passing section" in log and "RuntimeError: CUDA error" in log and out[-1] in log
+    assert "the latency section ran" in log and "RuntimeError: CUDA error" in log and out[-1] in log
+
+
+def test_two_process_sections_are_not_run_on_a_gpu_that_admits_one_context(tmp_path, monkeypatch):
+    monkeypatch.setattr(check, "SECTIONS", (("environment", passing), ("pipelined", passing),
+                                            ("recorded rounds", passing)))
+    monkeypatch.setattr(check, "ISOLATED", ())
+    monkeypatch.setattr(check, "compute_modes", lambda: [("0", "NVIDIA H200", "Exclusive_Process")])
+    monkeypatch.setattr(check, "choose_plan", lambda args: replace(check.Plan(), gpus="0"))
+    args = check.parse(["--out", str(tmp_path)])
+    assert check.check(args, tmp_path, time.monotonic() + 60) == 0
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["status"] == {"environment": "passed", "pipelined": "not run", "recorded rounds": "not run"}
+    assert "Exclusive_Process compute mode" in report["sections"]["pipelined"]["error"]
 
 
 @pytest.mark.slow
