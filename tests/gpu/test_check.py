@@ -26,9 +26,9 @@ UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: any attempt to us
 
 
 def wheels_folder() -> Path | None:
-    """The folder check.sh would take pyzmq's and pytest's wheels from, as it searches them."""
-    for folder in filter(None, [os.environ.get("SPECPAIR_WHEELS"), ROOT / ".whl", ROOT.parent / "shared" / "wheels",
-                                ROOT / "shared" / "wheels"]):
+    """The folder check.sh would take pyzmq's and pytest's wheels from, as it searches them: the one a user
+    names, else the checkout's packed .whl/."""
+    for folder in filter(None, [os.environ.get("SPECPAIR_WHEELS"), ROOT / ".whl"]):
         if list(Path(folder).glob("pyzmq-*.whl")) and list(Path(folder).glob("pytest-*.whl")):
             return Path(folder).resolve()
     return None
@@ -51,7 +51,8 @@ def bare_python(tmp_path: Path, with_pip: bool) -> Path:
 
 
 def offline_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    """This environment without pip's settings, a chosen interpreter or this project's settings, offline."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SPECPAIR_"))}
     return {**env, "PIP_INDEX_URL": UNREACHABLE, "http_proxy": UNREACHABLE, "https_proxy": UNREACHABLE, **extra}
 
 
@@ -61,10 +62,10 @@ def test_preparation_installs_pyzmq_and_pytest_offline_from_the_wheels(tmp_path,
     """With the interpreter's pip, or by unpacking the wheels where it has none."""
     wheels = wheels_folder()
     if wheels is None:
-        pytest.skip("no wheels folder with pyzmq and pytest")
+        pytest.skip("no wheels folder with pyzmq and pytest: name one with SPECPAIR_WHEELS")
     python = bare_python(tmp_path, with_pip=installer == "pip")
     prepared_venv = tmp_path / "build" / "prepared"  # its folder does not exist yet
-    env = offline_env(PYTHON=str(python), SPECPAIR_CHECK_VENV=str(prepared_venv))
+    env = offline_env(PYTHON=str(python), SPECPAIR_CHECK_VENV=str(prepared_venv), SPECPAIR_WHEELS=str(wheels))
     for attempt in ("fresh", "reused"):
         # from elsewhere: pip names wheels below its working folder by relative paths
         done = subprocess.run([CHECK_SH, "--prepare"], env=env, capture_output=True, text=True, timeout=300,
@@ -103,55 +104,71 @@ def python_without(tmp_path: Path, *modules: str) -> Path:
     return python
 
 
-def test_preparation_without_wheels_stops_with_one_clear_line(tmp_path):
-    project = project_copy(tmp_path)
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare"], capture_output=True, text=True,
-                          env=offline_env(PYTHON=str(python_without(tmp_path, "zmq", "pytest")),
-                                          SPECPAIR_WHEELS=str(tmp_path / "none")), timeout=120)
+def test_preparation_without_wheels_stops_with_one_clear_line_also_in_the_log(tmp_path):
+    project, out = project_copy(tmp_path), tmp_path / "out"
+    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare", "--out", out], capture_output=True,
+                          text=True, env=offline_env(PYTHON=str(python_without(tmp_path, "zmq", "pytest")),
+                                                     SPECPAIR_WHEELS=str(tmp_path / "none")), timeout=120)
     assert done.returncode == 2
-    assert "cannot import pyzmq pytest, and no wheels folder holds pyzmq pytest" in done.stderr
-    assert str(tmp_path / "none") in done.stderr and str(project / ".whl") in done.stderr
-    assert "--pack" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    said = done.stderr.strip().splitlines()
+    assert "cannot import pyzmq pytest, and no wheels folder holds pyzmq pytest" in said[-1]
+    assert str(tmp_path / "none") in said[-1] and str(project / ".whl") in said[-1] and "--pack FOLDER" in said[-1]
+    assert "shared" not in done.stderr  # no folder of this machine's is named: the user names one
+    log = (out / "check.log").read_text().splitlines()
+    assert log == said and log[0].endswith(f"tests/gpu/check.sh --prepare --out {out} (the whole check within 420 s)")
 
 
 @pytest.mark.parametrize("where", [".whl", "$SPECPAIR_WHEELS"])
-def test_only_the_missing_packages_wheels_are_asked_for(tmp_path, where):
+def test_only_the_missing_packages_wheels_are_asked_for_and_a_failed_install_keeps_its_log(tmp_path, where):
     """An image with pytest and without pyzmq takes a folder holding pyzmq alone, in .whl/ of a checkout
-    that travelled without ../shared, or named by $SPECPAIR_WHEELS."""
-    project = project_copy(tmp_path)
+    or named by $SPECPAIR_WHEELS; the install fails on the stand-in wheel, and its log is kept in DIR."""
+    project, out = project_copy(tmp_path), tmp_path / "out"
     folder = project / ".whl" if where == ".whl" else tmp_path / "wheels"
     folder.mkdir()
     (folder / "pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"not a zip")
     env = offline_env(PYTHON=str(python_without(tmp_path, "zmq")), SPECPAIR_CHECK_VENV=str(tmp_path / "venv"))
     if where != ".whl":
         env["SPECPAIR_WHEELS"] = str(folder)
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare"], capture_output=True, text=True,
-                          env=env, timeout=120)
-    # asked for pyzmq alone (what pip makes of the stand-in wheel is another matter)
-    assert f"installing pyzmq from {folder} into" in done.stderr, done.stderr
+    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare", "--out", out], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert f"installing pyzmq from {folder} into" in done.stderr, done.stderr  # asked for pyzmq alone
+    assert done.returncode == 2 and f"the whole install log: {out / 'install.log'}" in done.stderr
+    assert (out / "install.log").read_text() == (tmp_path / "venv.install.log").read_text()
+    log = (out / "check.log").read_text()
+    assert f"installing pyzmq from {folder}" in log and "could not prepare" in log
 
 
-def test_pack_copies_the_wheels_into_a_git_ignored_folder(tmp_path):
+def pack(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([project / "tests" / "gpu" / "check.sh", "--pack", *args], capture_output=True, text=True,
+                          env=offline_env(**env), timeout=60)
+
+
+@pytest.mark.parametrize("named_by", ["argument", "$SPECPAIR_WHEELS"])
+def test_pack_copies_the_wheels_from_the_folder_named_into_a_git_ignored_folder(tmp_path, named_by):
     project = project_copy(tmp_path)
-    shared = tmp_path / "shared" / "wheels"  # ../shared/wheels, beside the checkout
-    shared.mkdir(parents=True)
+    wheels = tmp_path / "my wheels"
+    wheels.mkdir()
     names = ["pyzmq-27.3.0-cp311-cp311-manylinux_2_28_x86_64.whl", "pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl",
              "pytest-9.2.0-py3-none-any.whl", "iniconfig-2.3.1-py3-none-any.whl", "packaging-26.4-py3-none-any.whl",
              "pluggy-1.7.0-py3-none-any.whl", "pygments-2.21.0-py3-none-any.whl"]
     for name in names + ["tqdm-4.70.1-py3-none-any.whl"]:
-        (shared / name).write_bytes(b"wheel")
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--pack"], capture_output=True, text=True,
-                          env=offline_env(), timeout=60)
+        (wheels / name).write_bytes(b"wheel")
+    done = pack(project, str(wheels)) if named_by == "argument" else pack(project, SPECPAIR_WHEELS=str(wheels))
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (project / ".whl").iterdir()) == sorted(names)
-    assert f"packed {len(names)} wheels" in done.stderr
+    assert f"packed {len(names)} wheels" in done.stderr and f"from {wheels} into" in done.stderr
     assert ".whl/" in (ROOT / ".gitignore").read_text().splitlines()
-    for name in names:
-        (shared / name).unlink()
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--pack"], capture_output=True, text=True,
-                          env=offline_env(), timeout=60)
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
-    assert "--pack: no wheels folder holds pyzmq pytest" in done.stderr
+    (wheels / names[2]).unlink()
+    done = pack(project, str(wheels))
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"check: --pack: {wheels} holds no wheel of pytest (it needs pyzmq pytest iniconfig packaging pluggy pygments)"]
+
+
+def test_pack_without_a_folder_asks_for_one(tmp_path):
+    done = pack(project_copy(tmp_path))
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "check: --pack takes the folder that holds the wheels: tests/gpu/check.sh --pack FOLDER (or "
+        "SPECPAIR_WHEELS=FOLDER)"]
 
 
 @pytest.mark.slow  # two child processes import torch
@@ -167,6 +184,8 @@ def test_check_without_cuda_stops_at_once_saying_why(tmp_path):
     assert f"torch {torch.__version__}" in done.stdout + done.stderr
     assert "needs CUDA, but" in done.stderr and "Fix:" in done.stderr
     assert time.monotonic() - t0 < 60 and not (tmp_path / "check.json").exists()
+    log = (tmp_path / "check.log").read_text()  # the reason is in DIR too, the only folder that comes back
+    assert log.startswith("check: ") and "needs CUDA, but" in log and f"torch {torch.__version__}" in log
 
 
 @pytest.mark.slow
@@ -192,6 +211,7 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
     assert all(f"{d} " in done.stdout for d in section["decoders"])  # a live line per decode
     assert done.stdout.strip().splitlines()[-6:] == check.summary_lines(report)  # the output ends in the summary
     log = (tmp_path / "check.log").read_text()
+    assert log.startswith("check: ") and "tests/gpu/check.sh --rehearse --out" in log.splitlines()[0]
     assert all(line in log for line in done.stdout.splitlines()[-6:]) and "== 5/6 pipelined" in log
     assert sorted(p.name for p in tmp_path.iterdir()) == ["check.json", "check.log", "rounds", "values.jsonl"]
 
@@ -372,12 +392,15 @@ def test_two_process_sections_are_not_run_on_a_gpu_that_admits_one_context(tmp_p
 @pytest.mark.slow
 def test_the_device_command_in_a_simulated_gpu_image(tmp_path):
     """simulate_image.sh over an image built beforehand (building it takes the package index and GBs):
-    offline, in a copy of the checkout without ../shared, the check stops for want of CUDA and the
-    rehearsal passes."""
+    offline, in a copy of the checkout alone in its folder with the wheels packed into it, the check stops
+    for want of CUDA and the rehearsal passes."""
     if not (ROOT / "build" / "sim-image" / ".built").exists():
         pytest.skip("no simulated image: tests/gpu/simulate_image.sh --build-only builds it")
-    done = subprocess.run([ROOT / "tests" / "gpu" / "simulate_image.sh", "--out", str(tmp_path)], capture_output=True,
-                          text=True, timeout=1500, env=offline_env())
+    wheels = wheels_folder()
+    if wheels is None:
+        pytest.skip("no wheels folder with pyzmq and pytest: name one with SPECPAIR_WHEELS")
+    done = subprocess.run([ROOT / "tests" / "gpu" / "simulate_image.sh", "--out", str(tmp_path), "--wheels", wheels],
+                          capture_output=True, text=True, timeout=1500, env=offline_env())
     assert done.returncode == 0, done.stderr[-4000:]
     assert "check without CUDA: stopped with status 2" in done.stderr and "rehearsal: passed" in done.stderr
     report = json.loads((tmp_path / "rehearsal" / "check.json").read_text())
