@@ -1,10 +1,10 @@
 """The GPU check's recorded-rounds section: every decoder at T = 1 recorded at the paper's pool, then the
 values program on the rounds. It checks the measurement pass (the root and the 70 expanded candidates, 71
-rows: the largest captured bucket), the shared-contexts program, and sampling on the GPU: each speculative
-decoder's realized acceptance must agree with the value its recorded pools give (verification's law), where
-its rounds hold enough accepted tokens to tell (MIN_TOKENS), and every decoder, `ar` too, must run to its
-end. Random weights give nearly flat rows, so few drafted tokens are accepted at T = 1: on a vocabulary of
-128k most decoders are only run, not judged.
+rows: the largest captured bucket), the shared-contexts program, and sampling on the GPU: each decoder with
+a value (pipeline.rules) must realize an acceptance that agrees with the value its recorded pools give
+(verification's law) where its rounds hold enough accepted tokens to tell (MIN_TOKENS), and every decoder
+must run to its end. Random weights give nearly flat rows, so few drafted tokens are accepted at T = 1: on
+a vocabulary of 128k most decoders are only run, not judged.
 
 Both processes run the drafter's shape (the same seed: the same weights), so drafts are accepted and the
 agreement has something to measure; the section checks the path, not the pair's speed. The rounds file
@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.rules import RULES
 from tests.gpu import children, pipelined
 from tests.gpu.section import Section
 
@@ -107,14 +108,15 @@ def read_lines(path: Path) -> list[dict]:
 
 def summarize(lines: list[dict], records: list[pipelined.Record]) -> dict:
     """The figures the check keeps from values' JSON lines (read by their `kind`; other kinds are left
-    alone); failed when a speculative decoder and its recorded values disagree, or one has no agreement."""
+    alone); failed when a decoder with a value (pipeline.rules) and its recorded values disagree, or one
+    has no agreement."""
     value = {(v.get("rule"), v.get("budget")): v for v in lines if v.get("kind") == "value"}
     agreements = [{k: a.get(k) for k in ("decoder", "budget", "rounds", "realized_per_round", "value_per_round",
                                          "difference", "low", "high", "disagrees")}
                   for a in lines if a.get("kind") == "agreement"]
     rules = sorted({rule for rule, _ in value})
-    speculative = sorted({r.decoder for r in records if r.decoder != "ar" and r.rounds})
-    unmatched = sorted(set(speculative) - {a["decoder"] for a in agreements})
+    valued = sorted({r.decoder for r in records if r.rounds and RULES[r.decoder].value is not None})
+    unmatched = sorted(set(valued) - {a["decoder"] for a in agreements})
     for a in agreements:
         a["judged"] = judged(a)
     disagree = [a["decoder"] for a in agreements if a["disagrees"] and a["judged"]]

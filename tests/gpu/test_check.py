@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.rules import RULES
 from tests.gpu import check, pipelined
 from tests.gpu.check import (EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME, REHEARSAL, compute_mode_lines, exit_status,
                              goals, parse_compute_modes, share, two_process_block)
@@ -200,7 +201,7 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
     rounds = report["sections"]["recorded rounds"]
     assert rounds["rounds"] > 0 and not rounds["disagree"] and not rounds["without_agreement"]
     assert list(rounds["decoders"]) == pipelined.decoder_names()  # every decoder sampled at T = 1
-    assert {a["decoder"] for a in rounds["agreement"]} == set(pipelined.decoder_names()) - {"ar"}
+    assert {a["decoder"] for a in rounds["agreement"]} == {d for d, rule in RULES.items() if rule.value is not None}
     assert {"draft", "root", "root-draw", "oracle"} <= set(rounds["rules"])
     assert (tmp_path / "rounds" / "rounds.shard-1-of-1.bin").stat().st_size > 0
     kinds = {json.loads(line)["kind"] for line in (tmp_path / "values.jsonl").read_text().splitlines()}

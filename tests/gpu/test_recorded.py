@@ -1,9 +1,10 @@
 """The recorded-rounds section's reading of the values program: lines read by their kind (new kinds left
-alone), every speculative decoder held to its values, and a values run cut by time keeps its lines."""
+alone), every decoder with a value held to its values, and a values run cut by time keeps its lines."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from tests.gpu import recorded
 from tests.gpu.pipelined import Record, decoder_names
@@ -42,6 +43,13 @@ def test_every_speculative_decoder_agrees_with_its_values():
     assert result["status"] == "passed" and result["rules"] == ["draft", "oracle", "root"]
     assert result["rounds"] == 6 and result["values_b59"] == {"draft": 2.0, "oracle": 2.0, "root": 2.0}
     assert result["figure"].startswith("6 rounds of 3 decoders at T = 1; 2 of 2 judged agree with their values")
+
+
+def test_a_decoder_without_a_value_is_only_run(monkeypatch):
+    monkeypatch.setitem(recorded.RULES, "cover", replace(recorded.RULES["cover"], value=None))
+    result = recorded.summarize(LINES + [agreement("draft")], records("ar", "draft", "cover"))
+    assert result["status"] == "passed" and result["without_agreement"] == []
+    assert list(result["decoders"]) == ["ar", "draft", "cover"]
 
 
 def test_a_decoder_that_disagrees_or_has_no_agreement_fails():
