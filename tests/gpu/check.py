@@ -1,12 +1,16 @@
-"""The GPU check: environment, the GPU tests, graph/eager parity, per-pass latencies, pipelined decodes.
+"""The GPU check: environment, the GPU tests, graph/eager parity, per-pass latencies, pipelined decodes,
+recorded rounds.
 
 Run it through tests/gpu/check.sh, which picks and prepares the interpreter and keeps the overall time:
   python -P -m tests.gpu.check [--rehearse] [--out DIR] [--timeout S] [--gpus 0|0,1]
-The sections that use the device (environment, parity, latency) each run in a child process of their
-own, so that a crash, a sticky CUDA error or a hang ends that section only; the others start their own
-processes (pytest, the launcher). DIR/check.json is written after every section and DIR/check.log holds
-the whole output. A failed section does not stop the later ones, and the exit status reports it (1; 124
-when out of time; 2 when CUDA is unusable and not rehearsing). The output ends with one line per section.
+The sections share the time: each gets the time left in proportion to its part (Plan.shares) among the
+sections still to run, so a section that ends early leaves its time to the later ones. Those that use the
+device in this process's stead (environment, parity, latency) each run in a child process of their own, so
+that a crash, a sticky CUDA error or a hang ends that section only; the others start their own processes
+(pytest, the launcher). DIR/check.json holds every section's figures as they are measured (a section cut by
+a crash, a hang or the time keeps what it measured), and DIR/check.log the whole output. A failed section
+does not stop the later ones, and the exit status reports it (1; 124 when out of time; 2 when CUDA is
+unusable and not rehearsing). The output ends with one line per section.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import gc
 import json
 import os
 import platform
-import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,13 +35,18 @@ import torch
 from models.cuda_env import cuda_driver, cuda_report, describe
 from models.hf import aligned_slots
 from models.shapes import SHAPES, random_model
-from tests.gpu import passes, pipelined, recorded
-from tests.gpu.passes import Budget, OutOfTime
+from tests.gpu import children, passes, pipelined, recorded
+from tests.gpu.children import child_env, child_seconds, run_reporting_child, write_result
+from tests.gpu.section import Budget, OutOfTime, Section
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME = 1, 2, 124
-SHARED_NOTE = ("both processes share one GPU as two time-sliced contexts: the root pass and the drafter's "
-               "work overlap only as far as time slicing lets them")
+FINISH = 5.0  # seconds kept from the sections for the goals and the summary
+# Sections with two processes of the pair on one GPU, which a compute mode admitting one context refuses.
+TWO_PROCESS = ("pipelined", "recorded rounds")
+# Kineto tears CUPTI down after each profile by default on recent CUDA, and starting it again after a graph
+# capture has crashed or hung: the profiler's children keep it up (a user's own setting wins).
+CHILD_SETTINGS = {"TEARDOWN_CUPTI": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,36 +67,42 @@ class Plan:
     max_new_tokens: int = 64
     prompts: tuple[str, ...] = ("Write a short poem about the sea at night.",
                                 "Explain in three sentences why the sky is blue.")
-    # seconds each section may take at most (the overall deadline may cut it shorter)
-    budgets: dict = field(default_factory=lambda: {"environment": 30, "gpu tests": 90, "parity": 75,
-                                                   "latency": 120, "pipelined": 210, "recorded rounds": 60})
+    # Each section's part of the time: about the seconds it takes on one H200, a cold first load of the CUDA
+    # libraries in the GPU tests' (the first kernels) included.
+    shares: dict = field(default_factory=lambda: {"environment": 20, "gpu tests": 75, "parity": 45, "latency": 60,
+                                                  "pipelined": 150, "recorded rounds": 70})
+
+    def __post_init__(self) -> None:
+        if not self.shares or any(not seconds > 0 for seconds in self.shares.values()):
+            raise ValueError(f"`shares` must give every section a positive part, got {self.shares}")
 
 
-# The rehearsal's budgets are for an idle 2-core machine; scaled_budgets stretches them under load.
+# The rehearsal's parts: about the seconds each took on an idle 2-core CPU.
 REHEARSAL = Plan(device="cpu", parity_shapes=("tiny",), latency_shapes=("tiny", "tiny"), target="tiny",
                  drafter="tiny", capacity=512, context=64, reps=3, max_new_tokens=12, prompts=Plan().prompts[:1],
-                 budgets={"environment": 30, "gpu tests": 60, "parity": 30, "latency": 30, "pipelined": 90,
-                          "recorded rounds": 90})
+                 shares={"environment": 10, "gpu tests": 10, "parity": 35, "latency": 15, "pipelined": 60,
+                         "recorded rounds": 45})
 ISOLATED = ("environment", "parity", "latency")  # sections that use the device: each in a child process
-CHILD_GRACE = 20.0  # seconds a section's child gets past its budget to stop by itself and report
+TIMEOUT = {False: 400.0, True: 880.0}  # default --timeout, by --rehearse: check.sh's window less its start-up
 
 
-def scaled_budgets(budgets: dict, load: float, cores: int) -> tuple[dict, float]:
-    """The budgets stretched by the CPU's load per core, when above 1 (a shared machine); and the factor."""
-    factor = max(1.0, load / max(cores, 1))
-    return {name: round(seconds * factor) for name, seconds in budgets.items()}, factor
+def share(shares: dict, name: str, to_run: list[str], left: float) -> float:
+    """Seconds for section `name` out of the `left` for the sections `to_run` (name among them): its part
+    of their parts."""
+    return max(left, 0.0) * shares[name] / sum(shares[n] for n in to_run)
 
 
 class Report:
-    """The check's results, written to DIR/check.json (whole, atomically) after every section."""
+    """The check's results, written to DIR/check.json (whole, atomically) each time a section's figures change."""
 
     def __init__(self, path: Path, plan: Plan) -> None:
         self.path = path
         self.data = {"plan": {k: getattr(plan, k) for k in plan.__dataclass_fields__},
-                     "sections": {}, "goals": []}
+                     "status": {}, "sections": {}, "goals": []}
 
     def section(self, name: str, result: dict) -> None:
         self.data["sections"][name] = result
+        self.data["status"][name] = result.get("status")
         self.save()
 
     def save(self) -> None:
@@ -97,12 +112,14 @@ class Report:
         os.replace(tmp, self.path)
 
 
-# -- sections: each takes (plan, budget) and returns its results, with "status" unless it passed -------
+# -- sections: each takes its Section and returns its results, with "status" unless it passed ---------
 
-def environment(plan: Plan, budget: Budget) -> dict:
-    """The line that says what ran: GPU, driver, torch, CUDA, cuDNN, transformers, SDPA backend."""
+def environment(s: Section) -> dict:
+    """The line that says what ran: GPU, driver, torch, CUDA, cuDNN, transformers, SDPA backend; and how long
+    the first kernels took (loading the CUDA libraries, from a cold disk the first time)."""
     import transformers
 
+    plan = s.plan
     device = torch.device(plan.device)
     on_cuda = device.type == "cuda"
     cudnn = torch.backends.cudnn.version() if on_cuda else None
@@ -116,50 +133,58 @@ def environment(plan: Plan, budget: Budget) -> dict:
            "transformers": transformers.__version__, "python": platform.python_version(),
            "sdpa": {f"{rows} rows": passes.sdpa_backend(device, dtype, heads, kv_heads, head_dim, rows, slots)
                     for rows in (1, 72)}}
+    s.keep(**env)
+    env["first_kernels_s"] = round(passes.first_kernels(device, dtype), 2)
     sdpa = ", ".join(f"{v} at {k}" for k, v in env["sdpa"].items())
     print(f"{env['device']} ({env['devices']} GPU) | driver CUDA {env['driver_cuda']} | torch {env['torch']} | "
           f"CUDA {env['cuda']} | cuDNN {env['cudnn']} | transformers {env['transformers']} | SDPA {sdpa} "
-          f"({plan.target} shape, {slots} slots) | Python {env['python']}")
+          f"({plan.target} shape, {slots} slots) | Python {env['python']} | first kernels in "
+          f"{env['first_kernels_s']} s")
     env["figure"] = f"{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, SDPA {env['sdpa']['1 rows']}"
     return env
 
 
-def gpu_tests(plan: Plan, budget: Budget) -> dict:
+def gpu_tests(s: Section) -> dict:
     """pytest on the tests marked gpu (they skip without CUDA), its output streamed as it comes."""
     cmd = [sys.executable, "-P", "-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider",
            "-rs"]
     # the image's pytest plugins (benchmark, cov, xdist, timeout, ...) stay out: the tests need none
-    env = {**pipelined.child_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, stdin=subprocess.DEVNULL)
-    last = ""
-    timer = threading.Timer(max(budget.left(), 1), pipelined.stop_group, (proc,))  # ends a hung pytest
+    proc = children.start(cmd, child_env(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
+    last, cut = "", threading.Event()
+
+    def stop() -> None:  # ends a hung pytest
+        cut.set()
+        children.stop_group(proc)
+
+    timer = threading.Timer(max(s.budget.left(), 1), stop)
     timer.start()
     try:
         for line in proc.stdout:
             print(f"  | {line.rstrip()}")
-            last = line.strip() or last
+            if line.strip():
+                last = line.strip()
+                s.keep(summary=last)
         status = proc.wait()
     finally:
         timer.cancel()
-        pipelined.stop_group(proc)
-    if budget.left() <= 0:
-        raise OutOfTime("pytest ran past its share of the time")
+        children.stop_group(proc)
+    if cut.is_set():
+        return {"status": "out of time", "summary": last, "error": "pytest ran past its share of the time"}
     return {"status": "passed" if status == 0 else "failed", "returncode": status, "summary": last,
             "figure": last}
 
 
-def parity(plan: Plan, budget: Budget) -> dict:
+def parity(s: Section) -> dict:
     """Graph replay against eager rows, per model shape and dtype, at a context in each span of the ladder;
     a captured graph that no pass replayed fails too."""
-    results, failed = {}, []
+    plan, results, failed = s.plan, {}, []
     for shape in plan.parity_shapes:
         for dtype_name in plan.parity_dtypes:
-            budget.check(f"parity of {shape} {dtype_name}")
+            s.budget.check(f"parity of {shape} {dtype_name}")
             dtype = getattr(torch, dtype_name)
             model = random_model(shape, plan.device, dtype)
             pair = passes.runner_pair(model, plan.capacity, min(plan.context, 128))
-            gaps, unreplayed = passes.parity(pair, budget)
+            gaps, unreplayed = passes.parity(pair, s.budget)
             worst = max(gaps, key=gaps.get)
             ok = gaps[worst] <= passes.TOLERANCE[dtype] and not unreplayed
             results[f"{shape} {dtype_name}"] = {"graphs": len(pair["graph"].runner.graphs), "worst_pass": worst,
@@ -170,6 +195,7 @@ def parity(plan: Plan, budget: Budget) -> dict:
                   + (f", {len(unreplayed)} graphs never replayed" if unreplayed else "")
                   + f": {'ok' if ok else 'DIFFERENT'}")
             failed += [] if ok else [f"{shape} {dtype_name}"]
+            s.keep(different=failed, **results)
             del model, pair
             free_memory()
     worst = max(results, key=lambda k: results[k]["worst_gap"], default=None)
@@ -179,98 +205,60 @@ def parity(plan: Plan, budget: Budget) -> dict:
             "figure": figure + (f"; DIFFERENT: {', '.join(failed)}" if failed else "")}
 
 
-def latency(plan: Plan, budget: Budget) -> dict:
+def latency(s: Section) -> dict:
     """Median ms per pass, eager and graph replay (over the span covering the context, and over the whole
-    cache), and the eager pass's kernel time, for each shape."""
-    results = {}
-    dtype = torch.bfloat16
+    cache), then the eager passes' kernel times, for each shape: each figure kept as soon as it is measured,
+    and the profiler last, so that a profiler that fails after the captures costs its own column only."""
+    plan, tables, pairs = s.plan, {}, {}
     passes.start_profiler(torch.device(plan.device))  # before any graph is captured in this process
     for role, shape in zip(("drafter", "target"), plan.latency_shapes):
-        budget.check(f"the {role}'s latencies")
-        model = random_model(shape, plan.device, dtype)
-        pair = passes.runner_pair(model, plan.capacity, plan.context)
-        table = {str(rows): t for rows, t in passes.latencies(pair, plan.latency_rows, plan.reps, budget).items()}
-        results[f"{role} {shape}"] = table
-        spans = pair["graph"].runner.spans
-        print(f"\n  {role} {shape}, bf16: median ms per pass after {plan.context} tokens, "
-              f"{aligned_slots(plan.capacity)} cache slots (spans {', '.join(map(str, spans))}), {plan.reps} reps")
-        print(f"  {'rows':>6}{'eager':>10}{'graph':>10}{'whole':>10}{'kernels':>10}{'graph/kernels':>15}")
-        for rows, t in table.items():
-            kernels, ratio = (f"{t['kernel_ms']:10.3f}", f"{t['graph_ms'] / t['kernel_ms']:15.2f}") \
-                if t["kernel_ms"] else (f"{'-':>10}", f"{'-':>15}")
-            print(f"  {rows:>6}{t['eager_ms']:10.3f}{t['graph_ms']:10.3f}{t['whole_ms']:10.3f}{kernels}{ratio}")
-        del model, pair
-        free_memory()
-    name, table = list(results.items())[-1]
+        s.budget.check(f"the {role}'s latencies")
+        name = f"{role} {shape}"
+        pairs[name] = passes.runner_pair(random_model(shape, plan.device, torch.bfloat16), plan.capacity, plan.context)
+        tables[name] = {}
+        print(f"\n  {name}, bf16: median ms per pass after {plan.context} tokens, {aligned_slots(plan.capacity)} "
+              f"cache slots (spans {', '.join(map(str, pairs[name]['graph'].runner.spans))}), {plan.reps} reps")
+        print(f"  {'rows':>6}{'eager':>10}{'graph':>10}{'whole':>10}")
+
+        def timed(rows: int, times: dict, name: str = name) -> None:
+            tables[name][str(rows)] = {**times, "kernel_ms": None}
+            print(f"  {rows:>6}{times['eager_ms']:10.3f}{times['graph_ms']:10.3f}{times['whole_ms']:10.3f}")
+            s.keep(**tables)
+
+        passes.pass_times(pairs[name], plan.latency_rows, plan.reps, s.budget, timed)
+    for name, pair in pairs.items():
+        def profiled(rows: int, ms: float | None, name: str = name) -> None:
+            tables[name][str(rows)]["kernel_ms"] = ms
+            s.keep(**tables)
+
+        passes.kernel_times(pair, plan.latency_rows, s.budget, profiled)
+        print_latency_table(name, tables[name])
+    return {**tables, "figure": latency_figure(tables)}
+
+
+def print_latency_table(name: str, table: dict) -> None:
+    print(f"\n  {name}: ms per pass, and the eager pass's kernels by the profiler")
+    print(f"  {'rows':>6}{'eager':>10}{'graph':>10}{'whole':>10}{'kernels':>10}{'graph/kernels':>15}")
+    for rows, t in table.items():
+        kernels, ratio = (f"{t['kernel_ms']:10.3f}", f"{t['graph_ms'] / t['kernel_ms']:15.2f}") \
+            if t["kernel_ms"] else (f"{'-':>10}", f"{'-':>15}")
+        print(f"  {rows:>6}{t['eager_ms']:10.3f}{t['graph_ms']:10.3f}{t['whole_ms']:10.3f}{kernels}{ratio}")
+
+
+def latency_figure(tables: dict) -> str | None:
+    """The target's root pass, or the last shape measured."""
+    if not tables:
+        return None
+    name, table = list(tables.items())[-1]
     root = table.get("1")
-    results["figure"] = (f"{name} root pass: graph {root['graph_ms']:.3f} ms (whole cache {root['whole_ms']:.3f}), "
-                         f"eager {root['eager_ms']:.3f} ms"
-                         + (f", kernels {root['kernel_ms']:.3f} ms" if root["kernel_ms"] else "")) if root else None
-    return results
-
-
-def pipelined_decodes(plan: Plan, budget: Budget) -> dict:
-    """Every decoder through the launcher with graphs and without; greedy outputs must agree."""
-    shared = plan.gpus is not None and len({g for g in plan.gpus.split(",") if g.strip()}) == 1
-    runs, status = {}, "passed"
-    for label, graphs in (("graphs", True), ("no-graphs", False)):
-        budget.check(f"the pipelined decodes with {label}")
-        cmd = pipelined.launch_command(plan.target, plan.drafter, plan.gpus, plan.prompts, plan.max_new_tokens,
-                                       graphs)
-        print(f"  $ python {shlex.join(cmd[1:])}")
-        code, records = pipelined.run_pair(cmd, budget.left(), lambda r, l=label: print(pipelined.live_line(l, r)),
-                                           lambda line: print(f"    {line}"))
-        runs[label] = records
-        if code != 0:
-            status = "out of time" if code == 124 else "failed"
-            print(f"  the launcher exited with status {code}")
-            break
-    summary = pipelined.summarize(runs.get("graphs", []))
-    complete = status == "passed"  # both runs ended by themselves
-    differ = pipelined.output_differences(runs["graphs"], runs["no-graphs"]) if complete else None
-    if differ:
-        status = "failed"
-    print_decode_table(plan, summary, shared)
-    if differ is not None:
-        verdict = "yes" if not differ else "NO: " + ", ".join(differ)
-        print(f"  greedy outputs with graphs equal those without: {verdict}")
-    fastest = max(summary, key=lambda d: summary[d]["tok_per_s"], default=None)
-    figure = (f"fastest {fastest} {summary[fastest]['tok_per_s']:.1f} tok/s" if fastest else "no decode")
-    if differ is not None:
-        figure += f"; {len(differ)} outputs differ" if differ else "; outputs with and without graphs equal"
-    return {"status": status, "gpus": plan.gpus, "shared_gpu": shared, "note": SHARED_NOTE if shared else None,
-            "decoders": summary, "outputs_differ": differ, "figure": figure}
-
-
-def print_decode_table(plan: Plan, summary: dict, shared: bool) -> None:
-    mark = "*" if shared else ""
-    where = f"--gpus {plan.gpus}" if plan.gpus else "CPU"
-    print(f"\n  pipelined decode, {plan.target} with {plan.drafter} ({where}), with graphs: medians per round, ms")
-    keys = [("tok_per_s", "tok/s", ""), ("median_round_ms", "round", ""), ("median_draft_ms", "draft", mark),
-            ("median_root_ms", "root", mark), ("median_wait_ms", "wait", mark), ("median_tree_ms", "tree", ""),
-            ("median_host_ms", "host", "")]
-    print(f"  {'decoder':<12}" + "".join(f"{name + m:>10}" for _, name, m in keys))
-    for decoder, s in summary.items():
-        print(f"  {decoder:<12}" + "".join(f"{s[k]:10.2f}" if s.get(k) is not None else f"{'-':>10}"
-                                          for k, _, _ in keys))
-    if shared:
-        print(f"  * overlap figures: {SHARED_NOTE}")
-
-
-def recorded_rounds(plan: Plan, budget: Budget) -> dict:
-    """Decodes recorded at the paper's pool (a 71-row measurement pass each round), then the values program
-    on them; the recording decoder must agree with its values. Both processes run the drafter's shape: the
-    section checks the path, not the pair's speed."""
-    budget.check("the recorded rounds")
-    result = recorded.run(plan.drafter, plan.drafter, plan.gpus, plan.prompts[:1], plan.max_new_tokens, budget.left())
-    agree = result.get("agreement") or []
-    figure = (f"{result['rounds']} rounds, realized {agree[0]['realized_per_round']:.2f} against value "
-              f"{agree[0]['value_per_round']:.2f}" if agree else "no recorded round")
-    return {**result, "figure": figure}
+    if root is None:
+        return None
+    return (f"{name} root pass: graph {root['graph_ms']:.3f} ms (whole cache {root['whole_ms']:.3f}), "
+            f"eager {root['eager_ms']:.3f} ms" + (f", kernels {root['kernel_ms']:.3f} ms" if root["kernel_ms"] else ""))
 
 
 SECTIONS = (("environment", environment), ("gpu tests", gpu_tests), ("parity", parity), ("latency", latency),
-            ("pipelined", pipelined_decodes), ("recorded rounds", recorded_rounds))
+            ("pipelined", pipelined.section), ("recorded rounds", recorded.section))
 
 
 # -- goals, running, main ---------------------------------------------------------------------------
@@ -280,28 +268,29 @@ def goals(report: dict) -> list[dict]:
     out = []
     for name, table in report["sections"].get("latency", {}).items():
         root = table.get("1") if isinstance(table, dict) else None
-        if root and root["kernel_ms"]:
+        if root and root.get("kernel_ms"):
             ratio = root["graph_ms"] / root["kernel_ms"]
             out.append({"goal": f"{name}: graph replay of the root pass within 10% of its kernel time",
                         "value": f"{root['graph_ms']:.3f} ms against {root['kernel_ms']:.3f} ms ({ratio - 1:+.0%})",
                         "met": ratio <= 1.10})
-    for decoder, s in report["sections"].get("pipelined", {}).get("decoders", {}).items():
-        out.append({"goal": f"{decoder}: host overhead under 1 ms per round",
-                    "value": f"{s['median_host_ms']:.3f} ms", "met": s["median_host_ms"] < 1.0})
+    for decoder, d in report["sections"].get("pipelined", {}).get("decoders", {}).items():
+        if d.get("median_host_ms") is not None:
+            out.append({"goal": f"{decoder}: host overhead under 1 ms per round",
+                        "value": f"{d['median_host_ms']:.3f} ms", "met": d["median_host_ms"] < 1.0})
     return out
 
 
-def run_section(name: str, fn, plan: Plan, deadline: float) -> dict:
-    """The section's results, its failure recorded rather than raised; "status" set, "passed" by default."""
-    budget = Budget(plan.budgets[name], deadline)
+def run_section(fn: Callable[[Section], dict], s: Section) -> dict:
+    """The section's results over the figures it kept, its failure recorded rather than raised; "status"
+    set, "passed" by default."""
     try:
-        result = fn(plan, budget)
+        result = {**s.kept, **fn(s)}
         free_memory()
     except OutOfTime as e:
-        result = {"status": "out of time", "error": str(e)}
+        result = {**s.kept, "status": "out of time", "error": str(e)}
     except Exception as e:  # noqa: BLE001  recorded and printed in full; the later sections still run
         traceback.print_exc()
-        result = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+        result = {**s.kept, "status": "error", "error": f"{type(e).__name__}: {e}"}
     return {"status": "passed", **result}
 
 
@@ -311,64 +300,22 @@ def section_command(name: str, plan: Plan, seconds: float, rehearse: bool, resul
              "--timeout", f"{max(seconds, 1):.0f}"] + (["--rehearse"] if rehearse else ["--gpus", plan.gpus or "0"]))
 
 
-def run_isolated(name: str, plan: Plan, deadline: float, rehearse: bool, result_path: Path) -> dict:
-    """run_section in a child process of its own."""
-    seconds = Budget(plan.budgets[name], deadline).left()
-    return run_reporting_child(section_command(name, plan, seconds, rehearse, result_path), seconds, result_path)
-
-
-def run_reporting_child(cmd: list[str], seconds: float, result_path: Path, grace: float = CHILD_GRACE) -> dict:
-    """The result a child process writes to result_path (JSON), its output streamed as it comes.
-
-    A child that dies first (a segfault, an abort after a CUDA error) or runs past `seconds` and a grace
-    (a hang) is reported as such; its process group is stopped in any case.
-    """
-    result_path.unlink(missing_ok=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=pipelined.child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, stdin=subprocess.DEVNULL)
-    hung = threading.Event()
-
-    def stop() -> None:
-        hung.set()
-        pipelined.stop_group(proc)
-
-    timer = threading.Timer(max(seconds, 1) + grace, stop)
-    timer.start()
-    try:
-        for line in proc.stdout:
-            print(line.rstrip("\n"))
-        code = proc.wait()
-    finally:
-        timer.cancel()
-        pipelined.stop_group(proc)
-    if result_path.exists():
-        result = json.loads(result_path.read_text(encoding="utf-8"))
-        result_path.unlink()  # the report holds it: DIR keeps check.json and check.log alone
-        return result
-    if hung.is_set():
-        return {"status": "out of time",
-                "error": f"its process ran past {max(seconds, 1) + grace:.0f} s and was stopped"}
-    return {"status": "crashed", "error": f"its process {died(code)} before reporting"}
-
-
-def died(code: int) -> str:
-    """How a child process ended, from its return code: 'was killed by SIGSEGV', 'exited with status 1'."""
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
+def run_isolated(s: Section, rehearse: bool) -> dict:
+    """run_section in a child process of its own, told to end some seconds before the section's time is up
+    and stopped then; the figures it keeps reach the report as it writes them."""
+    seconds = s.budget.left()
+    result_path = s.out / f".{s.name.replace(' ', '-')}.json"
+    cmd = section_command(s.name, s.plan, child_seconds(seconds), rehearse, result_path)
+    return run_reporting_child(cmd, seconds, result_path, on_update=s.save, env=child_env(**CHILD_SETTINGS))
 
 
 def run_child(args: argparse.Namespace) -> int:
-    """One section in this process (the child side of run_isolated): its result to --result, atomically."""
+    """One section in this process (the child side of run_isolated): its figures to --result as it keeps
+    them, then its result, each written whole."""
     plan = choose_plan(args)
-    plan = replace(plan, budgets={**plan.budgets, args.section: args.timeout})
-    result = run_section(args.section, dict(SECTIONS)[args.section], plan, time.monotonic() + args.timeout)
-    tmp = args.result.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, default=str), encoding="utf-8")
-    os.replace(tmp, args.result)
+    s = Section(args.section, plan, Budget(args.timeout, time.monotonic() + args.timeout), args.result.parent,
+                save=lambda figures: write_result(args.result, figures))
+    write_result(args.result, run_section(dict(SECTIONS)[args.section], s))
     return 0
 
 
@@ -398,16 +345,33 @@ def parse_compute_modes(text: str) -> list[tuple[str, str, str]]:
 
 def compute_mode_lines(modes: list[tuple[str, str, str]] | None) -> list[str]:
     """What to print about the GPUs' compute modes: one line each, and a warning for a mode that admits
-    fewer than the check's concurrent CUDA contexts (its pytest child, then target and drafter on GPU 0)."""
+    fewer than the check's concurrent CUDA contexts (target and drafter on one GPU)."""
     if modes is None:
         return ["compute mode: unknown (nvidia-smi is missing or failed)"]
     lines = [f"compute mode: GPU {index} {name}: {mode}" for index, name, mode in modes]
     for index, _, mode in modes:
-        if mode.replace("_", " ").lower() != "default":
+        if not default_mode(mode):
             lines.append(f"WARNING: GPU {index} is in {mode} mode, which admits at most one CUDA context: the "
-                         f"pipelined decodes with both processes on one GPU will fail to create theirs "
-                         f"(as root: nvidia-smi -i {index} -c DEFAULT)")
+                         f"sections with both processes of the pair on it are not run (as root: "
+                         f"nvidia-smi -i {index} -c DEFAULT)")
     return lines
+
+
+def default_mode(mode: str) -> bool:
+    return mode.replace("_", " ").strip().lower() == "default"
+
+
+def two_process_block(modes: list[tuple[str, str, str]] | None, gpus: str | None) -> str | None:
+    """Why the sections that put both processes of the pair on one GPU cannot run there (its compute mode
+    admits one CUDA context), or None."""
+    used = {g.strip() for g in (gpus or "").split(",") if g.strip()}
+    if modes is None or len(used) != 1:
+        return None
+    for index, _, mode in modes:
+        if index in used and not default_mode(mode):
+            return (f"GPU {index} is in {mode} compute mode, which admits one CUDA context: the target and the "
+                    f"drafter cannot share it (as root: nvidia-smi -i {index} -c DEFAULT; or --gpus on two GPUs)")
+    return None
 
 
 class Tee:
@@ -440,22 +404,26 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def exit_status(statuses: list[str]) -> int:
-    if any(s in ("out of time", "skipped") for s in statuses):
+    """0 when every section passed or could not run on these GPUs ("not run"), 124 when one was cut by
+    the time, else 1."""
+    if any(s in ("out of time", "skipped", "interrupted") for s in statuses):
         return EXIT_OUT_OF_TIME
-    return EXIT_FAILED if any(s != "passed" for s in statuses) else 0
+    return EXIT_FAILED if any(s not in ("passed", "not run") for s in statuses) else 0
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tests/gpu/check.sh", description=__doc__.splitlines()[0])
     parser.add_argument("--rehearse", action="store_true", help="every section on the CPU with tiny shapes")
     parser.add_argument("--out", type=Path, help="folder for check.json and check.log (default: runs/gpu-check-TIME)")
-    parser.add_argument("--timeout", type=float, default=480.0, help="seconds for the whole check (default: 480)")
+    parser.add_argument("--timeout", type=float, help=f"seconds for the whole check (default: {TIMEOUT[False]:.0f}, "
+                                                      f"{TIMEOUT[True]:.0f} when rehearsing)")
     parser.add_argument("--gpus", help="placement of the pipelined decodes (default: 0,1 with two GPUs, else 0)")
     parser.add_argument("--section", choices=ISOLATED, help=argparse.SUPPRESS)  # a child of run_isolated
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.timeout = TIMEOUT[args.rehearse] if args.timeout is None else args.timeout
     if args.timeout <= 0:
-        parser.error(f"--timeout must be positive, got {args.timeout}")
+        parser.error(f"--timeout must be positive, got {args.timeout:g}")
     if (args.section is None) != (args.result is None):
         parser.error("--section and --result go together")
     return args
@@ -463,8 +431,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def choose_plan(args: argparse.Namespace) -> Plan:
     if args.rehearse:
-        budgets, _ = scaled_budgets(REHEARSAL.budgets, os.getloadavg()[0], os.cpu_count() or 1)
-        return replace(REHEARSAL, budgets=budgets)
+        return REHEARSAL
     return replace(Plan(), gpus=args.gpus or ("0,1" if torch.cuda.device_count() > 1 else "0"))
 
 
@@ -488,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_NO_CUDA
     out = args.out or ROOT / "runs" / time.strftime(f"gpu-{'rehearsal' if args.rehearse else 'check'}-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "check.log", "w", encoding="utf-8") as log:
+    # appended to: check.sh has written the lines of its start-up there
+    with open(out / "check.log", "a", encoding="utf-8") as log:
         sys.stdout, sys.stderr = Tee(sys.stdout, log), Tee(sys.stderr, log)
         try:
             return check(args, out, deadline)
@@ -503,45 +471,65 @@ def check(args: argparse.Namespace, out: Path, deadline: float) -> int:
         print(line, flush=True)
     plan = choose_plan(args)
     report = Report(out / "check.json", plan)
-    report.data["compute_modes"] = modes
-    print(f"results: {report.path}, log: {out / 'check.log'}")
-    if args.rehearse and plan.budgets != REHEARSAL.budgets:
-        factor = plan.budgets["pipelined"] / REHEARSAL.budgets["pipelined"]
-        print(f"section budgets x{factor:.1f} for this CPU's load ({os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
-    statuses, interrupted = {}, False
+    report.data.update(compute_modes=modes, timeout_s=args.timeout)
+    print(f"results: {report.path}, log: {out / 'check.log'}; the sections share {args.timeout:.0f} s")
+    blocked = {name: why for name in TWO_PROCESS if (why := two_process_block(modes, plan.gpus))}
+    for name, _ in SECTIONS:  # so that a check stopped however abruptly still names every section
+        report.section(name, {"status": "pending"})
+    interrupted = False
     try:
         for index, (name, fn) in enumerate(SECTIONS, 1):
-            if time.monotonic() >= deadline:
-                report.section(name, {"status": "skipped", "error": "the check's time was up"})
-                statuses[name] = "skipped"
-                continue
-            seconds = Budget(plan.budgets[name], deadline).left()
-            print(f"\n== {index}/{len(SECTIONS)} {name} (at most {seconds:.0f} s) ==", flush=True)
-            t0 = time.monotonic()
-            if name in ISOLATED:
-                result = run_isolated(name, plan, deadline, args.rehearse, out / f".{name}.json")
-            else:
-                result = run_section(name, fn, plan, deadline)
-            result = {**result, "seconds": round(time.monotonic() - t0, 1)}
+            to_run = [n for n, _ in SECTIONS[index - 1:] if n not in blocked]
+            result = run_one(index, name, fn, to_run, blocked, plan, report, args, deadline)
             report.section(name, result)
-            statuses[name] = result["status"]
-            print(f"-- {name}: {result['status']} in {result['seconds']} s", flush=True)
+            print(f"-- {name}: {result['status']}" + (f" in {result['seconds']} s" if "seconds" in result else ""),
+                  flush=True)
     except KeyboardInterrupt:
         interrupted = True
-        name = next((n for n, _ in SECTIONS if n not in statuses), None)
-        if name is not None:
-            report.section(name, {"status": "interrupted"})
-            statuses[name] = "interrupted"
-            print(f"-- {name}: interrupted", file=sys.stderr)
+        interrupt(report)
+    return finish(report, out, interrupted)
+
+
+def run_one(index: int, name: str, fn, to_run: list[str], blocked: dict, plan: Plan, report: Report,
+            args: argparse.Namespace, deadline: float) -> dict:
+    """One section's result: run in this process or in a child, or why it was not."""
+    if name in blocked:
+        print(f"\n== {index}/{len(SECTIONS)} {name}: not run: {blocked[name]}", flush=True)
+        return {"status": "not run", "error": blocked[name]}
+    left = deadline - FINISH - time.monotonic()
+    if left <= 0:
+        return {"status": "skipped", "error": "the check's time was up"}
+    seconds = share(plan.shares, name, to_run, left)
+    print(f"\n== {index}/{len(SECTIONS)} {name} (at most {seconds:.0f} s) ==", flush=True)
+    s = Section(name, plan, Budget(seconds, deadline - FINISH), report.path.parent, dict(report.data["sections"]),
+                save=lambda figures: report.section(name, figures))
+    t0 = time.monotonic()
+    result = run_isolated(s, args.rehearse) if name in ISOLATED else run_section(fn, s)
+    return {**result, "budget_s": round(seconds, 1), "seconds": round(time.monotonic() - t0, 1)}
+
+
+def interrupt(report: Report) -> None:
+    """The running section marked interrupted over the figures it kept; the ones after it, skipped."""
+    names = [n for n, _ in SECTIONS]
+    running = next((n for n in names if report.data["status"][n] in ("pending", "running")), None)
+    if running is None:
+        return
+    report.section(running, {**report.data["sections"].get(running, {}), "status": "interrupted"})
+    print(f"-- {running}: interrupted", file=sys.stderr)
+    for name in names[names.index(running) + 1:]:
+        report.section(name, {"status": "skipped", "error": "the check was interrupted"})
+
+
+def finish(report: Report, out: Path, interrupted: bool) -> int:
+    """Goals, the summary and the exit status."""
     report.data["goals"] = goals(report.data)
-    report.data["status"] = statuses
     report.save()
     print("\n== goals ==")
     for g in report.data["goals"]:
         print(f"  {'met ' if g['met'] else 'MISS'}  {g['goal']}: {g['value']}")
     print(f"\n== summary: {out / 'check.json'}, {out / 'check.log'} ==")
     print("\n".join(summary_lines(report.data)), flush=True)
-    return EXIT_OUT_OF_TIME if interrupted else exit_status(list(statuses.values()))
+    return EXIT_OUT_OF_TIME if interrupted else exit_status(list(report.data["status"].values()))
 
 
 if __name__ == "__main__":

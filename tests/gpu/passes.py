@@ -18,30 +18,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, covering_span
 from pipeline.tree import Tree
 from target_proc.target import Target
+from tests.gpu.section import Budget
 from tests.models.test_tree_pass import random_tree
 
 ROOT_TOKEN = 7
 # Largest |graph - eager| relative to the largest |logit| that still counts as equal: a couple of
 # roundings in bf16 or fp16, float32 noise otherwise.
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-4}
-
-
-class OutOfTime(Exception):
-    """A section used up its share of the check's time."""
-
-
-class Budget:
-    """Seconds left to a section: its own share, capped by the check's overall deadline."""
-
-    def __init__(self, seconds: float, deadline: float) -> None:
-        self.end = min(time.monotonic() + seconds, deadline)
-
-    def left(self) -> float:
-        return self.end - time.monotonic()
-
-    def check(self, doing: str) -> None:
-        if self.left() <= 0:
-            raise OutOfTime(f"out of time before {doing}")
 
 
 def runner_pair(model, capacity: int, context: int, seed: int = 0) -> dict[str, Target]:
@@ -159,6 +142,20 @@ def timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
     return statistics.median(times)
 
 
+def first_kernels(device: torch.device, dtype: torch.dtype) -> float:
+    """Seconds a first matrix product and attention take: on a GPU, loading cuBLAS and the attention
+    kernels (read from disk the first time after a boot), which would else fall on the first section
+    that computes."""
+    t0 = time.perf_counter()
+    x = torch.ones(64, 64, device=device, dtype=dtype)
+    q = torch.ones(1, 8, 16, 64, device=device, dtype=dtype)
+    allowed = CUDA_SDPA_BACKENDS if device.type == "cuda" else None
+    with sdpa_kernel(list(allowed)) if allowed else contextlib.nullcontext():
+        (x @ x).sum() + torch.nn.functional.scaled_dot_product_attention(q, q, q).sum()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
 def start_profiler(device: torch.device) -> bool:
     """Profile one small op, so that the profiler (CUPTI on a GPU) is initialised before any graph is
     captured in this process: its first start after a capture has crashed or hung in past releases.
@@ -222,20 +219,28 @@ def whole_cache(target: Target):
         runner.spans = spans
 
 
-def latencies(pair: dict[str, Target], rows: tuple[int, ...], reps: int, budget: Budget) -> dict[int, dict]:
-    """Per row count: median eager and graph-replay ms (over the span covering the context, and over the
-    whole cache), and the eager pass's kernel ms."""
+def pass_times(pair: dict[str, Target], rows: tuple[int, ...], reps: int, budget: Budget,
+               measured: Callable[[int, dict], None]) -> None:
+    """Per row count, to `measured` as soon as it is timed: median eager and graph-replay ms (over the span
+    covering the context, and over the whole cache)."""
     device = pair["eager"].device
-    table = {}
     for n in rows:
         budget.check(f"timing passes of {n} rows")
         call = pass_of(n)
-        table[n] = {"eager_ms": timed(lambda: call(pair["eager"]), device, reps),
-                    "graph_ms": timed(lambda: call(pair["graph"]), device, reps),
-                    "kernel_ms": kernel_ms(lambda: call(pair["eager"]), device)}
+        times = {"eager_ms": timed(lambda: call(pair["eager"]), device, reps),
+                 "graph_ms": timed(lambda: call(pair["graph"]), device, reps)}
         with whole_cache(pair["graph"]):
-            table[n]["whole_ms"] = timed(lambda: call(pair["graph"]), device, reps)
-    return table
+            times["whole_ms"] = timed(lambda: call(pair["graph"]), device, reps)
+        measured(n, times)
+
+
+def kernel_times(pair: dict[str, Target], rows: tuple[int, ...], budget: Budget,
+                 measured: Callable[[int, float | None], None]) -> None:
+    """Per row count, to `measured` as soon as it is profiled: the eager pass's kernel ms (kernel_ms)."""
+    for n in rows:
+        budget.check(f"profiling passes of {n} rows")
+        call = pass_of(n)
+        measured(n, kernel_ms(lambda: call(pair["eager"]), pair["eager"].device))
 
 
 def sdpa_backend(device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, rows: int,

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pipeline.rules import RULES
 from tests.gpu import check, pipelined
-from tests.gpu.check import (EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME, compute_mode_lines, died, exit_status,
-                             goals, parse_compute_modes, run_reporting_child, scaled_budgets)
+from tests.gpu.check import (EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME, REHEARSAL, compute_mode_lines, exit_status,
+                             goals, parse_compute_modes, share, two_process_block)
+from tests.gpu.children import child_env, died, run_reporting_child
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK_SH = ROOT / "tests" / "gpu" / "check.sh"
@@ -23,9 +27,9 @@ UNREACHABLE = "http://127.0.0.1:9/simple"  # the discard port: any attempt to us
 
 
 def wheels_folder() -> Path | None:
-    """The folder check.sh would take pyzmq's and pytest's wheels from, as it searches them."""
-    for folder in filter(None, [os.environ.get("SPECPAIR_WHEELS"), ROOT / ".whl", ROOT.parent / "shared" / "wheels",
-                                ROOT / "shared" / "wheels"]):
+    """The folder check.sh would take pyzmq's and pytest's wheels from, as it searches them: the one a user
+    names, else the checkout's packed .whl/."""
+    for folder in filter(None, [os.environ.get("SPECPAIR_WHEELS"), ROOT / ".whl"]):
         if list(Path(folder).glob("pyzmq-*.whl")) and list(Path(folder).glob("pytest-*.whl")):
             return Path(folder).resolve()
     return None
@@ -48,7 +52,8 @@ def bare_python(tmp_path: Path, with_pip: bool) -> Path:
 
 
 def offline_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    """This environment without pip's settings, a chosen interpreter or this project's settings, offline."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "SPECPAIR_"))}
     return {**env, "PIP_INDEX_URL": UNREACHABLE, "http_proxy": UNREACHABLE, "https_proxy": UNREACHABLE, **extra}
 
 
@@ -58,10 +63,10 @@ def test_preparation_installs_pyzmq_and_pytest_offline_from_the_wheels(tmp_path,
     """With the interpreter's pip, or by unpacking the wheels where it has none."""
     wheels = wheels_folder()
     if wheels is None:
-        pytest.skip("no wheels folder with pyzmq and pytest")
+        pytest.skip("no wheels folder with pyzmq and pytest: name one with SPECPAIR_WHEELS")
     python = bare_python(tmp_path, with_pip=installer == "pip")
     prepared_venv = tmp_path / "build" / "prepared"  # its folder does not exist yet
-    env = offline_env(PYTHON=str(python), SPECPAIR_CHECK_VENV=str(prepared_venv))
+    env = offline_env(PYTHON=str(python), SPECPAIR_CHECK_VENV=str(prepared_venv), SPECPAIR_WHEELS=str(wheels))
     for attempt in ("fresh", "reused"):
         # from elsewhere: pip names wheels below its working folder by relative paths
         done = subprocess.run([CHECK_SH, "--prepare"], env=env, capture_output=True, text=True, timeout=300,
@@ -100,55 +105,71 @@ def python_without(tmp_path: Path, *modules: str) -> Path:
     return python
 
 
-def test_preparation_without_wheels_stops_with_one_clear_line(tmp_path):
-    project = project_copy(tmp_path)
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare"], capture_output=True, text=True,
-                          env=offline_env(PYTHON=str(python_without(tmp_path, "zmq", "pytest")),
-                                          SPECPAIR_WHEELS=str(tmp_path / "none")), timeout=120)
+def test_preparation_without_wheels_stops_with_one_clear_line_also_in_the_log(tmp_path):
+    project, out = project_copy(tmp_path), tmp_path / "out"
+    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare", "--out", out], capture_output=True,
+                          text=True, env=offline_env(PYTHON=str(python_without(tmp_path, "zmq", "pytest")),
+                                                     SPECPAIR_WHEELS=str(tmp_path / "none")), timeout=120)
     assert done.returncode == 2
-    assert "cannot import pyzmq pytest, and no wheels folder holds pyzmq pytest" in done.stderr
-    assert str(tmp_path / "none") in done.stderr and str(project / ".whl") in done.stderr
-    assert "--pack" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    said = done.stderr.strip().splitlines()
+    assert "cannot import pyzmq pytest, and no wheels folder holds pyzmq pytest" in said[-1]
+    assert str(tmp_path / "none") in said[-1] and str(project / ".whl") in said[-1] and "--pack FOLDER" in said[-1]
+    assert "shared" not in done.stderr  # no folder of this machine's is named: the user names one
+    log = (out / "check.log").read_text().splitlines()
+    assert log == said and log[0].endswith(f"tests/gpu/check.sh --prepare --out {out} (the whole check within 420 s)")
 
 
 @pytest.mark.parametrize("where", [".whl", "$SPECPAIR_WHEELS"])
-def test_only_the_missing_packages_wheels_are_asked_for(tmp_path, where):
+def test_only_the_missing_packages_wheels_are_asked_for_and_a_failed_install_keeps_its_log(tmp_path, where):
     """An image with pytest and without pyzmq takes a folder holding pyzmq alone, in .whl/ of a checkout
-    that travelled without ../shared, or named by $SPECPAIR_WHEELS."""
-    project = project_copy(tmp_path)
+    or named by $SPECPAIR_WHEELS; the install fails on the stand-in wheel, and its log is kept in DIR."""
+    project, out = project_copy(tmp_path), tmp_path / "out"
     folder = project / ".whl" if where == ".whl" else tmp_path / "wheels"
     folder.mkdir()
     (folder / "pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"not a zip")
     env = offline_env(PYTHON=str(python_without(tmp_path, "zmq")), SPECPAIR_CHECK_VENV=str(tmp_path / "venv"))
     if where != ".whl":
         env["SPECPAIR_WHEELS"] = str(folder)
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare"], capture_output=True, text=True,
-                          env=env, timeout=120)
-    # asked for pyzmq alone (what pip makes of the stand-in wheel is another matter)
-    assert f"installing pyzmq from {folder} into" in done.stderr, done.stderr
+    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--prepare", "--out", out], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert f"installing pyzmq from {folder} into" in done.stderr, done.stderr  # asked for pyzmq alone
+    assert done.returncode == 2 and f"the whole install log: {out / 'install.log'}" in done.stderr
+    assert (out / "install.log").read_text() == (tmp_path / "venv.install.log").read_text()
+    log = (out / "check.log").read_text()
+    assert f"installing pyzmq from {folder}" in log and "could not prepare" in log
 
 
-def test_pack_copies_the_wheels_into_a_git_ignored_folder(tmp_path):
+def pack(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([project / "tests" / "gpu" / "check.sh", "--pack", *args], capture_output=True, text=True,
+                          env=offline_env(**env), timeout=60)
+
+
+@pytest.mark.parametrize("named_by", ["argument", "$SPECPAIR_WHEELS"])
+def test_pack_copies_the_wheels_from_the_folder_named_into_a_git_ignored_folder(tmp_path, named_by):
     project = project_copy(tmp_path)
-    shared = tmp_path / "shared" / "wheels"  # ../shared/wheels, beside the checkout
-    shared.mkdir(parents=True)
+    wheels = tmp_path / "my wheels"
+    wheels.mkdir()
     names = ["pyzmq-27.3.0-cp311-cp311-manylinux_2_28_x86_64.whl", "pyzmq-27.3.0-cp312-abi3-manylinux_2_28_x86_64.whl",
              "pytest-9.2.0-py3-none-any.whl", "iniconfig-2.3.1-py3-none-any.whl", "packaging-26.4-py3-none-any.whl",
              "pluggy-1.7.0-py3-none-any.whl", "pygments-2.21.0-py3-none-any.whl"]
     for name in names + ["tqdm-4.70.1-py3-none-any.whl"]:
-        (shared / name).write_bytes(b"wheel")
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--pack"], capture_output=True, text=True,
-                          env=offline_env(), timeout=60)
+        (wheels / name).write_bytes(b"wheel")
+    done = pack(project, str(wheels)) if named_by == "argument" else pack(project, SPECPAIR_WHEELS=str(wheels))
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (project / ".whl").iterdir()) == sorted(names)
-    assert f"packed {len(names)} wheels" in done.stderr
+    assert f"packed {len(names)} wheels" in done.stderr and f"from {wheels} into" in done.stderr
     assert ".whl/" in (ROOT / ".gitignore").read_text().splitlines()
-    for name in names:
-        (shared / name).unlink()
-    done = subprocess.run([project / "tests" / "gpu" / "check.sh", "--pack"], capture_output=True, text=True,
-                          env=offline_env(), timeout=60)
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
-    assert "--pack: no wheels folder holds pyzmq pytest" in done.stderr
+    (wheels / names[2]).unlink()
+    done = pack(project, str(wheels))
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"check: --pack: {wheels} holds no wheel of pytest (it needs pyzmq pytest iniconfig packaging pluggy pygments)"]
+
+
+def test_pack_without_a_folder_asks_for_one(tmp_path):
+    done = pack(project_copy(tmp_path))
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "check: --pack takes the folder that holds the wheels: tests/gpu/check.sh --pack FOLDER (or "
+        "SPECPAIR_WHEELS=FOLDER)"]
 
 
 @pytest.mark.slow  # two child processes import torch
@@ -164,6 +185,8 @@ def test_check_without_cuda_stops_at_once_saying_why(tmp_path):
     assert f"torch {torch.__version__}" in done.stdout + done.stderr
     assert "needs CUDA, but" in done.stderr and "Fix:" in done.stderr
     assert time.monotonic() - t0 < 60 and not (tmp_path / "check.json").exists()
+    log = (tmp_path / "check.log").read_text()  # the reason is in DIR too, the only folder that comes back
+    assert log.startswith("check: ") and "needs CUDA, but" in log and f"torch {torch.__version__}" in log
 
 
 @pytest.mark.slow
@@ -174,42 +197,24 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
     report = json.loads((tmp_path / "check.json").read_text())
     assert report["status"] == dict.fromkeys(["environment", "gpu tests", "parity", "latency", "pipelined",
                                               "recorded rounds"], "passed")
+    assert sum(r["seconds"] for r in report["sections"].values()) < report["timeout_s"]
     rounds = report["sections"]["recorded rounds"]
-    assert rounds["rounds"] > 0 and not any(a["disagrees"] for a in rounds["agreement"])
+    assert rounds["rounds"] > 0 and not rounds["disagree"] and not rounds["without_agreement"]
+    assert list(rounds["decoders"]) == pipelined.decoder_names()  # every decoder sampled at T = 1
+    assert {a["decoder"] for a in rounds["agreement"]} == {d for d, rule in RULES.items() if rule.value is not None}
     assert {"draft", "root", "root-draw", "oracle"} <= set(rounds["rules"])
-    decoders = report["sections"]["pipelined"]["decoders"]
-    assert list(decoders) == pipelined.decoder_names() and report["sections"]["pipelined"]["outputs_differ"] == []
-    assert all(f"{d} " in done.stdout for d in decoders)  # a live line per decode
+    assert (tmp_path / "rounds" / "rounds.shard-1-of-1.bin").stat().st_size > 0
+    kinds = {json.loads(line)["kind"] for line in (tmp_path / "values.jsonl").read_text().splitlines()}
+    assert {"value", "agreement"} <= kinds
+    section = report["sections"]["pipelined"]
+    assert list(section["decoders"]) == pipelined.decoder_names() == list(section["decoders_no_graphs"])
+    assert section["outputs_differ"] == [] and section["partings"] == []
+    assert all(f"{d} " in done.stdout for d in section["decoders"])  # a live line per decode
     assert done.stdout.strip().splitlines()[-6:] == check.summary_lines(report)  # the output ends in the summary
     log = (tmp_path / "check.log").read_text()
+    assert log.startswith("check: ") and "tests/gpu/check.sh --rehearse --out" in log.splitlines()[0]
     assert all(line in log for line in done.stdout.splitlines()[-6:]) and "== 5/6 pipelined" in log
-
-
-def record_line(decoder: str, prompt: int, tokens: list[int], phases: dict[str, list[float]]) -> str:
-    """A --json line of one decode (evaluation.record's fields that the check reads)."""
-    return json.dumps({"kind": "decode", "decoder": decoder, "prompt_id": f"p/{prompt}", "token_ids": tokens,
-                       "new_tokens": len(tokens), "seconds": 0.5, "phases": phases, "text": "", "budget": 8})
-
-
-def test_records_are_read_and_summarised_per_decoder():
-    phases = {"draft": [0.004, 0.004], "root": [0.002, 0.002], "wait": [0.001, 0.003], "select": [0.0002, 0.0004],
-              "tree": [0.005, 0.005], "commit": [0.0001, 0.0001]}
-    records = [pipelined.read_record(record_line("pearl", p, [1, 2, 3], phases)) for p in (0, 1)]
-    assert pipelined.read_record("[target] loaded") is None
-    assert pipelined.read_record(json.dumps({"kind": "run", "models": {}})) is None
-    s = pipelined.summarize(records)["pearl"]
-    assert s["rounds"] == 4 and s["tok_per_s"] == 6.0
-    assert s["median_host_ms"] == pytest.approx(0.4) and s["median_round_ms"] == pytest.approx(9.4)
-    assert s["median_draft_ms"] == pytest.approx(4.0)
-
-
-def test_outputs_that_differ_or_are_missing_are_named():
-    def record(decoder, prompt, tokens):
-        return pipelined.read_record(record_line(decoder, prompt, tokens, {"root": [0.1]}))
-    a = [record("ar", 0, [1, 2]), record("root", 0, [3]), record("root", 1, [4])]
-    b = [record("ar", 0, [1, 2]), record("root", 0, [5])]
-    assert pipelined.output_differences(a, b) == ["root prompt p/0", "root prompt p/1"]
-    assert pipelined.output_differences(a, a) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["check.json", "check.log", "rounds", "values.jsonl"]
 
 
 def test_exit_status_reports_failures_and_time():
@@ -218,6 +223,7 @@ def test_exit_status_reports_failures_and_time():
     assert exit_status(["passed", "error"]) == EXIT_FAILED
     assert exit_status(["failed", "out of time"]) == EXIT_OUT_OF_TIME
     assert exit_status(["passed", "skipped"]) == EXIT_OUT_OF_TIME
+    assert exit_status(["passed", "not run"]) == 0  # a compute mode that refuses two processes says so
 
 
 def test_goals_hold_root_replay_to_its_kernel_time_and_host_work_to_a_millisecond():
@@ -240,12 +246,18 @@ def test_compute_modes_are_read_and_an_exclusive_gpu_is_warned_about():
                          "compute mode: GPU 1 NVIDIA H200: Exclusive_Process"]
     assert len(lines) == 3 and lines[2].startswith("WARNING: GPU 1 is in Exclusive_Process mode")
     assert compute_mode_lines(None) == ["compute mode: unknown (nvidia-smi is missing or failed)"]
+    assert two_process_block(modes, "0") is None and two_process_block(modes, "1,0") is None
+    assert two_process_block(modes, "1").startswith("GPU 1 is in Exclusive_Process compute mode")
+    assert two_process_block(None, "1") is None and two_process_block(modes, None) is None
 
 
-def test_rehearsal_budgets_stretch_with_the_load_per_core():
-    budgets = {"parity": 30, "pipelined": 90}
-    assert scaled_budgets(budgets, load=1.0, cores=2) == (budgets, 1.0)
-    assert scaled_budgets(budgets, load=6.0, cores=2) == ({"parity": 90, "pipelined": 270}, 3.0)
+def test_sections_share_the_time_left_by_their_parts():
+    shares = {"a": 10, "b": 30, "c": 60}
+    assert share(shares, "a", ["a", "b", "c"], 200) == 20
+    assert share(shares, "b", ["b", "c"], 180) == 60  # a ended 20 s early: b and c share its time
+    assert share(shares, "c", ["c"], -3) == 0
+    with pytest.raises(ValueError, match="`shares`"):
+        check.Plan(shares={"a": 0})
 
 
 def test_a_child_that_crashes_hangs_or_reports_is_told_apart(tmp_path):
@@ -255,21 +267,94 @@ def test_a_child_that_crashes_hangs_or_reports_is_told_apart(tmp_path):
         "status": "crashed", "error": "its process was killed by SIGSEGV before reporting"}
     t0 = time.monotonic()
     hang = [sys.executable, "-c", "import time; time.sleep(60)"]
-    assert run_reporting_child(hang, 1, result, grace=1)["status"] == "out of time"
+    assert run_reporting_child(hang, 1, result)["status"] == "out of time"
     assert time.monotonic() - t0 < 30
     report = [sys.executable, "-c", f"open({str(result)!r}, 'w').write('{{\"status\": \"failed\", \"x\": 1}}')"]
     assert run_reporting_child(report, 30, result) == {"status": "failed", "x": 1}
     assert died(1) == "exited with status 1" and died(-6) == "was killed by SIGABRT"
 
 
+# A section's child that keeps a first figure, says so, then hangs: the check's side of a profiler that
+# never returns. It uses the section's own machinery (Section.keep, write_result) without importing torch.
+HANGING_CHILD = """
+import sys, time
+from pathlib import Path
+from tests.gpu.children import write_result
+from tests.gpu.section import Budget, Section
+result = Path(sys.argv[sys.argv.index("--result") + 1])
+s = Section("latency", None, Budget(600, time.monotonic() + 600), result.parent,
+            save=lambda figures: write_result(result, figures))
+s.keep(**{"target tiny": {"1": {"graph_ms": 1.5, "kernel_ms": None}}})
+print("timed the root pass", flush=True)
+time.sleep(600)
+"""
+
+
+def passing(s):
+    print(f"the {s.name} section ran")
+    return {"figure": "42 tok/s"}
+
+
+def test_a_section_killed_by_its_budget_leaves_the_earlier_sections_and_its_own_partial_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(check, "SECTIONS", (("environment", passing), ("latency", None), ("pipelined", passing)))
+    monkeypatch.setattr(check, "ISOLATED", ("latency",))
+    monkeypatch.setattr(check, "REHEARSAL", replace(REHEARSAL, shares={"environment": 1, "latency": 8, "pipelined": 1}))
+    monkeypatch.setattr(check, "section_command", lambda name, plan, seconds, rehearse, result: [
+        sys.executable, "-c", HANGING_CHILD, "--result", str(result)])
+    assert check.main(["--rehearse", "--out", str(tmp_path), "--timeout", "12"]) == EXIT_OUT_OF_TIME
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["status"] == {"environment": "passed", "latency": "out of time", "pipelined": "passed"}
+    latency = report["sections"]["latency"]  # 8 parts of the 9 left of 12 s less the 5 s kept for the summary
+    assert latency["target tiny"] == {"1": {"graph_ms": 1.5, "kernel_ms": None}}
+    assert re.fullmatch(r"its process ran past \d+ s and was stopped", latency["error"])
+    assert report["sections"]["environment"]["figure"] == "42 tok/s"
+    assert "timed the root pass" in (tmp_path / "check.log").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["check.json", "check.log"]
+
+
+# A check whose second section keeps a figure and then waits, as a section does when the outer timeout's
+# SIGTERM comes; its sections are made up here, the rest is the check's own.
+CUT_CHECK = """
+import sys, time
+from tests.gpu import check
+def first(s):
+    return {"figure": "first done"}
+def waiting(s):
+    s.keep(root_ms=1.25)
+    time.sleep(600)
+check.SECTIONS = (("environment", first), ("pipelined", waiting), ("recorded rounds", first))
+check.ISOLATED = ()
+sys.exit(check.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # the check's process imports torch and transformers
+def test_a_check_cut_by_the_outer_timeout_keeps_every_figure_measured(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-P", "-c", CUT_CHECK, "--rehearse", "--out", str(tmp_path)], cwd=ROOT,
+                            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+            report = json.loads((tmp_path / "check.json").read_text()) if (tmp_path / "check.json").exists() else {}
+            if report.get("sections", {}).get("pipelined", {}).get("root_ms"):
+                break
+        assert report["status"] == {"environment": "passed", "pipelined": "running", "recorded rounds": "pending"}
+        proc.terminate()  # what `timeout` sends first
+        assert proc.wait(30) == EXIT_OUT_OF_TIME
+    finally:
+        proc.kill()
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["status"] == {"environment": "passed", "pipelined": "interrupted", "recorded rounds": "skipped"}
+    assert report["sections"]["pipelined"]["root_ms"] == 1.25
+    assert report["sections"]["environment"]["figure"] == "first done"
+
+
 def test_every_section_runs_and_the_report_is_written_when_one_crashes(tmp_path, monkeypatch, capsys):
     """A section's process killed by a segfault, another section raising: the rest still run, check.json
     and check.log hold every section, and the output ends with one line per section."""
-    def passing(plan, budget):
-        print("a passing section")
-        return {"figure": "42 tok/s"}
-
-    def raising(plan, budget):
+    def raising(s):
+        s.keep(first_row=1.0)
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     sections = (("environment", passing), ("gpu tests", raising), ("parity", passing), ("latency", passing),
@@ -283,23 +368,40 @@ def test_every_section_runs_and_the_report_is_written_when_one_crashes(tmp_path,
     assert report["status"] == {"environment": "passed", "gpu tests": "error", "parity": "crashed",
                                 "latency": "passed", "pipelined": "passed"}
     assert report["sections"]["parity"]["error"] == "its process was killed by SIGSEGV before reporting"
+    assert report["sections"]["gpu tests"]["first_row"] == 1.0  # what it kept before it raised
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-5:] == check.summary_lines(report)
     assert out[-1].split()[:2] == ["pipelined", "passed"] and out[-1].endswith("42 tok/s")
     assert "illegal memory access" in out[-4]
     log = (tmp_path / "check.log").read_text()
-    assert "a passing section" in log and "RuntimeError: CUDA error" in log and out[-1] in log
+    assert "the latency section ran" in log and "RuntimeError: CUDA error" in log and out[-1] in log
+
+
+def test_two_process_sections_are_not_run_on_a_gpu_that_admits_one_context(tmp_path, monkeypatch):
+    monkeypatch.setattr(check, "SECTIONS", (("environment", passing), ("pipelined", passing),
+                                            ("recorded rounds", passing)))
+    monkeypatch.setattr(check, "ISOLATED", ())
+    monkeypatch.setattr(check, "compute_modes", lambda: [("0", "NVIDIA H200", "Exclusive_Process")])
+    monkeypatch.setattr(check, "choose_plan", lambda args: replace(check.Plan(), gpus="0"))
+    args = check.parse(["--out", str(tmp_path)])
+    assert check.check(args, tmp_path, time.monotonic() + 60) == 0
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["status"] == {"environment": "passed", "pipelined": "not run", "recorded rounds": "not run"}
+    assert "Exclusive_Process compute mode" in report["sections"]["pipelined"]["error"]
 
 
 @pytest.mark.slow
 def test_the_device_command_in_a_simulated_gpu_image(tmp_path):
     """simulate_image.sh over an image built beforehand (building it takes the package index and GBs):
-    offline, in a copy of the checkout without ../shared, the check stops for want of CUDA and the
-    rehearsal passes."""
+    offline, in a copy of the checkout alone in its folder with the wheels packed into it, the check stops
+    for want of CUDA and the rehearsal passes."""
     if not (ROOT / "build" / "sim-image" / ".built").exists():
         pytest.skip("no simulated image: tests/gpu/simulate_image.sh --build-only builds it")
-    done = subprocess.run([ROOT / "tests" / "gpu" / "simulate_image.sh", "--out", str(tmp_path)], capture_output=True,
-                          text=True, timeout=1500, env=offline_env())
+    wheels = wheels_folder()
+    if wheels is None:
+        pytest.skip("no wheels folder with pyzmq and pytest: name one with SPECPAIR_WHEELS")
+    done = subprocess.run([ROOT / "tests" / "gpu" / "simulate_image.sh", "--out", str(tmp_path), "--wheels", wheels],
+                          capture_output=True, text=True, timeout=1500, env=offline_env())
     assert done.returncode == 0, done.stderr[-4000:]
     assert "check without CUDA: stopped with status 2" in done.stderr and "rehearsal: passed" in done.stderr
     report = json.loads((tmp_path / "rehearsal" / "check.json").read_text())

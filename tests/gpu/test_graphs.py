@@ -16,8 +16,10 @@ from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.settings import DecodeConfig
 from target_proc.target import Target
-from tests.gpu.passes import TOLERANCE, Budget, parity, runner_pair, sdpa_backend, watch_replays
+from tests.gpu.margins import explained, first_parting, relative_margin
+from tests.gpu.passes import TOLERANCE, parity, runner_pair, sdpa_backend, watch_replays
 from tests.gpu.pipelined import decoder_names
+from tests.gpu.section import Budget
 from tests.local_drafter import LocalDrafter
 from tests.models.test_graph_gate import ROPES, llama
 from tests.models.test_tree_pass import random_tree
@@ -82,21 +84,29 @@ def test_graph_rows_equal_eager_rows_from_a_short_context_to_a_full_cache(model)
     assert {span for _, span in replayed} == set(graphed.runner.spans)
 
 
-def test_greedy_decoding_with_graphs_equals_without(model):
+def test_greedy_decoding_with_graphs_equals_without_but_at_near_ties(model):
+    """Random bf16 weights give nearly flat rows: where a row's top two logits are within rounding, a graph
+    replay and an eager pass may each pick one, and both are right. Outputs must agree up to such a token."""
     drafter_model = random_model("tiny", "cuda:0", torch.bfloat16, seed=1)
     pool = PoolConfig(topk=4, depth=4, expand=3)
-    outputs = {}
+    prompt, outputs = [5, 6, 7, 8], {}
     for graphs in (True, False):
         target = Target(HFRunner(model, 512, graphs=graphs))
         drafter = LocalDrafter(Drafter(HFRunner(drafter_model, 512 + pool.n_expanded, graphs=graphs), pool))
         for decoder in decoder_names():
             for budget in (1, 8, 59):
-                result = decode(target, drafter, [5, 6, 7, 8], DecodeConfig(decoder, 0.0, budget, 40),
-                                frozenset({0}), None)
+                result = decode(target, drafter, prompt, DecodeConfig(decoder, 0.0, budget, 40), frozenset({0}), None)
                 outputs[graphs, decoder, budget] = result.tokens[:40]
+    eager = Target(HFRunner(model, 512, graphs=False))
     for graphs, decoder, budget in outputs:
-        if graphs:
-            assert outputs[True, decoder, budget] == outputs[False, decoder, budget], (decoder, budget)
+        a, b = outputs[True, decoder, budget], outputs[False, decoder, budget]
+        at = first_parting(a, b)
+        if graphs and at is not None:
+            assert at < min(len(a), len(b)), (decoder, budget, "one output ended early")
+            prefix = prompt + a[:at]
+            eager.prefill(prefix[:-1])
+            margin = relative_margin(eager.root_pass(prefix[-1]), a[at], b[at])
+            assert explained(margin, TOLERANCE[torch.bfloat16]), (decoder, budget, at, margin)
 
 
 def test_host_reading_rope_runs_eagerly_instead_of_failing_capture():
