@@ -182,9 +182,9 @@ def _by_category(rv: RoundValues, options: ValuesOptions, level: str) -> list[st
         root, rd = avg.gain("root", "draft"), avg.gain("root-draw", "pearl")
         ks = [budgets.index(b) for b in picks]
         off = avg.off_pool_share()
-        est = (lambda e: est(e)) if avg.n_prompts >= MIN_INTERVAL_PROMPTS else (lambda e: f"{pct(e.value)} (no interval)")
+        cell = est if avg.n_prompts >= MIN_INTERVAL_PROMPTS else (lambda e: f"{pct(e.value)} (no interval)")
         out.append(f"| {g} | {avg.n_prompts} | {int(avg.rounds.sum())} | " + " | ".join(
-            [est(root[k]) for k in ks] + [est(rd[k]) for k in ks] + [pct(off.value, 1, sign=False)]) + " |")
+            [cell(root[k]) for k in ks] + [cell(rd[k]) for k in ks] + [pct(off.value, 1, sign=False)]) + " |")
     return out + ["", f"No interval below {MIN_INTERVAL_PROMPTS} prompts: a bootstrap over fewer is about the range "
                       "of their values.", ""]
 

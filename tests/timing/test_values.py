@@ -251,3 +251,22 @@ def test_the_report_is_organised_by_the_papers_tables(recorded, tmp_path):
     for title in ("Tables 2 and 9", "Figures 2 and 5", "Table 8", "Table 11", "Tables 12 and 18", "Table 13",
                   "Table 15", "Table 20", "The paper:"):
         assert title in text, title
+
+
+def test_a_category_of_enough_prompts_gets_its_intervals(recorded):
+    """The by-category table gives an interval from MIN_INTERVAL_PROMPTS prompts on, a bare estimate below."""
+    from dataclasses import replace
+
+    from evaluation.stats import MIN_INTERVAL_PROMPTS
+    from timing.options import ValuesOptions
+    from timing.values_selection import _by_category
+
+    rv = next(iter(evaluate(next(iter(load_rounds([recorded]))).decodes)))
+    n = MIN_INTERVAL_PROMPTS
+    many = replace(rv, prompt=np.arange(rv.rounds) % n, prompts=[f"p{i}" for i in range(n)],
+                   categories=["qa"] * n)
+    row = next(line for line in _by_category(many, ValuesOptions(resamples=200), "prompt") if line.startswith("| qa |"))
+    assert "no interval" not in row and row.count("[") == 2 * len(many.budgets[:1])
+    few = replace(rv, prompt=np.zeros(rv.rounds, np.int64), prompts=["p0"], categories=["qa"])
+    row = next(line for line in _by_category(few, ValuesOptions(resamples=200), "prompt") if line.startswith("| qa |"))
+    assert "no interval" in row
