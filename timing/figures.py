@@ -129,10 +129,6 @@ def category_panels(settings: Sequence[Setting], by_category: dict[str, list[Set
     return panels
 
 
-def has_tree_rounds(stats: DecoderStats) -> bool:
-    return bool(tree_rounds(stats).any())
-
-
 def has_acceptance(stats: DecoderStats) -> bool:
     """Tree rounds whose acceptance says something: not those of a rule whose trees all held the target's
     draw alone (budget 1 of a draw rule), which accept it and nothing more by construction."""

@@ -40,7 +40,7 @@ def test_acceptance_by_depth_counts_tree_rounds_accepting_at_least_d(auto_run):
 
 def test_a_decoder_without_tree_rounds_has_no_acceptance(auto_run):
     st = analyse(auto_run, 0.0, "auto").decoders["ar"]
-    assert figures.acceptance_at_least(st).size == 0 and not figures.has_tree_rounds(st)
+    assert figures.acceptance_at_least(st).size == 0 and not figures.tree_rounds(st).any()
 
 
 def test_tree_size_shares_cover_every_round(auto_run):
@@ -74,7 +74,7 @@ def test_panels_hold_only_what_has_the_plots_data(auto_run, make_record):
     settings = [analyse(fixed + auto_run, 0.0, b) for b in (8, "auto")]
     assert [t for t, _ in figures.speed_panels(settings)] == ["T = 0"]
     assert [g for g, _ in figures.speed_panels(settings)[0][1]] == ["B = 8", "B = auto"]
-    acceptance = figures.decoder_panels(settings, figures.has_tree_rounds)
+    acceptance = figures.decoder_panels(settings, lambda st: bool(figures.tree_rounds(st).any()))
     assert [(t, [d for d, _ in series]) for t, series in acceptance] == [("T=0 B=8", ["root-draw"]),
                                                                          ("T=0 B=auto", ["root-draw"])]
     sizes = figures.decoder_panels(settings, figures.ran_auto)  # fixed budgets and `ar` have no choice to show
@@ -91,7 +91,7 @@ def test_a_draw_rule_whose_trees_held_its_draw_alone_says_nothing_about_acceptan
     alone = [make_record(f"p/{i}", "root-draw", budget="auto", tree_sizes=(1, 1), accepted=(1, 1), budgets=(1, 1))
              for i in range(2)]
     st = analyse(alone, 0.0, "auto").decoders["root-draw"]
-    assert figures.has_tree_rounds(st) and not figures.has_acceptance(st)  # 100% at d = 1 by construction
+    assert figures.tree_rounds(st).any() and not figures.has_acceptance(st)  # 100% at d = 1 by construction
     single = [make_record(f"p/{i}", "draft", budget="auto", tree_sizes=(1, 1), accepted=(1, 0), budgets=(1, 1))
               for i in range(2)]
     assert figures.has_acceptance(analyse(single, 0.0, "auto").decoders["draft"])  # a draft can miss
