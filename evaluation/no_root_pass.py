@@ -6,8 +6,9 @@ uses, or the whole pool.
 Whether a round is covered is a draw, so a round holds the row with a probability h that follows the chain
 h' = h cov(root's tree) + (1 - h) cov(draft's tree) from h = 0 at each decode's first round (at T = 0 coverage
 is 0 or 1, the greedy point mass, and so is h). Per round this gives h, and h times each rule's value, whose
-per-prompt sums evaluation.values.Averages resamples: the share of rounds that hold the row, and root's gain
-over draft in those rounds.
+per-prompt sums evaluation.values.Averages resamples: the share of rounds that hold the row, root's gain over
+draft in those rounds, and the decoder's gain over draft in every round (root where it holds the row, draft
+elsewhere: the diluted figure a decoder without a root pass gets).
 """
 
 from __future__ import annotations
@@ -41,24 +42,28 @@ def own_coverage(s: Scored, rank: np.ndarray, budgets: np.ndarray, top: int) -> 
 def held_rounds(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS, *,
                 top: int = SCORED_TOP) -> list[PerRound]:
     """Per temperature (warm-ups left out), every round's figures at each budget, named `held:S` (the
-    probability h that the round holds the root row), `root:S` and `draft:S` (h times that rule's value), for
-    each S of scored_sets(top)."""
+    probability h that the round holds the root row), `root:S` and `draft:S` (h times that rule's value) and
+    `decoder:S` (the decoder's value, h root's + (1 - h) draft's), for each S of scored_sets(top), and `draft`
+    (draft's value, every round)."""
     names = scored_sets(top)
     out = []
     for temperature, found in by_temperature(decodes).items():
         kept = reported_budgets(found, budgets)
         columns: dict[str, list[np.ndarray]] = {f"{what}:{name}": [] for name in names
-                                                for what in ("held", "root", "draft")}
+                                                for what in ("held", "root", "draft", "decoder")}
+        columns["draft"] = []
         for d in found:
             held = np.zeros((len(names), len(kept)))  # the first round holds nothing
             for rnd in d.rounds:
                 s = rnd.scored()
                 draft_value, draft_cover = own_coverage(s, MEMBERS["draft"](s).rank, kept, top)
                 root_value, root_cover = own_coverage(s, MEMBERS["root"](s).rank, kept, top)
+                columns["draft"].append(draft_value)
                 for i, name in enumerate(names):
                     columns[f"held:{name}"].append(held[i])
                     columns[f"root:{name}"].append(held[i] * root_value)
                     columns[f"draft:{name}"].append(held[i] * draft_value)
+                    columns[f"decoder:{name}"].append(held[i] * root_value + (1 - held[i]) * draft_value)
                 held = held * root_cover + (1 - held) * draft_cover
         per = PerRound.of(temperature, found, kept)
         per.values = {name: np.array(rows) for name, rows in columns.items()}

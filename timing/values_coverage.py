@@ -82,11 +82,13 @@ def _held_lines(per: PerRound, avg: Averages) -> list[dict]:
     lines = []
     for scored in scored_sets():
         share, gains = avg.per_round(f"held:{scored}"), avg.gain(f"root:{scored}", f"draft:{scored}")
+        overall = avg.gain(f"decoder:{scored}", "draft")
         for k, budget in enumerate(per.budgets.tolist()):
-            g = gains[k]
+            g, d = gains[k], overall[k]
             lines.append({"kind": "no-root-pass", "temperature": per.temperature, "budget": budget, "scored": scored,
                           "rounds": per.rounds, "held_share": float(share[k]), "gain_over_draft": _number(g.value),
-                          "gain_low": _number(g.low), "gain_high": _number(g.high)})
+                          "gain_low": _number(g.low), "gain_high": _number(g.high),
+                          "decoder_gain_over_draft": d.value, "decoder_gain_low": d.low, "decoder_gain_high": d.high})
     return lines
 
 
@@ -128,15 +130,20 @@ def _no_root_pass(per: PerRound, avg: Averages, level: str) -> list[str]:
     out = [f"Without a root pass (D.10): a round holds the exact root row only after a covered round (the first "
            f"of each decode never), then selects with root, else with draft; its pass scores the 100 "
            f"highest-ranked candidates of its rule's order, or the whole pool. Root over draft in the rounds "
-           f"that hold the row, {level} interval:", "",
-           "| budget | scored | rounds holding the row | root over draft there | the paper |", "|---|---|---|---|---|"]
+           f"that hold the row, and the decoder over draft in every round (root where it holds the row, draft "
+           f"elsewhere), {level} intervals:", "",
+           "| budget | scored | rounds holding the row | root over draft there | the decoder over draft | the paper |",
+           "|---|---|---|---|---|---|"]
     for b in _picks(budgets):
         k = budgets.index(b)
         for scored in scored_sets():
             share, gain = avg.per_round(f"held:{scored}")[k], avg.gain(f"root:{scored}", f"draft:{scored}")[k]
-            out.append(f"| {b} | {scored} | {pct(share, sign=False)} | {_gain(gain)} | "
+            overall = avg.gain(f"decoder:{scored}", "draft")[k]
+            out.append(f"| {b} | {scored} | {pct(share, sign=False)} | {_gain(gain)} | {est(overall)} | "
                        f"{NO_ROOT_PASS.get((b, scored), '—')} |")
-    return out + [""]
+    return out + ["", "The paper gives one gain per setting, \"in rounds that hold the row\" in its words; at B = 59 its "
+                      "+0.5% to +0.9% with 10-15% of rounds holding it are of the size of the decoder's gain over "
+                      "every round.", ""]
 
 
 def _gain(e: Estimate) -> str:

@@ -34,7 +34,8 @@ def test_the_holding_chain_on_a_hand_checked_case():
 
     Top 2: h = 0, 1/2, then 1/2 * 1/4 + 1/2 * 1/2 = 3/8. Pool: 0, 5/8, 5/8 * 1/2 + 3/8 * 5/8 = 35/64.
     Root over draft where the row is held (top 2): (1/2 * 1/2 + 3/8 * 1/2) / (1/2 * 1/4 + 3/8 * 1/2) - 1 = 2/5.
-    A second decode's only round holds nothing."""
+    A second decode's only round holds nothing. The decoder (root where it holds the row, draft elsewhere) over
+    draft in every round, top 2: (1/4 + 3/8 + 1/2 + 1/4) / (1/4 + 1/4 + 1/2 + 1/4) - 1 = 1/10."""
     rounds = [a_round((0.25, 0.5)), a_round((0.25, 0.5)), a_round((0.5, 0.25))]
     decodes = [RecordedDecode(KEY, rounds), RecordedDecode({**KEY, "prompt_id": "q"}, [a_round((0.25, 0.5))])]
     (per,) = held_rounds(decodes, budgets=(1,), top=2)
@@ -45,6 +46,9 @@ def test_the_holding_chain_on_a_hand_checked_case():
     avg = Averages(per, n_resamples=20)
     assert avg.per_round("held:top-2")[0] == pytest.approx(0.875 / 4)
     assert avg.gain("root:top-2", "draft:top-2")[0].value == pytest.approx(0.4)
+    assert per.values["decoder:top-2"][:, 0].tolist() == [0.25, 0.375, 0.5, 0.25]
+    assert per.values["draft"][:, 0].tolist() == [0.25, 0.25, 0.5, 0.25]
+    assert avg.gain("decoder:top-2", "draft")[0].value == pytest.approx(0.1)
 
 
 def test_greedy_rounds_hold_the_row_or_not():

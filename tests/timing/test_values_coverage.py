@@ -52,7 +52,8 @@ def test_values_json_has_every_coverage_figure(recorded, capsys):
            set(itertools.product((0.0, 1.0), (1, 4, 8, POOL), ("top-100", "pool")))
     for h in held:
         assert set(h) == {"kind", "temperature", "budget", "scored", "rounds", "held_share", "gain_over_draft",
-                          "gain_low", "gain_high"}
+                          "gain_low", "gain_high", "decoder_gain_over_draft", "decoder_gain_low", "decoder_gain_high"}
+        assert h["decoder_gain_low"] - 1e-12 <= h["decoder_gain_over_draft"] <= h["decoder_gain_high"] + 1e-12
         assert 0.0 <= h["held_share"] < 1.0  # each decode's first round holds nothing
         if h["gain_over_draft"] is not None:
             assert h["gain_low"] - 1e-12 <= h["gain_over_draft"] <= h["gain_high"] + 1e-12
