@@ -321,6 +321,20 @@ def _status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _stop_all(procs: list[subprocess.Popen]) -> None:
+    """Stop the pair's processes, target first; a stop signal arriving meanwhile (a second Ctrl-C) kills them
+    at once instead of interrupting the shutdown with a traceback."""
+    def kill_now(_signum, _frame):
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+    signal.signal(signal.SIGTERM, kill_now)
+    signal.signal(signal.SIGINT, kill_now)
+    for proc in reversed(procs):
+        _stop(proc, GRACE_SECONDS)
+
+
 def _stop(proc: subprocess.Popen, grace: float) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -367,8 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally:
-        for proc in reversed(procs):
-            _stop(proc, GRACE_SECONDS)
+        _stop_all(procs)
         if p.private_dir:
             shutil.rmtree(p.private_dir, ignore_errors=True)
 

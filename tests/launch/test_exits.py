@@ -6,6 +6,7 @@ signal whose exception a finalizer dropped still stops the launcher and the draf
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -223,3 +224,26 @@ def test_the_drafters_stop_signals_are_raised_again_at_its_next_wait(monkeypatch
         for s, handler in previous.items():
             signal.signal(s, handler)
     assert handlers == {signal.SIGTERM: wakeup.stop, signal.SIGINT: wakeup.stop}
+
+
+def test_a_second_stop_signal_during_shutdown_kills_the_pair_at_once_without_a_traceback():
+    """The launcher stops its processes with SIGTERM and a grace period; a stop signal arriving meanwhile (a
+    second Ctrl-C) kills them at once instead of raising out of the shutdown."""
+    from launch import pair
+
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+    procs = [subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE) for _ in range(2)]
+    for proc in procs:
+        proc.stdout.readline()  # its handler is set
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        threading.Timer(0.5, os.kill, [os.getpid(), signal.SIGINT]).start()
+        t0 = time.monotonic()
+        pair._stop_all(procs)  # would wait GRACE_SECONDS for each without the second signal
+        assert time.monotonic() - t0 < pair.GRACE_SECONDS
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for proc in procs:
+            proc.kill()
+    assert [proc.wait(5) for proc in procs] == [-signal.SIGKILL] * 2
