@@ -1,17 +1,23 @@
 """python -m bench.values: the values program's speed on one CPU core.
 
 Writes ROUNDS recorded rounds of the paper's pool (top-k 10, depth 8, expand 10: 710 candidates) to a
-rounds file, grown from random draft rows with random target edge probabilities (the program's work does
-not depend on what the numbers are), then times reading them and computing every rule and both ceilings at
-the 13 budgets, with their per-round and per-prompt averages and bootstrap intervals; then the coverage
-figures (every rule and ceiling, 5 scored sets, 4 stopping rules, 13 budgets: evaluation.coverage) and the
-decoder without a root pass (evaluation.no_root_pass), each in seconds and in this process's CPU seconds. The
-last line of stdout is one JSON document.
+rounds file, then times reading them and computing every rule and both ceilings at the 13 budgets, with their
+per-round and per-prompt averages and bootstrap intervals; then the coverage figures (every rule and ceiling,
+5 scored sets, 4 stopping rules, 13 budgets: evaluation.coverage) and the decoder without a root pass
+(evaluation.no_root_pass); then the whole values program (timing.values: every section and table, values.md,
+no plots) and each of its sections alone, each in seconds and in this process's CPU seconds, on one thread.
+
+The rounds are synthetic by default: grown from random draft rows with random target edge probabilities (the
+program's work does not depend on what the numbers are), without retained rows, so the retained-row
+section has no row figures, substitutes, mixtures or `rows` reranker to make. --recording DIR repeats a
+run's recorded decodes instead (each copy under a prompt id of its own, categories kept), retained rows and
+all, until they hold ROUNDS rounds. The last line of stdout is one JSON document.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -20,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, load_average
+from bench.common import at_least, bench_parser, close, command_line, load_average, refuse
+from pipeline.config import ConfigError, InputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +35,23 @@ class ValuesOptions:
     """Rounds"""
 
     rounds: int = field(default=10_000, metadata={"help": "recorded rounds written and read"})
-    prompts: int = field(default=40, metadata={"help": "prompts the rounds are spread over"})
+    prompts: int = field(default=40, metadata={"help": "prompts the synthetic rounds are spread over"})
     resamples: int = field(default=2000, metadata={"help": "bootstrap resamples of the intervals"})
+    recording: str = field(default="", metadata={
+        "help": "a run directory recorded with --record-rounds: its decodes, repeated, instead of synthetic "
+                "rounds (--prompts is then unused)", "metavar": "DIR"})
 
     def __post_init__(self) -> None:
         for name in ("rounds", "prompts", "resamples"):
             at_least(name, getattr(self, name), 1)
+        if self.recording:
+            from evaluation.rounds_file import round_files
+
+            if not os.path.isdir(self.recording):
+                raise ConfigError("recording", f"{self.recording} is not a directory; give a run's output directory")
+            if not round_files(self.recording):
+                raise ConfigError("recording", f"{self.recording} holds no rounds.shard-I-of-N.bin file; was the run "
+                                               f"made with --record-rounds?")
 
 
 def synthetic_rounds(rounds: int, prompts: int, vocab: int = 2000, distinct_pools: int = 40, seed: int = 0):
@@ -64,59 +82,135 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     options, _ = command_line(build_parser(), argv)
+    recording = read_recording(options.recording) if options.recording else None  # refused before torch loads
     import torch
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
-    close(timed(options))
+    start = load_average()[0]
+    with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
+        size = write_copies(tmp, recording, options.rounds) if recording else write_rounds(tmp, options)
+        recording = None  # held no longer: what is timed reads the file
+        doc = timed(tmp, options) | program(tmp, options)
+    close(doc | {"file_mb": round(size / 2**20, 1), "source": options.recording or "synthetic",
+                 "threads": torch.get_num_threads(), "load_average_start": round(start, 2),
+                 "load_average": round(load_average()[0], 2)})
     return 0
 
 
-def timed(options: ValuesOptions) -> dict:
-    """Write the synthetic rounds, then time reading them, the values and their statistics, the coverage
-    figures and the decoder without a root pass -> the JSON document."""
-    import torch
-
+def timed(folder: str, options: ValuesOptions) -> dict:
+    """Time reading the rounds of `folder`, the values and their statistics, the coverage figures and the
+    decoder without a root pass -> their part of the JSON document."""
     from evaluation.coverage import coverage_tables
     from evaluation.no_root_pass import held_rounds
     from evaluation.rounds_file import load_rounds
     from evaluation.values import VALUED, Averages, evaluate
     from pipeline.config import PoolConfig
 
-    with tempfile.TemporaryDirectory() as tmp:
-        size = write_rounds(tmp, options)
-        t0 = time.perf_counter()
-        decodes = [d for found in load_rounds([tmp]) for d in found.decodes]
-        t1 = time.perf_counter()
-        (rv,) = evaluate(decodes)
-        t2 = time.perf_counter()
-        avg = Averages(rv, n_resamples=options.resamples)
-        stats = {rule: (avg.per_round(rule), avg.per_prompt(rule), avg.gain(rule, "draft")) for rule in VALUED}
-        t3, cpu3 = time.perf_counter(), time.process_time()
-        (coverage,) = coverage_tables(decodes)
-        t4, cpu4 = time.perf_counter(), time.process_time()
-        held_rounds(decodes)
-        t5, cpu5 = time.perf_counter(), time.process_time()
-    return {"rounds": rv.rounds, "pool": PoolConfig().size, "rules": list(VALUED), "budgets": rv.budgets.tolist(),
-            "file_mb": round(size / 2**20, 1), "read_s": round(t1 - t0, 2), "values_s": round(t2 - t1, 2),
+    t0 = time.perf_counter()
+    found = list(load_rounds([folder]))
+    decodes = [d for f in found for d in f.decodes]
+    t1 = time.perf_counter()
+    tables = evaluate(decodes)
+    t2 = time.perf_counter()
+    averages = [Averages(rv, n_resamples=options.resamples) for rv in tables]
+    stats = [{rule: (avg.per_round(rule), avg.per_prompt(rule), avg.gain(rule, "draft")) for rule in VALUED}
+             for avg in averages]
+    t3, cpu3 = time.perf_counter(), time.process_time()
+    coverage = coverage_tables(decodes)
+    t4, cpu4 = time.perf_counter(), time.process_time()
+    held_rounds(decodes)
+    t5, cpu5 = time.perf_counter(), time.process_time()
+    return {"rounds": sum(rv.rounds for rv in tables), "temperatures": [rv.temperature for rv in tables],
+            "pool": PoolConfig(**found[0].provenance.get("pool", {})).size, "rules": list(VALUED),
+            "budgets": tables[0].budgets.tolist(), "read_s": round(t1 - t0, 2), "values_s": round(t2 - t1, 2),
             "statistics_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2),
             "coverage_s": round(t4 - t3, 2), "coverage_cpu_s": round(cpu4 - cpu3, 2),
-            "coverage_cells": int(coverage.coverage.size), "no_root_pass_s": round(t5 - t4, 2),
-            "no_root_pass_cpu_s": round(cpu5 - cpu4, 2), "threads": torch.get_num_threads(),
-            "load_average": load_average()[0], "root_gain_b8": round(stats["root"][2][2].value, 4)}
+            "coverage_cells": sum(int(c.coverage.size) for c in coverage), "no_root_pass_s": round(t5 - t4, 2),
+            "no_root_pass_cpu_s": round(cpu5 - cpu4, 2), "root_gain_b8": round(stats[0]["root"][2][2].value, 4)}
+
+
+def program(folder: str, options: ValuesOptions) -> dict:
+    """Time the whole values program over `folder` (its report to a file beside it, no plots), then each of
+    its sections alone (made from the decodes read once, then written in Markdown) -> their part of the JSON
+    document."""
+    from timing.options import ValuesOptions as ProgramOptions
+    from timing.values import SECTIONS, load, values
+
+    settings = ProgramOptions(out=os.path.join(folder, "report"), resamples=options.resamples, plots=False)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        values([folder], settings)
+    t1, cpu1 = time.perf_counter(), time.process_time()
+    data = load([folder], settings)
+    sections, made = {}, {}
+    for make in SECTIONS:
+        t, cpu = time.perf_counter(), time.process_time()
+        made[make.__name__] = make(data)
+        made[make.__name__].markdown()
+        sections[make.__name__.lower()] = {"s": round(time.perf_counter() - t, 2),
+                                           "cpu_s": round(time.process_time() - cpu, 2)}
+    rows = any(r is not None for r, *_ in made["Rows"].temperatures)
+    return {"program_s": round(t1 - t0, 2), "program_cpu_s": round(cpu1 - cpu0, 2), "sections": sections,
+            "retained_rows": rows, "timed": "timing.values.values: reading the rounds, every section's tables and "
+            "values.md, no plots" + ("" if rows else "; the rounds hold no retained rows, so the rows section has "
+                                                   "no row figures, substitutes, mixtures or rows reranker")}
 
 
 def write_rounds(folder: str, options: ValuesOptions) -> int:
     """The synthetic rounds as one rounds file in `folder` -> its size in bytes."""
+    from dataclasses import asdict
+
     from evaluation.rounds_file import RoundStore, rounds_path
+    from pipeline.config import PoolConfig
 
     per_prompt: dict[int, list] = {}
     for p, rnd in synthetic_rounds(options.rounds, options.prompts):
         per_prompt.setdefault(p, []).append(rnd)
-    with RoundStore(rounds_path(folder, 1, 1), {"bench": "values"}) as store:
+    with RoundStore(rounds_path(folder, 1, 1), {"bench": "values", "pool": asdict(PoolConfig())}) as store:
         for p, rounds in per_prompt.items():
             store.append({"prompt_id": f"p{p}", "category": "qa", "turn": 0, "decoder": "root-draw",
                           "temperature": 1.0, "budget": 8, "seed": 0}, rounds)
     return os.path.getsize(rounds_path(folder, 1, 1))
+
+
+def read_recording(directory: str):
+    """Every rounds file of a recorded run (evaluation.rounds_file.RoundsFile), refused in one line when one
+    holds no whole chunk or none holds a timed decode with rounds."""
+    from evaluation.rounds_file import load_rounds
+
+    try:
+        found = list(load_rounds([directory]))
+    except InputError as e:  # a file holding no whole chunk
+        refuse(__spec__.name, f"--recording {e}")
+    if not any(timed_decodes(found)):
+        refuse(__spec__.name, f"--recording {directory} holds no timed decode with rounds")
+    return found
+
+
+def timed_decodes(found) -> list:
+    """The decodes of rounds files that the values program reads: not warm-ups, with rounds."""
+    return [d for f in found for d in f.decodes if d.rounds and not d.key.get("warmup", False)]
+
+
+def write_copies(folder: str, found, rounds: int) -> int:
+    """A recording's timed decodes, repeated in order until they hold at least `rounds` rounds, as one rounds
+    file in `folder` with the recording's provenance: the first copy under the recorded prompt ids, copy c
+    under "copyC/ID" (a prompt of its own for the bootstrap, its category kept) -> the file's size in bytes."""
+    from evaluation.rounds_file import RoundStore, rounds_path
+
+    decodes, written, copy = timed_decodes(found), 0, 1
+    path = rounds_path(folder, 1, 1)
+    with RoundStore(path, found[0].provenance, found[0].recording) as store:
+        while written < rounds:
+            for d in decodes:
+                prompt = d.key["prompt_id"] if copy == 1 else f"copy{copy}/{d.key['prompt_id']}"
+                store.append({**d.key, "prompt_id": prompt}, d.rounds, d.prompt_tokens)
+                written += len(d.rounds)
+                if written >= rounds:
+                    break
+            copy += 1
+    return os.path.getsize(path)
 
 
 if __name__ == "__main__":
