@@ -7,6 +7,8 @@ import torch
 
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from models import cpu_linear
+
 VOCAB = 96
 
 
@@ -27,3 +29,16 @@ def tiny_qwen3() -> Qwen3ForCausalLM:
 @pytest.fixture(params=["llama", "qwen3"])
 def tiny_model(request):
     return {"llama": tiny_llama, "qwen3": tiny_qwen3}[request.param]()
+
+
+@pytest.fixture
+def labelled_calls(monkeypatch):
+    """Each timed call says which kernel and row count it runs (for fake timers)."""
+    original = cpu_linear._timed_call
+
+    def labelled(name, x, probes):
+        fn = original(name, x, probes)
+        fn.kernel, fn.rows = name, x.shape[0]
+        return fn
+    monkeypatch.setattr(cpu_linear, "_timed_call", labelled)
+    monkeypatch.setattr(cpu_linear, "MIN_BYTES", 0)

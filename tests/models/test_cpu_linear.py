@@ -61,19 +61,6 @@ def fake_timer(fastest: dict[int, str], gain: float):
     return timer
 
 
-@pytest.fixture
-def labelled_calls(monkeypatch):
-    """Each timed call says which kernel and row count it runs (for fake timers)."""
-    original = cpu_linear._timed_call
-
-    def labelled(name, x, probes):
-        fn = original(name, x, probes)
-        fn.kernel, fn.rows = name, x.shape[0]
-        return fn
-    monkeypatch.setattr(cpu_linear, "_timed_call", labelled)
-    monkeypatch.setattr(cpu_linear, "MIN_BYTES", 0)
-
-
 def test_tune_keeps_a_kernel_only_where_it_is_clearly_faster(labelled_calls):
     model = tiny_llama()
     before = model(torch.arange(10)[None]).logits

@@ -21,17 +21,9 @@ from tests.processes.proc_tools import ROOT
 
 
 @pytest.fixture
-def counted(monkeypatch):
+def counted(labelled_calls):
     """Timed calls counted; under its timer `transposed` is twice as fast at one row, the others alike."""
     calls = []
-    original = cpu_linear._timed_call
-
-    def labelled(name, x, probes):
-        fn = original(name, x, probes)
-        fn.kernel, fn.rows = name, x.shape[0]
-        return fn
-    monkeypatch.setattr(cpu_linear, "_timed_call", labelled)
-    monkeypatch.setattr(cpu_linear, "MIN_BYTES", 0)
 
     def timer(fn):
         calls.append(fn.kernel)
