@@ -9,7 +9,8 @@ from bench.common import summary
 
 # Each a module bench.NAME whose docstring's first line says what it measures; the rest of the package is
 # what they share (common, passes, pass_bytes).
-BENCHMARKS = ("pair", "ahead", "overlap", "prefill", "context", "linears", "protocol", "values", "handshake")
+BENCHMARKS = ("pair", "ahead", "overlap", "prefill", "context", "linears", "protocol", "values", "handshake",
+              "recording")
 
 
 def listing() -> str:

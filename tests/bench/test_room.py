@@ -24,6 +24,7 @@ BAD_FLAG = {  # one refused value per benchmark
     "protocol": ["--vocab", "9"],
     "values": ["--resamples", "0"],
     "handshake": ["--every", "0"],
+    "recording": ["--budget", "0"],
 }
 PROBE = """
 import sys
