@@ -16,7 +16,7 @@ import pipeline.decode
 from pipeline.decode import decode
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
-from pipeline.verify import draw, traverse
+from pipeline.verify import EXHAUSTIVE, draw, traverse
 
 _draw = draw  # the true sampler, kept before any patching
 
@@ -124,9 +124,9 @@ class _Shifted:
         return self.first if i == 0 else self.draws[i - 1]
 
 
-def off_by_one_rows(tree, first, draws):
+def off_by_one_rows(tree, first, draws, stopping=EXHAUSTIVE):
     """A wrong verifier: node i reads the draw of row i - 1 of the pass (the root's for node 0)."""
-    return traverse(tree, first, _Shifted(first, draws))
+    return traverse(tree, first, _Shifted(first, draws), stopping)
 
 
 def top2_draw(logits, temperature, generator):
