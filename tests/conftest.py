@@ -3,6 +3,7 @@ stream. Nothing here imports zmq at module level, so `tests/gpu` collects on an 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -120,23 +121,27 @@ def mock_session():
 def _private_key_dir(tmp_path_factory):
     """CURVE keys made during the tests (and by the processes they start) go to a directory of their own,
     never to the user's ~/.config/specpair/keys."""
-    before = os.environ.get("SPECPAIR_KEYS")
-    os.environ["SPECPAIR_KEYS"] = str(tmp_path_factory.mktemp("keys") / "specpair")
-    yield
-    if before is None:
-        os.environ.pop("SPECPAIR_KEYS")
-    else:
-        os.environ["SPECPAIR_KEYS"] = before
+    with _environment("SPECPAIR_KEYS", tmp_path_factory.mktemp("keys") / "specpair"):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_kernel_cache(tmp_path_factory):
     """The CPU linear kernels chosen during the tests (and by the processes they start) are kept in a file of
     their own, never in the user's cache directory."""
-    before = os.environ.get("SPECPAIR_KERNEL_CACHE")
-    os.environ["SPECPAIR_KERNEL_CACHE"] = str(tmp_path_factory.mktemp("kernels") / "linear-kernels.json")
-    yield
-    if before is None:
-        os.environ.pop("SPECPAIR_KERNEL_CACHE")
-    else:
-        os.environ["SPECPAIR_KERNEL_CACHE"] = before
+    with _environment("SPECPAIR_KERNEL_CACHE", tmp_path_factory.mktemp("kernels") / "linear-kernels.json"):
+        yield
+
+
+@contextlib.contextmanager
+def _environment(name: str, value):
+    """The environment variable `name` set to `value` inside, and as it was after."""
+    before = os.environ.get(name)
+    os.environ[name] = str(value)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name)
+        else:
+            os.environ[name] = before
