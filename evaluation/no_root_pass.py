@@ -50,7 +50,7 @@ def held_rounds(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDG
     for temperature, found in by_temperature(decodes).items():
         kept = reported_budgets(found, budgets)
         columns: dict[str, list[np.ndarray]] = {f"{what}:{name}": [] for name in names
-                                                for what in ("held", "root", "draft", "decoder")}
+                                                for what in ("held", "root", "draft")}
         columns["draft"] = []
         for d in found:
             held = np.zeros((len(names), len(kept)))  # the first round holds nothing
@@ -63,9 +63,10 @@ def held_rounds(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDG
                     columns[f"held:{name}"].append(held[i])
                     columns[f"root:{name}"].append(held[i] * root_value)
                     columns[f"draft:{name}"].append(held[i] * draft_value)
-                    columns[f"decoder:{name}"].append(held[i] * root_value + (1 - held[i]) * draft_value)
                 held = held * root_cover + (1 - held) * draft_cover
         per = PerRound.of(temperature, found, kept)
         per.values = {name: np.array(rows) for name, rows in columns.items()}
+        for name in names:  # h root's + (1 - h) draft's
+            per.values[f"decoder:{name}"] = per.values[f"root:{name}"] - per.values[f"draft:{name}"] + per.values["draft"]
         out.append(per)
     return out

@@ -45,7 +45,7 @@ class GainResult:
         """"[+a%, +b%]", or, from fewer than MIN_INTERVAL_PROMPTS prompts, none (it would be about their range)."""
         if not self.has_interval:
             return f"none ({self.n_prompts} prompts)"
-        return f"[{_percent(self.low)}, {_percent(self.high)}]"
+        return f"[{percent(self.low)}, {percent(self.high)}]"
 
 
 def paired_gains(tokens: Mapping[str, object], seconds: Mapping[str, object], pairs: Sequence[tuple[str, str]],
@@ -74,7 +74,8 @@ def paired_gains(tokens: Mapping[str, object], seconds: Mapping[str, object], pa
 
 # ---- computation: inputs are clean ----
 
-def _percent(x: float) -> str:
+def percent(x: float) -> str:
+    """A gain as a signed percentage with one decimal."""
     return f"{100 * x:+.1f}%" if np.isfinite(x) else str(x)
 
 

@@ -323,16 +323,19 @@ def _status(returncode: int) -> int:
 
 def _stop_all(procs: list[subprocess.Popen]) -> None:
     """Stop the pair's processes, target first; a stop signal arriving meanwhile (a second Ctrl-C) kills them
-    at once instead of interrupting the shutdown with a traceback."""
+    at once instead of interrupting the shutdown with a traceback. The handlers before are restored after."""
     def kill_now(_signum, _frame):
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
 
-    signal.signal(signal.SIGTERM, kill_now)
-    signal.signal(signal.SIGINT, kill_now)
-    for proc in reversed(procs):
-        _stop(proc, GRACE_SECONDS)
+    previous = {s: signal.signal(s, kill_now) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for proc in reversed(procs):
+            _stop(proc, GRACE_SECONDS)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _stop(proc: subprocess.Popen, grace: float) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from models.kv_plan import MOCK_SLOT_BYTES, cache_bytes, planned_kv_bytes
+from models.kv_plan import MOCK_SLOT_BYTES, cache_bytes
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MOCK_SLOT_BYTES", "device_of", "free_bytes", "gib", "host_free_bytes", "kv_bytes", "planned_kv_bytes"]
+__all__ = ["device_of", "free_bytes", "gib", "host_free_bytes", "kv_bytes"]
 
 
 def free_bytes(device: torch.device) -> int:

@@ -50,9 +50,6 @@ class LevelValues:
     def __init__(self, kept: int = ROUNDS_KEPT) -> None:
         self.rounds: deque[tuple[int, int]] = deque(maxlen=kept)  # (levels the pool had, levels run through)
 
-    def clear(self) -> None:
-        self.rounds.clear()
-
     def observe(self, levels: int, through: int) -> None:
         assert 0 <= through <= levels, (through, levels)
         self.rounds.append((levels, through))

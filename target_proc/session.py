@@ -94,7 +94,8 @@ def check_planned_kv_memory(options: ModelOptions) -> None:
     """check_kv_memory before the model loads, from its config: a cache that cannot fit even the memory free
     now is refused in a moment, not after the load and the kernels' timing."""
     from models.cuda_env import require_cuda
-    from models.memory import free_bytes, planned_kv_bytes
+    from models.kv_plan import planned_kv_bytes
+    from models.memory import free_bytes
 
     need = planned_kv_bytes(options, options.max_context)
     if need is None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from evaluation.stats import percent
 from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from pipeline.config import InputError
 from pipeline.result import PHASES
@@ -172,7 +172,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
         out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts | caution |", "|---|---|---|---|---|"]
         for (a, b), g in s.gains.items():
             flags = ", ".join(c.kind for c in s.cautions if c.concerns((a, b))) or "—"
-            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{_pct(g.gain)} | {g.interval_text()} | {g.n_prompts} | "
+            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{percent(g.gain)} | {g.interval_text()} | {g.n_prompts} | "
                        f"{flags} |")
         out.append("")
     elif len(s.decoders) > 1:
@@ -253,7 +253,7 @@ def _phase_table(settings: Sequence[Setting], by_category: dict[str, list[Settin
 
 def _gain(s: Setting, pair: tuple[str, str], g) -> str:
     """A gain and its interval, marked when a caution concerns it."""
-    return f"{_flagged(s, pair)}{_pct(g.gain)} {g.interval_text()}"
+    return f"{_flagged(s, pair)}{percent(g.gain)} {g.interval_text()}"
 
 
 def _flagged(s: Setting, pair: tuple[str, str]) -> str:
@@ -262,7 +262,3 @@ def _flagged(s: Setting, pair: tuple[str, str]) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{1000 * seconds:.2f}"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:+.1f}%" if math.isfinite(x) else str(x)

@@ -46,6 +46,11 @@ class Section(Protocol):
         """Draw the section's figures into `out` -> their file names."""
 
 
+def number(x: float) -> float | None:
+    """A figure for a JSON line: None where it is not finite (JSON has no NaN)."""
+    return float(x) if math.isfinite(x) else None
+
+
 def est(e: Estimate) -> str:
     return f"{pct(e.value)} [{pct(e.low)}, {pct(e.high)}]"
 

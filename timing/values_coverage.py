@@ -13,7 +13,7 @@ from evaluation.coverage import CoverageTable, coverage_tables
 from evaluation.no_root_pass import held_rounds, scored_sets
 from evaluation.values import Averages, Estimate, PerRound
 from pipeline.verify import STOPPINGS
-from timing.values_common import ValuesInput, est, pct
+from timing.values_common import ValuesInput, est, number, pct
 
 # What the paper's text says of Table 1's cells (Section 4, Theorem 1 and its proof), by stopping rule and
 # scored set (None: any other set).
@@ -61,10 +61,6 @@ class Coverage:
         return []
 
 
-def _number(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
 def _coverage_lines(t: CoverageTable) -> list[dict]:
     lines = []
     for i, rule in enumerate(t.rules):
@@ -86,9 +82,10 @@ def _held_lines(per: PerRound, avg: Averages) -> list[dict]:
         for k, budget in enumerate(per.budgets.tolist()):
             g, d = gains[k], overall[k]
             lines.append({"kind": "no-root-pass", "temperature": per.temperature, "budget": budget, "scored": scored,
-                          "rounds": per.rounds, "held_share": float(share[k]), "gain_over_draft": _number(g.value),
-                          "gain_low": _number(g.low), "gain_high": _number(g.high),
-                          "decoder_gain_over_draft": d.value, "decoder_gain_low": d.low, "decoder_gain_high": d.high})
+                          "rounds": per.rounds, "held_share": float(share[k]), "gain_over_draft": number(g.value),
+                          "gain_low": number(g.low), "gain_high": number(g.high),
+                          "decoder_gain_over_draft": number(d.value), "decoder_gain_low": number(d.low),
+                          "decoder_gain_high": number(d.high)})
     return lines
 
 
@@ -134,11 +131,12 @@ def _no_root_pass(per: PerRound, avg: Averages, level: str) -> list[str]:
            f"elsewhere), {level} intervals:", "",
            "| budget | scored | rounds holding the row | root over draft there | the decoder over draft | the paper |",
            "|---|---|---|---|---|---|"]
+    figures = {scored: (avg.per_round(f"held:{scored}"), avg.gain(f"root:{scored}", f"draft:{scored}"),
+                        avg.gain(f"decoder:{scored}", "draft")) for scored in scored_sets()}
     for b in _picks(budgets):
         k = budgets.index(b)
         for scored in scored_sets():
-            share, gain = avg.per_round(f"held:{scored}")[k], avg.gain(f"root:{scored}", f"draft:{scored}")[k]
-            overall = avg.gain(f"decoder:{scored}", "draft")[k]
+            share, gain, overall = (column[k] for column in figures[scored])
             out.append(f"| {b} | {scored} | {pct(share, sign=False)} | {_gain(gain)} | {est(overall)} | "
                        f"{NO_ROOT_PASS.get((b, scored), '—')} |")
     return out + ["", "The paper gives one gain per setting, \"in rounds that hold the row\" in its words; at B = 59 its "

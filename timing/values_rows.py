@@ -7,14 +7,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 
+from evaluation.coverage import reported_budgets
 from evaluation.first_factor import CALIBRATED, RERANK_PROMPTS, FirstFactors, first_factors
 from evaluation.rerank import RERANKERS
 from evaluation.retained_rows import MATCHES, ROWS, RowAgreement, RowStudy
 from evaluation.values import Averages, Estimate, by_temperature
 from models.options import INT8_SUFFIX
-from timing.values_common import ValuesInput, est, pct, share
+from timing.values_common import ValuesInput, est, number, pct, share
 
 FIGURE = "rows_substitution.png"
 SUBSTITUTED = ("substitute-cache", "substitute-same-token", "substitute-preceding", "substitute-exact")
@@ -49,8 +49,7 @@ class Rows:
         self.data, self.options = data, data.options
         self.temperatures = []
         for t, decodes in by_temperature(data.decodes).items():
-            largest = max(len(r.token) for d in decodes for r in d.rounds)
-            budgets = np.array(sorted({min(int(b), largest) for b in self.options.budget_list}), np.int64)
+            budgets = reported_budgets(decodes, self.options.budget_list)
             rows = RowStudy(t, decodes, data.resampling)
             study = first_factors(t, decodes, budgets)
             self.temperatures.append((rows if rows.eligible else None, study,
@@ -91,7 +90,7 @@ def _row_line(t: float, a: RowAgreement) -> dict:
     line = {"kind": "rows", "temperature": t, "rounds": a.rounds, "row": a.row, "rows": a.rows}
     for name, e in (("available_share", a.available), ("mean_tv", a.mean_tv), ("median_tv", a.median_tv),
                     ("argmax_agreement", a.agreement)):
-        line.update({name: _num(e.value), f"{name}_low": _num(e.low), f"{name}_high": _num(e.high)})
+        line.update({name: number(e.value), f"{name}_low": number(e.low), f"{name}_high": number(e.high)})
     return line
 
 
@@ -104,8 +103,8 @@ def _control_lines(t: float, study: FirstFactors, avg: Averages) -> list[dict]:
         for k, b in enumerate(budgets):
             g = gains[k]
             line = {"kind": "control", "temperature": t, "rounds": study.values.rounds, "control": name,
-                    "budget": b, "value_per_round": float(per_round[k]), "gain_over_draft": _num(g.value),
-                    "gain_low": _num(g.low), "gain_high": _num(g.high)}
+                    "budget": b, "value_per_round": float(per_round[k]), "gain_over_draft": number(g.value),
+                    "gain_low": number(g.low), "gain_high": number(g.high)}
             line.update({key: values[k] for key, values in extra.items()})
             if name.startswith("mix-"):
                 line["weights"] = study.weights[name[4:]][:, k].tolist()  # chosen for the even, odd prompts
@@ -122,9 +121,9 @@ def _reranker_extras(name: str, avg: Averages) -> dict[str, list]:
     if name == "rows" and "base" in avg.totals:
         pairs.append(("gain_over_base", avg.gain("rows", "base")))
     for key, estimates in pairs:
-        out[key] = [_num(e.value) for e in estimates]
-        out[f"{key}_low"] = [_num(e.low) for e in estimates]
-        out[f"{key}_high"] = [_num(e.high) for e in estimates]
+        out[key] = [number(e.value) for e in estimates]
+        out[f"{key}_low"] = [number(e.low) for e in estimates]
+        out[f"{key}_high"] = [number(e.high) for e in estimates]
     return out
 
 
@@ -133,14 +132,10 @@ def _reranker_line(t: float, name: str, avg: Averages) -> dict:
     sq, draft_sq = avg.ratio(f"{name}:squared", f"{name}:candidates")[0], \
         avg.ratio("draft:squared", "draft:candidates")[0]
     return {"kind": "reranker", "temperature": t, "rounds": int(avg.rounds.sum()), "reranker": name,
-            "top1_rounds": int(avg.totals[f"{name}:eligible"].sum()), "top1_accuracy": _num(top1.value),
-            "top1_low": _num(top1.low), "top1_high": _num(top1.high), "draft_top1_accuracy": _num(draft_top1.value),
-            "squared_error": _num(sq.value), "squared_error_low": _num(sq.low), "squared_error_high": _num(sq.high),
-            "draft_squared_error": _num(draft_sq.value)}
-
-
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+            "top1_rounds": int(avg.totals[f"{name}:eligible"].sum()), "top1_accuracy": number(top1.value),
+            "top1_low": number(top1.low), "top1_high": number(top1.high), "draft_top1_accuracy": number(draft_top1.value),
+            "squared_error": number(sq.value), "squared_error_low": number(sq.low), "squared_error_high": number(sq.high),
+            "draft_squared_error": number(draft_sq.value)}
 
 
 # -- Markdown -------------------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def test_too_large_a_cache_is_refused_before_the_model_loads_or_anything_connect
 
 
 def test_the_planned_cache_is_what_the_loaded_model_takes():
-    from models.memory import kv_bytes, planned_kv_bytes
+    from models.kv_plan import planned_kv_bytes
+    from models.memory import kv_bytes
 
     for spec in ("mock", "random:tiny"):
         options = ModelOptions(model=spec, tune_linears=False)
