@@ -31,7 +31,7 @@ import numpy as np
 from bench.common import at_least, bench_parser, close, command_line, ints, load_average, names, paired_ratios, spread
 from bench.passes import PATHS, least_capacity
 from models.options import CPU_BUCKETS
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, split_list
 
 GPU_SHAPE, GPU_CAPACITIES, GPU_ROWS = "llama-3.1-8b", (8192, 32768), (1, 72)
 GPU_CONTEXTS = (512, 2048, 8000, 30000)  # committed tokens of the byte model's passes (those within capacity)
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(options.threads)
     load_before = load_average()
     print(f"load average before: {load_before}, {options.threads} thread(s), {os.cpu_count()} cores")
-    paths = options.paths.split(",")
+    paths = split_list(options.paths)
     times = measure(list(options.contexts), list(options.trees), paths, options.reps, options.slots)
     load_after = load_average()
     results, compared = report(times, options, paths)

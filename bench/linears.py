@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.common import at_least, bench_parser, close, command_line, ints, load_average, paired_ratios, spread
 from models.options import CPU_BUCKETS
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, split_list
 
 
 def available() -> list[str]:
@@ -57,7 +57,7 @@ class LinearsOptions:
     @property
     def kernel_list(self) -> list[str]:
         """stock, then the other kernels named (all available ones by default), each once."""
-        named = [k.strip() for k in self.kernels.split(",") if k.strip()] if self.kernels else available()
+        named = split_list(self.kernels) if self.kernels else available()
         return ["stock", *(k for k in dict.fromkeys(named) if k != "stock")]
 
 

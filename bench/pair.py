@@ -28,7 +28,7 @@ import numpy as np
 from bench.common import bench_parser, close, command_line, refuse
 from evaluation.prompts import STRATA, gather
 from models.options import EMBEDDED_POOL, ModelOptions
-from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int
+from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, split_list
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from programs.options import PromptOptions, check_decoders
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         refuse(__spec__.name, str(e))
     from models.load import load
 
-    decoders = options.decoders.split(",")
+    decoders = split_list(options.decoders)
     target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
     records = pair_run(prompts, options.max_new_tokens, options.budget, decoders)

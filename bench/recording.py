@@ -32,7 +32,8 @@ import numpy as np
 
 from bench.common import at_least, bench_parser, close, command_line, load_average, refuse, spread
 from models.options import INT8_SUFFIX, ModelOptions
-from pipeline.config import ConfigError, PoolConfig, check_temperature, split_list
+from pipeline.config import ConfigError, PoolConfig
+from timing.options import temperature_list
 from pipeline.rules import SPECULATIVE
 
 PAPER_POOL = PoolConfig(topk=10, depth=8, expand=10)  # 710 candidates (launch/pair.sh --paper-pool)
@@ -76,13 +77,7 @@ class RecordingOptions:
 
     @property
     def temperature_list(self) -> list[float]:
-        try:
-            values = [check_temperature("temperatures", float(t)) for t in split_list(self.temperatures)]
-        except (ValueError, ConfigError):
-            values = []
-        if not values or len(set(values)) != len(values):
-            raise ConfigError("temperatures", f"must list distinct finite numbers >= 0, got {self.temperatures!r}")
-        return values
+        return temperature_list(self.temperatures)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,17 @@ from pipeline.settings import DecodeConfig
 from programs.options import PromptOptions, check_decoders
 
 
+
+def temperature_list(text: str) -> list[float]:
+    """The distinct temperatures of a comma-separated `temperatures` option; ConfigError naming it otherwise."""
+    try:
+        values = [check_temperature("temperatures", float(t)) for t in split_list(text)]
+    except (ValueError, ConfigError):
+        values = []
+    if not values or len(set(values)) != len(values):
+        raise ConfigError("temperatures", f"must list distinct finite numbers >= 0, got {text!r}")
+    return values
+
 @dataclass(frozen=True, slots=True)
 class SweepOptions:
     """Sweep"""
@@ -82,14 +93,7 @@ class SweepOptions:
 
     @property
     def temperature_list(self) -> list[float]:
-        items = split_list(self.temperatures)
-        try:
-            values = [check_temperature("temperatures", float(t)) for t in items]
-        except (ValueError, ConfigError):
-            values = []
-        if not values or len(set(values)) != len(values):
-            raise ConfigError("temperatures", f"must list distinct finite numbers >= 0, got {self.temperatures!r}")
-        return values
+        return temperature_list(self.temperatures)
 
     @property
     def budget_list(self) -> list[int | str]:
