@@ -33,8 +33,8 @@ import numpy as np
 from bench.common import at_least, bench_parser, close, command_line, load_average, refuse, spread
 from models.options import INT8_SUFFIX, ModelOptions
 from pipeline.config import ConfigError, PoolConfig
-from timing.options import temperature_list
 from pipeline.rules import SPECULATIVE
+from timing.options import temperature_list
 
 PAPER_POOL = PoolConfig(topk=10, depth=8, expand=10)  # 710 candidates (launch/pair.sh --paper-pool)
 TARGET = "smollm2"  # the embedded target
