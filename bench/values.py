@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, load_average, refuse
+from bench.common import at_least, bench_parser, close, command_line, load_bracket, refuse
 from pipeline.config import ConfigError, InputError
 
 
@@ -87,14 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
-    start = load_average()[0]
-    with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
+    with load_bracket() as load, threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         size = write_copies(tmp, recording, options.rounds) if recording else write_rounds(tmp, options)
         recording = None  # held no longer: what is timed reads the file
         doc = timed(tmp, options) | program(tmp, options)
     close(doc | {"file_mb": round(size / 2**20, 1), "source": options.recording or "synthetic",
-                 "threads": torch.get_num_threads(), "load_average_start": round(start, 2),
-                 "load_average": round(load_average()[0], 2)})
+                 "threads": torch.get_num_threads(), "load_average": load})
     return 0
 
 
