@@ -6,10 +6,9 @@ agreement with its value, pools cut after each level, and the same by prompt gro
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +73,7 @@ def with_emitted(rv: RoundValues) -> RoundValues:
     """`rv` with the emitted tokens of the rules Table 8 shows (`emitted:RULE`: accepted tokens and the
     continuation, value + 1) among its values."""
     emitted = {f"emitted:{rule}": rv.values[rule] + 1 for rule in EMITTED}
-    return dataclasses.replace(rv, values={**rv.values, **emitted})
+    return replace(rv, values={**rv.values, **emitted})
 
 
 def _json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) -> list[dict]:
