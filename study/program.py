@@ -27,8 +27,8 @@ from study.selection_section import selection_section
 
 log = logging.getLogger("values")
 
-SECTIONS = (selection_section, coverage_section, rows_section)  # recorded rounds -> a part of the report
-# (study.section.Section), in order
+# Each makes a part of the report (a study.section.Section) from the recorded rounds; in the report's order.
+SECTIONS = (selection_section, coverage_section, rows_section)
 
 
 def load(runs: Sequence[str], options: ValuesOptions) -> ValuesInput:
@@ -45,6 +45,8 @@ def load(runs: Sequence[str], options: ValuesOptions) -> ValuesInput:
 
 
 def values(runs: Sequence[str], options: ValuesOptions) -> int:
+    """Every section over the recorded rounds of `runs`: values.md and its figures in `options.out` (the first
+    run when empty), printed too, or with `options.json` one JSON line per figure on stdout -> 0."""
     data = load(runs, options)
     sections = [make(data) for make in SECTIONS]
     if options.json:
