@@ -25,6 +25,7 @@ from pipeline.rules import RULES
 from tests.gpu import children, pipelined
 from tests.gpu.section import Section
 
+PAPER_POOL = ("--pool-topk", "10", "--pool-depth", "8", "--pool-expand", "10")  # 710 candidates
 VALUES_SHARE = 0.25  # of the section's time, kept from the decodes for the values program
 BUDGET = 59
 MIN_TOKENS = 10  # accepted tokens a decoder's rounds must expect or realize, beyond the sure ones, to be judged
@@ -35,7 +36,7 @@ def record_command(target: str, drafter: str, gpus: str | None, prompts: tuple[s
     """The launcher decoding with every decoder at T = 1, B = 59, recording every round at the paper's pool."""
     cmd = [sys.executable, "-P", "-m", "launch", "--target", f"random:{target}", "--drafter", f"random:{drafter}",
            "--decoders", ",".join(pipelined.decoder_names()), "--temperature", "1", "--budget", str(BUDGET),
-           "--max-new-tokens", str(max_new), "--paper-pool", "--record-rounds", str(out), "--json"]
+           "--max-new-tokens", str(max_new), *PAPER_POOL, "--record-rounds", str(out), "--json"]
     for text in prompts:
         cmd += ["--prompt", text]
     if gpus is not None:
