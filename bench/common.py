@@ -15,7 +15,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import numpy as np
@@ -101,6 +102,15 @@ def paired_ratios(first: Sequence[float], last: Sequence[float]) -> dict:
 def load_average() -> list[float]:
     """The host's load average over 1, 5 and 15 minutes: how busy the machine was beside the benchmark."""
     return [float(x) for x in os.getloadavg()]
+
+
+@contextmanager
+def load_bracket() -> Iterator[dict[str, list[float]]]:
+    """The load average before and after the work in the block, as every benchmark's JSON document gives it
+    (`load_average`): {"before": [1, 5, 15 min], "after": [1, 5, 15 min]}, "after" taken as the block ends."""
+    bracket = {"before": load_average()}
+    yield bracket
+    bracket["after"] = load_average()
 
 
 def close(doc: dict) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, ints, load_average, names, paired_ratios, spread
+from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, names, paired_ratios, spread
 from bench.passes import PATHS, least_capacity
 from models.options import CPU_BUCKETS
 from pipeline.config import ConfigError, split_list
@@ -155,16 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(options.threads)
-    load_before = load_average()
-    print(f"load average before: {load_before}, {options.threads} thread(s), {os.cpu_count()} cores")
     paths = split_list(options.paths)
-    times = measure(list(options.contexts), list(options.trees), paths, options.reps, options.slots)
-    load_after = load_average()
+    with load_bracket() as load:
+        print(f"load average before: {load['before']}, {options.threads} thread(s), {os.cpu_count()} cores")
+        times = measure(list(options.contexts), list(options.trees), paths, options.reps, options.slots)
     results, compared = report(times, options, paths)
-    print(f"load average after: {load_after}")
+    print(f"load average after: {load['after']}")
     close({"contexts": list(options.contexts), "threads": options.threads, "reps": options.reps,
            "capacity": options.slots, "passes": results, "paths_over_first": compared,
-           "load_average": {"before": load_before, "after": load_after}, "gpu_model": gpu, "cpu_model": cpu})
+           "load_average": load, "gpu_model": gpu, "cpu_model": cpu})
     return 0
 
 

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import at_least, bench_parser, close, command_line, load_average, spread
+from bench.common import at_least, bench_parser, close, command_line, load_bracket, spread
 from models.options import EMBEDDED, INT8_SUFFIX
 from pipeline.config import ConfigError
 
@@ -124,11 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     options, _ = command_line(build_parser(), argv)
-    before = load_average()
-    print(f"load average before: {before}, {os.cpu_count()} cores")
-    with tempfile.TemporaryDirectory(prefix="bench-handshake-") as folder:
+    with load_bracket() as load, tempfile.TemporaryDirectory(prefix="bench-handshake-") as folder:
+        print(f"load average before: {load['before']}, {os.cpu_count()} cores")
         loading, idle, loaded = measure(options, Path(folder) / "keys")
-    after = load_average()
     rows = {}
     print(f"drafter {options.model}: serving {loaded:.1f} s after it was started; handshake ms, median "
           f"[quartiles], largest")
@@ -139,9 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             r = rows[name]
             print(f"  {name:<16}{r['median']:8.2f} [{r['q1']:.2f}, {r['q3']:.2f}]  largest {r['max']:.2f}  "
                   f"({r['n']} handshakes)")
-    print(f"load average after: {after}")
-    close({"model": options.model, "load_seconds": loaded, "handshake_ms": rows,
-           "load_average": {"before": before, "after": after}})
+    print(f"load average after: {load['after']}")
+    close({"model": options.model, "load_seconds": loaded, "handshake_ms": rows, "load_average": load})
     return 0
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, ints, load_average, paired_ratios, spread
+from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, paired_ratios, spread
 from models.options import CPU_BUCKETS
 from pipeline.config import ConfigError, split_list
 
@@ -105,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(options.threads)
-    before = load_average()
-    print(f"load average before: {before}, {options.threads} thread(s), {os.cpu_count()} cores")
-    choice, times, tune_seconds, copies = measure(options.context, list(options.trees), options.reps, options.kernel_list)
-    after = load_average()
+    with load_bracket() as load:
+        print(f"load average before: {load['before']}, {options.threads} thread(s), {os.cpu_count()} cores")
+        choice, times, tune_seconds, copies = measure(options.context, list(options.trees), options.reps,
+                                                      options.kernel_list)
     print(f"tuned in {tune_seconds:.1f} s, {copies / 2**20:.0f} MiB of weight copies: {choice or 'every shape stock'}")
     print(f"median ms [quartiles] over {options.reps} repetitions at {options.context} tokens of context; speedup "
           f"stock / tuned per repetition")
@@ -121,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<16} stock {ms['stock']['median']:7.1f} [{ms['stock']['q1']:6.1f},{ms['stock']['q3']:6.1f}]"
               f"  tuned {ms['tuned']['median']:7.1f} [{ms['tuned']['q1']:6.1f},{ms['tuned']['q3']:6.1f}]"
               f"  speedup {speedup['median']:.3f} [{speedup['q1']:.3f}, {speedup['q3']:.3f}]")
-    print(f"load average after: {after}")
+    print(f"load average after: {load['after']}")
     close({"context": options.context, "threads": options.threads, "reps": options.reps,
            "kernels": options.kernel_list, "choice": choice,
            "tune_seconds": tune_seconds, "copies_bytes": copies, "passes": results,
-           "load_average": {"before": before, "after": after}})
+           "load_average": load})
     return 0
 
 

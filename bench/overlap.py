@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, load_average, paired_ratios, refuse, spread
+from bench.common import at_least, bench_parser, close, command_line, load_bracket, paired_ratios, refuse, spread
 from pipeline.config import ConfigError, split_list
 
 WORKLOADS = {
@@ -234,10 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     options, _ = command_line(build_parser(), argv)
     if len(os.sched_getaffinity(0)) < 2:
         refuse(__spec__.name, "this benchmark runs two processes side by side: it needs two or more cores")
-    before = load_average()
-    print(f"load average before: {before}, 1 thread a process, {len(os.sched_getaffinity(0))} cores")
-    times = measure(pairs(options.pairs), options.context, options.reps)
-    after = load_average()
+    with load_bracket() as load:
+        print(f"load average before: {load['before']}, 1 thread a process, {len(os.sched_getaffinity(0))} cores")
+        times = measure(pairs(options.pairs), options.context, options.reps)
     print(f"median ms [quartiles] over {options.reps} repetitions, {options.context} tokens of context; slowdown "
           f"beside / alone per repetition")
     results, slowdowns = {}, {}
@@ -251,9 +250,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{WORKLOADS[beside]:<21} {b['median']:7.1f} [{b['q1']:6.1f},{b['q3']:6.1f}]  slowdown "
               f"{slowdown['median']:.3f} [{slowdown['q1']:.3f}, {slowdown['q3']:.3f}]")
     together, wait = summary_lines(results, slowdowns)
-    print(f"load average after: {after}")
+    print(f"load average after: {load['after']}")
     close({"context": options.context, "reps": options.reps, "pairs": results, "two_cores": together,
-           "implied_wait_ms": wait, "load_average": {"before": before, "after": after}})
+           "implied_wait_ms": wait, "load_average": load})
     return 0
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, ints, load_average, refuse, spread
+from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, refuse, spread
 from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.config import split_list
 
@@ -192,24 +192,23 @@ def main(argv: list[str] | None = None) -> int:
     target_model = load(ModelOptions(), "target")
     prompts = [target_model.tokenizer.prompt_ids(text) for text in texts]
     lengths, windows = [len(p) for p in prompts], list(options.windows)
-    load_before = load_average()
-    print(f"{len(prompts)} prompts of {lengths} tokens; load average before: {load_before}, {os.cpu_count()} cores")
-    target = Target(target_model.runner(max(lengths) + 8), ModelOptions().cpu_threads)
-    times = prefill_times(target, prompts, windows, options.reps)
-    rows = {name: spread(1e3 * np.asarray(t)) for name, t in times.items()}
-    print(f"\nprefill, median ms [quartiles] over {options.reps} repetitions of every prompt")
-    for name, r in rows.items():
-        print(f"  {name:<32}{r['median']:8.0f} [{r['q1']:6.0f}, {r['q3']:6.0f}]")
-    accepted = acceptance(target_model, prompts, windows, options.max_new_tokens, options.budget)
-    print(f"\ngreedy draft decodes, B={options.budget}, {options.max_new_tokens} new tokens, one thread each")
-    for name, a in accepted.items():
-        print(f"  {name:<12} tau {a['tau']:.2f} over {a['rounds']} rounds, drafter round "
-              f"{a['drafter_round_ms']['median']:.0f} ms [{a['drafter_round_ms']['q1']:.0f}, "
-              f"{a['drafter_round_ms']['q3']:.0f}]")
-    load_after = load_average()
-    print(f"load average after: {load_after}")
-    close({"prompt_tokens": lengths, "prefill_ms": rows, "acceptance": accepted,
-           "load_average": {"before": load_before, "after": load_after}})
+    with load_bracket() as load:
+        print(f"{len(prompts)} prompts of {lengths} tokens; load average before: {load['before']}, "
+              f"{os.cpu_count()} cores")
+        target = Target(target_model.runner(max(lengths) + 8), ModelOptions().cpu_threads)
+        times = prefill_times(target, prompts, windows, options.reps)
+        rows = {name: spread(1e3 * np.asarray(t)) for name, t in times.items()}
+        print(f"\nprefill, median ms [quartiles] over {options.reps} repetitions of every prompt")
+        for name, r in rows.items():
+            print(f"  {name:<32}{r['median']:8.0f} [{r['q1']:6.0f}, {r['q3']:6.0f}]")
+        accepted = acceptance(target_model, prompts, windows, options.max_new_tokens, options.budget)
+        print(f"\ngreedy draft decodes, B={options.budget}, {options.max_new_tokens} new tokens, one thread each")
+        for name, a in accepted.items():
+            print(f"  {name:<12} tau {a['tau']:.2f} over {a['rounds']} rounds, drafter round "
+                  f"{a['drafter_round_ms']['median']:.0f} ms [{a['drafter_round_ms']['q1']:.0f}, "
+                  f"{a['drafter_round_ms']['q3']:.0f}]")
+    print(f"load average after: {load['after']}")
+    close({"prompt_tokens": lengths, "prefill_ms": rows, "acceptance": accepted, "load_average": load})
     return 0
 
 

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import at_least, bench_parser, close, command_line, ints, load_average, names, refuse, spread
+from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, names, refuse, spread
 from pipeline.config import ConfigError, PoolConfig, split_list
 
 ROUND_TRIP_TARGET_MS = 0.3
@@ -425,16 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     if options.device.startswith("cuda") and not torch.cuda.is_available():
         refuse(__spec__.name, f"--device {options.device}: this torch has no usable CUDA")
     torch.set_num_threads(options.threads)
-    load = load_average()
     transports = split_list(options.transports)
-    wire = bench_wire(options.iterations, options.warmup, tuple(transports))
-    select = {} if not options.select else bench_select_verify(
-        list(options.vocab), temperatures(options.temperature), options.budget, options.rounds, options.warmup,
-        options.seconds, options.device)
+    with load_bracket() as load:
+        wire = bench_wire(options.iterations, options.warmup, tuple(transports))
+        select = {} if not options.select else bench_select_verify(
+            list(options.vocab), temperatures(options.temperature), options.budget, options.rounds, options.warmup,
+            options.seconds, options.device)
     shape = wire["pool"]
     print(f"pool: {shape['candidates']} candidates, {shape['bytes']} bytes in {shape['frames']} frames; medians "
           f"over {options.iterations} iterations, IQR in brackets; round trips over {transports[0]} unless named; "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+          f"load average {load['before'][0]:.2f} {load['before'][1]:.2f} {load['before'][2]:.2f}")
     print(f"{'wire':<28}{'median ms':>10}{'IQR ms':>20}")
     for name in [k for k in wire if k != "pool"]:
         r = wire[name]

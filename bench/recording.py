@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, load_average, refuse, spread
+from bench.common import at_least, bench_parser, close, command_line, load_bracket, refuse, spread
 from models.options import INT8_SUFFIX, ModelOptions
 from pipeline.config import ConfigError, PoolConfig
 from pipeline.rules import SPECULATIVE
 from timing.options import temperature_list
 
-PAPER_POOL = PoolConfig(topk=10, depth=8, expand=10)  # 710 candidates (launch/pair.sh --paper-pool)
+PAPER_POOL = PoolConfig()  # the paper's pool is the default one (launch/pair.sh --paper-pool): 710 candidates
 TARGET = "smollm2"  # the embedded target
 DRAFTER = "smollm2" + INT8_SUFFIX  # and its drafter
 MOST_RATIO = 1.5  # the bounds: recording with rows over without, per round
@@ -87,17 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     options, _ = command_line(build_parser(), argv)
     prompts = chosen_prompts(options)
-    load_start = load_average()
-    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)
-    pairs, threads = run(options, prompts)
-    load_end = load_average()
+    with load_bracket() as load:
+        print(f"load average at start: {load['before'][0]:.2f} {load['before'][1]:.2f} {load['before'][2]:.2f}",
+              flush=True)
+        pairs, threads = run(options, prompts)
     summary = summarize(pairs)
     summary.update(target=options.target, drafter=options.drafter, decoder=options.decoder, budget=options.budget,
                    pool={"topk": PAPER_POOL.topk, "depth": PAPER_POOL.depth, "expand": PAPER_POOL.expand,
                          "size": PAPER_POOL.size},
                    temperatures=options.temperature_list, prompts=[p.id for p in prompts],
                    max_new_tokens=options.max_new_tokens, threads=threads,
-                   load_average={"start": load_start, "end": load_end})
+                   load_average=load)
     for line in render(summary):
         print(line)
     close(summary)
@@ -239,7 +239,7 @@ def render(s: dict) -> list[str]:
     growth_max = "—" if b["growth_max"] is None else f"{b['growth_max']}"
     lines.append(f"  file growth with rows: {b['growth_mean']:.0f} bytes per round on average, {growth_max} at most "
                  f"(at most {MOST_GROWTH}); same trajectory in {s['same_trajectories']} of {s['pairs']} pairs")
-    lines.append(f"  load average {s['load_average']['start'][0]:.2f} at start, {s['load_average']['end'][0]:.2f} "
+    lines.append(f"  load average {s['load_average']['before'][0]:.2f} at start, {s['load_average']['after'][0]:.2f} "
                  f"at the end")
     return lines
 

@@ -3,8 +3,8 @@
 Writes ROUNDS recorded rounds of the paper's pool (top-k 10, depth 8, expand 10: 710 candidates) to a
 rounds file, then times reading them and computing every rule and both ceilings at the 13 budgets, with their
 per-round and per-prompt averages and bootstrap intervals; then the coverage figures (every rule and ceiling,
-5 scored sets, 4 stopping rules, 13 budgets: evaluation.coverage) and the decoder without a root pass
-(evaluation.no_root_pass); then the whole values program (timing.values: every section and table, values.md,
+5 scored sets, 4 stopping rules, 13 budgets: study.coverage) and the decoder without a root pass
+(study.no_root_pass); then the whole values program (study.program: every section and table, values.md,
 no plots) and each of its sections alone, each in seconds and in this process's CPU seconds, on one thread.
 
 The rounds are synthetic by default: grown from random draft rows with random target edge probabilities (the
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, load_average, refuse
+from bench.common import at_least, bench_parser, close, command_line, load_bracket, refuse
 from pipeline.config import ConfigError, InputError
 
 
@@ -87,24 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
-    start = load_average()[0]
-    with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
+    with load_bracket() as load, threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         size = write_copies(tmp, recording, options.rounds) if recording else write_rounds(tmp, options)
         recording = None  # held no longer: what is timed reads the file
         doc = timed(tmp, options) | program(tmp, options)
     close(doc | {"file_mb": round(size / 2**20, 1), "source": options.recording or "synthetic",
-                 "threads": torch.get_num_threads(), "load_average_start": round(start, 2),
-                 "load_average": round(load_average()[0], 2)})
+                 "threads": torch.get_num_threads(), "load_average": load})
     return 0
 
 
 def timed(folder: str, options: ValuesOptions) -> dict:
     """Time reading the rounds of `folder`, the values and their statistics, the coverage figures and the
     decoder without a root pass -> their part of the JSON document."""
-    from evaluation.coverage import coverage_tables
-    from evaluation.no_root_pass import held_rounds
+    from study.coverage import coverage_tables
+    from study.no_root_pass import held_rounds
     from evaluation.rounds_file import load_rounds
-    from evaluation.values import VALUED, Averages, evaluate
+    from study.values import VALUED, Averages, evaluate
     from pipeline.config import PoolConfig
 
     t0 = time.perf_counter()
@@ -134,8 +132,8 @@ def program(folder: str, options: ValuesOptions) -> dict:
     """Time the whole values program over `folder` (its report to a file beside it, no plots), then each of
     its sections alone (made from the decodes read once, then written in Markdown) -> their part of the JSON
     document."""
-    from timing.options import ValuesOptions as ProgramOptions
-    from timing.values import SECTIONS, load, values
+    from study.options import ValuesOptions as ProgramOptions
+    from study.program import SECTIONS, load, values
 
     settings = ProgramOptions(out=os.path.join(folder, "report"), resamples=options.resamples, plots=False)
     t0, cpu0 = time.perf_counter(), time.process_time()
@@ -145,14 +143,14 @@ def program(folder: str, options: ValuesOptions) -> dict:
     data = load([folder], settings)
     sections, made = {}, {}
     for make in SECTIONS:
+        name = make.__name__.removesuffix("_section")
         t, cpu = time.perf_counter(), time.process_time()
-        made[make.__name__] = make(data)
-        made[make.__name__].markdown()
-        sections[make.__name__.lower()] = {"s": round(time.perf_counter() - t, 2),
-                                           "cpu_s": round(time.process_time() - cpu, 2)}
-    rows = any(r is not None for r, *_ in made["Rows"].temperatures)
+        made[name] = make(data)
+        made[name].markdown()
+        sections[name] = {"s": round(time.perf_counter() - t, 2), "cpu_s": round(time.process_time() - cpu, 2)}
+    rows = any(at.rows is not None for at in made["rows"].temperatures)
     return {"program_s": round(t1 - t0, 2), "program_cpu_s": round(cpu1 - cpu0, 2), "sections": sections,
-            "retained_rows": rows, "timed": "timing.values.values: reading the rounds, every section's tables and "
+            "retained_rows": rows, "timed": "study.program.values: reading the rounds, every section's tables and "
             "values.md, no plots" + ("" if rows else "; the rounds hold no retained rows, so the rows section has "
                                                    "no row figures, substitutes, mixtures or rows reranker")}
 

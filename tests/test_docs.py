@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 MAX_README_LINES = 150
-PACKAGES = ("pipeline", "protocol", "models", "evaluation", "target_proc", "drafter_proc", "programs", "timing",
-            "launch", "bench")
+PACKAGES = ("pipeline", "protocol", "models", "evaluation", "target_proc", "drafter_proc", "programs", "study",
+            "timing", "launch", "bench")
 OURS = (*PACKAGES, "tests", "results", "docs")  # a backticked path under one of these must exist
 FOREIGN = {"evaluation/speed.py"}  # paths in Spec-Bench's repository, which the pages name as such
 

@@ -1,6 +1,7 @@
 """The packages import downward only: pure rules and the wire at the bottom, the programs above them.
 
-    pipeline -> protocol -> models -> evaluation -> target_proc, drafter_proc -> programs -> timing -> launch -> bench
+    pipeline -> protocol -> models -> evaluation -> target_proc, drafter_proc -> programs -> study -> timing -> launch
+    -> bench
 
 (a package may import those left of it, never those right of it; target_proc and drafter_proc never import
 each other), and no files, inside a package or across packages, import each other in a circle. Every
@@ -16,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [("pipeline",), ("protocol",), ("models",), ("evaluation",), ("target_proc", "drafter_proc"), ("programs",),
-          ("timing",), ("launch",), ("bench",)]
+          ("study",), ("timing",), ("launch",), ("bench",)]
 LEVEL = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
 

@@ -1,4 +1,5 @@
-"""Timing harness: sweeps and their records, reports and plots, the values program and the round model."""
+"""Timing harness: sweeps and their records, reports and plots, the values program's command (the study is
+study's) and the round model."""
 
 import os
 

@@ -8,13 +8,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from bench.common import at_least, bench_parser, command_line, ints, paired_ratios, spread, summary
+import bench.common
+from bench.common import at_least, bench_parser, command_line, ints, load_bracket, paired_ratios, spread, summary
 
 
 def test_paired_ratios_cancel_drift_shared_by_a_repetition():
     drift = np.array([1.0, 3.0, 0.5, 2.0, 1.5])  # a machine slowing down and speeding up between repetitions
     ratio = paired_ratios(list(0.1 * drift), list(0.13 * drift))
     assert abs(ratio["median"] - 1.3) < 1e-12 and abs(ratio["q3"] - ratio["q1"]) < 1e-12
+
+
+def test_the_load_bracket_is_taken_before_and_after_the_block(monkeypatch):
+    readings = iter([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    monkeypatch.setattr(bench.common, "load_average", lambda: next(readings))
+    with load_bracket() as load:
+        assert load == {"before": [1.0, 2.0, 3.0]}  # the block runs between the two readings
+    assert load == {"before": [1.0, 2.0, 3.0], "after": [4.0, 5.0, 6.0]}
 
 
 def test_spread_is_ordered_quartiles_around_the_median():

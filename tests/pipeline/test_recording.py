@@ -92,7 +92,7 @@ def test_greedy_values_equal_what_each_round_accepted(mock_pair, decoder, budget
 def test_greedy_prediction_values_equal_the_hits_drafting_ahead_realized(mock_pair, decoder):
     # At T = 0 a recorded round's prediction value is 0 or 1, and it says whether the next round used the pool
     # grown ahead (when that round speculated, and the prediction ended inside the pool's expanded part).
-    from evaluation.values import prediction_hit
+    from study.values import prediction_hit
 
     pair = mock_pair(VOCAB, 4, 1.0, PoolConfig(topk=4, depth=6, expand=3))  # deep: paths end inside it
     config = DecodeConfig(decoder, 0.0, 4, 40, ahead=True)

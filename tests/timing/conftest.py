@@ -1,7 +1,7 @@
 """Builders shared by the timing tests: an in-process mock sweep and sweep options.
 
-Test modules receive these through fixtures (each returns the builder itself), so nothing imports this
-file by name.
+Test modules receive these through fixtures (each returns the builder itself); only tests/study's conftest
+imports this file by name, for the same fixtures.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 replacement of the draft factors valued at every budget beside `draft` and `root`, the mixtures' weights, and
 the rerankers' first-level figures against the draft's.
 
-Controls (CONTROLS): `isotonic-q1` and `per-depth` (evaluation.controls), the rerankers `base` and `rows`
-(evaluation.rerank), `substitute-K` (the first factor replaced by row K) and `mix-K` (its geometric mixture
+Controls (CONTROLS): `isotonic-q1` and `per-depth` (study.controls), the rerankers `base` and `rows`
+(study.rerank), `substitute-K` (the first factor replaced by row K) and `mix-K` (its geometric mixture
 with the first factor, the weight chosen on the other half at each budget). The fitted ones need prompts in both
 halves, the rerankers RERANK_PROMPTS in each: fitting their 400 trees costs seconds whatever the data, and a fit
 on fewer prompts says little about the others. Those reading retained rows need a recording that kept them.
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evaluation.controls import (MIXED, SUBSTITUTES, WEIGHTS, StudyRounds, base_values, chosen_weight, edge_values,
+from study.controls import (MIXED, SUBSTITUTES, WEIGHTS, StudyRounds, base_values, chosen_weight, edge_values,
                                  first_values, isotonic_first, mixed_first, per_depth_edges, study_rounds)
-from evaluation.rerank import RERANKERS, first_level_figures, rerank
-from evaluation.retained_rows import holds_rows
+from study.rerank import RERANKERS, first_level_figures, rerank
+from study.retained_rows import holds_rows
 from evaluation.rounds import RecordedDecode
-from evaluation.values import PerRound
+from study.values import PerRound
 
 CALIBRATED = ("isotonic-q1", "per-depth")
 CONTROLS = (*CALIBRATED, *RERANKERS, *(f"substitute-{k}" for k in SUBSTITUTES), *(f"mix-{k}" for k in MIXED))

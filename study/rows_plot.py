@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from evaluation.values import Averages  # noqa: E402
+from study.values import Averages  # noqa: E402
 
 
 def plot_substitution(tables: Sequence[tuple[float, Averages]], names: Sequence[str], path: Path,

@@ -1,4 +1,4 @@
-"""Agreement of retained rows with the next root row (evaluation.retained_rows): on rounds written out by hand,
+"""Agreement of retained rows with the next root row (study.retained_rows): on rounds written out by hand,
 every share, mean, median and agreement equals the figure computed here from the recorded reductions, the first
 round of a decode is never counted as one that could hold rows, and the medians' weights are prompt counts."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.retained_rows import ROWS, RowStudy, weighted_medians
+from study.retained_rows import ROWS, RowStudy, weighted_medians
 from evaluation.rounds import ROW_KINDS, RecordedDecode, RecordedRound, RetainedRows, no_rows
 from pipeline.pool import Pool
 

@@ -5,16 +5,17 @@ what the draft factors replaced by calibrated estimates, rerankers, retained row
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 
-from evaluation.coverage import reported_budgets
-from evaluation.first_factor import CALIBRATED, RERANK_PROMPTS, FirstFactors, first_factors
-from evaluation.rerank import RERANKERS
-from evaluation.retained_rows import MATCHES, ROWS, RowAgreement, RowStudy
-from evaluation.values import Averages, Estimate, by_temperature
+from study.coverage import reported_budgets
+from study.first_factor import CALIBRATED, RERANK_PROMPTS, FirstFactors, first_factors
+from study.rerank import RERANKERS
+from study.retained_rows import MATCHES, ROWS, RowAgreement, RowStudy
+from study.values import Averages, Estimate, by_temperature
 from models.options import INT8_SUFFIX
-from timing.values_common import ValuesInput, est, number, pct, share
+from study.section import ValuesInput, est, number, pct, share
 
 FIGURE = "rows_substitution.png"
 SUBSTITUTED = ("substitute-cache", "substitute-same-token", "substitute-preceding", "substitute-exact")
@@ -42,30 +43,33 @@ PAPER_SUBSTITUTES = ("every direct substitute (cache, same-token, preceding) low
                      "mixture gives no consistently positive gain (D.12)")
 
 
+@dataclass(frozen=True, slots=True)
+class RowsAt:
+    """The retained-row study at one temperature."""
+
+    rows: RowStudy | None  # None where no round can hold retained rows
+    study: FirstFactors
+    values: Averages  # of study.values
+    figures: Averages  # of study.figures
+
+
+@dataclass(frozen=True, slots=True)
 class Rows:
     """The retained-row study of every temperature."""
 
-    def __init__(self, data: ValuesInput) -> None:
-        self.data, self.options = data, data.options
-        self.temperatures = []
-        for t, decodes in by_temperature(data.decodes).items():
-            budgets = reported_budgets(decodes, self.options.budget_list)
-            rows = RowStudy(t, decodes, data.resampling)
-            study = first_factors(t, decodes, budgets)
-            self.temperatures.append((rows if rows.eligible else None, study,
-                                      Averages(study.values, **data.resampling),
-                                      Averages(study.figures, **data.resampling)))
+    data: ValuesInput
+    temperatures: list[RowsAt]
 
     def json_lines(self) -> list[dict]:
         lines = []
-        for rows, study, values, figures in self.temperatures:
-            t = study.values.temperature
-            if rows is not None:
-                lines += [_row_line(t, rows.agreement(row)) for row in ROWS]
-            lines += _control_lines(t, study, values)
+        for at in self.temperatures:
+            t = at.study.values.temperature
+            if at.rows is not None:
+                lines += [_row_line(t, at.rows.agreement(row)) for row in ROWS]
+            lines += _control_lines(t, at.study, at.values)
             for name in RERANKERS:
-                if f"{name}:top1" in figures.totals:
-                    lines.append(_reranker_line(t, name, figures))
+                if f"{name}:top1" in at.figures.totals:
+                    lines.append(_reranker_line(t, name, at.figures))
         return lines
 
     def markdown(self) -> list[str]:
@@ -73,17 +77,29 @@ class Rows:
                "Rows kept between rounds (DESIGN.md section 13) against the next round's root row, and selections "
                "with the first draft factor replaced. Fits are made on one half of the prompts (even- or "
                "odd-numbered) and applied to the other, then swapped.", ""]
-        for rows, study, values, figures in self.temperatures:
-            out += _temperature(rows, study, values, figures, self.data)
+        for at in self.temperatures:
+            out += _temperature(at.rows, at.study, at.values, at.figures, self.data)
         return out
 
     def plots(self, out: Path) -> list[str]:
-        from timing.values_rows_plot import plot_substitution  # matplotlib: only when drawing
+        from study.rows_plot import plot_substitution  # matplotlib: only when drawing
 
-        shown = [(study.values.temperature, values) for _, study, values, _ in self.temperatures]
+        shown = [(at.study.values.temperature, at.values) for at in self.temperatures]
         names = [n for n in SUBSTITUTED if all(n in avg.totals for _, avg in shown)]
         plot_substitution(shown, names, out / FIGURE, self.data.level)
         return [FIGURE]
+
+
+def rows_section(data: ValuesInput) -> Rows:
+    """The recorded rounds of `data` -> the retained-row study of each temperature."""
+    temperatures = []
+    for t, decodes in by_temperature(data.decodes).items():
+        budgets = reported_budgets(decodes, data.options.budget_list)
+        rows = RowStudy(t, decodes, data.resampling)
+        study = first_factors(t, decodes, budgets)
+        temperatures.append(RowsAt(rows if rows.eligible else None, study, Averages(study.values, **data.resampling),
+                                   Averages(study.figures, **data.resampling)))
+    return Rows(data, temperatures)
 
 
 def _row_line(t: float, a: RowAgreement) -> dict:

@@ -10,15 +10,15 @@ import json
 import numpy as np
 import pytest
 
-from evaluation.first_factor import CONTROLS
+from study.first_factor import CONTROLS
 from evaluation.rounds import ROW_KINDS
 from evaluation.rounds_file import load_rounds
-from evaluation.retained_rows import ROWS
+from study.retained_rows import ROWS
 from programs.cli import build
-from timing.options import ValuesOptions
-from timing.values import SECTIONS, load
-from timing.values_rows import Rows
-from timing.values_selection import Selection
+from study.options import ValuesOptions
+from study.program import SECTIONS, load
+from study.rows_section import rows_section
+from study.selection_section import selection_section
 
 PROMPTS = 8  # four in each half: enough for the rerankers to be fitted
 GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)
@@ -44,17 +44,17 @@ def run(tmp_path_factory, mock_session, make_options, sweep):
 def section(run):
     """The section over the run as the values program builds it, once (its rerankers are the costly part)."""
     data = load([str(run)], build(ValuesOptions, resamples=200, budgets="1,2,4,8"))
-    return Rows(data)
+    return rows_section(data)
 
 
 @pytest.fixture(scope="module")
 def lines(section):
-    selection = Selection(section.data)
+    selection = selection_section(section.data)
     return [json.loads(json.dumps(x)) for x in selection.json_lines() + section.json_lines()]
 
 
 def test_the_values_program_reports_the_section_after_the_selection_rules():
-    assert SECTIONS.index(Rows) > SECTIONS.index(Selection)
+    assert SECTIONS.index(rows_section) > SECTIONS.index(selection_section)
 
 
 def test_json_has_every_kind_with_its_fields(lines):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Protocol
 
 from evaluation.rounds import RecordedDecode
-from evaluation.values import Estimate
-from timing.options import ValuesOptions
+from study.values import Estimate
+from study.options import ValuesOptions
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ uses, or the whole pool.
 Whether a round is covered is a draw, so a round holds the row with a probability h that follows the chain
 h' = h cov(root's tree) + (1 - h) cov(draft's tree) from h = 0 at each decode's first round (at T = 0 coverage
 is 0 or 1, the greedy point mass, and so is h). Per round this gives h, and h times each rule's value, whose
-per-prompt sums evaluation.values.Averages resamples: the share of rounds that hold the row, root's gain over
+per-prompt sums study.values.Averages resamples: the share of rounds that hold the row, root's gain over
 draft in those rounds, and the decoder's gain over draft in every round (root where it holds the row, draft
 elsewhere: the diluted figure a decoder without a root pass gets).
 """
@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from evaluation.coverage import MEMBERS, SCORED_TOP, reported_budgets
+from study.coverage import MEMBERS, SCORED_TOP, reported_budgets
 from evaluation.rounds import RecordedDecode
-from evaluation.values import BUDGETS, PerRound, by_temperature
+from study.values import BUDGETS, PerRound, by_temperature
 from pipeline.pool import ROOT
 from pipeline.value import Scored
 
@@ -31,7 +31,7 @@ def scored_sets(top: int = SCORED_TOP) -> tuple[str, str]:
 
 def own_coverage(s: Scored, rank: np.ndarray, budgets: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     """A fixed tree's value (K,) and exhaustive coverage (2, K) when the pass scores the first `top`
-    candidates of the tree's own order, and when it scores the pool, from its ranks (N,) (evaluation.coverage's
+    candidates of the tree's own order, and when it scores the pool, from its ranks (N,) (study.coverage's
     Member.rank) at budgets (K,)."""
     inside = rank[:, None] < budgets
     up = np.where(s.pool.parent == ROOT, -1, rank[np.maximum(s.pool.parent, 0)])

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from evaluation.selection import (EXCEEDS, RESTRICTED, entropy_quintiles, match_pearl, matched_cap, reach_budgets,
+from study.selection import (EXCEEDS, RESTRICTED, entropy_quintiles, match_pearl, matched_cap, reach_budgets,
                                   stratified_counts, task_weighted_gain)
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group
-from evaluation.values import Averages, Estimate, PerRound, RoundValues
+from study.values import Averages, Estimate, PerRound, RoundValues
 from pipeline.value import SIZES
-from timing.values_common import est, pct, share
+from study.section import est, pct, share
 
 # The paper's figures, as its text gives them (ranges over its runs), printed beside this run's.
 PAPER = {

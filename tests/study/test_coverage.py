@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from evaluation.coverage import MEMBERS, coverage_tables, round_coverage, scored_names
+from study.coverage import MEMBERS, coverage_tables, round_coverage, scored_names
 from evaluation.rounds import RecordedRound
 from evaluation.rounds_file import RoundStore, load_rounds, rounds_path
-from evaluation.values import VALUED
+from study.values import VALUED
 from models.mock import MockModel
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, Pool, grow_pool
@@ -22,7 +22,7 @@ from pipeline.select import draft_order
 from pipeline.tree import Tree
 from pipeline.value import Scored
 from pipeline.verify import STOPPINGS, draw, target_probs, traverse
-from tests.evaluation.random_pools import random_scored
+from tests.study.random_pools import random_scored
 
 VOCAB = 24
 NOISE = 1.2

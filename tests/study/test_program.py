@@ -11,7 +11,7 @@ import pytest
 from evaluation.rounds import RecordedRound
 from evaluation.rounds_file import load_rounds, round_files, rounds_path
 from pipeline.pool import Pool
-from evaluation.values import VALUED, Averages, evaluate
+from study.values import VALUED, Averages, evaluate
 from timing.record_store import load_records
 from timing.values import main
 from tests.timing.killed import DiesAfter, Killed
@@ -116,14 +116,15 @@ def test_per_prompt_averages_weigh_every_prompt_the_same():
 def test_agreement_flags_a_biased_decoder_and_passes_an_exact_one():
     """Realized acceptance drawn with the expected probability agrees; one accepted node too many a round
     (a verifier that counts one node too many) is flagged."""
-    from evaluation.values import RoundValues, agreement
+    from study.values import RoundValues, agreement
 
     rng = np.random.default_rng(0)
     expected = rng.uniform(0.2, 0.9, 2000)
     exact = (rng.random(2000) < expected).astype(float)
     settings = {("draft", "8"): {"realized": exact, "expected": expected, "prompt": np.zeros(2000, int)},
                 ("root", "8"): {"realized": exact + 1, "expected": expected, "prompt": np.zeros(2000, int)}}
-    rv = RoundValues(1.0, np.array([8]), np.zeros(1, int), ["p"], ["qa"], {}, {}, np.zeros(1), settings)
+    rv = RoundValues(temperature=1.0, budgets=np.array([8]), prompt=np.zeros(1, int), prompts=["p"], categories=["qa"],
+                     values={}, mean_curves={}, off_pool=np.zeros(1), settings=settings)
     verdict = {a.decoder: a.disagrees for a in agreement(rv)}
     assert verdict == {"draft": False, "root": True}
 
@@ -144,7 +145,7 @@ def test_values_of_a_killed_and_resumed_sweep_equal_the_whole_sweep(tmp_path, re
 def test_a_cut_pool_is_valued_as_its_first_levels():
     import torch
 
-    from evaluation.values import CUT_RULES, cut_values
+    from study.values import CUT_RULES, cut_values
     from pipeline.config import PoolConfig
     from pipeline.pool import grow_pool
     from pipeline.value import Scored
@@ -171,7 +172,7 @@ def test_a_cut_pool_is_valued_as_its_first_levels():
 
 
 def test_values_json_has_each_rules_value_by_levels(recorded, capsys):
-    from evaluation.values import CUT_RULES
+    from study.values import CUT_RULES
 
     assert not [c for c in json_lines(capsys, str(recorded), "--budgets", "2,4") if c["kind"] == "cut"]  # not asked
     lines = json_lines(capsys, str(recorded), "--budgets", "2,4", "--cut-levels")
@@ -258,8 +259,8 @@ def test_a_category_of_enough_prompts_gets_its_intervals(recorded):
     from dataclasses import replace
 
     from evaluation.stats import MIN_INTERVAL_PROMPTS
-    from timing.options import ValuesOptions
-    from timing.values_selection import _by_category
+    from study.options import ValuesOptions
+    from study.selection_section import _by_category
 
     rv = next(iter(evaluate(next(iter(load_rounds([recorded]))).decodes)))
     n = MIN_INTERVAL_PROMPTS

@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from evaluation.values import Averages, RoundValues  # noqa: E402
+from study.values import Averages, RoundValues  # noqa: E402
 
 DRAW_RULES = ("root-draw", "pearl", "pearl-top1")  # their ceiling: oracle-draw (X1 counted, as they count it)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluation.rounds import ROW_KINDS, RecordedDecode, RecordedRound
-from evaluation.values import Averages, Estimate, PerRound
+from study.values import Averages, Estimate, PerRound
 
 ROWS = ("matched", "token-only", "token-only-on-path", "token-only-off-path", "cache", "same-token", "preceding",
         "own-root")

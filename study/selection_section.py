@@ -8,54 +8,72 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group, group_order
-from evaluation.values import VALUED, Agreement, Averages, RoundValues, agreement, evaluate, reach
-from timing.options import ValuesOptions
-from timing import values_tables
-from timing.values_common import ValuesInput, est, pct, share
+from study.values import VALUED, Agreement, Averages, RoundValues, agreement, evaluate, reach
+from study.options import ValuesOptions
+from study import tables
+from study.section import ValuesInput, est, pct, share
 
+EMITTED = ("draft", "root", "root-draw", "pearl")  # Table 8 counts the continuation too
 SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  # gains over draft, in this order
 
 
+@dataclass(frozen=True, slots=True)
 class Selection:
-    """Every rule's value at every recorded round, by temperature."""
+    """Every rule's value at every recorded round and its averages, one entry per temperature."""
 
-    def __init__(self, data: ValuesInput) -> None:
-        self.data, self.options = data, data.options
-        self.tables = evaluate(data.decodes, self.options.budget_list, cut_levels=self.options.cut_levels)
-        for rv in self.tables:  # Table 8 counts the continuation too
-            rv.values.update({f"emitted:{rule}": rv.values[rule] + 1 for rule in ("draft", "root", "root-draw", "pearl")})
-        self.averages = [Averages(rv, **data.resampling) for rv in self.tables]
+    data: ValuesInput
+    tables: list[RoundValues]
+    averages: list[Averages]
+
+    @property
+    def options(self) -> ValuesOptions:
+        return self.data.options
 
     def json_lines(self) -> list[dict]:
         return [line for rv, avg in zip(self.tables, self.averages)
                 for line in _json_lines(rv, avg, agreement(rv, self.options.confidence))
-                + values_tables.json_lines(rv, avg)]
+                + tables.json_lines(rv, avg)]
 
     def markdown(self) -> list[str]:
         lines = ["", "## Selection rules at shared contexts", ""]
         for rv, avg in zip(self.tables, self.averages):
             lines += [f"### T = {rv.temperature:g}: {rv.rounds} rounds, {avg.n_prompts} prompts, pools up to "
                       f"{rv.full['draft'].shape[1]} candidates", ""]
-            lines += values_tables.tables(rv, avg)
+            lines += tables.tables(rv, avg)
             lines += _temperature(rv, avg, agreement(rv, self.options.confidence), self.data.level)
             if self.options.by_category:
                 lines += _by_category(rv, self.options, self.data.level)
         return lines
 
     def plots(self, out: Path) -> list[str]:
-        from timing import values_plots  # matplotlib: only when drawing
+        from study import plots  # matplotlib: only when drawing
 
-        tables = list(zip(self.tables, self.averages))
-        values_plots.plot_depths(tables, out / "values.png")
-        values_plots.plot_draw_rules(tables, out / "values_draw.png")
-        values_plots.plot_recovered(tables, out / "values_recovered.png")
+        shown = list(zip(self.tables, self.averages))
+        plots.plot_depths(shown, out / "values.png")
+        plots.plot_draw_rules(shown, out / "values_draw.png")
+        plots.plot_recovered(shown, out / "values_recovered.png")
         return ["values.png", "values_draw.png", "values_recovered.png"]
+
+
+def selection_section(data: ValuesInput) -> Selection:
+    """The recorded rounds of `data` -> every rule's value at each round and their averages, by temperature."""
+    options = data.options
+    values = [with_emitted(rv) for rv in evaluate(data.decodes, options.budget_list, cut_levels=options.cut_levels)]
+    return Selection(data, values, [Averages(rv, **data.resampling) for rv in values])
+
+
+def with_emitted(rv: RoundValues) -> RoundValues:
+    """`rv` with the emitted tokens of the rules Table 8 shows (`emitted:RULE`: accepted tokens and the
+    continuation, value + 1) among its values."""
+    emitted = {f"emitted:{rule}": rv.values[rule] + 1 for rule in EMITTED}
+    return replace(rv, values={**rv.values, **emitted})
 
 
 def _json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement]) -> list[dict]:

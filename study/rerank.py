@@ -1,7 +1,7 @@
 """Rerankers of the first level (the paper's Table 4, Appendix D.8): gradient-boosted trees that predict each
 first-level candidate's target probability from what is known before verification, fitted on one half of the
 prompts and applied to the other, then swapped; the prediction replaces the first draft factor as the root row
-does (evaluation.controls.first_values).
+does (study.controls.first_values).
 
 `base` reads (BASE): the candidate's draft probability, its rank among its siblings and their sorted draft
 probabilities, the draft distribution below it (its children's draft probabilities) and its pool subtree (size,
@@ -24,8 +24,8 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
-from evaluation.controls import StudyRounds, cross_fit, row_logp
-from evaluation.retained_rows import holds_rows
+from study.controls import StudyRounds, cross_fit, row_logp
+from study.retained_rows import holds_rows
 from evaluation.rounds import RecordedRound
 
 SIBLINGS = 10  # sorted sibling draft probabilities read (NaN past the first level's size)

@@ -7,13 +7,14 @@ stopping rule and budget goes to the JSON lines."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
-from evaluation.coverage import CoverageTable, coverage_tables
-from evaluation.no_root_pass import held_rounds, scored_sets
-from evaluation.values import Averages, Estimate, PerRound
+from study.coverage import CoverageTable, coverage_tables
+from study.no_root_pass import held_rounds, scored_sets
+from study.values import Averages, Estimate, PerRound
 from pipeline.verify import STOPPINGS
-from timing.values_common import ValuesInput, est, number, pct
+from study.section import ValuesInput, est, number, pct
 
 # What the paper's text says of Table 1's cells (Section 4, Theorem 1 and its proof), by stopping rule and
 # scored set (None: any other set).
@@ -29,15 +30,14 @@ NO_ROOT_PASS = {(8, "top-100"): "41-56% of rounds; +4.9% to +10.1%", (8, "pool")
                 (59, "top-100"): "10-15% of rounds; +0.5% to +0.9%", (59, "pool"): "+1.1% to +2.3%"}
 
 
+@dataclass(frozen=True, slots=True)
 class Coverage:
-    """Coverage figures of every recorded round and the decoder without a root pass, by temperature."""
+    """Coverage figures of every recorded round and the decoder without a root pass, one entry per temperature."""
 
-    def __init__(self, data: ValuesInput) -> None:
-        self.data = data
-        budgets = data.options.budget_list
-        self.tables = coverage_tables(data.decodes, budgets)
-        self.held = held_rounds(data.decodes, budgets)
-        self.averages = [Averages(per, **data.resampling) for per in self.held]
+    data: ValuesInput
+    tables: list[CoverageTable]
+    held: list[PerRound]  # the decoder without a root pass (study.no_root_pass.held_rounds)
+    averages: list[Averages]  # of `held`
 
     def json_lines(self) -> list[dict]:
         lines = [line for table in self.tables for line in _coverage_lines(table)]
@@ -59,6 +59,14 @@ class Coverage:
 
     def plots(self, out: Path) -> list[str]:
         return []
+
+
+def coverage_section(data: ValuesInput) -> Coverage:
+    """The recorded rounds of `data` -> their coverage tables and the decoder without a root pass, by temperature."""
+    budgets = data.options.budget_list
+    tables = coverage_tables(data.decodes, budgets)
+    held = held_rounds(data.decodes, budgets)
+    return Coverage(data, tables, held, [Averages(per, **data.resampling) for per in held])
 
 
 def _coverage_lines(t: CoverageTable) -> list[dict]:

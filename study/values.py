@@ -25,7 +25,7 @@ from pipeline.config import InputError
 from pipeline.rules import RULES
 from pipeline.select import select_root
 from pipeline.value import CEILINGS, Curve, Scored
-from evaluation.selection import FULL, first_agrees, padded, round_curves
+from study.selection import FULL, first_agrees, padded, round_curves
 from evaluation.stats import resample_counts
 
 BUDGETS = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
@@ -34,7 +34,7 @@ AGREEMENT_TOKENS = 0.02  # a realized mean this far from its value, beyond its i
 CUT_RULES = ("draft", "root", "root-draw", "pearl")  # valued on pools cut after each level (--cut-pools)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RoundValues:
     """The values of every recorded round at one temperature, rules by name."""
 
@@ -126,7 +126,7 @@ def _at_temperature(temperature: float, decodes: list[RecordedDecode], budgets: 
 
 class _Collect:
     """One temperature's rounds, figure by figure: each rule's value and the selection figures
-    (evaluation.selection) at the reported budgets, FULL's curves summed per prompt at every budget."""
+    (study.selection) at the reported budgets, FULL's curves summed per prompt at every budget."""
 
     def __init__(self, decodes: list[RecordedDecode], budgets: Sequence[int], cut_levels: bool) -> None:
         self.largest = max(len(r.pool) for d in decodes for r in d.rounds)
@@ -183,11 +183,11 @@ class _Collect:
         prompt = np.array(r["prompt"], np.int64)
         full = {name: _by_prompt(np.array(v), prompt, len(self.prompts)) for name, v in self.full.items()}
         settings = {k: {name: np.array(v) for name, v in s.items()} for k, s in self.settings.items() if s["realized"]}
-        return RoundValues(temperature, self.kept, prompt, list(self.prompts), self.categories,
-                           {name: np.array(v) for name, v in self.rows.items()},
-                           {name: v.sum(0) / len(prompt) for name, v in full.items() if name in VALUED},
-                           np.array(r["off_pool"]), settings, np.array(r["seconds"]),
-                           {name: _padded(v) for name, v in self.by_depth.items() if v}, full=full,
+        return RoundValues(temperature=temperature, budgets=self.kept, prompt=prompt, prompts=list(self.prompts),
+                           categories=self.categories, values={name: np.array(v) for name, v in self.rows.items()},
+                           mean_curves={name: v.sum(0) / len(prompt) for name, v in full.items() if name in VALUED},
+                           off_pool=np.array(r["off_pool"]), settings=settings, record_seconds=np.array(r["seconds"]),
+                           by_depth={name: _padded(v) for name, v in self.by_depth.items() if v}, full=full,
                            position=np.array(r["position"], np.int64), entropy=np.array(r["entropy"], np.float64),
                            first_agree=np.array(r["first_agree"], bool), depth=self.depth)
 

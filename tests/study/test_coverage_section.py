@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from evaluation.coverage import round_coverage, scored_names
+from study.coverage import round_coverage, scored_names
 from evaluation.rounds_file import load_rounds
-from evaluation.values import VALUED
+from study.values import VALUED
 from pipeline.pool import ROOT, Pool
 from pipeline.select import draft_order
 from pipeline.verify import STOPPINGS

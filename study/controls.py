@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
-from evaluation.retained_rows import holds_rows
+from study.retained_rows import holds_rows
 from evaluation.rounds import RecordedDecode, RecordedRound
-from evaluation.values import PerRound
+from study.values import PerRound
 from pipeline.select import oracle_order, root_order
 from pipeline.value import Curve, Scored, value_root
 
@@ -54,7 +54,7 @@ class StudyRounds:
 
 
 def study_rounds(temperature: float, decodes: Sequence[RecordedDecode], budgets) -> StudyRounds:
-    """The rounds of `decodes` (one temperature's, as evaluation.values.by_temperature orders them)."""
+    """The rounds of `decodes` (one temperature's, as study.values.by_temperature orders them)."""
     table = PerRound.of(temperature, decodes, budgets)
     rounds, previous, tokens = [], [], []
     for d in decodes:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.coverage import MEMBERS, round_coverage
-from evaluation.no_root_pass import held_rounds, own_coverage
+from study.coverage import MEMBERS, round_coverage
+from study.no_root_pass import held_rounds, own_coverage
 from evaluation.rounds import RecordedDecode, RecordedRound
-from evaluation.values import Averages
+from study.values import Averages
 from pipeline.pool import Pool
 from pipeline.verify import STOPPINGS
-from tests.evaluation.random_pools import random_scored
+from tests.study.random_pools import random_scored
 
 KEY = dict(prompt_id="p", category="qa", turn=0, decoder="draft", temperature=1.0, budget=1, seed=0)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from evaluation.rounds import RecordedDecode
-from evaluation.values import BUDGETS, VALUED, by_temperature
+from study.values import BUDGETS, VALUED, by_temperature
 from pipeline.pool import ROOT
 from pipeline.select import descendants_order, root_order, top1
 from pipeline.value import Scored
@@ -86,7 +86,7 @@ def _pearl_top1(s: Scored) -> np.ndarray:
     return rank
 
 
-# Every valued rule of pipeline.rules and both ceilings (evaluation.values.VALUED), by name.
+# Every valued rule of pipeline.rules and both ceilings (study.values.VALUED), by name.
 MEMBERS: dict[str, Callable[[Scored], Member]] = {
     "draft": lambda s: Member(_inverse(s.draft), False),
     "pearl": lambda s: Member(np.where(s.pool.depth > 1, _inverse(s.draft), 0), True),

@@ -1,4 +1,4 @@
-"""Draft factors replaced (evaluation.controls): the binned isotonic map and the per-depth maps on hand-made
+"""Draft factors replaced (study.controls): the binned isotonic map and the per-depth maps on hand-made
 cases, fits that never see the half they are applied to, substitution and mixtures of retained rows, and the
 exact row at T = 1 ranking the pool as `root` does."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.controls import (BinnedIsotonic, calibrated, chosen_weight, first_values, mixed_first,
+from study.controls import (BinnedIsotonic, calibrated, chosen_weight, first_values, mixed_first,
                                  per_depth_edges, study_rounds)
 from evaluation.rounds import ROW_KINDS, RecordedDecode, RecordedRound, RetainedRows
 from pipeline.pool import Pool

@@ -1,4 +1,4 @@
-"""Rerankers of the first level (evaluation.rerank): folds that never see the half they are applied to, a token
+"""Rerankers of the first level (study.rerank): folds that never see the half they are applied to, a token
 prior that never holds its own label, reproducible fits, missing row features, and the top-1 count."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.controls import study_rounds
-from evaluation.rerank import BASE, PSEUDO_COUNT, ROW_FEATURES, candidate_features, first_level_figures, fit_predict, \
+from study.controls import study_rounds
+from study.rerank import BASE, PSEUDO_COUNT, ROW_FEATURES, candidate_features, first_level_figures, fit_predict, \
     token_prior
 from evaluation.rounds import ROW_KINDS, RecordedDecode, RecordedRound, RetainedRows
 from pipeline.pool import Pool

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from evaluation.selection import (EXCEEDS, FULL, RESTRICTED, entropy_quintiles, first_agrees, match_pearl,
+from study.selection import (EXCEEDS, FULL, RESTRICTED, entropy_quintiles, first_agrees, match_pearl,
                                   matched_cap, padded, reach_budgets, round_curves)
-from evaluation.values import VALUED, prompt_resamples
+from study.values import VALUED, prompt_resamples
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, grow_pool
 from pipeline.select import select_pearl, select_pearl_top1, select_root_draw

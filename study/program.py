@@ -1,0 +1,88 @@
+"""The values program's work (`python -m timing values`, timing.values): the recorded rounds of the runs read,
+every section's tables made from them, and values.md, its figures or the JSON lines written.
+
+Per temperature: each rule's expected accepted tokens per round and per prompt at every budget, gains over
+`draft` and of `root-draw` over `pearl` with paired prompt-bootstrap intervals, the share of the oracle's
+advantage that `root` recovers, the budgets at which `draft` and `root` reach each other's value at B = 8,
+how often the draw X1 falls off the pool's first level, the recording decoder's realized acceptance
+against its value on the same rounds, (--cut-levels) the values of the pools cut after each level, and
+(--by-category) the same per prompt group; then coverage and the retained rows. Writes values.md and its
+figures; with --json, stdout is one JSON line per (temperature, rule, budget) and per recorded decoder
+setting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from evaluation.rounds_file import load_rounds
+from study.coverage_section import coverage_section
+from study.options import ValuesOptions
+from study.rows_section import rows_section
+from study.section import ValuesInput
+from study.selection_section import selection_section
+
+log = logging.getLogger("values")
+
+# Each makes a part of the report (a study.section.Section) from the recorded rounds; in the report's order.
+SECTIONS = (selection_section, coverage_section, rows_section)
+
+
+def load(runs: Sequence[str], options: ValuesOptions) -> ValuesInput:
+    """The decodes of every rounds file of `runs`; damage is logged, one line each, and kept for the report."""
+    data = ValuesInput(list(runs), options)
+    for found in load_rounds(runs):
+        data.provenance = data.provenance or found.provenance
+        data.recording = data.recording or found.recording
+        data.decodes += found.decodes
+        data.damage += found.damage
+    for d in data.damage:
+        log.warning("%s", d)
+    return data
+
+
+def values(runs: Sequence[str], options: ValuesOptions) -> int:
+    """Every section over the recorded rounds of `runs`: values.md and its figures in `options.out` (the first
+    run when empty), printed too, or with `options.json` one JSON line per figure on stdout -> 0."""
+    data = load(runs, options)
+    sections = [make(data) for make in SECTIONS]
+    if options.json:
+        for section in sections:
+            for line in section.json_lines():
+                print(json.dumps(line))
+        return 0
+    out = Path(options.out or runs[0])
+    out.mkdir(parents=True, exist_ok=True)
+    plots = [name for section in sections for name in section.plots(out)] if options.plots else []
+    text = render(data, sections, plots)
+    (out / "values.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+def render(data: ValuesInput, sections: Sequence, plots: Sequence[str]) -> str:
+    provenance, options = data.provenance, data.options
+    models, pool = provenance.get("models", {}), provenance.get("pool", {})
+    target = models.get("target", {}).get("model", "(not recorded)")
+    drafter = (models.get("drafter") or {}).get("model", "(not recorded)")
+    lines = ["# Rules compared at shared contexts", "",
+             f"- runs: {', '.join(data.runs)}",
+             f"- target {target}, drafter {drafter}; pool topk={pool.get('topk')} depth={pool.get('depth')} "
+             f"expand={pool.get('expand')}",
+             "- value: expected accepted tokens of the tree a rule keeps from the round's pool, from the target's "
+             "exact edge probabilities (the draw X1 counts as accepted for root-draw, pearl, pearl-top1 and "
+             "oracle-draw); oracle: the best fixed tree (the ceiling of draft and root); oracle-draw: the best "
+             "tree beneath each draw (the ceiling of the draw rules)",
+             f"- intervals: {data.level} paired prompt-bootstrap percentile intervals ({options.resamples} resamples, "
+             f"seed {options.bootstrap_seed}); per round pools rounds, per prompt averages each prompt's mean"]
+    if data.damage:
+        lines += ["", f"**The rounds files hold {len(data.damage)} damaged stretch(es)**; what they held is left out "
+                      f"(`values --check` lists every decode that lost its rounds):", ""]
+        lines += [f"- {d}" for d in data.damage]
+    for section in sections:
+        lines += section.markdown()
+    lines += [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines).rstrip() + "\n"
