@@ -128,3 +128,4 @@ def test_a_sweeps_place_is_read_whole_or_refused(make_record):
     obj = make_record("p/0", "draft", grid_budget=8).to_json()
     with pytest.raises(ValueError, match=r"^f:5: a schema 4 record lacks `shard`$"):
         DecodeRecord.from_json({k: v for k, v in obj.items() if k != "shard"}, "f:5")
+
