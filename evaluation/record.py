@@ -147,8 +147,8 @@ class DecodeRecord:
         return self.phases.get(name, [0.0] * self.rounds)
 
     def placed(self, sweep: SweepPlace | None = None, bench: BenchPlace | None = None) -> DecodeRecord:
-        """The same record with where a sweep or a benchmark ran it."""
-        return dataclasses.replace(self, sweep=sweep, bench=bench)
+        """The same record with where a sweep or a benchmark ran it (a place not given kept as it was)."""
+        return dataclasses.replace(self, sweep=sweep or self.sweep, bench=bench or self.bench)
 
     def to_json(self) -> dict:
         """The JSON object of its schema, fields in the order every program has written them."""
@@ -174,16 +174,17 @@ class DecodeRecord:
             raise ValueError(f"{where}: not a decode record ({what})")
         schema = obj.get("schema", 1)
         if schema not in _READERS:
-            raise UnreadSchema(f"{where}: a record of schema {schema}, written before outputs were cut at the "
-                               f"limit (this version reads schemas {', '.join(map(str, READABLE))})")
+            why = "written before outputs were cut at the limit" if schema == 1 else "unknown to this version"
+            raise UnreadSchema(f"{where}: a record of schema {schema}, {why} (this version reads schemas "
+                               f"{', '.join(map(str, READABLE))})")
         r = _Reader(obj, where, schema)
         fields = _READERS[schema](r)
         if obj.keys() & {"grid_budget", "position", "warmup", "shard"}:
             fields["sweep"] = SweepPlace(r.take("grid_budget", _budget), r.take("position", _int),
                                          r.take("warmup", _bool), r.take("shard", _str))
         if obj.keys() & {"bench_budget", "bench_variant"}:
-            fields["bench"] = BenchPlace(r.take("bench_budget", _optional(_budget)),
-                                         r.take("bench_variant", _optional(_str)))
+            fields["bench"] = BenchPlace(r.take("bench_budget", _budget, null=True),
+                                         r.take("bench_variant", _str, null=True))
         try:
             return cls(schema=schema, **fields)
         except ValueError as e:
@@ -261,8 +262,8 @@ def _list_of(item: Callable[[object], bool]) -> Callable[[object], bool]:
     return lambda v: isinstance(v, list) and all(item(x) for x in v)
 
 
-def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
-    return lambda v: v is None or check(v)
+def _stop(v: object) -> bool:
+    return _str(v) or _int(v)
 
 
 _ints, _nums, _strs = _list_of(_int), _list_of(_num), _list_of(_str)
@@ -273,8 +274,8 @@ def _phases(v: object) -> bool:
 
 
 _WHAT = {_int: "an integer", _num: "a number", _str: "a string", _bool: "true or false", _budget: "an integer or a "
-         "name", _ints: "a list of integers", _nums: "a list of numbers", _strs: "a list of strings",
-         _phases: "an object of per-phase lists of numbers"}
+         "name", _stop: "a string or an integer", _ints: "a list of integers", _nums: "a list of numbers",
+         _strs: "a list of strings", _phases: "an object of per-phase lists of numbers"}
 
 
 class _Reader:
@@ -283,17 +284,19 @@ class _Reader:
     def __init__(self, obj: dict, where: str, schema: int) -> None:
         self.obj, self.where, self.schema = obj, where, schema
 
-    def take(self, name: str, check: Callable[[object], bool]):
+    def take(self, name: str, check: Callable[[object], bool], null: bool = False):
+        """A field the record must have; null only where `null` allows it."""
         if name not in self.obj:
             raise ValueError(f"{self.where}: a schema {self.schema} record lacks `{name}`")
+        if self.obj[name] is None and not null:
+            raise ValueError(f"{self.where}: `{name}` must be {_WHAT[check]}, got null")
         return self.given(name, check)
 
     def given(self, name: str, check: Callable[[object], bool]):
         """The field, or None where the record has none (fields added while its schema stood)."""
         value = self.obj.get(name)
         if value is not None and not check(value):
-            what = _WHAT.get(check, "of another type")
-            raise ValueError(f"{self.where}: `{name}` must be {what}, got {str(value)[:40]!r}")
+            raise ValueError(f"{self.where}: `{name}` must be {_WHAT[check]}, got {str(value)[:40]!r}")
         return value
 
     def fields(self, required: dict, added: dict, *others: str) -> dict:
@@ -329,7 +332,7 @@ def _v2(r: _Reader) -> dict:
 def _v3(r: _Reader) -> dict:
     """Schema 3: the prompt's text and the stop fields; the drafter's settings as they were added."""
     fields = r.fields(_V3_REQUIRED, _V3_ADDED, "stop_reason")
-    return {**fields, "stop_reason": r.take("stop_reason", _optional(lambda v: _str(v) or _int(v)))}
+    return {**fields, "stop_reason": r.take("stop_reason", _stop, null=True)}
 
 
 def _v4(r: _Reader) -> dict:
@@ -337,7 +340,7 @@ def _v4(r: _Reader) -> dict:
     fields = r.fields(_V4_REQUIRED, {}, "stop_reason")
     if len(fields["load_average"]) != 2:
         raise ValueError(f"{r.where}: `load_average` must be two numbers, got {fields['load_average']!r}")
-    return {**fields, "stop_reason": r.take("stop_reason", _optional(lambda v: _str(v) or _int(v)))}
+    return {**fields, "stop_reason": r.take("stop_reason", _stop, null=True)}
 
 
 _READERS = {2: _v2, 3: _v3, 4: _v4}

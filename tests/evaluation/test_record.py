@@ -75,7 +75,7 @@ def test_schema_1_and_unknown_schemas_are_refused(make_record):
     obj = make_record("p/0", "draft").to_json()
     with pytest.raises(UnreadSchema, match=r"f:3: a record of schema 1"):
         DecodeRecord.from_json({k: v for k, v in obj.items() if k != "schema"}, "f:3")
-    with pytest.raises(UnreadSchema, match="schema 9"):
+    with pytest.raises(UnreadSchema, match="schema 9, unknown to this version"):
         DecodeRecord.from_json(obj | {"schema": 9}, "f:3")
 
 
@@ -129,3 +129,12 @@ def test_a_sweeps_place_is_read_whole_or_refused(make_record):
     with pytest.raises(ValueError, match=r"^f:5: a schema 4 record lacks `shard`$"):
         DecodeRecord.from_json({k: v for k, v in obj.items() if k != "shard"}, "f:5")
 
+
+
+def test_a_required_field_may_not_be_null_where_the_stop_reason_may(make_record):
+    obj = make_record("p/0", "draft").to_json()
+    with pytest.raises(ValueError, match=r"^f:6: `prompt_id` must be a string, got null$"):
+        DecodeRecord.from_json(obj | {"prompt_id": None}, "f:6")
+    with pytest.raises(ValueError, match=r"^f:6: `stop_reason` must be a string or an integer"):
+        DecodeRecord.from_json(obj | {"stop_reason": 1.5}, "f:6")
+    assert DecodeRecord.from_json(obj | {"stop_reason": 7}).stop_reason == 7
