@@ -29,6 +29,7 @@ import numpy as np
 
 from bench.common import bench_parser, close, command_line, load_average, refuse, spread
 from evaluation.prompts import STRATA, PromptError, gather
+from evaluation.record import BenchPlace, DecodeRecord
 from evaluation.summary import category_group
 from pipeline.config import ConfigError, split_list
 from pipeline.settings import DecodeConfig
@@ -137,9 +138,9 @@ def run(options: AheadOptions, prompts: list) -> list[dict]:
                 **({"drafter": options.drafter} if options.drafter else {}))
     rows = []
     with pair, open(options.records, "x", encoding="utf-8") if options.records else contextlib.nullcontext() as out:
-        def kept(record: dict, budget, variant) -> dict:
+        def kept(record: DecodeRecord, budget, variant) -> dict:
             if out is not None:
-                out.write(json.dumps({**record, "bench_budget": budget, "bench_variant": variant}) + "\n")
+                out.write(json.dumps(record.placed(bench=BenchPlace(budget, variant)).to_json()) + "\n")
                 out.flush()
             return _numbers(record)
 
@@ -173,14 +174,14 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def _numbers(record: dict) -> dict:
-    hits = np.asarray(record["ahead_hits"])
-    return {"tokens": record["new_tokens"], "seconds": record["seconds"], "rounds": record["rounds"],
-            "wait": [float(w) for w, b in zip(record["phases"]["wait"], record["budgets"]) if b > 0],
+def _numbers(record: DecodeRecord) -> dict:
+    hits = np.asarray(record.ahead_hits)
+    return {"tokens": record.new_tokens, "seconds": record.seconds, "rounds": record.rounds,
+            "wait": [float(w) for w, b in zip(record.phase("wait"), record.budgets) if b > 0],
             "tried": int((hits >= 0).sum()), "hits": int((hits == 1).sum()),
-            "hidden": [float(s) for s, h in zip(record["ahead_seconds"], hits) if h == 1],
-            "depths": [int(d) for d, b in zip(record["pool_depths"], record["budgets"]) if b > 0],
-            "emitted": [int(a) for a, b in zip(record["accept_lengths"], record["budgets"]) if b > 0]}
+            "hidden": [float(s) for s, h in zip(record.ahead_seconds, hits) if h == 1],
+            "depths": [int(d) for d, b in zip(record.pool_depths, record.budgets) if b > 0],
+            "emitted": [int(a) for a, b in zip(record.accept_lengths, record.budgets) if b > 0]}
 
 
 def summarize(rows: list[dict], budgets: list) -> dict:

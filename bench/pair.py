@@ -27,6 +27,7 @@ import numpy as np
 
 from bench.common import bench_parser, close, command_line, refuse
 from evaluation.prompts import STRATA, gather
+from evaluation.record import DecodeRecord
 from models.options import EMBEDDED_POOL, ModelOptions
 from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, split_list
 from pipeline.result import PHASES
@@ -85,7 +86,7 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
     return out
 
 
-def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
+def drafter_agreement(records: list[DecodeRecord], prompts: list[str]) -> dict:
     """How often the int8 drafter's argmax is the target's, and the target's argmax is in the drafter's
     top 10, along the target's own greedy outputs (the `ar` decodes), teacher-forced."""
     import torch
@@ -98,10 +99,10 @@ def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
     torch.set_num_threads(cores)
     top1 = top10 = positions = 0
     for r in records:
-        if r["decoder"] != "ar":
+        if r.decoder != "ar":
             continue
-        prompt = target.tokenizer.prompt_ids(prompts[int(r["prompt_id"].split("/")[1]) - 1])
-        ids = torch.tensor([prompt + r["token_ids"]])
+        prompt = target.tokenizer.prompt_ids(prompts[int(r.prompt_id.split("/")[1]) - 1])
+        ids = torch.tensor([prompt + r.token_ids])
         with torch.inference_mode():
             t = target.model(input_ids=ids).logits[0, len(prompt) - 1: -1]
             d = drafter.model(input_ids=ids).logits[0, len(prompt) - 1: -1]
@@ -112,7 +113,7 @@ def drafter_agreement(records: list[dict], prompts: list[str]) -> dict:
     return {"top1": top1 / positions, "target_argmax_in_drafter_top10": top10 / positions, "positions": positions}
 
 
-def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list[str]) -> list[dict]:
+def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list[str]) -> list[DecodeRecord]:
     cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", ",".join(decoders), "--max-new-tokens", str(max_new),
            "--budget", str(budget), "--json"]
     for p in [prompts[0]] + prompts:  # the first prompt again as a warm-up, dropped below
@@ -122,7 +123,8 @@ def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list
         sys.stderr.write(proc.stderr[-3000:])
         raise SystemExit(f"launch/pair.sh failed with status {proc.returncode}")
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return [r for r in lines if r["kind"] == "decode" and r["prompt_id"] != "prompt/0"]
+    records = [DecodeRecord.from_json(line, "launch/pair.sh --json") for line in lines if line["kind"] == "decode"]
+    return [r for r in records if r.prompt_id != "prompt/0"]
 
 
 def transformers_baselines(prompts: list[str], max_new: int) -> tuple[dict, dict]:
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def decoder_speeds(records: list[dict], options: PairOptions, baselines: dict, kernels: dict,
+def decoder_speeds(records: list[DecodeRecord], options: PairOptions, baselines: dict, kernels: dict,
                    n_prompts: int) -> tuple[dict, dict]:
     """Each decoder's speed and median phases, transformers' speeds and the ratios between them, printed."""
     import torch

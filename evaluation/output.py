@@ -1,14 +1,14 @@
 """A decode's result as the Python API returns it, shaped like vLLM's outputs: the prompt's and the output's
 text and token ids, how the output ended (`finish_reason`, `stop_reason`), and the decode's metrics (times,
-rounds, acceptance). `record` is the decode's record (evaluation.record), the same dict the command line's
---json prints and sweeps keep, so that an output serialises as one (`json.dumps(output.record)`).
+rounds, acceptance). `record` is the decode's record (evaluation.record), the same record the command line's
+--json prints and sweeps keep, so that an output serialises as one (`json.dumps(output.record.to_json())`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evaluation.record import finish_reason
+from evaluation.record import DecodeRecord
 from pipeline.metrics import round_stats
 
 FINISH_REASONS = ("stop", "length")
@@ -33,12 +33,12 @@ class DecodeMetrics:
     load_average: tuple[float, float] | None = None  # the machine's, as the decode started and ended
 
     @classmethod
-    def of(cls, record: dict) -> DecodeMetrics:
-        stats = round_stats(record["accept_lengths"], record["accepted"], record["tried"], record["tree_sizes"])
-        load = record.get("load_average")
-        return cls(record["seconds"], record["prefill_seconds"], record["tokens_per_second"], record["rounds"],
-                   record["target_passes"], stats.tau, tuple(stats.acceptance), stats.mean_tree_size,
-                   tuple(record["accept_lengths"]), tuple(record["tree_sizes"]), record["finished"],
+    def of(cls, record: DecodeRecord) -> DecodeMetrics:
+        stats = round_stats(record.accept_lengths, record.accepted, record.tried, record.tree_sizes)
+        load = record.load_average
+        return cls(record.seconds, record.prefill_seconds, record.tokens_per_second, record.rounds,
+                   record.target_passes, stats.tau, tuple(stats.acceptance), stats.mean_tree_size,
+                   tuple(record.accept_lengths), tuple(record.tree_sizes), record.finished,
                    tuple(load) if load else None)
 
 
@@ -56,18 +56,18 @@ class DecodeOutput:
     decoder: str
     turn: int  # the user turn it answers (0: the first)
     metrics: DecodeMetrics
-    record: dict = field(repr=False)  # evaluation.record's schema
+    record: DecodeRecord = field(repr=False)
 
     def __post_init__(self) -> None:
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f"`finish_reason` must be one of {', '.join(FINISH_REASONS)}, got {self.finish_reason!r}")
 
     @classmethod
-    def of(cls, record: dict) -> DecodeOutput:
+    def of(cls, record: DecodeRecord) -> DecodeOutput:
         """The output a decode record describes."""
-        return cls(record["prompt_id"], record.get("prompt", ""), record.get("prompt_token_ids"), record["text"],
-                   list(record["token_ids"]), finish_reason(record), record.get("stop_reason"), record["decoder"],
-                   record["turn"], DecodeMetrics.of(record), record)
+        return cls(record.prompt_id, record.prompt, record.prompt_token_ids, record.text,
+                   list(record.token_ids), record.finish_reason, record.stop_reason, record.decoder,
+                   record.turn, DecodeMetrics.of(record), record)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
+from evaluation.record import DecodeRecord
 from pipeline.config import InputError, is_int
 from pipeline.pool import ROOT, InvalidPool, Pool
 from pipeline.value import Scored
@@ -349,6 +350,6 @@ def _rows(arrays: _Arrays, counts: np.ndarray, k: np.ndarray) -> list[RetainedRo
 KEY_FIELDS = ("prompt_id", "category", "turn", "decoder", "temperature", "budget", "seed")
 
 
-def round_key(record: dict) -> dict:
+def round_key(record: DecodeRecord) -> dict:
     """The key a decode's rounds are stored under, from its record (a sweep adds where it ran)."""
-    return {name: record[name] for name in KEY_FIELDS}
+    return {name: getattr(record, name) for name in KEY_FIELDS}

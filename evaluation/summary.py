@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluation.cautions import Caution, cautions, loaded
+from evaluation.record import DecodeRecord
 from evaluation.stats import GainResult, paired_gains
 from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
 from pipeline.result import PHASES
@@ -42,14 +43,8 @@ def group_order(groups) -> list[str]:
 EVERY_BUDGET = "all"  # a sweep's `ar` decodes: one per (prompt, T, seed), compared at every budget
 
 
-def setting_budget(record: dict):
-    """The budget a record's setting is known by: the grid's B in a sweep (`grid_budget`; EVERY_BUDGET for
-    a sweep's `ar`), else its own."""
-    return record.get("grid_budget", record["budget"])
-
-
-def counted_tokens(record: dict, rule: str) -> int:
-    return record["new_tokens"] + (record["overshoot"] if rule == "round" else 0)
+def counted_tokens(record: DecodeRecord, rule: str) -> int:
+    return record.new_tokens + (record.overshoot if rule == "round" else 0)
 
 
 @dataclass(slots=True)
@@ -133,16 +128,16 @@ class Setting:
         return f"T={self.temperature:g} B={self.budget}" + (f" [{self.category}]" if self.category else "")
 
 
-def settings_of(records: Sequence[dict]) -> list[tuple[float, object]]:
+def settings_of(records: Sequence[DecodeRecord]) -> list[tuple[float, object]]:
     """The (T, B) settings of `records`, sorted; a sweep's `ar` (EVERY_BUDGET) enters each B at its T, and is
     a setting of its own only at a T where nothing else ran."""
-    keys = {(float(r["temperature"]), setting_budget(r)) for r in records}
+    keys = {(float(r.temperature), r.setting_budget) for r in records}
     keys -= {(t, b) for t, b in keys if b == EVERY_BUDGET and any(u == t and c != b for u, c in keys)}
     return sorted(keys, key=lambda k: (k[0], isinstance(k[1], str), k[1] if not isinstance(k[1], str) else 0,
                                        str(k[1])))
 
 
-def analyse(records: Sequence[dict], temperature: float, budget, category: str | None = None, *,
+def analyse(records: Sequence[DecodeRecord], temperature: float, budget, category: str | None = None, *,
             speed_tokens: str = "round", n_resamples: int = 2000, confidence_level: float = 0.95,
             rng: int = 0) -> Setting:
     """Speeds, round metrics and gains at one setting from timed (non-warm-up) records.
@@ -153,28 +148,28 @@ def analyse(records: Sequence[dict], temperature: float, budget, category: str |
     """
     assert speed_tokens in SPEED_TOKENS, speed_tokens
     at = records_at(records, temperature, budget, category)
-    wanted = {(r["decoder"], r["seed"]) for r in at}
+    wanted = {(r.decoder, r.seed) for r in at}
     have: dict[str, set] = {}
     for r in at:
-        have.setdefault(r["prompt_id"], set()).add((r["decoder"], r["seed"]))
+        have.setdefault(r.prompt_id, set()).add((r.decoder, r.seed))
     prompt_ids = sorted(p for p, got in have.items() if got == wanted)
     index = {p: i for i, p in enumerate(prompt_ids)}
-    names = [d for d in DECODERS if any(r["decoder"] == d for r in at)]
-    stats = {d: _decoder_stats(d, [r for r in at if r["decoder"] == d and r["prompt_id"] in index], index,
+    names = [d for d in DECODERS if any(r.decoder == d for r in at)]
+    stats = {d: _decoder_stats(d, [r for r in at if r.decoder == d and r.prompt_id in index], index,
                                speed_tokens) for d in names}
     setting = Setting(temperature, budget, category, prompt_ids, len(have), sorted({s for _, s in wanted}), stats)
     return with_gains(setting, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
 
 
-def records_at(records: Sequence[dict], temperature: float, budget, category: str | None = None) -> list[dict]:
+def records_at(records: Sequence[DecodeRecord], temperature: float, budget, category: str | None = None) -> list[DecodeRecord]:
     """The timed records of one setting: those of its (T, B), and where no `ar` record has that B, the
     sweep's `ar` records at T (EVERY_BUDGET), which every budget shares."""
-    def kept(r: dict, b) -> bool:
-        return (float(r["temperature"]) == temperature and setting_budget(r) == b and not r.get("warmup")
-                and (category is None or category_group(r["category"]) == category))
+    def kept(r: DecodeRecord, b) -> bool:
+        return (float(r.temperature) == temperature and r.setting_budget == b and not r.warmup
+                and (category is None or category_group(r.category) == category))
     at = [r for r in records if kept(r, budget)]
-    if budget != EVERY_BUDGET and not any(r["decoder"] == "ar" for r in at):
-        at += [r for r in records if r["decoder"] == "ar" and kept(r, EVERY_BUDGET)]
+    if budget != EVERY_BUDGET and not any(r.decoder == "ar" for r in at):
+        at += [r for r in records if r.decoder == "ar" and kept(r, EVERY_BUDGET)]
     return at
 
 
@@ -191,50 +186,50 @@ def with_gains(setting: Setting, *, n_resamples: int, confidence_level: float, r
     return setting
 
 
-def _decoder_stats(decoder: str, mine: list[dict], index: dict[str, int], speed_tokens: str) -> DecoderStats:
+def _decoder_stats(decoder: str, mine: list[DecodeRecord], index: dict[str, int], speed_tokens: str) -> DecoderStats:
     tokens, seconds, prefill = np.zeros(len(index)), np.zeros(len(index)), np.zeros(len(index))
     for r in mine:
-        tokens[index[r["prompt_id"]]] += counted_tokens(r, speed_tokens)
-        seconds[index[r["prompt_id"]]] += r["seconds"]
-        prefill[index[r["prompt_id"]]] += r["prefill_seconds"]
-    column = lambda name: [x for r in mine for x in r[name]]  # noqa: E731
+        tokens[index[r.prompt_id]] += counted_tokens(r, speed_tokens)
+        seconds[index[r.prompt_id]] += r.seconds
+        prefill[index[r.prompt_id]] += r.prefill_seconds
+    column = lambda name: [x for r in mine for x in getattr(r, name) or ()]  # noqa: E731
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
-    return DecoderStats(decoder, sorted({r["budget"] for r in mine}, key=str), len(mine), tokens, seconds,
-                        sum(r["target_passes"] for r in mine), rounds, dict(Counter(column("budgets"))),
+    return DecoderStats(decoder, sorted({r.budget for r in mine}, key=str), len(mine), tokens, seconds,
+                        sum(r.target_passes for r in mine), rounds, dict(Counter(column("budgets"))),
                         _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
                         np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64),
                         cut_counts(mine), prefill, *load_of(mine))
 
 
-def load_of(records: Sequence[dict]) -> tuple[tuple[float, int] | None, int]:
+def load_of(records: Sequence[DecodeRecord]) -> tuple[tuple[float, int] | None, int]:
     """((highest load average at a decode's start or end, fewest CPUs), decodes under load) over the records
     that say (schema 4); (None, 0) where none does."""
-    said = [r for r in records if r.get("load_average")]
+    said = [r for r in records if r.load_average]
     if not said:
         return None, 0
-    peak = max(max(r["load_average"]) for r in said)
-    return (float(peak), min(int(r["cpus"]) for r in said)), sum(loaded(r["load_average"], r["cpus"]) for r in said)
+    peak = max(max(r.load_average) for r in said)
+    return (float(peak), min(int(r.cpus) for r in said)), sum(loaded(r.load_average, r.cpus) for r in said)
 
 
-def ahead_counts(records: Sequence[dict]) -> tuple[int, int, float]:
+def ahead_counts(records: Sequence[DecodeRecord]) -> tuple[int, int, float]:
     """(rounds that drafted ahead, hits, seconds of drafting the hits hid) over records (older ones: none)."""
     tried = hits = 0
     hidden = 0.0
     for r in records:
-        for hit, seconds in zip(r.get("ahead_hits", ()), r.get("ahead_seconds", ())):
+        for hit, seconds in zip(r.ahead_hits or (), r.ahead_seconds or ()):
             tried += hit >= 0
             hits += hit == 1
             hidden += seconds if hit == 1 else 0.0
     return tried, hits, hidden
 
 
-def cut_counts(records: Sequence[dict]) -> tuple[int, int]:
+def cut_counts(records: Sequence[DecodeRecord]) -> tuple[int, int]:
     """(rounds with a pool, their pools' levels summed) over the records of decodes that cut pools (decoders
     with a root pass: the others wait for whole pools)."""
     rounds = levels = 0
     for r in records:
-        if r.get("cut_pools") and RULES[r["decoder"]].root_pass:
-            depths = [d for d in r["pool_depths"] if d > 0]
+        if r.cut_pools and RULES[r.decoder].root_pass:
+            depths = [d for d in r.pool_depths if d > 0]
             rounds += len(depths)
             levels += sum(depths)
     return rounds, levels
@@ -249,9 +244,9 @@ def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
     return stats.phases[np.sort(nearest)]
 
 
-def _phase_matrix(records: Sequence[dict]) -> np.ndarray:
+def _phase_matrix(records: Sequence[DecodeRecord]) -> np.ndarray:
     """(n_rounds, len(PHASES)) seconds per phase, rounds of all records one after another."""
-    columns = [np.concatenate([np.asarray(r["phases"].get(name, [0.0] * r["rounds"]), float) for r in records])
+    columns = [np.concatenate([np.asarray(r.phase(name), float) for r in records])
                if records else np.zeros(0) for name in PHASES]
     return np.stack(columns, axis=1) if records else np.zeros((0, len(PHASES)))
 

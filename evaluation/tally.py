@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evaluation.record import DecodeRecord
 from evaluation.summary import (SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group, counted_tokens,
-                                cut_counts, load_of, setting_budget, with_gains)
+                                cut_counts, load_of, with_gains)
 from pipeline.metrics import RoundCounts
 from pipeline.rules import DECODERS
 
@@ -49,25 +50,25 @@ class Tally:
         self.conversations: Counter = Counter()  # prompt -> (decoder, seed) conversations begun
         self.sums: dict[str, dict[str, _Sums]] = {}  # prompt -> decoder -> sums
 
-    def add(self, record: dict) -> None:
+    def add(self, record: DecodeRecord) -> None:
         """Count one decode record; those of other settings and warm-ups are skipped, as analyse skips them."""
-        if (float(record["temperature"]) != self.temperature or setting_budget(record) != self.budget
-                or record.get("warmup")
-                or (self.category is not None and category_group(record["category"]) != self.category)):
+        if (float(record.temperature) != self.temperature or record.setting_budget != self.budget
+                or record.warmup
+                or (self.category is not None and category_group(record.category) != self.category)):
             return
-        self.pairs.add((record["decoder"], record["seed"]))
-        self.conversations[record["prompt_id"]] += record["turn"] == 0
-        s = self.sums.setdefault(record["prompt_id"], {}).setdefault(record["decoder"], _Sums())
+        self.pairs.add((record.decoder, record.seed))
+        self.conversations[record.prompt_id] += record.turn == 0
+        s = self.sums.setdefault(record.prompt_id, {}).setdefault(record.decoder, _Sums())
         s.decodes += 1
         s.tokens += counted_tokens(record, self.speed_tokens)
-        s.seconds += record["seconds"]
-        s.passes += record["target_passes"]
-        s.budgets.add(record["budget"])
-        s.rounds.add(record["accept_lengths"], record["accepted"], record["tried"], record["tree_sizes"])
-        s.budget_rounds.update(record["budgets"])
+        s.seconds += record.seconds
+        s.passes += record.target_passes
+        s.budgets.add(record.budget)
+        s.rounds.add(record.accept_lengths, record.accepted, record.tried, record.tree_sizes)
+        s.budget_rounds.update(record.budgets or ())
         s.ahead = tuple(a + b for a, b in zip(s.ahead, ahead_counts([record])))
         s.cut = tuple(a + b for a, b in zip(s.cut, cut_counts([record])))
-        s.prefill += record["prefill_seconds"]
+        s.prefill += record.prefill_seconds
         load, under = load_of([record])
         if load is not None:
             s.load = load if s.load is None else (max(s.load[0], load[0]), min(s.load[1], load[1]))

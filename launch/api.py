@@ -12,8 +12,8 @@ The drafter always runs in a process of its own; the target runs in the caller's
 in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
 A decode gives a DecodeOutput (evaluation.output), as vLLM's `generate` gives its outputs: `.text`,
 `.token_ids`, `.prompt_token_ids`, `.finish_reason` ("stop" or "length"), `.stop_reason` (the stop string or
-stop token id that matched), `.metrics` (times, rounds, τ, acceptance by depth) and `.record`, the record of
-evaluation.record as `launch/pair.sh --json` prints it. Settings are DecodeConfig's fields by name
+stop token id that matched), `.metrics` (times, rounds, τ, acceptance by depth) and `.record`, the decode's
+evaluation.record.DecodeRecord (its `to_json()` as `launch/pair.sh --json` prints it). Settings are DecodeConfig's fields by name
 (temperature, top_k, top_p, min_p, stop, stop_token_ids, budget, max_new_tokens, seed); a bad value raises
 ConfigError naming it. Stops follow vLLM's defaults: `stop` strings end the output at the token that
 completes one, its text cut before the string; a token of `stop_token_ids` ends it as an end-of-sequence
@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from evaluation.output import DecodeOutput, StreamChunk
+from evaluation.record import DecodeRecord
 from models.options import EMBEDDED, INT8_SUFFIX, TARGET_ONLY, ModelOptions
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
@@ -61,7 +62,7 @@ GONE_WAIT_S = 10.0  # after a failed start, how long to wait for a drafter that 
 Prompt = str | Sequence[int] | Sequence[dict]  # one prompt: a user turn's text, token ids or chat messages
 
 
-def summarize(outputs: Sequence[DecodeOutput | dict], *, temperature: float | None = None, budget=None) -> dict:
+def summarize(outputs: Sequence[DecodeOutput | DecodeRecord], *, temperature: float | None = None, budget=None) -> dict:
     """The command line's summary of one setting's outputs (or records): speeds, τ, acceptance by depth, tree
     sizes, every decoder's speedup over `ar` with its paired interval over prompts, and the cautions that say
     when a gain measures the machine rather than speculation. Outputs of several settings (temperature,
@@ -81,11 +82,9 @@ def summarize(outputs: Sequence[DecodeOutput | dict], *, temperature: float | No
     return as_json(analyse(records, t, b, speed_tokens="output"))
 
 
-def settings(outputs: Sequence[DecodeOutput | dict]) -> list[tuple[float, int | str]]:
+def settings(outputs: Sequence[DecodeOutput | DecodeRecord]) -> list[tuple[float, int | str]]:
     """The (temperature, budget) settings of `outputs` (or records), in their first appearance's order."""
-    from evaluation.summary import setting_budget
-
-    return list(dict.fromkeys((float(r["temperature"]), setting_budget(r)) for r in _records(outputs)))
+    return list(dict.fromkeys((float(r.temperature), r.setting_budget) for r in _records(outputs)))
 
 
 class PairClosed(RuntimeError):
@@ -213,7 +212,7 @@ class Pair:
             if line["kind"] == "tokens":
                 yield StreamChunk(line["tokens"], line["text"])
             elif line["kind"] == "decode":
-                yield StreamChunk([], "", DecodeOutput.of(line))
+                yield StreamChunk([], "", DecodeOutput.of(DecodeRecord.from_json(line, "the target's answer")))
 
     def decode_many(self, prompts: Iterable[Prompt], decoders: str | Sequence[str] = ("ar", "root-draw"), *,
                     use_tqdm: bool = True, **settings) -> list[DecodeOutput]:
@@ -250,9 +249,10 @@ class Pair:
         return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
                 key: prompt, "config": dataclasses.asdict(config)}
 
-    def _run(self, request: dict) -> list[dict]:
-        """One request's records."""
-        return [line for line in self._target.lines(request) if line["kind"] == "decode"]
+    def _run(self, request: dict) -> list[DecodeRecord]:
+        """One request's records, read from the answer lines that hold them."""
+        return [DecodeRecord.from_json(line, "the target's answer") for line in self._target.lines(request)
+                if line["kind"] == "decode"]
 
     def _run_all(self, requests: list[dict], use_tqdm: bool) -> list[DecodeOutput]:
         """Requests one after another, with one bar counting them -> their outputs."""
@@ -294,7 +294,7 @@ def _is_many(prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(p, (str, list, tuple)) for p in prompt)
 
 
-def _records(outputs: Sequence[DecodeOutput | dict]) -> list[dict]:
+def _records(outputs: Sequence[DecodeOutput | DecodeRecord]) -> list[DecodeRecord]:
     return [o.record if isinstance(o, DecodeOutput) else o for o in outputs]
 
 

@@ -35,7 +35,7 @@ class InProcessTarget:
         if request.get("stream"):
             yield from self._streamed(request)
         else:
-            yield from request_records(self.session, request)
+            yield from (record.to_json() for record in request_records(self.session, request))  # as the wire has them
 
     def _streamed(self, request: dict) -> Iterator[dict]:
         """The decode runs on a worker thread; its rounds' tokens reach the caller through a queue; a caller
@@ -53,7 +53,7 @@ class InProcessTarget:
         def work() -> None:
             try:
                 for record in request_records(self.session, request, on_text):
-                    chunks.put(record)
+                    chunks.put(record.to_json())
                 chunks.put(None)
             except BaseException as e:  # handed to the caller's thread, which raises it
                 chunks.put(e)

@@ -75,6 +75,31 @@ def prior(cap: int) -> np.ndarray:
     return 0.9 * 0.75 ** np.arange(cap)
 
 
+@dataclass(frozen=True, slots=True)
+class MeasuredPasses:
+    """This device's pass times, timed once at start-up (target_proc.costs.measure): seconds of a plain pass, of
+    a root pass beside the drafter (`overlapped`), of tree passes by candidate size without (`tree`, the
+    root-pass rules) and with (`tree_with_root`, `draft`) the root's row, and seconds per token of the prefill,
+    alone and beside the drafter."""
+
+    plain: float
+    overlapped: float
+    tree: dict[int, float]
+    tree_with_root: dict[int, float]
+    prefill: float
+    prefill_shared: float
+
+    def __post_init__(self) -> None:
+        for name in ("plain", "overlapped", "prefill", "prefill_shared"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"`{name}` must be finite seconds, at least 0, got {getattr(self, name)!r}")
+        if set(self.tree) != set(self.tree_with_root):
+            raise ValueError(f"`tree` and `tree_with_root` must time the same sizes, got {sorted(self.tree)} and "
+                             f"{sorted(self.tree_with_root)}")
+        if not all(math.isfinite(t) and t >= 0 for t in [*self.tree.values(), *self.tree_with_root.values()]):
+            raise ValueError("`tree` and `tree_with_root` must hold finite seconds, at least 0")
+
+
 @dataclass(slots=True)
 class PassCosts:
     """Seconds of a plain round, of a steady speculative round's part before the tree pass, and of tree
@@ -271,15 +296,16 @@ def ranks_on_path(cum: np.ndarray, depth: np.ndarray, index: np.ndarray, accepte
     return hit[order]
 
 
-def costs_for(root_pass: bool, measured: dict) -> PassCosts:
-    """A rule's starting costs from the passes timed at start-up (target_proc.costs.measure): a root-pass
-    rule's front is its root pass (the drafter's wait is learnt from rounds); `draft` scores the root in
-    its tree pass and waits for the drafter first."""
-    prefill = measured["prefill"], measured["prefill_shared"]
+def costs_for(root_pass: bool, measured: MeasuredPasses) -> PassCosts:
+    """A rule's starting costs from the passes timed at start-up: a root-pass rule's front is its root pass
+    (the drafter's wait is learnt from rounds); `draft` scores the root in its tree pass and waits for the
+    drafter first."""
+    m = measured
     if root_pass:
-        return PassCosts(measured["plain"], measured["overlapped"], dict(measured["tree"]), *prefill,
-                         solo=measured["plain"] / measured["overlapped"] if measured["overlapped"] > 0 else 1.0)
-    return PassCosts(measured["plain"], 0.0, dict(measured["tree_with_root"]), *prefill)
+        return PassCosts(plain=m.plain, front=m.overlapped, tree=dict(m.tree), prefill=m.prefill,
+                         prefill_shared=m.prefill_shared, solo=m.plain / m.overlapped if m.overlapped > 0 else 1.0)
+    return PassCosts(plain=m.plain, front=0.0, tree=dict(m.tree_with_root), prefill=m.prefill,
+                     prefill_shared=m.prefill_shared)
 
 
 class FixedBudget:
@@ -372,9 +398,9 @@ class SessionBudgets:
     `drafting` (DecodeConfig.drafting: how the drafter works) changes what rounds cost and accept, so decodes
     drafting otherwise learn apart."""
 
-    def __init__(self, measure: Callable[[int], dict]) -> None:
+    def __init__(self, measure: Callable[[int], MeasuredPasses]) -> None:
         self.measure = measure
-        self.measured: dict[int, dict] = {}  # cap -> pass times
+        self.measured: dict[int, MeasuredPasses] = {}  # cap -> pass times
         self.costs: dict[tuple, PassCosts] = {}  # (decoder, cap, drafting) -> costs
         self.experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap, drafting) -> earlier decodes
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from evaluation.prompts import Prompt, gather
 from evaluation.provenance import environment
-from evaluation.record import SCHEMA
+from evaluation.record import SCHEMA, DecodeRecord
 from evaluation.rounds import round_key
 from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.stats import MIN_INTERVAL_PROMPTS
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         run: RunOptions = args.run
         prompts = gather(run.sources, run.decode.seed)
-        emit = (lambda record: print(json.dumps(record), flush=True)) if run.json else None
+        emit = (lambda line: print(json.dumps(line), flush=True)) if run.json else None
         tally = Tally(run.decode.temperature, run.decode.budget, speed_tokens="output")  # not the records: a
         first = None  # long run's memory stays flat
         with connect(args) as session:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     first = first or record
                     tally.add(record)
                     if emit:
-                        emit(record)
+                        emit(record.to_json())
         setting = tally.setting()
         if emit:
             emit({"kind": "summary", **as_json(setting)})
@@ -176,7 +176,7 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
             number = request.get("request") if isinstance(request, dict) else None
             streamed = (lambda chunk: say({"kind": "tokens", **chunk}, number)) if request.get("stream") else None
             for record in request_records(session, request, streamed, lambda: inbox.cancelled(number)):
-                say(record, number)
+                say(record.to_json(), number)
         except Cancelled:
             say({"kind": "cancelled"}, number)
         except (InputError, ValueError, KeyError, TypeError, AttributeError) as e:  # a bad request; serving goes on
@@ -187,7 +187,7 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
 
 
 def request_records(session: Session, request: dict, on_text: Callable[[dict], None] | None = None,
-                    cancelled: Callable[[], bool] | None = None) -> Iterator[dict]:
+                    cancelled: Callable[[], bool] | None = None) -> Iterator[DecodeRecord]:
     """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
     "context": token ids or chat messages}), in the target process or in the caller's; `on_text` gets
     {"tokens", "text"} as each round commits tokens (streaming: TextStream's chunks); once `cancelled()`
@@ -210,7 +210,7 @@ def request_records(session: Session, request: dict, on_text: Callable[[dict], N
         prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
         records = decode_conversation(session, prompt, config, on_tokens=given)
     for record in records:
-        if on_text is not None and (rest := stream.rest(record["text"])):
+        if on_text is not None and (rest := stream.rest(record.text)):
             on_text(rest)
         stream = TextStream(session.tokenizer, config)  # the next turn's
         yield record
@@ -291,29 +291,29 @@ def _count(n: int, word: str) -> str:
 
 
 def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions, rounds: RoundStore | None = None,
-                progress: Progress | None = None) -> Iterator[dict]:
+                progress: Progress | None = None) -> Iterator[DecodeRecord]:
     """Every decode of every prompt (one record per turn), each yielded as soon as it ends, with `rounds`
     its recorded rounds stored there just before; each logged in a line that ends with the run's count and
     time left (`progress`)."""
     keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded,
-                                                                              record["prompt_tokens"]))
+                                                                              record.prompt_tokens))
     for prompt in prompts:
         for config in run.configs():
             for record in decode_conversation(session, prompt, config, rounds=keep):
                 count = progress.step(f"{prompt.id} {config.decoder}") if progress else ""
                 log.info("%s%s seed %d %-10s %4d tokens %6.2f s %7.1f tok/s%s", prompt.id,
-                         f" turn {record['turn'] + 1}" if prompt.later else "", config.seed, config.decoder,
-                         record["new_tokens"], record["seconds"], record["tokens_per_second"],
+                         f" turn {record.turn + 1}" if prompt.later else "", config.seed, config.decoder,
+                         record.new_tokens, record.seconds, record.tokens_per_second,
                          f"  [{count}]" if count else "")
                 yield record
 
 
-def print_summary(first: dict | None, setting, pool: PoolConfig) -> None:
+def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig) -> None:
     """The first decode's text, then one row per decoder: speed, speedup over `ar` with its paired
     interval over prompts, τ, tokens per target pass, mean tree size and acceptance by depth."""
     if first is None:
         return
-    print(f"--- {first['prompt_id']}, {first['decoder']}:\n{first['text'].strip()}\n")
+    print(f"--- {first.prompt_id}, {first.decoder}:\n{first.text.strip()}\n")
     print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}; T={setting.temperature:g} "
           f"B={setting.budget}; speed: output tokens over seconds from prefill to last commit; "
           f"{len(setting.prompt_ids)} prompts")

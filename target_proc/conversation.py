@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from evaluation.record import decode_record, machine_load
+from evaluation.record import DecodeRecord, decode_record, machine_load
 from pipeline.config import InputError, is_int
 from pipeline.pool import out_of_vocab
 from pipeline.settings import DecodeConfig
@@ -24,8 +24,9 @@ class Conversation(Protocol):
 
 
 def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
-                        done: Mapping[int, dict] | None = None,
-                        rounds: Callable[[dict, list], None] | None = None, on_tokens=None) -> Iterator[dict]:
+                        done: Mapping[int, DecodeRecord] | None = None,
+                        rounds: Callable[[DecodeRecord, list], None] | None = None,
+                        on_tokens=None) -> Iterator[DecodeRecord]:
     """Decode each turn of `prompt` in one conversation, yielding a record per turn as it ends.
 
     Turn k's context holds the earlier user turns and this decoder's own answers to them, through the
@@ -49,7 +50,7 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
             if rounds:
                 rounds(record, recorder.rounds)
             yield record
-        history += [user, record["text"].strip()]
+        history += [user, record.text.strip()]
 
 
 ROLES = ("system", "user", "assistant")
@@ -76,7 +77,7 @@ def context_ids(tokenizer, vocab_size: int, prompt) -> list[int]:
 
 
 def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, category: str,
-                   on_tokens=None) -> dict:
+                   on_tokens=None) -> DecodeRecord:
     """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0)."""
     ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
     load = machine_load()

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from pipeline.budget import candidate_sizes
+from pipeline.budget import MeasuredPasses, candidate_sizes
 from pipeline.tree import Tree
 from target_proc.target import Target
 
@@ -32,7 +32,7 @@ def timed(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def measure(target: Target, cap: int, reps: int = 3) -> dict:
+def measure(target: Target, cap: int, reps: int = 3) -> MeasuredPasses:
     """Seconds of a plain pass, a root pass beside the drafter, tree passes of every candidate size,
     without (root-pass rules) and with (draft) the root's row, and of the prefill per token, alone and beside
     the drafter. Leaves the cache to the next prefill."""
@@ -45,10 +45,11 @@ def measure(target: Target, cap: int, reps: int = 3) -> dict:
     shared, alone = (timed(lambda: prefill(s), reps) / len(tokens) for s in (True, False))  # cache filled
     read = lambda logits: float(logits.reshape(-1)[0])  # noqa: E731  (a host read: the pass is done)
     sizes = [b for b in candidate_sizes(cap) if b]
-    out = {"plain": timed(lambda: read(target.root_pass(5)), reps),
-           "overlapped": timed(lambda: read(target.root_pass(5, overlapped=True)), reps),
-           "tree": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), None)), reps) for b in sizes},
-           "tree_with_root": {b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), 5)), reps) for b in sizes},
-           "prefill": alone, "prefill_shared": shared}
+    out = MeasuredPasses(
+        plain=timed(lambda: read(target.root_pass(5)), reps),
+        overlapped=timed(lambda: read(target.root_pass(5, overlapped=True)), reps),
+        tree={b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), None)), reps) for b in sizes},
+        tree_with_root={b: timed(lambda b=b: read(target.tree_pass(chain_tree(b), 5)), reps) for b in sizes},
+        prefill=alone, prefill_shared=shared)
     target.before_root = 0
     return out

@@ -59,34 +59,34 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
                      tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
                      tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
                      grid_budget=None, budgets=None, phases=None, ahead_hits=None, ahead_seconds=None,
-                     pool_depths=None, load_average=(0.5, 0.5), cpus=2, prefill_seconds=0.1) -> dict:
-    """A decode record of evaluation.record's schema with made-up numbers, as summaries and reports read.
-    budgets: each round's budget (default: the budget, 8 under auto); phases: {phase: per-round seconds}
-    (default: 1 ms each); ahead_hits, ahead_seconds: drafting ahead per round (default: not tried);
-    pool_depths: per round, with cut pools (default: whole pools of 3 levels, not cut)."""
-    from evaluation.record import SCHEMA
+                     pool_depths=None, load_average=(0.5, 0.5), cpus=2, prefill_seconds=0.1):
+    """A decode record (evaluation.record.DecodeRecord) with made-up numbers, as summaries and reports read,
+    placed in a sweep where `grid_budget` or `warmup` is given. budgets: each round's budget (default: the
+    budget, 8 under auto); phases: {phase: per-round seconds} (default: 1 ms each); ahead_hits, ahead_seconds:
+    drafting ahead per round (default: not tried); pool_depths: per round, with cut pools (default: whole pools
+    of 3 levels, not cut)."""
+    from evaluation.record import DecodeRecord, SweepPlace
     from pipeline.result import PHASES
 
     n = len(tree_sizes)
-    return {"kind": "decode", "schema": SCHEMA, "prompt_id": prompt_id, "category": category, "turn": turn,
-            "decoder": decoder, "temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-            "stop_strings": [], "stop_token_ids": [], "budget": budget, "seed": seed, "max_new_tokens": 64,
-            "prompt": "p" * 5, "prompt_tokens": 5,
-            "prompt_token_ids": [1] * 5, "new_tokens": tokens, "token_ids": [1] * tokens,
-            "text": "x" * tokens, "finish_reason": "length", "stop_reason": None, "overshoot": overshoot,
-            "stop": "limit", "seconds": seconds, "prefill_seconds": prefill_seconds,
-            "tokens_per_second": tokens / seconds, "rounds": n, "target_passes": n,
-            "accept_lengths": [a + 1 for a in accepted], "accepted": list(accepted), "tried": list(accepted),
-            "tree_sizes": list(tree_sizes), "available": list(available) if available is not None else [0] * n,
-            "budgets": list(budgets) if budgets is not None else [budget if budget != "auto" else 8] * n,
-            "phases": {p: list((phases or {}).get(p, [0.001] * n)) for p in PHASES},
-            "lend_cores": False, "ahead": ahead_hits is not None, "ahead_hits": list(ahead_hits) if ahead_hits is not None else [-1] * n,
-            "ahead_seconds": list(ahead_seconds) if ahead_seconds is not None else [0.0] * n,
-            "cut_pools": pool_depths is not None, "cut_weigh": False, "pool_depths": list(pool_depths) if pool_depths is not None else
-            [3 if decoder != "ar" else 0] * n,
-            "drafter_window": 0, "held_rows": [0] * n, "load_average": list(load_average), "cpus": cpus,
-            "finished": 0.0, "warmup": warmup,
-            **({} if grid_budget is None else {"grid_budget": grid_budget})}
+    return DecodeRecord(
+        prompt_id=prompt_id, category=category, turn=turn, decoder=decoder, temperature=temperature, top_k=0,
+        top_p=1.0, min_p=0.0, stop_strings=[], stop_token_ids=[], budget=budget, seed=seed, max_new_tokens=64,
+        prompt="p" * 5, prompt_tokens=5, prompt_token_ids=[1] * 5, new_tokens=tokens, token_ids=[1] * tokens,
+        text="x" * tokens, finish_reason="length", stop_reason=None, overshoot=overshoot, stop="limit",
+        seconds=seconds, prefill_seconds=prefill_seconds, tokens_per_second=tokens / seconds, rounds=n,
+        target_passes=n, accept_lengths=[a + 1 for a in accepted], accepted=list(accepted), tried=list(accepted),
+        tree_sizes=list(tree_sizes), available=list(available) if available is not None else [0] * n,
+        budgets=list(budgets) if budgets is not None else [budget if budget != "auto" else 8] * n,
+        phases={p: list((phases or {}).get(p, [0.001] * n)) for p in PHASES},
+        lend_cores=False, ahead=ahead_hits is not None,
+        ahead_hits=list(ahead_hits) if ahead_hits is not None else [-1] * n,
+        ahead_seconds=list(ahead_seconds) if ahead_seconds is not None else [0.0] * n,
+        cut_pools=pool_depths is not None, cut_weigh=False,
+        pool_depths=list(pool_depths) if pool_depths is not None else [3 if decoder != "ar" else 0] * n,
+        drafter_window=0, held_rows=[0] * n, load_average=list(load_average), cpus=cpus, finished=0.0,
+        sweep=None if grid_budget is None and not warmup else
+        SweepPlace(budget if grid_budget is None else grid_budget, 0, warmup, "1/1"))
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from evaluation.summary import EVERY_BUDGET, counted_tokens, setting_budget
+from evaluation.record import DecodeRecord
+from evaluation.summary import EVERY_BUDGET, counted_tokens
 from pipeline.config import InputError
 from programs.cli import files_program, run_files_program
 from timing import prog, run_config
@@ -58,12 +59,12 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     config = run_config.read_config(run_dir)
     rule = config["sweep"].get("speed_tokens", "round")
     model_id = model_id or _plain_name(config["models"]["target"]["model"])
-    records = [r for r in load_records([run_dir]) if not r["warmup"]]
+    records = [r for r in load_records([run_dir]) if not r.warmup]
     if not records:
         raise InputError(f"{run_dir} holds no timed decode to export")
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[DecodeRecord]] = {}
     for r in records:
-        groups.setdefault((r["decoder"], float(r["temperature"]), setting_budget(r)), []).append(r)
+        groups.setdefault((r.decoder, float(r.temperature), r.setting_budget), []).append(r)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -76,11 +77,11 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     return written
 
 
-def answers(records: Sequence[dict], model_id: str, rule: str, run: str) -> list[dict]:
+def answers(records: Sequence[DecodeRecord], model_id: str, rule: str, run: str) -> list[dict]:
     """One answer per question from the records of one (decoder, T, B), questions in id order."""
-    by_prompt: dict[str, list[dict]] = {}
+    by_prompt: dict[str, list[DecodeRecord]] = {}
     for r in records:
-        by_prompt.setdefault(r["prompt_id"], []).append(r)
+        by_prompt.setdefault(r.prompt_id, []).append(r)
     ids: dict[int, str] = {}
     out = []
     for prompt_id, rs in by_prompt.items():
@@ -89,21 +90,21 @@ def answers(records: Sequence[dict], model_id: str, rule: str, run: str) -> list
             raise InputError(f"prompts {ids[qid]!r} and {prompt_id!r} would both be question {qid}; export them "
                              f"from separate runs")
         ids[qid] = prompt_id
-        seeds = sorted({r["seed"] for r in rs})
-        choices = [_choice(i, sorted((r for r in rs if r["seed"] == s), key=lambda r: r["turn"]), rule)
+        seeds = sorted({r.seed for r in rs})
+        choices = [_choice(i, sorted((r for r in rs if r.seed == s), key=lambda r: r.turn), rule)
                    for i, s in enumerate(seeds)]
         r0 = rs[0]
-        key = f"{run}/{prompt_id}/{r0['decoder']}/{r0['temperature']}/{setting_budget(r0)}"
-        out.append({"question_id": qid, "category": r0["category"],
+        key = f"{run}/{prompt_id}/{r0.decoder}/{r0.temperature}/{r0.setting_budget}"
+        out.append({"question_id": qid, "category": r0.category,
                     "answer_id": hashlib.blake2b(key.encode(), digest_size=11).hexdigest(), "model_id": model_id,
-                    "choices": choices, "tstamp": max(r["finished"] for r in rs)})
+                    "choices": choices, "tstamp": max(r.finished for r in rs)})
     return sorted(out, key=lambda a: a["question_id"])
 
 
-def _choice(index: int, turns: list[dict], rule: str) -> dict:
-    return {"index": index, "turns": [t["text"].strip() for t in turns],
-            "decoding_steps": [t["rounds"] for t in turns], "new_tokens": [counted_tokens(t, rule) for t in turns],
-            "wall_time": [t["seconds"] for t in turns], "accept_lengths": [a for t in turns for a in t["accept_lengths"]]}
+def _choice(index: int, turns: list[DecodeRecord], rule: str) -> dict:
+    return {"index": index, "turns": [t.text.strip() for t in turns],
+            "decoding_steps": [t.rounds for t in turns], "new_tokens": [counted_tokens(t, rule) for t in turns],
+            "wall_time": [t.seconds for t in turns], "accept_lengths": [a for t in turns for a in t.accept_lengths]}
 
 
 def question_id(prompt_id: str) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evaluation.summary import setting_budget
+from evaluation.record import DecodeRecord
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DRAFTING, DecodeConfig
@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def matched(dirs: Sequence[str], options: MatchedOptions) -> int:
     config = merged_config(dirs)
-    records = [r for r in load_records(dirs) if not r["warmup"] and setting_budget(r) == options.budget]
+    records = [r for r in load_records(dirs) if not r.warmup and r.setting_budget == options.budget]
     found, failed = {}, {}
-    for t in sorted({float(r["temperature"]) for r in records}):
+    for t in sorted({float(r.temperature) for r in records}):
         try:
             found[t] = match(records, t)
         except InputError as e:
@@ -75,28 +75,28 @@ def matched(dirs: Sequence[str], options: MatchedOptions) -> int:
     return 0
 
 
-def match(records: Sequence[dict], temperature: float) -> dict:
+def match(records: Sequence[DecodeRecord], temperature: float) -> dict:
     """Pearl's and root-draw's mean tree sizes at one temperature and the smallest matching cap.
 
     Uses the prompts that have both decoders for every seed recorded; raises InputError when a decoder is
     missing or root-draw's records lack the pool count under X1.
     """
-    at = [r for r in records if float(r["temperature"]) == temperature]
-    by = {d: [r for r in at if r["decoder"] == d] for d in ("pearl", "root-draw")}
+    at = [r for r in records if float(r.temperature) == temperature]
+    by = {d: [r for r in at if r.decoder == d] for d in ("pearl", "root-draw")}
     for d, rs in by.items():
         if not rs:
             raise InputError(f"no {d} records")
-    keys = {d: {(r["prompt_id"], r["seed"]) for r in rs} for d, rs in by.items()}
+    keys = {d: {(r.prompt_id, r.seed) for r in rs} for d, rs in by.items()}
     both = keys["pearl"] & keys["root-draw"]
     if not both:
         raise InputError("no prompt has both pearl and root-draw")
-    pearl = np.array([t for r in by["pearl"] if (r["prompt_id"], r["seed"]) in both for t in r["tree_sizes"]], float)
-    rd = [r for r in by["root-draw"] if (r["prompt_id"], r["seed"]) in both]
-    if any(r.get("available") is None or 0 in r["available"] for r in rd):
+    pearl = np.array([t for r in by["pearl"] if (r.prompt_id, r.seed) in both for t in r.tree_sizes], float)
+    rd = [r for r in by["root-draw"] if (r.prompt_id, r.seed) in both]
+    if any(0 in r.available for r in rd):
         raise InputError("root-draw's records lack `available` (pool nodes under and including the drawn first "
                          "token per round), which the estimate needs; sweep again with a runtime that records it")
-    available = np.array([a for r in rd for a in r["available"]], np.int64)
-    sizes = np.array([t for r in rd for t in r["tree_sizes"]], float)
+    available = np.array([a for r in rd for a in r.available], np.int64)
+    sizes = np.array([t for r in rd for t in r.tree_sizes], float)
     target = float(pearl.mean())
     caps = np.arange(1, int(available.max()) + 1)
     means = np.minimum(caps[:, None], available[None, :]).mean(axis=1)  # (caps,)
@@ -104,7 +104,7 @@ def match(records: Sequence[dict], temperature: float) -> dict:
     if len(reach) == 0:
         raise InputError(f"root-draw's trees hold {means[-1]:.2f} nodes even uncapped, below pearl's {target:.2f}")
     cap = int(caps[reach[0]])
-    budget = int(rd[0]["budget"])  # what root-draw ran with (its setting's B unless overridden)
+    budget = int(rd[0].budget)  # what root-draw ran with (its setting's B unless overridden)
     return {"pearl_mean": target, "root_draw_mean": float(sizes.mean()),
             "estimate_at_budget": float(np.minimum(budget, available).mean()), "cap": cap,
             "mean_at_cap": float(means[cap - 1]), "prompts": len({p for p, _ in both}), "rounds": len(available)}

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from evaluation.record import READABLE
+from evaluation.record import DecodeRecord, UnreadSchema
 from evaluation.rounds_file import files_by_shard
 from pipeline.config import InputError
 
@@ -55,15 +55,14 @@ def shard_files(directory: str | Path) -> list[Path]:
     return files_by_shard(directory, _SHARD_FILE)
 
 
-def record_key(record: dict) -> tuple:
+def record_key(record: DecodeRecord) -> tuple:
     """What makes a decode the same decode in any shard: (prompt id, turn, decoder, T, the setting's B, seed,
     warm-up)."""
-    budget = record.get("grid_budget", record["budget"])
-    return (record["prompt_id"], int(record["turn"]), record["decoder"], float(record["temperature"]),
-            budget if isinstance(budget, str) else int(budget), int(record["seed"]), bool(record["warmup"]))
+    return (record.prompt_id, record.turn, record.decoder, float(record.temperature), record.setting_budget,
+            record.seed, record.warmup)
 
 
-def read_records(path: Path, repair: bool = False) -> list[dict]:
+def read_records(path: Path, repair: bool = False) -> list[DecodeRecord]:
     """The records of one file. A torn last line (no newline, or not JSON) is dropped, and with `repair`
     cut off the file; damage anywhere else raises DamagedRecords naming the line."""
     if not path.exists():
@@ -77,22 +76,19 @@ def read_records(path: Path, repair: bool = False) -> list[dict]:
         last = number == len(lines) or (number == len(lines) - 1 and lines[-1] == b"")
         if not line and number == len(lines):
             break
+        where = f"{path}:{number}"
         try:
-            record = json.loads(line)
             if number == len(lines):  # complete JSON but no newline yet: the write was cut before it
-                raise ValueError("no newline")
-            if isinstance(record, dict) and record.get("schema", 1) not in READABLE:
-                raise OldSchema(f"{path}:{number}: a record of schema {record.get('schema', 1)}, written before "
-                                f"outputs were cut at the limit (this version reads schemas "
-                                f"{', '.join(map(str, READABLE))}); sweep again into a new directory")
-            record_key(record)
-        except OldSchema:
-            raise
-        except (ValueError, KeyError, TypeError) as e:
+                json.loads(line)
+                raise ValueError(f"{where}: no newline")
+            record = DecodeRecord.from_json(_json(line, where), where)
+        except UnreadSchema as e:
+            raise OldSchema(f"{e}; sweep again into a new directory") from None
+        except ValueError as e:
             if last:
                 log.warning("%s: dropping a torn last line (%d bytes, %s)", path, len(line), e)
                 break
-            raise DamagedRecords(f"{path}:{number}: not a record ({e}); only the last line may be torn") from None
+            raise DamagedRecords(f"{e}; only the last line may be torn") from None
         key = record_key(record)
         if key in seen:
             raise DamagedRecords(f"{path}:{number}: a second record of decode {key}")
@@ -133,12 +129,12 @@ class RecordStore:
     def __contains__(self, key: tuple) -> bool:
         return key in self.records_by_key
 
-    def append(self, record: dict) -> None:
+    def append(self, record: DecodeRecord) -> None:
         """Write one record and return only once it is on disk."""
         key = record_key(record)
         if key in self.records_by_key:
             raise ValueError(f"decode {key} is recorded already")
-        line = memoryview((json.dumps(record, separators=(",", ":")) + "\n").encode())
+        line = memoryview((json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode())
         try:
             while line:  # a write may take part of the line
                 line = line[self._file.write(line):]
@@ -170,7 +166,7 @@ class RecordStore:
         self.close()
 
 
-def load_records(directories: Iterable[str | Path]) -> list[dict]:
+def load_records(directories: Iterable[str | Path]) -> list[DecodeRecord]:
     """Every record of every shard file in `directories`; a decode found twice raises DamagedRecords."""
     out, where = [], {}
     for directory in directories:
@@ -186,6 +182,13 @@ def load_records(directories: Iterable[str | Path]) -> list[dict]:
                 where[key] = path
                 out.append(record)
     return out
+
+
+def _json(line: bytes, where: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        raise ValueError(f"{where}: not JSON ({e})") from None
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evaluation.record import DecodeRecord
 from evaluation.stats import percent
 from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
 from pipeline.config import InputError
@@ -44,7 +45,7 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
     directory(options.out or dirs[0], "--out")
     config = merged_config(dirs)
     records = load_records(dirs)
-    timed = [r for r in records if not r["warmup"]]
+    timed = [r for r in records if not r.warmup]
     if not timed:
         raise InputError(f"{', '.join(dirs)} hold no timed decode yet ({len(records)} warm-ups)")
     kw = dict(speed_tokens=config["sweep"].get("speed_tokens", "round"), n_resamples=options.resamples,
@@ -52,7 +53,7 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
     settings = [analyse(timed, t, b, **kw) for t, b in settings_of(timed)]
     by_category = {}
     if options.by_category:
-        groups = group_order({category_group(r["category"]) for r in timed})
+        groups = group_order({category_group(r.category) for r in timed})
         by_category = {s.label: [analyse(timed, s.temperature, s.budget, g, **kw) for g in groups]
                        for s in settings}
     out = Path(options.out or dirs[0])
@@ -115,17 +116,17 @@ def merged_config(dirs: Sequence[str]) -> dict:
     return configs[0]
 
 
-def _per_shard(records: Sequence[dict]) -> str:
+def _per_shard(records: Sequence[DecodeRecord]) -> str:
     """How the warm-ups spread over shards, when there were several: each shard warms up on its own."""
-    shards = {r.get("shard") for r in records if r["warmup"]}
+    shards = {r.sweep.shard for r in records if r.warmup}
     return f", run in each of {len(shards)} shards" if len(shards) > 1 else ""
 
 
-def render(dirs: Sequence[str], config: dict, records: Sequence[dict], settings: Sequence[Setting],
+def render(dirs: Sequence[str], config: dict, records: Sequence[DecodeRecord], settings: Sequence[Setting],
            by_category: dict[str, list[Setting]], options: ReportOptions, plots: Sequence[tuple[str, str]]) -> str:
     models, pool, sweep = config["models"], config["pool"], config["sweep"]
     drafter = models["drafter"]["model"] if models.get("drafter") else "(not recorded)"
-    warmups = sum(r["warmup"] for r in records)
+    warmups = sum(r.warmup for r in records)
     counted = {"round": "tokens up to the first end-of-sequence token with the last round whole (the paper's "
                         "rule; outputs themselves stop at the limit)",
                "output": "output tokens (at most the limit)"}[sweep.get("speed_tokens", "round")]

@@ -25,7 +25,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from evaluation.rounds import round_key
 from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.prompts import Prompt, gather
-from evaluation.summary import counted_tokens, setting_budget
+from evaluation.record import DecodeRecord, SweepPlace
+from evaluation.summary import counted_tokens
 from models.options import ModelOptions
 from pipeline.config import InputError
 from pipeline.settings import DecodeConfig
@@ -144,24 +145,24 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
                                          budget=options.cap(c.decoder, c.budget), seed=c.seed)
             where = {"grid_budget": c.budget, "position": task.position, "warmup": task.warmup, "shard": shard}
             keep = None if rounds is None or task.warmup else \
-                (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded, record["prompt_tokens"]))
+                (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded, record.prompt_tokens))
             for record in decode_conversation(session, task.prompt, config, done, keep):
                 if not rerun:
-                    store.append({**record, **where})
+                    store.append(record.placed(SweepPlace(**where)))
                     recorded += 1
             bar.update(0 if rerun else 1)
     return recorded
 
 
-def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[dict]) -> dict:
+def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[DecodeRecord]) -> dict:
     """The shard's state and its speeds per setting (summed tokens / summed seconds, warm-ups left out)."""
     speeds: dict[str, dict[str, float]] = {}
     for r in records:
-        if not r["warmup"]:
-            key = f"T={r['temperature']:g} B={setting_budget(r)}"
-            s = speeds.setdefault(key, {}).setdefault(r["decoder"], [0, 0.0])
+        if not r.warmup:
+            key = f"T={r.temperature:g} B={r.setting_budget}"
+            s = speeds.setdefault(key, {}).setdefault(r.decoder, [0, 0.0])
             s[0] += counted_tokens(r, options.speed_tokens)
-            s[1] += r["seconds"]
+            s[1] += r.seconds
     done = {record_key(r) for r in records}
     return {"out": str(Path(options.out)), "shard": options.shard, "records": len(records),
             "decodes": len(tasks), "complete": all(k in done for t in tasks for k in _keys(t)),

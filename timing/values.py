@@ -41,11 +41,11 @@ def check(runs: Sequence[str]) -> int:
     files = list(load_rounds(runs))
     have = {decode_key(d.key) for f in files for d in f.decodes}
     records = [r for run in runs if shard_files(run) for r in load_records([run])]
-    missing = [r for r in records if not r.get("warmup") and record_key(r) not in have]
+    missing = [r for r in records if not r.warmup and record_key(r) not in have]
     problems = [str(d) for f in files for d in f.damage if not d.recovered]
-    problems += [f"no readable rounds for the recorded decode prompt_id={r['prompt_id']!r} turn={r['turn']} "
-                 f"decoder={r['decoder']} temperature={r['temperature']:g} budget={r.get('grid_budget', r['budget'])} "
-                 f"seed={r['seed']}" for r in missing]
+    problems += [f"no readable rounds for the recorded decode prompt_id={r.prompt_id!r} turn={r.turn} "
+                 f"decoder={r.decoder} temperature={r.temperature:g} budget={r.setting_budget} "
+                 f"seed={r.seed}" for r in missing]
     for line in problems:
         print(line)
     decodes = sum(len(f.decodes) for f in files)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from bench.ahead import summarize, variant_settings
+from evaluation.record import DecodeRecord
 
 
 def row(prompt, group, budget, variant, tokens, seconds, wait=(0.01,), tried=0, hits=0, hidden=(), depths=(4,),
@@ -63,13 +64,14 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout.splitlines()[-1])
     assert doc["prompts"] == 2
-    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    records = [DecodeRecord.from_json(json.loads(line), f"records.jsonl:{n}")
+               for n, line in enumerate((tmp_path / "records.jsonl").read_text().splitlines(), 1)]
     assert len(records) == 2 * 7  # per prompt: ar, then each of the 6 variants at the one budget
-    assert [(r["decoder"], r["bench_variant"]) for r in records[:7]].count(("ar", None)) == 1
-    assert {r["bench_variant"] for r in records[1:7]} == set(doc["budgets"]["4"]) - {"by_group"}
-    assert {r["bench_budget"] for r in records[1:7]} == {4} and all(r["kind"] == "decode" for r in records)
-    tokens = sum(r["new_tokens"] for r in records if r["bench_variant"] == "cut")
-    seconds = sum(r["seconds"] for r in records if r["bench_variant"] == "cut")
+    assert [(r.decoder, r.bench.variant) for r in records[:7]].count(("ar", None)) == 1
+    assert {r.bench.variant for r in records[1:7]} == set(doc["budgets"]["4"]) - {"by_group"}
+    assert {r.bench.budget for r in records[1:7]} == {4}
+    tokens = sum(r.new_tokens for r in records if r.bench.variant == "cut")
+    seconds = sum(r.seconds for r in records if r.bench.variant == "cut")
     assert doc["budgets"]["4"]["cut"]["tokens_per_second"] == pytest.approx(tokens / seconds)
     assert set(doc["budgets"]["4"]) == {"none", "lend", "ahead", "cut", "cut-weigh", "cut+ahead", "by_group"}
     assert doc["budgets"]["4"]["ahead"]["hit_rate"] is not None and doc["budgets"]["4"]["none"]["hit_rate"] is None

@@ -3,9 +3,12 @@ that did the same work, timings of the same work that spread beyond what the int
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from evaluation.cautions import SPREAD_LIMIT, Caution
+from evaluation.record import DecodeRecord
 from evaluation.summary import analyse, as_json
 from evaluation.tally import Tally
 
@@ -58,7 +61,7 @@ def test_a_decoder_that_speculated_in_one_round_of_a_hundred_did_plain_decodings
 def test_the_same_works_timings_spreading_beyond_the_limit_are_flagged(make_record):
     records = [make_record(f"p/{i}", d, prefill_seconds=0.3) for i in range(4) for d in ("ar", "draft")]
     assert analyse(records, 0.0, 8).cautions == []
-    records[5]["prefill_seconds"] = 0.3 * SPREAD_LIMIT * 1.5  # p/2's draft
+    records[5] = dataclasses.replace(records[5], prefill_seconds=0.3 * SPREAD_LIMIT * 1.5)  # p/2's draft
     for s in both(records, budget=8):
         (caution,) = s.cautions
         assert caution.kind == "spread" and "the prefill of p/2" in caution.message
@@ -77,7 +80,8 @@ def test_a_machine_busier_than_the_pair_keeps_itself_is_flagged(make_record):
         (caution,) = s.cautions
         assert caution.kind == "load" and "reached 5.2 on 2 CPUs" in caution.message
         assert "in 1 of 6 decodes" in caution.message
-    old = [{k: v for k, v in r.items() if k not in ("load_average", "cpus", "prompt_token_ids")} | {"schema": 3}
+    old = [DecodeRecord.from_json({k: v for k, v in r.to_json().items()
+                                   if k not in ("load_average", "cpus", "prompt_token_ids")} | {"schema": 3})
            for r in busy]
     assert analyse(old, 0.0, 8).cautions == []  # schema 3 records say nothing of the load
 

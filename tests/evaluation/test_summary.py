@@ -4,6 +4,8 @@ over `ar`), the speed counts the tokens its rule names, and categories group as 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -28,22 +30,22 @@ def sweep_records(make_record, n_prompts=6, seeds=(0,), rng=0):
 
 def test_only_prompts_with_every_decoder_enter_a_setting(make_record):
     recs = sweep_records(make_record)
-    recs = [r for r in recs if not (r["prompt_id"] == "p/3" and r["decoder"] == "root")]
+    recs = [r for r in recs if not (r.prompt_id == "p/3" and r.decoder == "root")]
     recs.append(make_record("p/0", "draft", warmup=True, tokens=10**6))  # warm-ups never count
     s = analyse(recs, 0.0, 8)
     assert len(s.prompt_ids) == 5 and s.prompts_seen == 6 and "p/3" not in s.prompt_ids
     assert all(st.tokens.shape == (5,) for st in s.decoders.values())
-    drafts = [r for r in recs if r["decoder"] == "draft" and r["prompt_id"] != "p/3" and not r["warmup"]]
-    assert s.decoders["draft"].speed == pytest.approx(sum(r["new_tokens"] for r in drafts) / sum(r["seconds"] for r in drafts))
+    drafts = [r for r in recs if r.decoder == "draft" and r.prompt_id != "p/3" and not r.warmup]
+    assert s.decoders["draft"].speed == pytest.approx(sum(r.new_tokens for r in drafts) / sum(r.seconds for r in drafts))
 
 
 def test_gains_are_paired_gains_over_prompts_sorted_by_id(make_record):
     recs = sweep_records(make_record, n_prompts=8)
     s = analyse(recs, 0.0, 8, n_resamples=500, rng=3)
-    ids = sorted({r["prompt_id"] for r in recs})
-    tok = {d: np.array([next(r["new_tokens"] for r in recs if r["decoder"] == d and r["prompt_id"] == p) for p in ids], float)
+    ids = sorted({r.prompt_id for r in recs})
+    tok = {d: np.array([next(r.new_tokens for r in recs if r.decoder == d and r.prompt_id == p) for p in ids], float)
            for d in DECODERS}
-    sec = {d: np.array([next(r["seconds"] for r in recs if r["decoder"] == d and r["prompt_id"] == p) for p in ids])
+    sec = {d: np.array([next(r.seconds for r in recs if r.decoder == d and r.prompt_id == p) for p in ids])
            for d in DECODERS}
     expected = paired_gains(tok, sec, comparisons(DECODERS), n_resamples=500, rng=3)
     assert s.gains == expected
@@ -51,7 +53,7 @@ def test_gains_are_paired_gains_over_prompts_sorted_by_id(make_record):
 
 def test_settings_with_the_same_prompts_are_resampled_alike(make_record):
     a = sweep_records(make_record, rng=1)
-    b = [dict(r, budget=59) for r in a]  # the same decodes at another setting: the same intervals
+    b = [dataclasses.replace(r, budget=59) for r in a]  # the same decodes at another setting: the same intervals
     assert analyse(a + b, 0.0, 8).gains == analyse(a + b, 0.0, 59).gains
     assert settings_of(a + b) == [(0.0, 8), (0.0, 59)]
 
@@ -60,10 +62,10 @@ def test_seeds_are_summed_within_a_prompt(make_record):
     recs = sweep_records(make_record, seeds=(0, 1))
     s = analyse(recs, 0.0, 8)
     assert s.seeds == [0, 1] and len(s.prompt_ids) == 6
-    p0 = [r for r in recs if r["prompt_id"] == "p/0" and r["decoder"] == "root"]
-    assert s.decoders["root"].tokens[0] == sum(r["new_tokens"] for r in p0)
+    p0 = [r for r in recs if r.prompt_id == "p/0" and r.decoder == "root"]
+    assert s.decoders["root"].tokens[0] == sum(r.new_tokens for r in p0)
     # a prompt missing one seed of one decoder is incomplete
-    s = analyse([r for r in recs if not (r["prompt_id"] == "p/0" and r["seed"] == 1 and r["decoder"] == "pearl")], 0.0, 8)
+    s = analyse([r for r in recs if not (r.prompt_id == "p/0" and r.seed == 1 and r.decoder == "pearl")], 0.0, 8)
     assert "p/0" not in s.prompt_ids
 
 
@@ -109,8 +111,8 @@ def test_a_setting_with_one_prompt_has_speeds_but_no_gains(make_record):
 
 
 def test_median_rounds_are_the_rounds_nearest_the_median_round_time(make_record):
-    r = make_record("p/0", "root-draw", tree_sizes=(1, 1, 1, 1, 1), accepted=(0,) * 5)
-    r["phases"]["wait"] = [0.001, 0.0055, 0.002, 0.009, 0.003]  # rounds of 5, 9.5, 6, 13 and 7 ms
+    r = make_record("p/0", "root-draw", tree_sizes=(1, 1, 1, 1, 1), accepted=(0,) * 5,
+                    phases={"wait": [0.001, 0.0055, 0.002, 0.009, 0.003]})  # rounds of 5, 9.5, 6, 13 and 7 ms
     stats = analyse([r], 0.0, 8).decoders["root-draw"]
     rows = median_rounds(stats, 3)
     assert list(np.round(rows[:, PHASES.index("wait")], 3)) == [0.001, 0.002, 0.003]  # in round order

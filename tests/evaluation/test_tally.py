@@ -32,11 +32,11 @@ def assert_same(got, want) -> None:
 
 def test_a_tally_equals_the_analysis_of_the_same_records(make_record):
     records = sweep_records(make_record, n_prompts=7, seeds=(0, 1), rng=4)
-    records = [dict(r, cut_pools=True, pool_depths=[1 + i % 3] * r["rounds"])  # some decodes cut their pools
-               if r["decoder"] == "root-draw" and r["seed"] == 1 else r for i, r in enumerate(records)]
+    records = [dataclasses.replace(r, cut_pools=True, pool_depths=[1 + i % 3] * r.rounds)  # some decodes cut their pools
+               if r.decoder == "root-draw" and r.seed == 1 else r for i, r in enumerate(records)]
     records += [make_record("p/9", "draft", tokens=5)]  # a prompt without every decoder: not complete
     records += [make_record("p/0", "draft", warmup=True, tokens=10**6)]  # warm-ups never count
-    records += [dict(r, budget=59) for r in sweep_records(make_record, n_prompts=2)]  # another setting
+    records += [dataclasses.replace(r, budget=59) for r in sweep_records(make_record, n_prompts=2)]  # another setting
     for speed_tokens in ("output", "round"):
         assert_same(tallied(records, speed_tokens=speed_tokens).setting(n_resamples=300, rng=2),
                     analyse(records, 0.0, 8, speed_tokens=speed_tokens, n_resamples=300, rng=2))
@@ -47,7 +47,7 @@ def test_turns_rounds_and_budgets_add_up_as_in_the_analysis(make_record):
     records = [make_record(f"q/{i}", d, tokens=10 + i, seconds=1.0 + t, overshoot=2, turn=t, budget="auto",
                            tree_sizes=(0, 3, 9)[: 1 + (i + t) % 3], accepted=(0, 2, 4)[: 1 + (i + t) % 3])
                for i in range(5) for d in ("ar", "root-draw") for t in (0, 1)]
-    records = [dict(r, budgets=[4 + (i % 3) * 4 for i in range(r["rounds"])]) for r in records]
+    records = [dataclasses.replace(r, budgets=[4 + (i % 3) * 4 for i in range(r.rounds)]) for r in records]
     assert_same(tallied(records, budget="auto").setting(), analyse(records, 0.0, "auto"))
 
 

@@ -66,7 +66,7 @@ def test_an_interrupted_decode_leaves_the_target_process_pair_answering_correctl
             pair.chat(["long"] * 6, decoder="root-draw", max_new_tokens=200)
         outs = [pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16) for i in range(2)]
         for i, out in enumerate(outs):
-            assert (out.decoder, out.record["max_new_tokens"], out.turn) == ("ar", 16, 0)
+            assert (out.decoder, out.record.max_new_tokens, out.turn) == ("ar", 16, 0)
             assert out.prompt_id == pair.decode(f"again-{i}", decoder="ar", max_new_tokens=16).prompt_id
         assert outs[0].prompt_id != outs[1].prompt_id
 

@@ -11,7 +11,8 @@ import torch
 
 from models.mock import EOS
 from pipeline.budget import (COST_RATE, DECAY, EXPERIENCE, FORGET, PRIOR_WEIGHT, RECALL, ROOT_RATE, RUN_RATE,
-                             AutoBudget, Experience, PassCosts, candidate_sizes, costs_for, prior, ranks_on_path)
+                             AutoBudget, Experience, MeasuredPasses, PassCosts, candidate_sizes, costs_for, prior,
+                             ranks_on_path)
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
@@ -119,8 +120,8 @@ def test_a_plain_cost_inflated_by_one_slow_moment_is_brought_back_by_the_root_pa
 
 
 def test_the_start_up_ratio_of_plain_to_root_pass_scales_the_root_passes():
-    measured = {"plain": 0.06, "overlapped": 0.05, "tree": {1: 0.07}, "tree_with_root": {1: 0.09},
-                "prefill": 0.001, "prefill_shared": 0.002}
+    measured = MeasuredPasses(plain=0.06, overlapped=0.05, tree={1: 0.07}, tree_with_root={1: 0.09}, prefill=0.001,
+                              prefill_shared=0.002)
     assert costs_for(True, measured).solo == pytest.approx(1.2)
     assert costs_for(False, measured).solo == 1.0  # `draft` has no root pass to scale
     auto = AutoBudget(costs_for(True, measured), 1)
@@ -415,3 +416,12 @@ def test_a_decode_teaches_its_prefill_cost_and_long_prompts_then_start_plain(moc
     short = decode(pair.target, pair.drafter, [3, 4], config, frozenset(), None, costs=taught())
     assert short.rounds[0].budget > 0 and short.tokens == greedy(pair.target_model, [3, 4], 12)
 
+
+
+def test_measured_passes_are_checked_where_they_are_built():
+    with pytest.raises(ValueError, match="`overlapped` must be finite seconds"):
+        MeasuredPasses(plain=0.06, overlapped=float("nan"), tree={1: 0.07}, tree_with_root={1: 0.09}, prefill=0.0,
+                       prefill_shared=0.0)
+    with pytest.raises(ValueError, match="`tree` and `tree_with_root` must time the same sizes"):
+        MeasuredPasses(plain=0.06, overlapped=0.05, tree={1: 0.07}, tree_with_root={2: 0.09}, prefill=0.0,
+                       prefill_shared=0.0)

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from evaluation.record import DecodeRecord
 from models.mock import MockModel
 from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
@@ -103,22 +104,23 @@ def test_json_run_prints_provenance_then_one_greedy_record_per_decode_then_a_sum
                                            "dtype": "float32", "device": "cpu"}
     assert header["environment"]["git"]["commit"] and header["settings"]["max_new_tokens"] == limit
     # One schema: a decode run's record has exactly the fields of every decode record (evaluation.record).
-    assert all(r.keys() == make_record("p", "ar").keys() - {"warmup"} for r in records)
-    assert sorted((r["prompt_id"], r["seed"], r["decoder"]) for r in records) == sorted(
+    assert all(r.keys() == make_record("p", "ar").to_json().keys() for r in records)
+    records = [DecodeRecord.from_json(r) for r in records]
+    assert sorted((r.prompt_id, r.seed, r.decoder) for r in records) == sorted(
         itertools.product(["prompt/0", "prompt/1"], range(2), decoders))
     assert "[target] drafter 'mock' ready" in done.stderr and "[drafter] handshake" in done.stderr
     assert done.stderr.count(" tok/s") == 12  # a live line per decode, even with --json
     options = ModelOptions(model="mock")
     model, tokenizer = MockModel(options.mock_vocab, options.mock_seed), MockTokenizer(options.mock_vocab)
     for r in records:
-        assert r["temperature"] == 0.0 and r["budget"] == 8
-        assert r["rounds"] >= 1 and r["target_passes"] >= r["rounds"] and r["seconds"] > 0
-        assert r["tokens_per_second"] == pytest.approx(r["new_tokens"] / r["seconds"])
-        assert r["text"] == tokenizer.decode(r["token_ids"])
+        assert r.temperature == 0.0 and r.budget == 8
+        assert r.rounds >= 1 and r.target_passes >= r.rounds and r.seconds > 0
+        assert r.tokens_per_second == pytest.approx(r.new_tokens / r.seconds)
+        assert r.text == tokenizer.decode(r.token_ids)
         # At T = 0 every decoder emits the target's own argmax stream, exactly to the limit or the
         # end-of-sequence token.
-        want = greedy(model, tokenizer.prompt_ids(prompts[int(r["prompt_id"][-1])]), limit)
-        assert r["token_ids"] == want and r["new_tokens"] == len(want)
+        want = greedy(model, tokenizer.prompt_ids(prompts[int(r.prompt_id[-1])]), limit)
+        assert r.token_ids == want and r.new_tokens == len(want)
     assert set(summary["decoders"]) == set(decoders) and set(summary["gains"]) >= {"draft/ar", "root/ar"}
     assert summary["decoders"]["ar"]["tau"] == 1.0 and summary["decoders"]["draft"]["tau"] > 1.0
 
@@ -131,15 +133,15 @@ def test_drafting_ahead_between_processes_changes_no_output_and_records_its_hits
         done = pair("--target", "mock", "--json", "--decoders", "draft,root-draw", "--max-new-tokens", "48",
                     "--temperature", temperature, "--prompt", "Once upon a time", *ahead)
         assert done.returncode == 0, done.stderr
-        runs[bool(ahead)] = [json.loads(line) for line in done.stdout.splitlines()][1:-1]
+        runs[bool(ahead)] = decode_records(done.stdout)
     for off, on in zip(runs[False], runs[True]):
-        assert on["token_ids"] == off["token_ids"] and on["ahead"] and not off["ahead"]
-        assert set(off["ahead_hits"]) == {-1}
-        assert set(on["ahead_hits"]) <= {-1, 0, 1} and 0 in on["ahead_hits"]
-        assert temperature == "1" or 1 in on["ahead_hits"]  # greedy mocks agree often enough to hit
-        assert on["ahead_hits"][0] == -1  # round 0's pool grows from the prompt
-        assert all(s >= 0 for s in on["ahead_seconds"])
-        assert all(s == 0 for s, hit in zip(on["ahead_seconds"], on["ahead_hits"]) if hit != 1)
+        assert on.token_ids == off.token_ids and on.ahead and not off.ahead
+        assert set(off.ahead_hits) == {-1}
+        assert set(on.ahead_hits) <= {-1, 0, 1} and 0 in on.ahead_hits
+        assert temperature == "1" or 1 in on.ahead_hits  # greedy mocks agree often enough to hit
+        assert on.ahead_hits[0] == -1  # round 0's pool grows from the prompt
+        assert all(s >= 0 for s in on.ahead_seconds)
+        assert all(s == 0 for s, hit in zip(on.ahead_seconds, on.ahead_hits) if hit != 1)
 
 
 def test_a_drafting_window_between_processes_changes_no_output_and_is_recorded():
@@ -148,9 +150,9 @@ def test_a_drafting_window_between_processes_changes_no_output_and_is_recorded()
         done = pair("--target", "mock", "--json", "--decoders", "root-draw", "--max-new-tokens", "24",
                     "--drafter-window", window, "--prompt", "Once upon a time, in a land far away, there lived")
         assert done.returncode == 0, done.stderr
-        (runs[window],) = [json.loads(line) for line in done.stdout.splitlines()][1:-1]
-    assert runs["6"]["token_ids"] == runs["0"]["token_ids"]
-    assert (runs["0"]["drafter_window"], runs["6"]["drafter_window"]) == (0, 6)
+        (runs[window],) = decode_records(done.stdout)
+    assert runs["6"].token_ids == runs["0"].token_ids
+    assert (runs["0"].drafter_window, runs["6"].drafter_window) == (0, 6)
     done = pair("--target", "mock", "--drafter-window", "-3", "--prompt", "x")
     assert done.returncode == 2 and "drafter-window" in done.stderr and "Traceback" not in done.stderr
 
@@ -172,11 +174,11 @@ def test_table_shows_the_fields_metrics():
     assert re.search(r"[+-]\d+\.\d% \[[+-]\d+\.\d, [+-]\d+\.\d\]", row), row
 
 
-def decode_records(stdout: str) -> list[dict]:
+def decode_records(stdout: str) -> list[DecodeRecord]:
     """The decode records of a --json run (the lines between its provenance and its summary)."""
     lines = [json.loads(line) for line in stdout.splitlines()]
     assert lines[0]["kind"] == "run" and lines[-1]["kind"] == "summary"
-    return [r for r in lines if r["kind"] == "decode"]
+    return [DecodeRecord.from_json(r) for r in lines if r["kind"] == "decode"]
 
 
 @pytest.mark.slow
@@ -186,7 +188,7 @@ def test_tcp_endpoints_work(endpoint):
     done = pair("--target", "mock", "--json", "--endpoint", address, "--decoders", "root", "--prompt", "hi",
                 "--max-new-tokens", "16")
     assert done.returncode == 0, done.stderr
-    assert [r["decoder"] for r in decode_records(done.stdout)] == ["root"]
+    assert [r.decoder for r in decode_records(done.stdout)] == ["root"]
     shown = re.search(r"\[drafter\] loaded mock on cpu; serving on (\S+)", done.stderr).group(1)
     if endpoint == "explicit":
         assert shown == address
@@ -202,7 +204,7 @@ def test_a_users_key_starting_with_a_dash_carries_the_pair(tmp_path):
     done = pair("--target", "mock", "--json", "--endpoint", "tcp", "--key-dir", str(directory), "--decoders", "root",
                 "--prompt", "hi", "--max-new-tokens", "16")
     assert done.returncode == 0, done.stderr
-    assert [r["decoder"] for r in decode_records(done.stdout)] == ["root"]
+    assert [r.decoder for r in decode_records(done.stdout)] == ["root"]
 
 
 @pytest.mark.slow
@@ -257,4 +259,4 @@ def test_folders_named_like_packages_in_the_callers_folder_do_not_shadow_them(tm
     done = pair("--target", "mock", "--json", "--decoders", "ar,root", "--max-new-tokens", "8",
                 "--prompts", "p.txt", cwd=tmp_path)  # a path relative to the caller's folder
     assert done.returncode == 0, done.stderr
-    assert [r["decoder"] for r in decode_records(done.stdout)] == ["ar", "root"]
+    assert [r.decoder for r in decode_records(done.stdout)] == ["ar", "root"]

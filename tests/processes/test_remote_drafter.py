@@ -14,6 +14,8 @@ import subprocess
 
 import pytest
 
+from evaluation.record import DecodeRecord
+
 from tests.processes.proc_tools import PAIR_SH, START_S, Running
 
 RUN = ["--target", "mock", "--json", "--decoders", "ar,root", "--prompt", "hi", "--max-new-tokens", "8"]
@@ -61,8 +63,9 @@ def test_targets_are_served_one_after_another_over_curve(drafter_host):
     for _ in range(2):  # the drafter persists: the second target is served as the first
         done = pair(*RUN, "--drafter-at", endpoint, "--drafter-key", key)
         assert done.returncode == 0, done.stderr
-        decodes = [json.loads(line) for line in done.stdout.splitlines() if '"kind": "decode"' in line]
-        assert [r["decoder"] for r in decodes] == ["ar", "root"]
+        decodes = [DecodeRecord.from_json(json.loads(line)) for line in done.stdout.splitlines()
+                   if '"kind": "decode"' in line]
+        assert [r.decoder for r in decodes] == ["ar", "root"]
     assert run.proc.poll() is None
     os.killpg(run.pid, signal.SIGTERM)
     assert run.wait(10) == 128 + signal.SIGTERM

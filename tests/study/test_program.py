@@ -32,17 +32,17 @@ def json_lines(capsys, *argv) -> list[dict]:
 
 
 def test_sweep_records_every_timed_round_beside_its_records(recorded):
-    records = [r for r in load_records([recorded]) if not r["warmup"]]
+    records = [r for r in load_records([recorded]) if not r.warmup]
     (found,) = load_rounds([recorded])
     provenance, decodes = found.provenance, found.decodes
     assert provenance["sweep"]["record_rounds"] is True and not found.damage
     by_key = {(d.key["prompt_id"], d.key["decoder"], d.key["temperature"]): d for d in decodes}
     assert len(by_key) == len(records) == len(decodes)  # warm-ups are not recorded
     for r in records:
-        d = by_key[r["prompt_id"], r["decoder"], r["temperature"]]
-        assert [x.accepted for x in d.rounds] == [a for a, b in zip(r["accepted"], r["budgets"]) if b > 0]
+        d = by_key[r.prompt_id, r.decoder, r.temperature]
+        assert [x.accepted for x in d.rounds] == [a for a, b in zip(r.accepted, r.budgets) if b > 0]
         emitted = np.concatenate([x.emitted for x in d.rounds]).tolist()
-        assert emitted[: r["new_tokens"]] == r["token_ids"]
+        assert emitted[: r.new_tokens] == r.token_ids
 
 
 def test_values_json_has_every_rule_budget_and_setting(recorded, capsys):

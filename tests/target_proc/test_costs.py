@@ -15,13 +15,13 @@ def test_measure_times_every_pass_the_choice_needs(capacity):
     target = Target(MockRunner(MockModel(32, 1), capacity))
     measured = costs.measure(target, 8, reps=1)
     sizes = [b for b in candidate_sizes(8) if b]
-    assert sorted(measured["tree"]) == sorted(measured["tree_with_root"]) == sizes
-    times = [measured[k] for k in ("plain", "overlapped", "prefill", "prefill_shared")]
-    times += [*measured["tree"].values(), *measured["tree_with_root"].values()]
+    assert sorted(measured.tree) == sorted(measured.tree_with_root) == sizes
+    times = [measured.plain, measured.overlapped, measured.prefill, measured.prefill_shared]
+    times += [*measured.tree.values(), *measured.tree_with_root.values()]
     assert all(t > 0 for t in times) and target.before_root == 0
     root_pass = costs_for(True, measured)  # root-draw's
-    assert root_pass.front == measured["overlapped"] and root_pass.tree == measured["tree"]
+    assert root_pass.front == measured.overlapped and root_pass.tree == measured.tree
     assert (root_pass.prefill, root_pass.prefill_shared, root_pass.catch_up) == (
-        measured["prefill"], measured["prefill_shared"], 0.0)
+        measured.prefill, measured.prefill_shared, 0.0)
     draft = costs_for(False, measured)
-    assert draft.front == 0.0 and draft.tree == measured["tree_with_root"]
+    assert draft.front == 0.0 and draft.tree == measured.tree_with_root

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from evaluation.record import DecodeRecord
 from models.tokenizers import MockTokenizer
 from pipeline.config import InputError
 from pipeline.rules import DECODERS
@@ -17,7 +18,7 @@ PROMPT = [40, 41, 42, 43]
 LIMIT = 40
 
 
-def record(session, decoder: str = "ar", **settings) -> dict:
+def record(session, decoder: str = "ar", **settings) -> DecodeRecord:
     return decode_context(session, PROMPT, DecodeConfig(decoder, 0.0, 8, LIMIT, **settings), prompt_id="p",
                           category="c")
 
@@ -35,33 +36,33 @@ def test_the_first_token_that_completes_a_stop_string_is_found_across_tokens():
 def test_a_stop_string_ends_the_output_and_the_text_stops_before_it(mock_session):
     session = mock_session()
     whole = record(session)
-    assert whole["finish_reason"] == "length" and whole["stop_reason"] is None and whole["stop"] == "limit"
-    stop = whole["text"][10:13]  # three characters from the middle of the greedy text
-    at = whole["text"].index(stop)
+    assert whole.finish_reason == "length" and whole.stop_reason is None and whole.stop == "limit"
+    stop = whole.text[10:13]  # three characters from the middle of the greedy text
+    at = whole.text.index(stop)
     for decoder in DECODERS:
         stopped = record(session, decoder, stop=["never", stop])
-        assert stopped["text"] == whole["text"][:at], decoder
-        assert stopped["token_ids"] == whole["token_ids"][: at + len(stop)]  # the completing token included
-        assert (stopped["finish_reason"], stopped["stop_reason"], stopped["stop"]) == ("stop", stop, "stop_string")
-        assert stopped["stop_strings"] == ["never", stop] and stopped["overshoot"] == 0
+        assert stopped.text == whole.text[:at], decoder
+        assert stopped.token_ids == whole.token_ids[: at + len(stop)]  # the completing token included
+        assert (stopped.finish_reason, stopped.stop_reason, stopped.stop) == ("stop", stop, "stop_string")
+        assert stopped.stop_strings == ["never", stop] and stopped.overshoot == 0
 
 
 def test_a_stop_token_id_ends_the_output_its_text_left_out(mock_session):
     session = mock_session()
     whole = record(session)
-    token = whole["token_ids"][7]
-    at = whole["token_ids"].index(token)
+    token = whole.token_ids[7]
+    at = whole.token_ids.index(token)
     for decoder in DECODERS:
         stopped = record(session, decoder, stop_token_ids=[token])
-        assert stopped["token_ids"] == whole["token_ids"][: at + 1], decoder
-        assert stopped["text"] == whole["text"][:at]  # the mock's one character per token
-        assert (stopped["finish_reason"], stopped["stop_reason"], stopped["stop"]) == ("stop", token,
+        assert stopped.token_ids == whole.token_ids[: at + 1], decoder
+        assert stopped.text == whole.text[:at]  # the mock's one character per token
+        assert (stopped.finish_reason, stopped.stop_reason, stopped.stop) == ("stop", token,
                                                                                        "stop_token_id")
 
 
 def test_the_record_holds_the_prompts_text(mock_session):
     session = mock_session()
-    assert record(session)["prompt"] == session.tokenizer.prompt_text(PROMPT) == session.tokenizer.decode(PROMPT)
+    assert record(session).prompt == session.tokenizer.prompt_text(PROMPT) == session.tokenizer.decode(PROMPT)
 
 
 def test_a_stop_token_id_outside_the_vocabulary_is_refused_naming_the_setting(mock_session):

@@ -41,7 +41,7 @@ def test_mock_sweep_then_report_as_a_user_would(tmp_path):
     assert doc["next"][0].startswith(f"launch/pair.sh report {out}") and f"report {out}" in done.stderr
     recs = read_records(records_path(out, 1, 1))
     assert len(recs) == len({record_key(r) for r in recs}) == 4 * 16 + 2 * 16  # prompts x combos + warm-ups
-    assert Counter(r["warmup"] for r in recs) == {False: 64, True: 32}
+    assert Counter(r.warmup for r in recs) == {False: 64, True: 32}
     config = json.loads((out / "config.json").read_text())
     assert config["models"]["target"]["model"] == config["models"]["drafter"]["model"] == "mock"
     assert config["pool"] == {"topk": 4, "depth": 3, "expand": 2}

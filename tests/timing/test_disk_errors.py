@@ -46,8 +46,8 @@ def test_a_refused_write_stops_the_sweep_with_one_line_and_resumes(tmp_path, moc
     assert len(read_records(path)) == 5 and path.read_bytes().endswith(b"\n")  # no torn line is left
     monkeypatch.undo()
     resumed = sweep(mock_session(), options)
-    assert {(r["prompt_id"], r["decoder"], r["temperature"], r["budget"], r["warmup"]) for r in resumed.records} == \
-        {(r["prompt_id"], r["decoder"], r["temperature"], r["budget"], r["warmup"]) for r in whole.records}
+    assert {(r.prompt_id, r.decoder, r.temperature, r.budget, r.warmup) for r in resumed.records} == \
+        {(r.prompt_id, r.decoder, r.temperature, r.budget, r.warmup) for r in whole.records}
 
 
 def test_a_partial_line_of_a_refused_write_is_cut_off(tmp_path, make_record, monkeypatch):

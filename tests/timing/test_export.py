@@ -28,24 +28,24 @@ def test_answers_round_trip_the_records_fields(tmp_path, mock_session, make_opti
     assert sorted(p.name for p in paths) == sorted(  # ar, decoded once for every budget: one file per T
         [f"mock-root-draw-temperature-{t}-budget-{b}.jsonl" for t in (0, 1) for b in (8, "auto")]
         + [f"mock-ar-temperature-{t}.jsonl" for t in (0, 1)])
-    records = [r for r in load_records([tmp_path / "run"]) if not r["warmup"] and r.get("grid_budget") != "auto"]
+    records = [r for r in load_records([tmp_path / "run"]) if not r.warmup and r.setting_budget != "auto"]
     for path in [p for p in paths if "budget-auto" not in p.name]:
         answers = [json.loads(line) for line in path.read_text().splitlines()]
         decoder, rest = path.name.removeprefix("mock-").split("-temperature-")
         t = float(rest.split("-")[0].removesuffix(".jsonl"))
-        mine = [r for r in records if r["decoder"] == decoder and r["temperature"] == t]
-        assert [a["question_id"] for a in answers] == sorted(question_id(r["prompt_id"]) for r in mine
-                                                             if r["seed"] == 0)
+        mine = [r for r in records if r.decoder == decoder and r.temperature == t]
+        assert [a["question_id"] for a in answers] == sorted(question_id(r.prompt_id) for r in mine
+                                                             if r.seed == 0)
         for a in answers:
             assert isinstance(a["question_id"], int) and a["model_id"] == f"mock-{decoder}"
             assert {"answer_id", "category", "choices", "tstamp"} <= a.keys()
-            rs = [r for r in mine if question_id(r["prompt_id"]) == a["question_id"]]
-            assert len(a["choices"]) == len({r["seed"] for r in rs}) == (2 if t > 0 else 1)
-            for choice, seed in zip(a["choices"], sorted({r["seed"] for r in rs})):
-                (r,) = [r for r in rs if r["seed"] == seed]
-                assert choice["turns"] == [r["text"].strip()] and choice["decoding_steps"] == [r["rounds"]]
-                assert choice["new_tokens"] == [r["new_tokens"] + r["overshoot"]]  # the sweep's rule: round
-                assert choice["wall_time"] == [r["seconds"]] and choice["accept_lengths"] == r["accept_lengths"]
+            rs = [r for r in mine if question_id(r.prompt_id) == a["question_id"]]
+            assert len(a["choices"]) == len({r.seed for r in rs}) == (2 if t > 0 else 1)
+            for choice, seed in zip(a["choices"], sorted({r.seed for r in rs})):
+                (r,) = [r for r in rs if r.seed == seed]
+                assert choice["turns"] == [r.text.strip()] and choice["decoding_steps"] == [r.rounds]
+                assert choice["new_tokens"] == [r.new_tokens + r.overshoot]  # the sweep's rule: round
+                assert choice["wall_time"] == [r.seconds] and choice["accept_lengths"] == r.accept_lengths
 
 
 def spec_bench_speed(path) -> tuple[float, float]:

@@ -3,6 +3,8 @@ under each round's draw."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pipeline.config import InputError
@@ -31,7 +33,7 @@ def test_matched_cap_above_the_budget_when_root_draw_trees_are_smaller(make_reco
 
 def test_matched_needs_the_pool_count_under_the_draw(make_record):
     recs = matched_records(make_record, [10], [5])
-    recs[1]["available"] = [0]
+    recs[1] = dataclasses.replace(recs[1], available=[0])
     with pytest.raises(InputError, match="lack `available`"):
         match(recs, 0.0)
     with pytest.raises(InputError, match="no pearl records"):

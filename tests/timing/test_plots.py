@@ -27,7 +27,7 @@ def run(make_record, decoders, budgets):
 
 
 def draw(records, tmp_path, by_category=False):
-    settings = [analyse(records, 0.0, b, n_resamples=50) for b in dict.fromkeys(r["budget"] for r in records)]
+    settings = [analyse(records, 0.0, b, n_resamples=50) for b in dict.fromkeys(r.budget for r in records)]
     cats = {s.label: [analyse(records, 0.0, s.budget, category_group(c), n_resamples=50) for c in ("qa", "rag")]
             for s in settings} if by_category else {}
     written = report.draw(settings, cats, ReportOptions(resamples=50), tmp_path)

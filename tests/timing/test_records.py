@@ -4,6 +4,7 @@ off, damage elsewhere is loud, and no decode is ever recorded twice, within a fi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_torn_last_line_is_dropped_and_cut_off(tmp_path, make_record, tail):
         assert len(store.records) == 3
         store.append(make_record("p/7", "draft"))
     assert path.read_bytes().startswith(intact)
-    assert [r["prompt_id"] for r in read_records(path)] == ["p/0", "p/1", "p/2", "p/7"]
+    assert [r.prompt_id for r in read_records(path)] == ["p/0", "p/1", "p/2", "p/7"]
 
 
 def test_damage_before_the_last_line_is_an_error(tmp_path, make_record):
@@ -55,7 +56,7 @@ def test_damage_before_the_last_line_is_an_error(tmp_path, make_record):
     lines = path.read_bytes().split(b"\n")
     lines[1] = lines[1][:20]
     path.write_bytes(b"\n".join(lines))
-    with pytest.raises(DamagedRecords, match=r"records\.shard-1-of-1\.jsonl:2: not a record"):
+    with pytest.raises(DamagedRecords, match=r"records\.shard-1-of-1\.jsonl:2: not JSON .*only the last line may be torn"):
         RecordStore(path)
 
 
@@ -78,7 +79,7 @@ def test_reports_merge_shard_files_and_refuse_a_decode_found_twice(tmp_path, mak
     with RecordStore(records_path(a, 1, 2)) as s1, RecordStore(records_path(b, 2, 2)) as s2:
         s1.append(make_record("p/0", "draft"))
         s2.append(make_record("p/1", "draft"))
-    assert sorted(r["prompt_id"] for r in load_records([a, b])) == ["p/0", "p/1"]
+    assert sorted(r.prompt_id for r in load_records([a, b])) == ["p/0", "p/1"]
     assert [p.name for p in shard_files(a)] == ["records.shard-1-of-2.jsonl"]
     with RecordStore(records_path(a, 2, 2)) as s3:
         s3.append(make_record("p/1", "draft"))
@@ -96,18 +97,31 @@ def test_records_are_one_json_document_per_line(tmp_path, make_record):
 
 
 def test_records_of_the_schema_before_stops_are_still_read_and_the_first_schema_is_refused(tmp_path, make_record):
-    from evaluation.record import finish_reason
     from timing.record_store import OldSchema
 
-    new_fields = ("prompt", "finish_reason", "stop_reason", "stop_strings", "stop_token_ids")
-    old = [{k: v for k, v in make_record(f"p/{i}", "draft").items() if k not in new_fields} | {"schema": 2}
+    new_fields = ("prompt", "finish_reason", "stop_reason", "stop_strings", "stop_token_ids", "prompt_token_ids",
+                  "load_average", "cpus", "lend_cores", "cut_pools", "cut_weigh", "pool_depths", "drafter_window",
+                  "held_rows")
+    old = [{k: v for k, v in make_record(f"p/{i}", "draft").to_json().items() if k not in new_fields} | {"schema": 2}
            for i in range(2)]
     old[1]["stop"] = "eos"
     path = records_path(tmp_path, 1, 1)
     path.write_text("".join(json.dumps(r) + "\n" for r in old))
-    assert read_records(path) == old
-    assert [finish_reason(r) for r in old] == ["length", "stop"]
+    read = read_records(path)
+    assert [r.to_json() for r in read] == old
+    assert [r.finish_reason for r in read] == ["length", "stop"] and read[0].prompt == ""
     first = {k: v for k, v in old[0].items() if k != "schema"}
     path.write_text(json.dumps(first) + "\n" + json.dumps(old[1]) + "\n")
     with pytest.raises(OldSchema, match=r":1: a record of schema 1, written before outputs were cut at the limit"):
         read_records(path)
+
+
+def test_the_committed_sweeps_load_through_the_records_store():
+    results = Path(__file__).resolve().parents[2] / "results"
+    runs = sorted({p.parent for p in results.glob("*/records.shard-*-of-*.jsonl")})
+    assert len(runs) >= 6
+    for run in runs:
+        lines = [line for path in shard_files(run) for line in path.read_text().splitlines()]
+        records = load_records([run])
+        assert [json.dumps(r.to_json(), separators=(",", ":")) for r in records] == lines  # as written, byte for byte
+        assert {r.schema for r in records} <= {2, 3, 4}

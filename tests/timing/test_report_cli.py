@@ -147,8 +147,8 @@ def test_a_sweep_decodes_ar_once_and_reports_it_beside_every_budget(tmp_path, mo
                                                                     capsys):
     store = sweep(mock_session(), make_options(tmp_path, decoders="ar,draft", temperatures="0", budgets="8,59",
                                                warmup=0))
-    ar = [r for r in store.records if r["decoder"] == "ar"]
-    assert len(ar) == 4 and {r["grid_budget"] for r in ar} == {"all"}  # one per built-in prompt
+    ar = [r for r in store.records if r.decoder == "ar"]
+    assert len(ar) == 4 and {r.sweep.grid_budget for r in ar} == {"all"}  # one per built-in prompt
     assert report.main([str(tmp_path), "--no-plots"]) == 0
     doc = last_json(capsys)
     assert [(s["budget"], s["prompts"], s["decoders"]["ar"]["decodes"]) for s in doc["settings"]] == [(8, 4, 4),

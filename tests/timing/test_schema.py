@@ -16,7 +16,8 @@ def test_one_schema_for_a_decode_run_a_sweep_and_a_benchmark(tmp_path, mock_sess
     (decoded,) = list(run_decodes(mock_session(), [prompt], run))
     store = sweep(mock_session(), make_options(tmp_path, decoders="root-draw", temperatures="0", budgets="8",
                                                warmup=0))
-    (swept,) = [r for r in store.records if r["prompt_id"] == "builtin/0"]
+    (swept,) = [r for r in store.records if r.prompt_id == "builtin/0"]
+    decoded, swept = decoded.to_json(), swept.to_json()
     assert swept.keys() - decoded.keys() == {"grid_budget", "position", "warmup", "shard"}
     assert decoded.keys() <= swept.keys()
     timing_fields = {"seconds", "prefill_seconds", "tokens_per_second", "phases", "finished", "load_average"}

@@ -19,7 +19,7 @@ SWEEP = ["--target", "mock", "--pool-topk", "4", "--pool-depth", "3", "--pool-ex
 
 def outputs(directory) -> dict:
     """Record key -> the output's ids, timed decodes only (warm-ups run on each shard's first prompts)."""
-    return {record_key(r): r["token_ids"] for r in load_records([directory]) if not r["warmup"]}
+    return {record_key(r): r.token_ids for r in load_records([directory]) if not r.warmup}
 
 
 @pytest.mark.slow

@@ -28,25 +28,25 @@ def test_every_decode_is_recorded_once_with_its_rounds(tmp_path, mock_session, m
     store = sweep(mock_session(), options)
     assert len(store.records) == 4 * 16 + 2 * 16  # prompts x combinations + warm-ups
     assert len({record_key(r) for r in store.records}) == len(store.records)
-    timed = Counter((r["prompt_id"]) for r in store.records if not r["warmup"])
+    timed = Counter((r.prompt_id) for r in store.records if not r.warmup)
     assert timed == Counter({f"builtin/{i}": 16 for i in range(4)})
     for r in store.records:
-        n = r["rounds"]
-        assert 0 < r["new_tokens"] == len(r["token_ids"]) <= 24 and r["seconds"] > r["prefill_seconds"] > 0
-        assert len(r["accepted"]) == len(r["tree_sizes"]) == len(r["accept_lengths"]) == len(r["tried"]) == n
-        assert set(r["phases"]) >= {"draft", "root", "wait", "select", "tree", "commit"}
-        assert all(len(v) == n for v in r["phases"].values())
-        assert (r["stop"] == "limit") == (0 not in r["token_ids"])  # mock end-of-sequence is token 0
-        assert r["new_tokens"] + r["overshoot"] == sum(r["accept_lengths"]) or r["stop"] == "eos"
-        assert r["grid_budget"] == r["budget"] and r["turn"] == 0
-        if r["decoder"] == "root-draw":  # X1 plus its pool descendants
-            assert all(min(r["budget"], a) == t for a, t in zip(r["available"], r["tree_sizes"]))
+        n = r.rounds
+        assert 0 < r.new_tokens == len(r.token_ids) <= 24 and r.seconds > r.prefill_seconds > 0
+        assert len(r.accepted) == len(r.tree_sizes) == len(r.accept_lengths) == len(r.tried) == n
+        assert set(r.phases) >= {"draft", "root", "wait", "select", "tree", "commit"}
+        assert all(len(v) == n for v in r.phases.values())
+        assert (r.stop == "limit") == (0 not in r.token_ids)  # mock end-of-sequence is token 0
+        assert r.new_tokens + r.overshoot == sum(r.accept_lengths) or r.stop == "eos"
+        assert r.sweep.grid_budget == r.budget and r.turn == 0
+        if r.decoder == "root-draw":  # X1 plus its pool descendants
+            assert all(min(r.budget, a) == t for a, t in zip(r.available, r.tree_sizes))
     # the order within each prompt is its rotation: the first decode of the prompt at position i is combo i
     first = {}
     for r in store.records:
-        if not r["warmup"]:
-            first.setdefault(r["position"], r)
-    assert len({(r["decoder"], r["temperature"], r["budget"]) for r in first.values()}) == 4
+        if not r.warmup:
+            first.setdefault(r.sweep.position, r)
+    assert len({(r.decoder, r.temperature, r.budget) for r in first.values()}) == 4
 
 
 def test_a_sweep_killed_mid_decode_resumes_to_one_record_per_decode(tmp_path, mock_session, make_options, sweep):
@@ -75,7 +75,7 @@ def test_warmups_run_again_after_a_restart_but_are_recorded_once(tmp_path, mock_
     sweep(counting, options)
     assert 10**6 - counting.n == 4 + (8 - 2)  # the warm-ups again, then the 6 timed decodes left
     recs = read_records(records_path(tmp_path, 1, 1))
-    assert sum(r["warmup"] for r in recs) == 4 and len(recs) == 4 + 8
+    assert sum(r.warmup for r in recs) == 4 and len(recs) == 4 + 8
 
 
 def test_shards_split_prompts_and_merge_into_the_whole_sweep(tmp_path, mock_session, make_options, sweep):
@@ -83,14 +83,14 @@ def test_shards_split_prompts_and_merge_into_the_whole_sweep(tmp_path, mock_sess
     parts = []
     for i in (1, 2, 3):
         store = sweep(mock_session(), make_options(tmp_path / f"s{i}", shard=f"{i}/3", warmup=0))
-        parts.append({r["prompt_id"] for r in store.records})
-        assert {r["shard"] for r in store.records} == {f"{i}/3"}
+        parts.append({r.prompt_id for r in store.records})
+        assert {r.sweep.shard for r in store.records} == {f"{i}/3"}
     assert not (parts[0] & parts[1]) and not (parts[1] & parts[2]) and sum(map(len, parts)) == 4
     merged = load_records([tmp_path / f"s{i}" for i in (1, 2, 3)])
     assert {record_key(r) for r in merged} == {record_key(r) for r in whole.records}
     # mock decodes are deterministic: a decode's tokens do not depend on the shard that ran it
-    tokens = {record_key(r): r["token_ids"] for r in whole.records}
-    assert all(r["token_ids"] == tokens[record_key(r)] for r in merged)
+    tokens = {record_key(r): r.token_ids for r in whole.records}
+    assert all(r.token_ids == tokens[record_key(r)] for r in merged)
 
 
 def test_resuming_with_other_settings_is_refused_naming_them(tmp_path, mock_session, make_options, sweep):
@@ -177,25 +177,25 @@ def test_all_turns_are_recorded_and_a_conversation_cut_short_resumes_at_its_miss
                            budgets="8", warmup=0)
     whole = sweep(mock_session(), make_options(tmp_path / "whole", prompts=(source,), turns="all",
                                                decoders="draft", temperatures="0", budgets="8", warmup=0))
-    assert Counter(r["prompt_id"] for r in whole.records) == {"spec-bench/81": 2, "spec-bench/82": 2,
+    assert Counter(r.prompt_id for r in whole.records) == {"spec-bench/81": 2, "spec-bench/82": 2,
                                                               "spec-bench/301": 1}
     with pytest.raises(Killed):
         sweep(DiesAfter(mock_session(), 1), options)  # the first question's first turn only
     recs = read_records(records_path(tmp_path / "out", 1, 1))
-    assert [(r["prompt_id"], r["turn"]) for r in recs] in ([("spec-bench/81", 0)], [("spec-bench/82", 0)],
+    assert [(r.prompt_id, r.turn) for r in recs] in ([("spec-bench/81", 0)], [("spec-bench/82", 0)],
                                                            [("spec-bench/301", 0)])
     counting = DiesAfter(mock_session(), 10**6)
     store = sweep(counting, options)
     assert 10**6 - counting.n == 4  # the 5 turns less the one recorded
-    by_key = {record_key(r): r["token_ids"] for r in store.records}
-    assert by_key == {record_key(r): r["token_ids"] for r in whole.records}
+    by_key = {record_key(r): r.token_ids for r in store.records}
+    assert by_key == {record_key(r): r.token_ids for r in whole.records}
 
 
 def test_first_turns_only_by_default(tmp_path, mock_session, make_options, sweep, caplog):
     options = make_options(tmp_path, prompts=(spec_bench_file(tmp_path),), decoders="draft", temperatures="0",
                            budgets="8", warmup=0)
     store = sweep(mock_session(), options)
-    assert {r["turn"] for r in store.records} == {0} and len(store.records) == 3
+    assert {r.turn for r in store.records} == {0} and len(store.records) == 3
     assert "2 later turns of 2 multi-turn questions are skipped" in caplog.text
 
 
