@@ -120,7 +120,7 @@ class Pair:
         # socket) is closed then, not in the interpreter's teardown, where closing it fails on imports.
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0, self._stack)
         self._closed = False
-        self.session = None  # the in-process target's Session
+        self.session = None  # the in-process target's TargetSession
         self._target: InProcessTarget | ProcessTarget | None = None  # what answers requests (launch.targets)
         try:
             self._start(target_process)

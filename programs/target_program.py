@@ -37,7 +37,7 @@ from programs.options import ConnectOptions, KeyOptions, RunOptions
 from programs.progress import Progress, process_age
 from target_proc.conversation import decode_context, decode_conversation
 from target_proc.recorder import RECORDING
-from target_proc.session import Session, open_session
+from target_proc.session import TargetSession, open_session
 from target_proc.stops import StopStrings
 
 log = logging.getLogger("target")
@@ -156,7 +156,7 @@ class Inbox:
         return isinstance(number, int) and number <= self.upto
 
 
-def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
+def serve(session: TargetSession, requests: TextIO, answers: TextIO) -> None:
     """The Python API's target process: one JSON request per line ({"request", "id", "category", "turns",
     "config"}), answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}, each
     carrying the request's number, so that the caller can tell the answers of a request it gave up on from
@@ -186,7 +186,7 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
         say({"kind": "done"}, number)
 
 
-def request_records(session: Session, request: dict, on_text: Callable[[dict], None] | None = None,
+def request_records(session: TargetSession, request: dict, on_text: Callable[[dict], None] | None = None,
                     cancelled: Callable[[], bool] | None = None) -> Iterator[dict]:
     """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
     "context": token ids or chat messages}), in the target process or in the caller's; `on_text` gets
@@ -290,7 +290,7 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions, rounds: RoundStore | None = None,
+def run_decodes(session: TargetSession, prompts: list[Prompt], run: RunOptions, rounds: RoundStore | None = None,
                 progress: Progress | None = None) -> Iterator[dict]:
     """Every decode of every prompt (one record per turn), each yielded as soon as it ends, with `rounds`
     its recorded rounds stored there just before; each logged in a line that ends with the run's count and
