@@ -19,6 +19,7 @@ from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.runner import ModelRunner, RunnerKind
 from models.tokenizers import HFTokenizer, MockTokenizer
 from pipeline.config import InputError
 
@@ -33,10 +34,14 @@ class ModelNotFound(InputError):
 
 @dataclass(slots=True)
 class Loaded:
-    """A loaded model and tokenizer; `runner(capacity)` adds a static KV cache (and CUDA graphs)."""
+    """A loaded model and tokenizer; `runner(capacity)` adds a static KV cache (and CUDA graphs).
+
+    What the model is (its cache's cost, its vocabulary, its runner) is asked of `kind`, the runner class the
+    load chose for it; where its weights lie and their type, of the model's own `device` and `dtype`."""
 
     name: str  # the spec as the user gave it
     model: object  # a transformers model or models.mock.MockModel
+    kind: RunnerKind  # the runner class for `model`: models.hf.HFRunner or models.mock.MockRunner
     tokenizer: object  # models.tokenizers.HFTokenizer or MockTokenizer
     graphs: bool
     revision: str  # what the weights are: a hub snapshot, a digest of the checkpoint's files, or a recipe
@@ -45,27 +50,29 @@ class Loaded:
     @property
     def identity(self) -> dict:
         """The model as records name it: spec, revision, dtype and device."""
-        if isinstance(self.model, MockModel):
-            return {"model": self.name, "revision": self.revision, "dtype": "float32", "device": "cpu"}
-        param = next(self.model.parameters())
         quantized = self.name.endswith(INT8_SUFFIX)
         out = {"model": self.name, "revision": self.revision,
-               "dtype": "qint8 linear layers" if quantized else str(param.dtype).removeprefix("torch."),
-               "device": str(param.device)}
+               "dtype": "qint8 linear layers" if quantized else str(self.model.dtype).removeprefix("torch."),
+               "device": str(self.device)}
         if self.linear_kernels:
             out["linear_kernels"] = self.linear_kernels
         return out
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are."""
+        return self.model.device
+
+    @property
     def vocab_size(self) -> int:
-        return self.model.vocab_size if isinstance(self.model, MockModel) else self.model.config.get_text_config().vocab_size
+        return self.kind.vocab_size_of(self.model)
 
-    def runner(self, capacity: int):
-        if isinstance(self.model, MockModel):
-            return MockRunner(self.model, capacity)
-        from models.hf import HFRunner
+    def kv_bytes(self, capacity: int) -> int:
+        """Bytes of a KV cache of `capacity` slots for this model."""
+        return self.kind.cache_bytes(self.model, capacity)
 
-        return HFRunner(self.model, capacity, graphs=self.graphs)
+    def runner(self, capacity: int) -> ModelRunner:
+        return self.kind.build(self.model, capacity, graphs=self.graphs)
 
 
 def load(options: ModelOptions, role: str) -> Loaded:
@@ -77,17 +84,20 @@ def load(options: ModelOptions, role: str) -> Loaded:
         noise = options.mock_noise if role == "drafter" else 0.0
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
         revision = f"mock vocab={options.mock_vocab} seed={options.mock_seed} noise={noise:g}"
-        return Loaded(options.model, model, MockTokenizer(options.mock_vocab), False, revision)
+        return Loaded(options.model, model, MockRunner, MockTokenizer(options.mock_vocab), False, revision)
     log.info("loading %s on %s", options.model, options.device)
     if options.device.startswith("cuda"):
         require_cuda(f"--device {options.device}")  # else torch's first CUDA call fails without the reason
         torch.cuda.set_device(options.device)  # this process's GPU for graphs, streams and allocations
+    from models.hf import HFRunner
+
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
     if spec.startswith(shapes.PREFIX):
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)
-        return Loaded(options.model, model, tokenizer, options.graphs, f"{spec} seed=0", _tune(model, options))
+        return Loaded(options.model, model, HFRunner, tokenizer, options.graphs, f"{spec} seed=0",
+                      _tune(model, options))
     model, tokenizer, path = _load_hf(spec, dtype, options.allow_download)
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic
@@ -96,7 +106,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
             warnings.simplefilter("ignore")
             model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model = model.to(options.device).eval()
-    return Loaded(options.model, model, HFTokenizer(tokenizer, model.generation_config), options.graphs,
+    return Loaded(options.model, model, HFRunner, HFTokenizer(tokenizer, model.generation_config), options.graphs,
                   checkpoint_revision(path), _tune(model, options))
 
 

@@ -14,6 +14,9 @@ import hashlib
 import numpy as np
 import torch
 
+from models.kv_plan import MOCK_SLOT_BYTES
+from models.runner import ModelRunner, RowInputs, check_rows
+
 EOS = 0
 LOGIT_SCALE = 3.0  # spread of the mock logits: rows are peaked enough for drafts to be accepted
 
@@ -24,6 +27,9 @@ class MaskError(RuntimeError):
 
 class MockModel:
     """Rows of the mock target (noise = 0) or of a mock drafter (noise > 0) over `vocab_size` tokens."""
+
+    device = torch.device("cpu")  # as a transformers model says where its weights are, and their type
+    dtype = torch.float32
 
     def __init__(self, vocab_size: int, seed: int, noise: float = 0.0) -> None:
         assert vocab_size >= 2 and noise >= 0, (vocab_size, noise)  # checked where the values enter
@@ -53,19 +59,24 @@ class MockModel:
 
 
 class MockRunner:
-    """A MockModel behind the runner interface, with a per-slot digest cache."""
+    """A MockModel behind the runner interface (models.runner.ModelRunner), with a per-slot digest cache."""
+
+    row_inputs: tuple[str, ...] = ()
 
     def __init__(self, model: MockModel, capacity: int) -> None:
         self.model = model
         self.vocab_size = model.vocab_size
         self.capacity = capacity
-        self.device = torch.device("cpu")
+        self.device = model.device
         self.digests: list[bytes | None] = [None] * capacity
         self.positions = np.full(capacity, -1, np.int64)
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
-                cols: np.ndarray, vis: np.ndarray, last_only: bool = False) -> torch.Tensor | None:
+                cols: np.ndarray, vis: np.ndarray, last_only: bool = False,
+                rows: RowInputs | None = None) -> torch.Tensor:
         """tokens, positions, slots: (n,); cols: (m,) slots; vis: (n, m) bool. -> (n or 1, V) logits."""
+        if rows is not None:
+            check_rows(self, rows, len(tokens))
         if not np.array_equal(self.positions[:prefix], np.arange(prefix)):
             raise MaskError(f"slots [0, {prefix}) do not hold positions 0..{prefix - 1}")
         rows = []
@@ -98,4 +109,19 @@ class MockRunner:
             self.positions[d] = p
 
     def synchronize(self) -> None:
-        pass
+        pass  # its passes are done when they return
+
+    # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
+
+    @classmethod
+    def build(cls, model: MockModel, capacity: int, *, graphs: bool) -> ModelRunner:
+        assert not graphs, "a mock runner captures no graphs"  # models.load never asks it to
+        return cls(model, capacity)
+
+    @staticmethod
+    def cache_bytes(model: MockModel, capacity: int) -> int:
+        return capacity * MOCK_SLOT_BYTES
+
+    @staticmethod
+    def vocab_size_of(model: MockModel) -> int:
+        return model.vocab_size
