@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import bench_parser, close, command_line, load_average, refuse, spread
+from bench.common import bench_parser, close, command_line, load_bracket, refuse, spread
 from evaluation.prompts import STRATA, PromptError, gather
 from evaluation.record import BenchPlace, DecodeRecord
 from evaluation.summary import category_group
@@ -114,14 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         refuse(__spec__.name, str(e))
     if options.records and (problem := _unwritable(Path(options.records))):
         refuse(__spec__.name, f"--records {options.records}: {problem}")
-    load_start = load_average()
-    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr)
-    rows = run(options, prompts)
-    load_end = load_average()
+    with load_bracket() as load:
+        print("load average at start: {:.2f} {:.2f} {:.2f}".format(*load["before"]), file=sys.stderr)
+        rows = run(options, prompts)
     summary = summarize(rows, options.budget_list)
     summary.update(decoder=options.decoder, temperature=options.temperature, prompts=len(prompts),
-                   max_new_tokens=options.max_new_tokens, load_average_start=load_start[0],
-                   load_average_end=load_end[0])
+                   max_new_tokens=options.max_new_tokens, load_average=load)
     for line in render(summary):
         print(line)
     close(summary)
@@ -226,8 +224,8 @@ def _speed(rows: list[dict]) -> float:
 
 def render(s: dict) -> list[str]:
     lines = [f"{s['decoder']} at T = {s['temperature']:g}, {s['prompts']} prompts, {s['max_new_tokens']} new tokens; "
-             f"ar {s['ar_tokens_per_second']:.2f} tok/s; load average {s['load_average_start']:.2f} at start, "
-             f"{s['load_average_end']:.2f} at the end"]
+             f"ar {s['ar_tokens_per_second']:.2f} tok/s; load average {s['load_average']['before'][0]:.2f} at start, "
+             f"{s['load_average']['after'][0]:.2f} at the end"]
     for budget, e in s["budgets"].items():
         width = max(len(v) for v in e if v != "by_group")
         for v, x in e.items():
