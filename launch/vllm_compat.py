@@ -213,6 +213,8 @@ class LLM:
         DecodeConfig(decoder, **runtime)  # checked before anything starts
         if not (is_int(seed) and seed >= 0):
             raise ConfigError("seed", f"must be a whole number >= 0, got {seed!r}")
+        if not (max_model_len is None or (is_int(max_model_len) and max_model_len >= 1)):
+            raise ConfigError("max_model_len", f"must be None or a whole number >= 1, got {max_model_len!r}")
         if not isinstance(enforce_eager, bool):
             raise ConfigError("enforce_eager", f"must be True or False, got {enforce_eager!r}")
         self.decoder, self.runtime, self.seed = decoder, runtime, seed
@@ -223,10 +225,9 @@ class LLM:
             options.update({"graphs": False} if enforce_eager else {})
         if max_model_len is not None:
             target_options["max_context"] = max_model_len
-        try:
-            ModelOptions(model=model, **target_options)  # its fields' names checked here, in ConfigError's words
-        except TypeError as e:
-            raise ConfigError("target_options", f"holds a name that is not a model option ({e})") from None
+        for name, options in (("target_options", target_options), ("drafter_options", drafter_options)):
+            if unknown := sorted(set(options) - {f.name for f in dataclasses.fields(ModelOptions)}):
+                raise ConfigError(name, f"holds {unknown[0]!r}, not a model option")
         self.pair = Pair(model, drafter, target_options=target_options, drafter_options=drafter_options,
                          **pair_arguments)
         self._tokenizer = None
@@ -299,11 +300,10 @@ class LLM:
         self.close()
 
     def _config(self, params: SamplingParams, decoder: str | None, runtime: dict) -> DecodeConfig:
-        extra, unknown = _split_arguments(runtime)
-        if unknown:
-            name = next(iter(unknown))
-            raise ConfigError(name, f"is not a decode setting here; the runtime's are decoder, {', '.join(RUNTIME)}")
-        return params.decode_config(decoder or self.decoder, self.seed, **{**self.runtime, **extra})
+        if unknown := [name for name in runtime if name not in RUNTIME]:
+            raise ConfigError(unknown[0], f"is not a decode setting here; the runtime's are decoder, "
+                                          f"{', '.join(RUNTIME)}; vLLM's go in `sampling_params`")
+        return params.decode_config(decoder or self.decoder, self.seed, **{**self.runtime, **runtime})
 
     def _prompt(self, prompt) -> tuple[str | None, list[int]]:
         """A prompt as `generate` takes it -> (its text or None, its token ids)."""
@@ -311,7 +311,13 @@ class LLM:
             return prompt, self._project_tokenizer().text_ids(prompt)
         if "prompt" in prompt:
             return prompt["prompt"], self._project_tokenizer().text_ids(prompt["prompt"])
-        return None, [int(t) for t in prompt["prompt_token_ids"]]
+        ids = [int(t) for t in prompt["prompt_token_ids"]]
+        tokenizer = self._project_tokenizer()
+        vocab = len(tokenizer.tok) if hasattr(tokenizer, "tok") else tokenizer.vocab_size
+        if bad := [t for t in ids if t >= vocab]:  # as vLLM, against the tokenizer's vocabulary
+            raise ConfigError("prompts", f"'prompt_token_ids' holds {bad[0]}, outside the tokenizer's vocabulary "
+                                         f"[0, {vocab})")
+        return None, ids
 
     def _decode_all(self, requests: list[tuple[str | None, list]], params: list[SamplingParams],
                     configs: list[DecodeConfig], use_tqdm: bool) -> list[RequestOutput]:
