@@ -209,6 +209,9 @@ class LLM:
     def __init__(self, model: str = EMBEDDED, drafter: str | None = None, *, decoder: str = "root-draw",
                  dtype: str | None = None, max_model_len: int | None = None, enforce_eager: bool = False,
                  seed: int = 0, **arguments) -> None:
+        for name, spec in (("model", model), ("drafter", drafter)):
+            if not (isinstance(spec, str) and spec) and not (name == "drafter" and spec is None):
+                raise ConfigError(name, f"must be a model spec as `Pair` takes it (text), got {spec!r}")
         runtime, pair_arguments = _split_arguments(arguments)
         DecodeConfig(decoder, **runtime)  # checked before anything starts
         if not (is_int(seed) and seed >= 0):

@@ -26,6 +26,8 @@ class MockTokenizer:
         """Raw text's ids, no chat template (the mock has none: the same ids as prompt_ids)."""
         return self.chat_ids([text])
 
+    encode = text_ids  # as a transformers tokenizer's (the vLLM-compatible layer's get_tokenizer gives it)
+
     def chat_ids(self, turns: list[str]) -> list[int]:
         """The turns joined by new lines (outside the alphabet: id 1), one id per character."""
         text = "\n".join(turns)

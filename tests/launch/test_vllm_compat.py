@@ -87,6 +87,7 @@ def test_every_prompt_form_decodes_as_the_pair_decodes_its_ids(llm):
     assert (ids.prompt, ids.prompt_token_ids) == (None, [5, 9, 17])
     assert ids.outputs[0].token_ids == llm.pair.decode([5, 9, 17], max_new_tokens=8).token_ids
     assert tokenizer.decode(text.outputs[0].token_ids) == text.outputs[0].text
+    assert tokenizer.encode("a b c") == text.prompt_token_ids
     (single,) = llm.generate("a b c", {"temperature": 0, "max_tokens": 8}, use_tqdm=False)  # a dict of fields
     assert single.outputs == text.outputs and single.request_id != text.request_id
 
@@ -219,6 +220,8 @@ def test_calls_refuse_by_name_before_decoding(llm, call, match):
 
 
 @pytest.mark.parametrize("arguments, match", [
+    (dict(model=None), r"^`model` must be a model spec as `Pair` takes it \(text\), got None"),
+    (dict(drafter=3), r"^`drafter` must be a model spec"),
     (dict(tensor_parallel_size=2), r"^`tensor_parallel_size` is not supported here: only 1 is accepted, got 2"),
     (dict(speculative_config={"model": "x"}), r"^`speculative_config` is not supported here: .*; name the drafter "
                                               r"with `drafter`"),
@@ -235,7 +238,7 @@ def test_calls_refuse_by_name_before_decoding(llm, call, match):
 ])
 def test_llm_refuses_what_means_nothing_here_by_name(arguments, match):
     with pytest.raises(ConfigError, match=match):
-        LLM("mock", **arguments)
+        LLM(**{"model": "mock", **arguments})
 
 
 def test_llm_maps_vllms_arguments_and_ignores_only_the_harmless(llm):
