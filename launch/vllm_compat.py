@@ -73,7 +73,10 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
 
-    def __init__(self, **given) -> None:
+    def __init__(self, *positional, **given) -> None:
+        if positional:
+            raise ConfigError("sampling_params", f"are keyword arguments only (temperature=..., max_tokens=...), "
+                                                 f"got {len(positional)} positional")
         names = [f.name for f in dataclasses.fields(self)]
         for name, value in given.items():
             if name in UNSUPPORTED_SAMPLING:
@@ -206,9 +209,12 @@ class LLM:
     `max_model_len`, `enforce_eager` and `seed` become the models' dtype, the target's max_context, CUDA
     graphs off and the seed of parameters whose seed is None."""
 
-    def __init__(self, model: str = EMBEDDED, drafter: str | None = None, *, decoder: str = "root-draw",
+    def __init__(self, model: str = EMBEDDED, *positional, drafter: str | None = None, decoder: str = "root-draw",
                  dtype: str | None = None, max_model_len: int | None = None, enforce_eager: bool = False,
                  seed: int = 0, **arguments) -> None:
+        if positional:  # vLLM's older LLM took its tokenizer second: a drafter here is named, never positional
+            raise ConfigError("drafter", f"and every argument after `model` are keyword arguments, got "
+                                         f"{len(positional)} more positional")
         for name, spec in (("model", model), ("drafter", drafter)):
             if not (isinstance(spec, str) and spec) and not (name == "drafter" and spec is None):
                 raise ConfigError(name, f"must be a model spec as `Pair` takes it (text), got {spec!r}")
@@ -331,8 +337,8 @@ class LLM:
                 request_id, arrival = str(next(self._counter)), time.time()
                 out = self.pair.decode(prompt, config.decoder, use_tqdm=False, **_settings(config))
                 first = out.metrics.finished_time - out.metrics.seconds + _first_commit_seconds(out.record)
-                outputs.append(self._output(request_id, out.prompt if shown is None and not _are_ids(prompt)
-                                            else shown, out, p, arrival, first))
+                templated = shown is None and not _are_ids(prompt)  # chat: vLLM shows the templated text
+                outputs.append(self._output(request_id, out.prompt if templated else shown, out, p, arrival, first))
                 progress.step()
         return outputs
 

@@ -177,6 +177,20 @@ def test_sampling_params_refuse_by_name(fields, match):
         SamplingParams(**fields)
 
 
+def test_positional_arguments_vllm_might_take_are_refused_by_name():
+    with pytest.raises(ConfigError, match=r"^`sampling_params` are keyword arguments only \(temperature=..., "):
+        SamplingParams(0.8)
+    with pytest.raises(ConfigError, match=r"^`drafter` and every argument after `model` are keyword arguments, "
+                                          r"got 1 more positional"):
+        LLM("mock", "facebook/opt-125m")
+
+
+def test_the_pairs_api_refuses_sampling_params_given_as_its_decoder_by_name(llm):
+    for params in (SamplingParams(temperature=0), {"temperature": 0}):
+        with pytest.raises(ConfigError, match=r"^`decoder` must be one of .*, got "):
+            llm.pair.decode("x", params)
+
+
 def test_vllms_defaults_that_change_nothing_are_accepted():
     params = SamplingParams(best_of=None, presence_penalty=0.0, repetition_penalty=1.0, top_k=-1, stop="x",
                             stop_token_ids=[3])
