@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from launch.api import Pair
 from launch.vllm_compat import LLM, SamplingParams
 from models.load import load_tokenizer
 from models.options import ModelOptions
