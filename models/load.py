@@ -110,6 +110,27 @@ def load(options: ModelOptions, role: str) -> Loaded:
                   checkpoint_revision(path), _tune(model, options))
 
 
+def load_tokenizer(options: ModelOptions) -> HFTokenizer | MockTokenizer:
+    """The tokenizer `load` gives the model `options` describe, without the model: for a caller whose target
+    runs in another process (the Python API's vLLM-compatible layer reads raw text with it)."""
+    if options.is_mock:
+        return MockTokenizer(options.mock_vocab)
+    spec = options.model.removesuffix(INT8_SUFFIX)
+    if spec.startswith(shapes.PREFIX):
+        name = spec[len(shapes.PREFIX):]
+        if name not in shapes.SHAPES:
+            raise InputError(f"model {spec!r}: unknown random model shape {name!r}")
+        return MockTokenizer(shapes.SHAPES[name][0])
+    from transformers import AutoTokenizer
+
+    path = str(embedded_checkpoint()) if spec == EMBEDDED else spec
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=not options.allow_download)
+    except OSError as e:
+        raise ModelNotFound(f"model {spec!r}: its tokenizer could not be read ({' '.join(str(e).split())})") from None
+    return HFTokenizer(tokenizer)
+
+
 def _tune(model, options: ModelOptions) -> dict:
     """The CPU linear kernels models.cpu_linear chose for `model` (float32 layers on the CPU only), as this
     machine's kernel cache keeps them (timed and kept where it has none, or with `retune`)."""

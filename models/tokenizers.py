@@ -22,6 +22,12 @@ class MockTokenizer:
     def prompt_ids(self, text: str) -> list[int]:
         return self.chat_ids([text])
 
+    def text_ids(self, text: str) -> list[int]:
+        """Raw text's ids, no chat template (the mock has none: the same ids as prompt_ids)."""
+        return self.chat_ids([text])
+
+    encode = text_ids  # as a transformers tokenizer's (the vLLM-compatible layer's get_tokenizer gives it)
+
     def chat_ids(self, turns: list[str]) -> list[int]:
         """The turns joined by new lines (outside the alphabet: id 1), one id per character."""
         text = "\n".join(turns)
@@ -59,6 +65,11 @@ class HFTokenizer:
 
     def prompt_ids(self, text: str) -> list[int]:
         return self.chat_ids([text])
+
+    def text_ids(self, text: str) -> list[int]:
+        """Raw text's ids, no chat template, with the special tokens the tokenizer adds by default (a BOS
+        token where it has one), as vLLM's `generate` reads a text prompt."""
+        return list(self.tok(text)["input_ids"])
 
     def chat_ids(self, turns: list[str]) -> list[int]:
         """Token ids of a conversation whose turns alternate user, assistant, ..., user, ready for the

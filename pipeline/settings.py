@@ -38,8 +38,8 @@ class DecodeConfig:
     drafter_window: int = 0
 
     def __post_init__(self) -> None:
-        if self.decoder not in RULES:
-            raise ConfigError("decoder", f"must be one of {', '.join(RULES)}, got {self.decoder!r}")
+        if not isinstance(self.decoder, str) or self.decoder not in RULES:  # a dict or params object: unhashable
+            raise ConfigError("decoder", f"must be one of {', '.join(RULES)}, got {self.decoder!r:.80}")
         check_temperature("temperature", self.temperature)
         if self.budget != AUTO:
             check_budget("budget", self.budget)
