@@ -85,17 +85,19 @@ def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, dr
         if all(_done(t, store) for t in tasks):
             log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
         else:
-            with connect() as session, logging_redirect_tqdm(), _round_store(options, config) as rounds:
+            with connect() as session, logging_redirect_tqdm(), _round_store(options, config, session) as rounds:
                 run_config.note_identity(options.out, start["id"], session.models)
                 run_sweep(session, options, tasks, store, progress, rounds)
     return store
 
 
-def _round_store(options: SweepOptions, config: dict) -> AbstractContextManager:
-    """The shard's rounds file with --record-rounds (written under the records file's lock), else nothing."""
+def _round_store(options: SweepOptions, config: dict, session) -> AbstractContextManager:
+    """The shard's rounds file with --record-rounds (written under the records file's lock; the run's identity
+    holds the target's vocabulary), else nothing."""
     if not options.record_rounds:
         return nullcontext()
-    store = RoundStore(rounds_path(options.out, *options.shard_index), config, RECORDING)
+    store = RoundStore(rounds_path(options.out, *options.shard_index), config, RECORDING,
+                       session.target.runner.vocab_size)
     for note in store.notes:
         log.warning("%s", note)
     return store

@@ -19,12 +19,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from evaluation.rounds import decode_key
-from evaluation.rounds_file import load_rounds
+from evaluation.rounds_check import check_rounds, timed_keys
+from evaluation.rounds_file import ends_early, load_rounds, records_beside
 from programs.cli import files_program, run_files_program
 from timing import prog
 from timing.options import ValuesOptions
-from timing.record_store import load_records, record_key, shard_files
+from timing.record_store import DamagedRecords, read_records, shard_files
 from timing.values_common import ValuesInput
 from timing.values_coverage import Coverage
 from timing.values_rows import Rows
@@ -49,19 +49,31 @@ def main(argv: list[str] | None = None) -> int:
 def load(runs: Sequence[str], options: ValuesOptions) -> ValuesInput:
     """The decodes of every rounds file of `runs`; damage is logged, one line each, and kept for the report."""
     data = ValuesInput(list(runs), options)
+    try:
+        records = run_records(runs)
+    except DamagedRecords as e:  # the rounds are read without them: only a file cut short goes unsaid
+        log.warning("%s", e)
+        records = {}
     for found in load_rounds(runs):
         data.provenance = data.provenance or found.provenance
         data.recording = data.recording or found.recording
         data.decodes += found.decodes
         data.damage += found.damage
+        if cut := ends_early(found, timed_keys(records.get(records_beside(found.path).resolve(), []))):
+            data.damage.append(cut)
     for d in data.damage:
         log.warning("%s", d)
     return data
 
 
+def run_records(runs: Sequence[str]) -> dict:
+    """Each records file of `runs` (by resolved path) -> its records in order."""
+    return {path.resolve(): read_records(path) for run in runs for path in shard_files(run)}
+
+
 def values(runs: Sequence[str], options: ValuesOptions) -> int:
     if options.check:
-        return check(runs)
+        return check(runs, options.json)
     data = load(runs, options)
     sections = [make(data) for make in SECTIONS]
     if options.json:
@@ -78,25 +90,13 @@ def values(runs: Sequence[str], options: ValuesOptions) -> int:
     return 0
 
 
-def check(runs: Sequence[str]) -> int:
-    """Every damaged stretch of the runs' rounds files, and every timed decode whose record has no readable
-    rounds, one line each -> 0 when there is none, else 1."""
-    files = list(load_rounds(runs))
-    have = {decode_key(d.key) for f in files for d in f.decodes}
-    records = [r for run in runs if shard_files(run) for r in load_records([run])]
-    missing = [r for r in records if not r.get("warmup") and record_key(r) not in have]
-    problems = [str(d) for f in files for d in f.damage if not d.recovered]
-    problems += [f"no readable rounds for the recorded decode prompt_id={r['prompt_id']!r} turn={r['turn']} "
-                 f"decoder={r['decoder']} temperature={r['temperature']:g} budget={r.get('grid_budget', r['budget'])} "
-                 f"seed={r['seed']}" for r in missing]
-    for line in problems:
-        print(line)
-    decodes = sum(len(f.decodes) for f in files)
-    recovered = sum(d.recovered for f in files for d in f.damage)
-    print(f"{len(files)} rounds file(s), {decodes} decodes readable, {len(records)} records, {recovered} chunk(s) "
-          f"recovered by their checksum: " + (f"{len(problems)} problem(s)" if problems else "nothing damaged or "
-                                                                                             "missing"))
-    return 1 if problems else 0
+def check(runs: Sequence[str], as_json: bool = False) -> int:
+    """Every problem of the runs' rounds files against their records (evaluation.rounds_check), one line each
+    (with `as_json` one JSON object each, then the counts) -> 0 when there is none, else 1."""
+    checked = check_rounds(list(load_rounds(runs)), run_records(runs))
+    for line in checked.json_lines() if as_json else [f.message for f in checked.findings] + [checked.summary()]:
+        print(json.dumps(line) if as_json else line)
+    return 1 if checked.findings else 0
 
 
 def render(data: ValuesInput, sections: Sequence, plots: Sequence[str]) -> str:
