@@ -390,7 +390,8 @@ def _file_run(found: Scan) -> RunIdentity | None:
 def load_rounds(directories: Iterable[str | Path]) -> Iterator[RoundsFile]:
     """Every rounds file in `directories`, read (see read_rounds), with what belongs to another run than the
     first file's, or comes twice (a decode in two files, a file named twice), set aside in `damage`."""
-    first, seen, read = None, {}, 0  # the first file with a known run; decode key -> (file number, path); files
+    first = None  # the first file whose run is known: the run the others must be
+    seen, read = {}, 0  # decode key -> (the number of the file it was read from, its path); files read
     for directory in directories:
         directory = Path(directory)
         if not directory.is_dir():
@@ -401,9 +402,9 @@ def load_rounds(directories: Iterable[str | Path]) -> Iterator[RoundsFile]:
                              f"--record-rounds?")
         for path in files:
             found, read = read_rounds(path), read + 1
-            if first is None or found.run is None:
-                first = first or (found if found.run is not None else None)
-            elif found.run != first.run:
+            if first is None:
+                first = found if found.run is not None else None
+            elif found.run is not None and found.run != first.run:
                 why = "; ".join(differences(first.provenance, found.provenance)[:3]) or \
                     f"run {first.run.id} there, {found.run.id} here"
                 for i in reversed(range(len(found.decodes))):
