@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from evaluation.rounds import RecordedDecode
+from evaluation.rounds import RecordedDecode, RecordedRound
 from pipeline.config import is_int
 
 # A sweep's settings that change where or how patiently a shard works, not what it records (timing.run_config
@@ -81,7 +81,7 @@ class RunIdentity:
                 return f"round {i}: {found}"
         return None
 
-    def _round_problem(self, r) -> str | None:
+    def _round_problem(self, r: RecordedRound) -> str | None:
         if self.budget is not None and r.budget > self.budget:
             return f"a budget of {r.budget}, beyond the run's largest ({self.budget})"
         if self.vocab is not None:
