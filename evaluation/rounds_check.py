@@ -80,5 +80,6 @@ def check_rounds(files: Sequence[RoundsFile], records: Mapping[Path, Sequence[di
                          f"{r['temperature']:g} budget={r.get('grid_budget', r['budget'])} seed={r['seed']}")
                 findings.append(Finding("no-rounds", str(path), f"decode {words}",
                                         f"no readable rounds for the recorded decode {words}"))
+    damage = [d for f in files for d in f.damage]
     return Checked(findings, len(files), sum(len(f.decodes) for f in files), sum(len(rs) for rs in records.values()),
-                   sum(d.recovered for f in files for d in f.damage), sum(d.superseded for f in files for d in f.damage))
+                   sum(d.recovered for d in damage), sum(d.superseded for d in damage))
