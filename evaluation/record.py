@@ -344,3 +344,10 @@ def _v4(r: _Reader) -> dict:
 
 
 _READERS = {2: _v2, 3: _v3, 4: _v4}
+
+
+def record_key(record: DecodeRecord) -> tuple:
+    """What makes a decode the same decode in any shard: (prompt id, turn, decoder, T, the setting's B, seed,
+    warm-up); a rounds file keys its decodes the same way (evaluation.rounds.decode_key)."""
+    return (record.prompt_id, record.turn, record.decoder, float(record.temperature), record.setting_budget,
+            record.seed, record.warmup)

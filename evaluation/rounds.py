@@ -7,10 +7,12 @@ the run's temperature (at T = 0 the greedy point mass), and what the paper's oth
 root row and of the rows retained from the round before (RetainedRows), reduced to figures: never whole rows.
 
 A decode's payload is a msgpack map whose arrays are raw little-endian bytes laid end to end over its rounds
-(per round, per candidate, per first-level candidate, per emitted token, per retained row). Schema 1 files
-(no root-row figures, no retained rows) are still read. Reading checks every field (types, ranges, finite
-probabilities within [0, 1], the pool's structure) before any arithmetic sees it, so a damaged chunk is one
-DamagedRounds naming what is wrong, never a traceback or a number.
+(per round, per candidate, per first-level candidate, per emitted token, per retained row); schema 3 adds
+the identity of the run that wrote it (`run`, evaluation.run_identity). Schemas 1 (no root-row figures, no
+retained rows) and 2 (no run identity) are still read. Reading checks every field (types, ranges, finite
+probabilities within [0, 1], the pool's structure) and what the rounds' physics allows (siblings' edge
+probabilities sum to at most 1, the emitted tokens follow a path of the pool) before any arithmetic sees it,
+so a damaged or impossible chunk is one DamagedRounds naming what is wrong, never a traceback or a number.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from pipeline.config import InputError, is_int
 from pipeline.pool import ROOT, InvalidPool, Pool
 from pipeline.value import Scored
 
-SCHEMA = 2
-READABLE = (1, 2)
+SCHEMA = 3
+READABLE = (1, 2, 3)
 MAX_ROUNDS = 1 << 24  # rounds in one decode's chunk: far beyond a real decode, small enough to refuse garbage
 MAX_POOL = 1 << 20  # candidates in one round's pool
 MAX_ROWS = 64  # retained rows of one round (1 matched, 25 token-only, cache, same-token, preceding)
 PROBABILITY_SLACK = 1e-5  # a probability computed in float32 may pass 1 by rounding
+SUM_SLACK = 1e-4  # ... and a sum of a node's children's (at most a pool's topk of them) by a little more
 # The rows a round retains for the next (Appendix C of the paper): the row at the emitted address when a pass
 # scored it, rows at other scored addresses ending in the continuation token, the token-keyed cache's row for
 # it, the same-token row and the row that generated the continuation (its probability of it zeroed).
@@ -128,8 +131,8 @@ PER_ROW = {"row_kind": "<u1", "row_tv": "<f4", "row_agree": "<u1", "row_on_path"
 KEY_TYPES = {"prompt_id": str, "category": str, "turn": int, "decoder": str, "temperature": float, "seed": int}
 
 
-def encode_decode(key: dict, rounds: list[RecordedRound], prompt_tokens: int = -1) -> bytes:
-    """One decode's chunk payload (schema 2)."""
+def encode_decode(key: dict, rounds: list[RecordedRound], prompt_tokens: int = -1, run: dict | None = None) -> bytes:
+    """One decode's chunk payload (schema 3, with `run` the identity of the run writing it)."""
     def raw(values, dtype: str) -> bytes:
         return np.asarray(values, dtype).tobytes()
 
@@ -137,7 +140,7 @@ def encode_decode(key: dict, rounds: list[RecordedRound], prompt_tokens: int = -
         return np.concatenate([np.asarray(p).ravel() for p in parts]).astype(dtype).tobytes() if parts else b""
 
     rows = [r.rows or no_rows(len(r.first)) for r in rounds]
-    body = {"kind": "decode", "schema": SCHEMA, "key": key, "prompt_tokens": int(prompt_tokens),
+    body = {"kind": "decode", "schema": SCHEMA, "key": key, "prompt_tokens": int(prompt_tokens), "run": run,
             "rounds": len(rounds), "emitted": cat([r.emitted for r in rounds], "<i4"),
             "expanded": np.packbits(np.concatenate([r.pool.expanded for r in rounds])).tobytes() if rounds else b"",
             "first_soft": cat([r.first_soft if r.first_soft is not None else np.full(len(r.first), np.nan)
@@ -175,10 +178,33 @@ def decode_chunk(body: dict, where: str) -> RecordedDecode:
     """The decode of an unpacked `kind` decode chunk; DamagedRounds naming `where` and the field at fault."""
     try:
         key = check_key(body.get("key"))
-        return _decode_v1(body, key) if body["schema"] == 1 else _decode_v2(body, key)
+        decode = _decode_v1(body, key) if body["schema"] == 1 else _decode_v2(body, key)
+        for i, rnd in enumerate(decode.rounds):
+            if problem := impossible(rnd):
+                raise ValueError(f"round {i}: {problem}")
+        return decode
     except (KeyError, TypeError, ValueError, OverflowError, InvalidPool) as e:
         what = f"decode {key_text(body.get('key'))}" if isinstance(body.get("key"), dict) else "a decode"
         raise DamagedRounds(f"{where} ({what}): {e}") from None
+
+
+def impossible(rnd: RecordedRound) -> str | None:
+    """What a round holds that no recording could, in words (None: nothing): a node whose children's edge
+    probabilities sum past 1, accepted tokens that are not a path of the pool from the root."""
+    sums = np.bincount(rnd.pool.parent + 1, weights=rnd.edge)
+    if len(sums) and float(sums.max()) > 1.0 + SUM_SLACK:
+        node = int(np.argmax(sums)) - 1
+        return (f"the edge probabilities of {'the root' if node == ROOT else f'candidate {node}'}'s children sum "
+                f"to {float(sums.max()):.6g}, more than 1")
+    if rnd.first_soft is not None and float(np.nansum(rnd.first_soft)) > 1.0 + SUM_SLACK:
+        return f"`first_soft` sums to {float(np.nansum(rnd.first_soft)):.6g}, more than 1"
+    node = ROOT
+    for step, token in enumerate(rnd.emitted[:rnd.accepted].tolist()):
+        child = np.flatnonzero((rnd.pool.parent == node) & (rnd.pool.token == token))
+        if not len(child) and (step or rnd.accepted > 1):  # a draw off the pool's first level is accepted alone
+            return f"accepted token {token} (step {step}) is not a child of its predecessor in the pool"
+        node = int(child[0]) if len(child) else ROOT
+    return None
 
 
 def check_key(key) -> dict:

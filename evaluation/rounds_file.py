@@ -2,9 +2,18 @@
 
 `rounds.shard-I-of-N.bin` is a run of chunks, each `SPR1`, the payload's length (uint64, little-endian), its
 CRC-32 (uint32) and the payload (evaluation.rounds). The first chunk holds the run's provenance (`kind` "run");
-each later one a whole decode (`kind` "decode"). A chunk is appended with one write and an fsync before the
-decode's record, so a decode with a record has its rounds, and a decode recorded twice (a resumed decode that
-had no record yet) is read as its last chunk.
+each later one a whole decode (`kind` "decode"). Since schema 3 every chunk also carries the identity of the run
+that wrote it (evaluation.run_identity); a file written before carries none, and its identity is derived from
+its provenance. A chunk is appended with one write and an fsync before the decode's record, so a decode with a
+record has its rounds, and a decode recorded twice (a resumed decode that had no record yet) is read as its last
+chunk, the earlier one named.
+
+What belongs to another run, or comes twice, is set aside and named (file, byte offset, decode), never read
+as data: a chunk whose run differs from its file's, a file whose run differs from the first file read (with
+the settings that differ), a decode already read from another file (the same directory named twice
+included). A chunk that holds what its run could not have recorded (evaluation.rounds.impossible, and
+RunIdentity.problem: a token past the vocabulary, a pool larger than the run's, a temperature or budget the run
+did not run) is named and skipped like a damaged one.
 
 Reading never takes damage for the end of the file. A chunk whose length, checksum or contents are wrong is
 named (file, byte offset, the decode it held when its payload still says) and skipped, and reading goes on at
@@ -20,7 +29,7 @@ import os
 import re
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +37,7 @@ import msgpack
 
 from evaluation.rounds import (SCHEMA, DamagedRounds, RecordedDecode, RecordedRound, decode_chunk, decode_key,
                                encode_decode, key_text, unpack)
+from evaluation.run_identity import RunIdentity, differences, run_identity
 from pipeline.config import InputError
 
 MAGIC = b"SPR1"
@@ -38,6 +48,12 @@ _FILE = re.compile(r"rounds\.shard-(\d+)-of-(\d+)\.bin")
 
 def rounds_path(out: str | Path, shard: int, n_shards: int) -> Path:
     return Path(out) / f"rounds.shard-{shard}-of-{n_shards}.bin"
+
+
+def records_beside(path: Path) -> Path:
+    """The records file of the shard whose rounds file is `path`."""
+    shard, n_shards = _FILE.fullmatch(path.name).groups()
+    return path.with_name(f"records.shard-{shard}-of-{n_shards}.jsonl")
 
 
 def round_files(directory: str | Path) -> list[Path]:
@@ -67,12 +83,27 @@ class Damage:
     decode: str = ""  # the decode it held, in words, when its payload still says; else its neighbours
     tail: bool = False  # nothing whole follows it: a torn last chunk (or damage at the very end)
     recovered: bool = False  # only its length field was wrong: the chunk was read back whole
+    aside: bool = False  # a whole chunk of another run, or of a decode read already: not this run's data
+    superseded: bool = False  # a decode's earlier chunk in its file; the later one is read
+    cut: bool = False  # the file ends on a chunk boundary before decodes its records list
+    key: tuple | None = None  # the decode's key (decode_key) when the chunk read far enough to say
+
+    @property
+    def problem(self) -> bool:
+        """Whether it lost (or kept out) rounds: all but a recovered chunk and a superseded one."""
+        return not (self.recovered or self.superseded)
 
     def __str__(self) -> str:
-        where = f"{self.path}: bytes {self.start}-{self.end}"
+        where = f"{self.path}: bytes {self.start}-{self.end}" if not self.cut else f"{self.path}: byte {self.start}"
         what = f" ({self.decode})" if self.decode else ""
         if self.recovered:
             return f"{where}{what}: {self.reason}; its payload's checksum holds, so it was read whole"
+        if self.aside:
+            return f"{where}{what}: {self.reason}; set aside, not read"
+        if self.superseded:
+            return f"{where}{what}: {self.reason}; the later chunk is read (a decode resumed before its record)"
+        if self.cut:
+            return f"{where}: {self.reason}"
         if self.tail:
             return (f"{where}{what}: {self.reason}; a torn last chunk, dropped (the decode it held runs again when "
                     f"the sweep resumes, unless it has a record: `values --check` lists those)")
@@ -164,69 +195,138 @@ def _named(payload: bytes) -> str:
 
 @dataclass(slots=True)
 class RoundsFile:
-    """What one rounds file holds: the run's provenance, its decodes and what could not be read."""
+    """What one rounds file holds: the run's provenance, its decodes and what could not be read.
+
+    spans: each decode's chunk, (start, end) byte offsets, in the order of `decodes`; run: the identity of
+    the run that wrote it (None when neither its run chunk nor any decode chunk says); size: its bytes.
+    """
 
     path: Path
     provenance: dict
     decodes: list[RecordedDecode]
     damage: list[Damage]
     recording: dict = field(default_factory=dict)  # how the rounds were recorded (the run chunk's `recording`)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    run: RunIdentity | None = None
+    size: int = 0
+
+    def set_aside(self, index: int, reason: str) -> None:
+        """Move decode `index` out of the data into `damage`, named with `reason`."""
+        d, (start, end) = self.decodes.pop(index), self.spans.pop(index)
+        self.damage.append(Damage(self.path, start, end, reason, f"decode {key_text(d.key)}", aside=True,
+                                  key=decode_key(d.key)))
 
 
 def read_rounds(path: Path) -> RoundsFile:
-    """The provenance and the decodes of one rounds file (the last chunk of a decode recorded twice); damaged
-    chunks are left out and listed in `damage`. DamagedRounds when the file holds no whole chunk at all."""
+    """The provenance and the decodes of one rounds file (the last chunk of a decode recorded twice); damaged,
+    impossible and foreign chunks are left out and listed in `damage`. DamagedRounds when the file holds no
+    whole chunk at all."""
     with open(path, "rb") as f:
         data = f.read()
     found = scan(path, data)
     if not found.chunks:
         raise DamagedRounds(f"{path}: no whole chunk; empty, or not a rounds file")
-    damage, head, decodes = list(found.damage), None, {}
+    damage, head, run, decodes = list(found.damage), None, None, {}
     for i, (at, payload) in enumerate(found.chunks):
-        where = f"{path} byte {at}"
+        where, end, d = f"{path} byte {at}", at + HEAD.size + len(payload), None
         try:
             body = unpack(payload, where)
             if body["kind"] == "run":
                 if i:
                     raise DamagedRounds(f"{where}: a second provenance chunk")
-                head = body
+                head, run = body, _identity(body, where) or run_identity(body["provenance"])
                 continue
             d = decode_chunk(body, where)
+            own = _identity(body, where)
+            if own is None and head is not None and head["schema"] >= 3:
+                raise DamagedRounds(f"{where}: a schema {body['schema']} chunk in a file of schema "
+                                    f"{head['schema']}: it names no run")
+            if own is not None and run is not None and own != run:
+                damage.append(Damage(path, at, end, f"of another run (run {own.id}) than its file's (run {run.id})",
+                                     f"decode {key_text(d.key)}", aside=True, key=decode_key(d.key)))
+                continue
+            run = run or own
+            if run is not None and (problem := run.problem(d)):
+                raise DamagedRounds(f"{where}: impossible for its run: {problem}")
         except DamagedRounds as e:
-            damage.append(Damage(path, at, at + HEAD.size + len(payload), str(e).removeprefix(where).lstrip(": "),
-                                 _named(payload)))
+            damage.append(Damage(path, at, end, str(e).removeprefix(where).lstrip(": "), _named(payload),
+                                 key=None if d is None else decode_key(d.key)))
             continue
-        decodes[decode_key(d.key)] = d
+        key = decode_key(d.key)
+        if key in decodes:
+            damage.append(Damage(path, *decodes[key][1], "a later chunk of the same decode follows",
+                                 f"decode {key_text(d.key)}", superseded=True, key=key))
+        decodes[key] = d, (at, end)
     if head is None:
         damage.append(Damage(path, 0, 0, "the run's provenance chunk is missing or damaged"))
     damage.sort(key=lambda d: d.start)
-    return RoundsFile(path, (head or {}).get("provenance", {}), list(decodes.values()), damage,
-                      (head or {}).get("recording") or {})
+    return RoundsFile(path, (head or {}).get("provenance", {}), [d for d, _ in decodes.values()], damage,
+                      (head or {}).get("recording") or {}, [s for _, s in decodes.values()], run, len(data))
+
+
+def _identity(body: dict, where: str) -> RunIdentity | None:
+    """A chunk's run identity (schema 3); None for a chunk written before chunks carried one."""
+    if body["schema"] < 3:
+        return None
+    try:
+        return RunIdentity.from_dict(body.get("run"))
+    except (ValueError, TypeError) as e:
+        raise DamagedRounds(f"{where}: {e}") from None
+
+
+def ends_early(found: RoundsFile, recorded: Sequence[tuple]) -> Damage | None:
+    """A line for a file that ends on a chunk boundary before the rounds of decodes its shard's records list
+    (`recorded`: the timed records' decode keys, in the records file's order); None when it does not. A chunk
+    is written just before its record, so a record after the last one whose decode the file holds is a
+    decode whose chunk went missing at the file's end."""
+    if any(d.tail for d in found.damage):
+        return None  # the torn tail is named already
+    held = {decode_key(d.key) for d in found.decodes} | {d.key for d in found.damage}
+    last = max((i for i, k in enumerate(recorded) if k in held), default=-1)
+    after = list(recorded[last + 1:])
+    if not after:
+        return None
+    return Damage(found.path, found.size, found.size,
+                  f"the file ends on a chunk boundary before the rounds of {len(after)} decode(s) its records list "
+                  f"(the first: {_key_words(after[0])}); cut short?", cut=True)
+
+
+def _key_words(key: tuple) -> str:
+    """A decode key tuple (decode_key) in the words key_text gives its key."""
+    prompt_id, turn, decoder, temperature, budget, seed, _ = key
+    return key_text(dict(prompt_id=prompt_id, turn=turn, decoder=decoder, temperature=temperature, budget=budget,
+                         seed=seed))
 
 
 class RoundStore:
     """One shard's rounds file, opened for appending (the shard's records lock covers it).
 
-    notes: what reopening found and did (a torn tail moved aside and cut off, length fields repaired, damage
-    left in place), one line each, for the caller to log.
+    vocab: the target's vocabulary size, kept in the run's identity (None: not known, tokens not checked).
+    run: the identity every chunk carries: the file's own when it exists already (its provenance's for a file
+    written before chunks carried one), else this run's. notes: what reopening found and did (a torn tail
+    moved aside and cut off, length fields repaired, damage left in place), one line each, for the caller to
+    log.
     """
 
-    def __init__(self, path: Path, provenance: dict, recording: dict | None = None) -> None:
+    def __init__(self, path: Path, provenance: dict, recording: dict | None = None, vocab: int | None = None) -> None:
         self.path = path
         self.notes: list[str] = []
+        self.run = run_identity(provenance, vocab)
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() and path.stat().st_size:
             self._reopen()
         self._file = open(path, "ab", buffering=0)
         if self._file.tell() == 0:
             self._write(frame(msgpack.packb({"kind": "run", "schema": SCHEMA, "provenance": provenance,
-                                             "recording": recording or {}}, use_bin_type=True)))
+                                             "recording": recording or {}, "run": self.run.as_dict()},
+                                            use_bin_type=True)))
 
     def _reopen(self) -> None:
         """Make the file safe to append to, losing nothing: see the class docstring."""
         with open(self.path, "rb") as f:
             data = f.read()
         found = scan(self.path, data)
+        self.run = _file_run(found) or self.run
         with open(self.path, "r+b") as f:
             for at, length in found.repairs:
                 f.seek(at + 4)
@@ -249,7 +349,7 @@ class RoundStore:
 
     def append(self, key: dict, rounds: list[RecordedRound], prompt_tokens: int = -1) -> None:
         """Write one decode's rounds and return once they are on disk."""
-        self._write(frame(encode_decode(key, rounds, prompt_tokens)))
+        self._write(frame(encode_decode(key, rounds, prompt_tokens, self.run.as_dict())))
 
     def _write(self, data: bytes) -> None:
         size = self._file.tell()
@@ -276,8 +376,22 @@ class RoundStore:
         self.close()
 
 
+def _file_run(found: Scan) -> RunIdentity | None:
+    """The run identity of a scanned file's run chunk, when that chunk is whole and says."""
+    if not found.chunks or found.chunks[0][0] != 0:
+        return None
+    try:
+        body = unpack(found.chunks[0][1], "")
+        return (_identity(body, "") or run_identity(body["provenance"])) if body["kind"] == "run" else None
+    except DamagedRounds:
+        return None
+
+
 def load_rounds(directories: Iterable[str | Path]) -> Iterator[RoundsFile]:
-    """Every rounds file in `directories`, read (see read_rounds)."""
+    """Every rounds file in `directories`, read (see read_rounds), with what belongs to another run than the
+    first file's, or comes twice (a decode in two files, a file named twice), set aside in `damage`."""
+    first = None  # the first file whose run is known: the run the others must be
+    seen, read = {}, 0  # decode key -> (the number of the file it was read from, its path); files read
     for directory in directories:
         directory = Path(directory)
         if not directory.is_dir():
@@ -287,4 +401,27 @@ def load_rounds(directories: Iterable[str | Path]) -> Iterator[RoundsFile]:
             raise InputError(f"{directory}: no rounds.shard-I-of-N.bin file; was the run made with "
                              f"--record-rounds?")
         for path in files:
-            yield read_rounds(path)
+            found, read = read_rounds(path), read + 1
+            if first is None:
+                first = found if found.run is not None else None
+            elif found.run is not None and found.run != first.run:
+                why = "; ".join(differences(first.provenance, found.provenance)[:3]) or \
+                    f"run {first.run.id} there, {found.run.id} here"
+                for i in reversed(range(len(found.decodes))):
+                    found.set_aside(i, f"of another run than {first.path}'s ({why})")
+            for i in reversed(range(len(found.decodes))):
+                number, other = seen.get(decode_key(found.decodes[i].key), (read, path))
+                if number != read and _same_file(other, path):
+                    found.set_aside(i, f"comes twice: {path} was read already (its directory is named twice)")
+                elif number != read:
+                    found.set_aside(i, f"comes twice: read already from {other}")
+            seen.update({decode_key(d.key): (read, path) for d in found.decodes})
+            found.damage.sort(key=lambda d: d.start)
+            yield found
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False

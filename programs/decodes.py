@@ -52,12 +52,12 @@ class Decode:
         return f"{'warm-up ' if self.warmup else ''}{c.decoder} T={c.temperature:g} B={c.budget} seed {c.seed}"
 
 
-def rounds_file(path: Path | None, header: dict) -> AbstractContextManager:
+def rounds_file(path: Path | None, header: dict, vocab: int | None = None) -> AbstractContextManager:
     """The rounds file at `path`, opened to append (a resumed shard's is repaired first; what that found is
-    logged), or nothing where `path` is None."""
+    logged), or nothing where `path` is None; `vocab`, the target's vocabulary, joins the run's identity."""
     if path is None:
         return nullcontext()
-    store = RoundStore(path, header, RECORDING)
+    store = RoundStore(path, header, RECORDING, vocab)
     for note in store.notes:
         log.warning("%s", note)
     return store

@@ -28,8 +28,9 @@ class ValuesOptions:
                 "several times the work)"})
     plots: bool = field(default=True, metadata={"help": "do not draw values.png"})
     check: bool = field(default=False, metadata={
-        "help": "list every damaged stretch of the rounds files and every decode whose record has no readable "
-                "rounds, then exit (status 1 when there is any)"})
+        "help": "list every damaged, impossible or set-aside chunk of the rounds files, every file cut short, "
+                "every decode whose record has no readable rounds and every one whose rounds have no record, "
+                "then exit (status 1 when there is any; --json: JSON lines)"})
 
     def __post_init__(self) -> None:
         self.budget_list  # checks the list

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from evaluation.rounds_file import load_rounds
+from evaluation.record import DecodeRecord
+from evaluation.rounds_check import timed_keys
+from evaluation.rounds_file import ends_early, load_rounds, records_beside
 from study.coverage_section import coverage_section
 from study.options import ValuesOptions
 from study.rows_section import rows_section
@@ -31,23 +33,28 @@ log = logging.getLogger("values")
 SECTIONS = (selection_section, coverage_section, rows_section)
 
 
-def load(runs: Sequence[str], options: ValuesOptions) -> ValuesInput:
-    """The decodes of every rounds file of `runs`; damage is logged, one line each, and kept for the report."""
+def load(runs: Sequence[str], options: ValuesOptions,
+         records: Mapping[Path, Sequence[DecodeRecord]] | None = None) -> ValuesInput:
+    """The decodes of every rounds file of `runs` (`records`: each records file's records, by resolved path, to
+    tell a file cut short on a chunk boundary); damage is logged, one line each, and kept for the report."""
     data = ValuesInput(list(runs), options)
     for found in load_rounds(runs):
         data.provenance = data.provenance or found.provenance
         data.recording = data.recording or found.recording
         data.decodes += found.decodes
         data.damage += found.damage
+        if cut := ends_early(found, timed_keys((records or {}).get(records_beside(found.path).resolve(), []))):
+            data.damage.append(cut)
     for d in data.damage:
         log.warning("%s", d)
     return data
 
 
-def values(runs: Sequence[str], options: ValuesOptions) -> int:
+def values(runs: Sequence[str], options: ValuesOptions,
+           records: Mapping[Path, Sequence[DecodeRecord]] | None = None) -> int:
     """Every section over the recorded rounds of `runs`: values.md and its figures in `options.out` (the first
     run when empty), printed too, or with `options.json` one JSON line per figure on stdout -> 0."""
-    data = load(runs, options)
+    data = load(runs, options, records)
     sections = [make(data) for make in SECTIONS]
     if options.json:
         for section in sections:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from evaluation.record import DecodeRecord, UnreadSchema
+from evaluation.record import DecodeRecord, UnreadSchema, record_key
 from evaluation.rounds_file import files_by_shard
 from pipeline.config import InputError
 
@@ -53,13 +53,6 @@ def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
 def shard_files(directory: str | Path) -> list[Path]:
     """Every shard's records file in `directory`, in shard order."""
     return files_by_shard(directory, _SHARD_FILE)
-
-
-def record_key(record: DecodeRecord) -> tuple:
-    """What makes a decode the same decode in any shard: (prompt id, turn, decoder, T, the setting's B, seed,
-    warm-up)."""
-    return (record.prompt_id, record.turn, record.decoder, float(record.temperature), record.setting_budget,
-            record.seed, record.warmup)
 
 
 def read_records(path: Path, repair: bool = False) -> list[DecodeRecord]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from evaluation import provenance
 from evaluation.prompts import Prompt
+from evaluation.run_identity import SHARD_SETTINGS, START_SETTINGS
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DRAFTING, DecodeConfig
@@ -34,9 +35,10 @@ from timing.record_store import read_records, shard_files
 log = logging.getLogger("timing")
 
 CONFIG = "config.json"
-# Sweep fields that change where or how patiently a run works, not what it times.
-_NOT_COMPARED = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
-_MODEL_NOT_COMPARED = ("retune",)  # times the CPU kernels again at this start: what they are is the start's
+# Sweep fields that change where or how patiently a run works, not what it times, and a model field that times
+# the CPU kernels again at a start (what they are is the start's): the same a rounds file's run id leaves out.
+_NOT_COMPARED = SHARD_SETTINGS
+_MODEL_NOT_COMPARED = START_SETTINGS
 # Sweep settings added since the first config.json, at their defaults
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "stratify": PromptOptions().stratify,
                    **{name: getattr(DecodeConfig(), name) for name in DRAFTING}}

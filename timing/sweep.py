@@ -82,7 +82,7 @@ def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, dr
             log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
         else:
             rounds = rounds_path(options.out, *options.shard_index) if options.record_rounds else None
-            with connect() as session, decodes.rounds_file(rounds, config) as round_store:
+            with connect() as session, decodes.rounds_file(rounds, config, session.target.runner.vocab_size) as round_store:
                 run_config.note_identity(options.out, start["id"], session.models)
                 run_sweep(session, options, tasks, store, progress, round_store)
     return store

@@ -8,15 +8,21 @@ sections, tables and figures) is study.program's.
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 
-from evaluation.rounds import decode_key
+from evaluation.record import DecodeRecord
+from evaluation.rounds_check import check_rounds
 from evaluation.rounds_file import load_rounds
 from programs.cli import files_program, run_files_program
 from study.options import ValuesOptions
 from study.program import values
 from timing import prog
-from timing.record_store import load_records, record_key, shard_files
+from timing.record_store import DamagedRecords, read_records, shard_files
+
+log = logging.getLogger("values")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,25 +38,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def command(runs: Sequence[str], options: ValuesOptions) -> int:
     """`--check`, or the study's values.md (or JSON lines) -> the exit status."""
-    return check(runs) if options.check else values(runs, options)
+    if options.check:
+        return check(runs, options.json)
+    try:
+        records = run_records(runs)
+    except DamagedRecords as e:  # the rounds are read without them: only a file cut short goes unsaid
+        log.warning("%s", e)
+        records = {}
+    return values(runs, options, records)
 
 
-def check(runs: Sequence[str]) -> int:
-    """Every damaged stretch of the runs' rounds files, and every timed decode whose record has no readable
-    rounds, one line each -> 0 when there is none, else 1."""
-    files = list(load_rounds(runs))
-    have = {decode_key(d.key) for f in files for d in f.decodes}
-    records = [r for run in runs if shard_files(run) for r in load_records([run])]
-    missing = [r for r in records if not r.warmup and record_key(r) not in have]
-    problems = [str(d) for f in files for d in f.damage if not d.recovered]
-    problems += [f"no readable rounds for the recorded decode prompt_id={r.prompt_id!r} turn={r.turn} "
-                 f"decoder={r.decoder} temperature={r.temperature:g} budget={r.setting_budget} "
-                 f"seed={r.seed}" for r in missing]
-    for line in problems:
-        print(line)
-    decodes = sum(len(f.decodes) for f in files)
-    recovered = sum(d.recovered for f in files for d in f.damage)
-    print(f"{len(files)} rounds file(s), {decodes} decodes readable, {len(records)} records, {recovered} chunk(s) "
-          f"recovered by their checksum: " + (f"{len(problems)} problem(s)" if problems else "nothing damaged or "
-                                                                                             "missing"))
-    return 1 if problems else 0
+def run_records(runs: Sequence[str]) -> dict[Path, list[DecodeRecord]]:
+    """Each records file of `runs` (by resolved path) -> its records in order."""
+    return {path.resolve(): read_records(path) for run in runs for path in shard_files(run)}
+
+
+def check(runs: Sequence[str], as_json: bool = False) -> int:
+    """Every problem of the runs' rounds files against their records (evaluation.rounds_check), one line each
+    (with `as_json` one JSON object each, then the counts) -> 0 when there is none, else 1."""
+    checked = check_rounds(list(load_rounds(runs)), run_records(runs))
+    for line in checked.json_lines() if as_json else [f.message for f in checked.findings] + [checked.summary()]:
+        print(json.dumps(line) if as_json else line)
+    return 1 if checked.findings else 0

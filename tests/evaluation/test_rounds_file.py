@@ -1,10 +1,12 @@
 """Rounds files as data a reader can trust: a damage campaign (truncations, flipped bytes, bad lengths at every
-chunk boundary, valid-checksum chunks with each field wrong, a msgpack bomb) in which every case ends in a named
-error or an announced recovery and changes nothing of the decodes it did not damage; reopening to append loses
-nothing that was readable."""
+chunk boundary, valid-checksum chunks with each field wrong, a msgpack bomb, chunks and files of another run,
+decodes that come twice, chunks that hold what their run could not have recorded, a file cut at a chunk
+boundary) in which every case ends in a named error, a decode set aside or an announced recovery and changes
+nothing of the decodes it did not damage; reopening to append loses nothing that was readable."""
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
@@ -12,9 +14,14 @@ import msgpack
 import numpy as np
 import pytest
 
-from evaluation.rounds import ROW_KINDS, DamagedRounds, RecordedRound, RetainedRows, encode_decode
-from evaluation.rounds_file import HEAD, MAGIC, RoundStore, frame, read_rounds, rounds_path, scan
+from evaluation.rounds import ROW_KINDS, DamagedRounds, RecordedRound, RetainedRows, decode_key, encode_decode
+from evaluation.rounds_check import check_rounds
+from evaluation.rounds_file import (HEAD, MAGIC, RoundStore, ends_early, frame, load_rounds, read_rounds,
+                                    records_beside, rounds_path, scan)
+from evaluation.run_identity import RunIdentity, run_identity
 from pipeline.pool import Pool
+from tests.conftest import synthetic_record
+from timing.values import check
 
 KEY = dict(prompt_id="p0", category="qa", turn=0, decoder="draft", temperature=1.0, budget=4, seed=0)
 
@@ -30,8 +37,8 @@ def a_round(seed: int, n: int = 7) -> RecordedRound:
     rows = RetainedRows(kind=np.array([0, 2, 4]), tv=rng.uniform(0, 1, 3).astype(np.float32),
                         agree=np.array([True, False, True]), on_path=np.zeros(3, bool), age=np.array([-1, 2, -1]),
                         logp=np.log(rng.uniform(0.01, 1, (3, k))).astype(np.float32))
-    return RecordedRound(budget=4, accepted=1, emitted=np.array([int(token[0]), 9]), pool=pool, edge=edge,
-                         root=5, position=3 * seed, root_argmax=7, root_entropy=2.5,
+    return RecordedRound(budget=4, accepted=2, emitted=np.array([int(token[0]), int(token[3]), 9]), pool=pool,
+                         edge=edge, root=5, position=3 * seed, root_argmax=7, root_entropy=2.5,
                          first_soft=rng.uniform(0, 0.3, k), own_tv=0.001, own_agree=1, prefix_root=1, rows=rows)
 
 
@@ -255,3 +262,268 @@ def test_a_damaged_chunk_names_the_decode_it_held_when_its_payload_still_says(wr
     _, damage = read_after(path, bytes(damaged))
     assert len(damage) == 1 and "prompt_id='p2'" in str(damage[0])
     assert zlib.crc32(data[offsets[3] + HEAD.size: offsets[4]]) != struct.unpack_from("<I", damaged, crc_at)[0]
+
+
+# -- chunks of another run, decodes that come twice, impossible chunks -----------------------------------------
+
+def sweep_provenance(seed: int = 0, temperatures: str = "1", topk: int = 3, shard: str = "1/2") -> dict:
+    """A sweep's config as a rounds file keeps it; the shard and its output directory differ between shards."""
+    return {"models": {"target": {"model": "mock", "retune": shard == "2/2"}, "drafter": None},
+            "pool": {"topk": topk, "depth": 3, "expand": 2},
+            "sweep": {"seed": seed, "temperatures": temperatures, "budgets": "4", "budget_max": 8,
+                      "budget_overrides": "", "shard": shard, "out": f"runs/{shard[0]}"},
+            "prompt_set": {"count": 8, "digest": "0123456789abcdef"}}
+
+
+def write_shard(directory, shard: int, prompts, provenance: dict | None = None, temperature: float = 1.0,
+                vocab: int = 64) -> dict:
+    """A shard's rounds file of the decodes of `prompts` -> their prints by prompt id."""
+    path = rounds_path(directory, shard, 2)
+    with RoundStore(path, provenance or sweep_provenance(shard=f"{shard}/2"), {}, vocab) as store:
+        for p in prompts:
+            store.append({**KEY, "prompt_id": p, "temperature": temperature}, [a_round(int(p[1:]) * 10 + j)
+                                                                               for j in range(2)], 40)
+    return {d.key["prompt_id"]: fingerprint(d) for d in read_rounds(path).decodes}
+
+
+def loaded(*directories):
+    """load_rounds over `directories` -> (the decodes' prints by prompt id, the decodes read, every damage)."""
+    files = list(load_rounds(directories))
+    decodes = [d for f in files for d in f.decodes]
+    return {d.key["prompt_id"]: fingerprint(d) for d in decodes}, decodes, [d for f in files for d in f.damage]
+
+
+def test_the_shards_of_one_run_read_together_whatever_differs_between_shards(tmp_path):
+    one = write_shard(tmp_path, 1, ["p0", "p1"])
+    two = write_shard(tmp_path, 2, ["p2", "p3"])
+    got, _, damage = loaded(tmp_path)
+    assert got == {**one, **two} and not damage
+
+
+@pytest.mark.parametrize("other, differs", [
+    (dict(provenance=sweep_provenance(seed=1, shard="2/2")), "sweep.seed 0 there, 1 here"),
+    (dict(provenance=sweep_provenance(temperatures="0.5", shard="2/2"), temperature=0.5),
+     "sweep.temperatures '1' there, '0.5' here"),
+    (dict(provenance=sweep_provenance(topk=4, shard="2/2")), "pool.topk 3 there, 4 here")])
+def test_a_shard_of_another_run_is_set_aside_decode_by_decode(tmp_path, other, differs):
+    """The audit's case: another run's shard copied in as rounds.shard-2-of-2.bin doubled the rounds."""
+    one = write_shard(tmp_path, 1, ["p0", "p1"])
+    write_shard(tmp_path, 2, ["p2", "p3", "p4"], **other)
+    got, _, damage = loaded(tmp_path)
+    assert got == one
+    assert len(damage) == 3 and all(d.aside and d.path.name == "rounds.shard-2-of-2.bin" for d in damage)
+    for d, p in zip(damage, ["p2", "p3", "p4"]):
+        assert f"prompt_id='{p}'" in str(d) and differs in str(d) and "set aside" in str(d)
+        assert "of another run than" in str(d) and "rounds.shard-1-of-2.bin" in str(d)
+
+
+def _old_file(path, provenance: dict, prompts) -> None:
+    """A rounds file as written before chunks carried their run (schema 2)."""
+    chunks = [frame(msgpack.packb({"kind": "run", "schema": 2, "provenance": provenance, "recording": {}}))]
+    for p in prompts:
+        body = msgpack.unpackb(encode_decode({**KEY, "prompt_id": p}, [a_round(int(p[1:]))], 40), raw=False)
+        del body["run"]
+        chunks.append(frame(msgpack.packb({**body, "schema": 2}, use_bin_type=True)))
+    path.write_bytes(b"".join(chunks))
+
+
+def test_files_written_before_chunks_carried_their_run_read_as_before_and_their_runs_are_told_apart(tmp_path):
+    _old_file(rounds_path(tmp_path, 1, 2), sweep_provenance(), ["p0", "p1"])
+    alone = {d.key["prompt_id"]: fingerprint(d) for d in read_rounds(rounds_path(tmp_path, 1, 2)).decodes}
+    assert set(alone) == {"p0", "p1"} and not read_rounds(rounds_path(tmp_path, 1, 2)).damage
+    _old_file(rounds_path(tmp_path, 2, 2), sweep_provenance(seed=7, shard="2/2"), ["p2"])
+    got, _, damage = loaded(tmp_path)
+    assert got == alone and len(damage) == 1 and "sweep.seed 0 there, 7 here" in str(damage[0])
+
+
+def test_a_directory_named_twice_is_read_once(tmp_path):
+    """The audit's case: `values DIR DIR` counted every round twice."""
+    one = write_shard(tmp_path, 1, ["p0", "p1", "p2"])
+    got, decodes, damage = loaded(tmp_path, tmp_path)
+    assert got == one and len(decodes) == 3
+    assert len(damage) == 3 and all(d.aside and "its directory is named twice" in str(d) for d in damage)
+    assert sorted(d.decode for d in damage) == sorted(f"decode {d}" for d in
+                                                      [f"prompt_id='p{i}' turn=0 decoder='draft' temperature=1.0 "
+                                                       f"budget=4 seed=0" for i in range(3)])
+
+
+def test_a_decode_in_two_shards_of_one_run_is_read_from_the_first(tmp_path):
+    one = write_shard(tmp_path, 1, ["p0", "p1"])
+    (tmp_path / "rounds.shard-2-of-2.bin").write_bytes((tmp_path / "rounds.shard-1-of-2.bin").read_bytes())
+    got, decodes, damage = loaded(tmp_path)
+    assert got == one and len(decodes) == 2 and len(damage) == 2
+    assert all("comes twice: read already from" in str(d) and d.path.name == "rounds.shard-2-of-2.bin"
+               for d in damage)
+
+
+def _chunk_of(run: RunIdentity | None, prompt: str = "p2", temperature: float = 1.0, rounds=None) -> bytes:
+    """A whole chunk of decode `prompt` as the run `run` writes it."""
+    key = {**KEY, "prompt_id": prompt, "temperature": temperature}
+    return frame(encode_decode(key, rounds or [a_round(77)], 40, None if run is None else run.as_dict()))
+
+
+def test_a_chunk_of_another_run_appended_is_set_aside_and_the_decode_keeps_its_own(tmp_path):
+    """The audit's case: the last chunk of a decode won, whichever run wrote it."""
+    one = write_shard(tmp_path, 1, ["p0", "p1", "p2"])
+    path = rounds_path(tmp_path, 1, 2)
+    size = path.stat().st_size
+    for other in (run_identity(sweep_provenance(seed=3), 64), run_identity(sweep_provenance(topk=4), 64)):
+        path.write_bytes(path.read_bytes()[:size] + _chunk_of(other))
+        found = read_rounds(path)
+        assert {d.key["prompt_id"]: fingerprint(d) for d in found.decodes} == one
+        assert len(found.damage) == 1 and found.damage[0].aside and found.damage[0].start == size
+        assert "of another run" in str(found.damage[0]) and "prompt_id='p2'" in str(found.damage[0])
+
+
+def test_another_runs_whole_file_appended_is_set_aside(tmp_path):
+    one = write_shard(tmp_path, 1, ["p0", "p1"])
+    other = tmp_path / "other"
+    write_shard(other, 1, ["p0", "p1", "p5"], sweep_provenance(seed=9))
+    path = rounds_path(tmp_path, 1, 2)
+    path.write_bytes(path.read_bytes() + rounds_path(other, 1, 2).read_bytes())
+    found = read_rounds(path)
+    assert {d.key["prompt_id"]: fingerprint(d) for d in found.decodes} == one
+    aside = [d for d in found.damage if d.aside]
+    assert len(aside) == 3 and {d.decode.split()[1] for d in aside} == {"prompt_id='p0'", "prompt_id='p1'",
+                                                                        "prompt_id='p5'"}
+    assert any("a second provenance chunk" in d.reason for d in found.damage)
+
+
+def test_a_decode_written_twice_by_its_run_is_read_as_its_last_chunk_and_said(tmp_path):
+    write_shard(tmp_path, 1, ["p0", "p1"])
+    path = rounds_path(tmp_path, 1, 2)
+    run = read_rounds(path).run
+    path.write_bytes(path.read_bytes() + _chunk_of(run, "p1"))
+    found = read_rounds(path)
+    assert [d.key["prompt_id"] for d in found.decodes] == ["p0", "p1"]
+    assert found.decodes[1].rounds[0].position == 3 * 77
+    assert len(found.damage) == 1 and found.damage[0].superseded and not found.damage[0].problem
+
+
+def test_a_chunk_naming_no_run_in_a_file_whose_chunks_do_is_skipped(tmp_path):
+    one = write_shard(tmp_path, 1, ["p0", "p1"])
+    path = rounds_path(tmp_path, 1, 2)
+    body = msgpack.unpackb(encode_decode({**KEY, "prompt_id": "p1"}, [a_round(5)], 40), raw=False)
+    path.write_bytes(path.read_bytes() + frame(msgpack.packb({**body, "schema": 2}, use_bin_type=True)))
+    found = read_rounds(path)
+    assert {d.key["prompt_id"]: fingerprint(d) for d in found.decodes} == one
+    assert len(found.damage) == 1 and "it names no run" in str(found.damage[0])
+
+
+def _wide_round() -> RecordedRound:
+    """A round whose root has 4 children: more than the run's topk of 3."""
+    r = a_round(3)
+    pool = Pool.from_edges(r.pool.token, np.array([-1, -1, -1, -1, 0, 0, 1]), r.pool.logp,
+                           np.array([1, 1, 0, 0, 0, 0, 0], bool))
+    return RecordedRound(budget=4, accepted=1, emitted=np.array([int(r.pool.token[0]), 9]), pool=pool,
+                         edge=r.edge / 2)
+
+
+IMPOSSIBLE = {  # well-formed chunks, valid checksums, that their run could not have written
+    "every edge 1": (dict(edge=_array("edge", "<f4", lambda a: a.__setitem__(slice(None), 1.0))),
+                     "children sum to 3, more than 1"),
+    "a token past the vocabulary": (dict(token=_array("token", "<i4", lambda a: a.__setitem__(4, 100))),
+                                    "pool token 100, outside the run's vocabulary [0, 64)"),
+    "an emitted token past the vocabulary": (dict(emitted=_array("emitted", "<i4", lambda a: a.__setitem__(2, 70))),
+                                             "emitted token 70, outside the run's vocabulary"),
+    "an emitted token not on its pool": (dict(emitted=_array("emitted", "<i4", lambda a: a.__setitem__(1, 63))),
+                                         "accepted token 63 (step 1) is not a child of its predecessor"),
+    "a budget of 2^31-1": ({"key.budget": 2 ** 31 - 1}, "key field `budget` 2147483647 exceeds the run's largest "
+                                                         "budget 8"),
+    "a round's budget of 2^31-1": (dict(budget=_array("budget", "<i4", lambda a: a.__setitem__(0, 2 ** 31 - 1))),
+                                   "a budget of 2147483647, beyond the run's largest (8)"),
+    "a temperature of 1e308": ({"key.temperature": 1e308}, "temperature 1e+308 is none the run decoded at (1)"),
+    "first_soft summing past 1": (dict(first_soft=_array("first_soft", "<f4", lambda a: a.__setitem__(slice(3), 0.9))),
+                                  "`first_soft` sums to"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMPOSSIBLE))
+def test_a_chunk_its_run_could_not_have_written_is_named_and_skipped(tmp_path, case):
+    change, message = IMPOSSIBLE[case]
+    write_shard(tmp_path, 1, ["p0", "p1", "p3"])
+    path = rounds_path(tmp_path, 1, 2)
+    data = path.read_bytes()
+    offsets = [at for at, _ in scan(path, data).chunks]
+    reference = {d.key["prompt_id"]: fingerprint(d) for d in read_rounds(path).decodes}
+    body = {**_decode_body(**change), "run": read_rounds(path).run.as_dict()}
+    got, damage = read_after(path, data + frame(msgpack.packb(body, use_bin_type=True)))
+    assert got == reference and "p2" not in got
+    assert len(damage) == 1 and damage[0].start == len(data) and not damage[0].tail and not damage[0].aside
+    assert message in str(damage[0]) and "prompt_id='p2'" in str(damage[0]) and str(path) in str(damage[0])
+    assert "skipped" in str(damage[0]) and offsets
+
+
+def test_a_pool_wider_than_its_runs_is_named_and_skipped(tmp_path):
+    write_shard(tmp_path, 1, ["p0"])
+    path = rounds_path(tmp_path, 1, 2)
+    found = read_rounds(path)
+    path.write_bytes(path.read_bytes() + _chunk_of(found.run, "p2", rounds=[_wide_round()]))
+    got, damage = read_after(path, path.read_bytes())
+    assert set(got) == {"p0"} and len(damage) == 1
+    assert "a node with 4 children in a pool of topk 3" in str(damage[0])
+
+
+def _records(directory, shard: int, prompts) -> None:
+    """A records file of timed decodes of `prompts` (and a warm-up), in order."""
+    key = dict(decoder=KEY["decoder"], temperature=KEY["temperature"], budget=KEY["budget"], seed=KEY["seed"],
+               category=KEY["category"], turn=KEY["turn"])
+    records = [synthetic_record("warm", warmup=True, **key)] + [synthetic_record(p, **key) for p in prompts]
+    records_beside(rounds_path(directory, shard, 2)).write_text("".join(json.dumps(r.to_json()) + "\n"
+                                                                        for r in records))
+
+
+def test_a_file_cut_at_a_chunk_boundary_before_its_records_decodes_is_said(tmp_path, capsys):
+    """The audit's case: a truncation exactly at a chunk boundary dropped decodes without a word."""
+    one = write_shard(tmp_path, 1, ["p0", "p1", "p2", "p3"])
+    _records(tmp_path, 1, ["p0", "p1", "p2", "p3"])
+    path = rounds_path(tmp_path, 1, 2)
+    offsets = [at for at, _ in scan(path, path.read_bytes()).chunks]
+    path.write_bytes(path.read_bytes()[:offsets[3]])
+    found = read_rounds(path)
+    assert {d.key["prompt_id"]: fingerprint(d) for d in found.decodes} == {p: one[p] for p in ("p0", "p1")}
+    keys = [decode_key({**KEY, "prompt_id": p}) for p in ("p0", "p1", "p2", "p3")]
+    cut = ends_early(found, keys)
+    assert cut is not None and cut.cut and f"byte {offsets[3]}" in str(cut)
+    assert "ends on a chunk boundary before the rounds of 2 decode(s) its records list" in str(cut)
+    assert "prompt_id='p2'" in str(cut) and ends_early(found, keys[:2]) is None
+    assert check([str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert any("ends on a chunk boundary" in line for line in out)
+    assert sum("no readable rounds for the recorded decode prompt_id='p" in line for line in out) == 2
+
+
+def test_check_lists_rounds_without_records_and_speaks_json(tmp_path, capsys):
+    write_shard(tmp_path, 1, ["p0", "p1", "p2"])
+    _records(tmp_path, 1, ["p0", "p1"])
+    assert check([str(tmp_path)], as_json=True) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["kind"] for line in lines] == ["no-record", "summary"]
+    assert "prompt_id='p2'" in lines[0]["decode"] and "have no record" in lines[0]["message"]
+    assert lines[0]["file"].endswith("rounds.shard-1-of-2.bin")
+    assert lines[1] == {"kind": "summary", "files": 1, "decodes": 3, "records": 3, "recovered": 0, "superseded": 0,
+                        "problems": 1}
+    _records(tmp_path, 1, ["p0", "p1", "p2"])
+    assert check([str(tmp_path), str(tmp_path)], as_json=True) == 1  # the directory twice: its decodes set aside
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["kind"] for line in lines] == ["set-aside"] * 3 + ["summary"]
+    assert check([str(tmp_path)]) == 0
+    assert "nothing damaged or missing" in capsys.readouterr().out
+
+
+def test_check_rounds_counts_what_it_was_given(tmp_path):
+    write_shard(tmp_path, 1, ["p0"])
+    checked = check_rounds(list(load_rounds([tmp_path])), {})
+    assert not checked.findings and checked.decodes == 1 and checked.records == 0
+
+
+def test_a_file_written_before_chunks_carried_their_run_is_resumed_under_its_own_run(tmp_path):
+    path = rounds_path(tmp_path, 1, 2)
+    _old_file(path, sweep_provenance(), ["p0", "p1"])
+    before = {d.key["prompt_id"]: fingerprint(d) for d in read_rounds(path).decodes}
+    with RoundStore(path, sweep_provenance(), {}, 64) as store:  # a resumed sweep knows its vocabulary now
+        assert store.run == run_identity(sweep_provenance()) and store.run.vocab is None
+        store.append({**KEY, "prompt_id": "p2"}, [a_round(2)], 40)
+    found = read_rounds(path)
+    assert not found.damage and [d.key["prompt_id"] for d in found.decodes] == ["p0", "p1", "p2"]
+    assert {k: v for k, v in ((d.key["prompt_id"], fingerprint(d)) for d in found.decodes) if k != "p2"} == before

@@ -36,6 +36,7 @@ def test_sweep_records_every_timed_round_beside_its_records(recorded):
     (found,) = load_rounds([recorded])
     provenance, decodes = found.provenance, found.decodes
     assert provenance["sweep"]["record_rounds"] is True and not found.damage
+    assert found.run.pool == (4, 3, 2) and found.run.temperatures == (0.0, 1.0) and found.run.vocab > 0
     by_key = {(d.key["prompt_id"], d.key["decoder"], d.key["temperature"]): d for d in decodes}
     assert len(by_key) == len(records) == len(decodes)  # warm-ups are not recorded
     for r in records:
