@@ -1,4 +1,4 @@
-"""The pair's child processes, as the launcher (launch.pair) and the Python API (launch.api) start and stop them.
+"""The pair's child processes, as the launcher (launch.pair) and the Python API (launch.pair_api) start and stop them.
 
 A child gets SIGTERM when the process that started it dies, however it dies (PR_SET_PDEATHSIG, which Linux
 ties to the thread that started it), and the drafter a pair starts serves its one target alone and exits

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from evaluation.output import DecodeMetrics, DecodeOutput
-from launch.api import Pair
+from evaluation.record import DecodeRecord
+from launch.pair_api import Pair
 from models.options import EMBEDDED, ModelOptions
 from pipeline.config import ConfigError, is_int
 from pipeline.metrics import tokens_per_pass
@@ -464,10 +465,9 @@ def _are_ids(prompt) -> bool:
     return isinstance(prompt, list) and all(is_int(t) for t in prompt)
 
 
-def _first_commit_seconds(record: dict) -> float:
+def _first_commit_seconds(record: DecodeRecord) -> float:
     """Seconds from a decode's start to its first commit, by its own clocks: the prefill and the first round's
     phases (the whole decode when it ran no round)."""
-    phases = record.get("phases") or {}
-    if not record["rounds"] or not phases:
-        return record["seconds"]
-    return record["prefill_seconds"] + sum(times[0] for times in phases.values())
+    if not record.rounds or not record.phases:
+        return record.seconds
+    return record.prefill_seconds + sum(times[0] for times in record.phases.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from launch.vllm_compat import LLM, SamplingParams
+from launch.api import LLM, SamplingParams
 from models.load import load_tokenizer
 from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
@@ -33,8 +33,8 @@ for output in outputs:
 
 def run_as_for_vllm(model: str) -> dict:
     """VLLM_SCRIPT with its import line changed, run -> its globals."""
-    code = VLLM_SCRIPT.replace("from vllm import", "from launch.vllm_compat import")
-    assert code.count("launch.vllm_compat") == 1
+    code = VLLM_SCRIPT.replace("from vllm import", "from launch.api import")
+    assert code.count("launch.api") == 1
     namespace = {"MODEL": model}
     exec(compile(code, "vllm_script", "exec"), namespace)
     return namespace
@@ -66,7 +66,7 @@ def check_outputs_read_by_the_script(namespace: dict, tokenizer, capsys) -> None
         assert m.arrival_time < m.first_token_time <= m.finished_time
         assert m.time_to_first_token == pytest.approx(m.first_token_time - m.arrival_time) and m.decoder == "root-draw"
         assert m.rounds == len(m.tree_sizes) and m.tokens_per_target_pass == len(completion.token_ids) / m.target_passes
-        assert output.decode_output.record["prompt_token_ids"] == output.prompt_token_ids
+        assert output.decode_output.record.prompt_token_ids == output.prompt_token_ids
 
 
 def test_a_script_written_for_vllm_runs_with_its_import_line_changed(capsys):
@@ -106,8 +106,8 @@ def test_params_per_prompt_and_the_runtimes_settings_per_call(llm):
     hot, cold = llm.generate(["x y", "x y"], [SamplingParams(temperature=1.0, seed=4, max_tokens=5),
                                               SamplingParams(temperature=0, max_tokens=3)], decoder="ar", budget=4)
     assert len(hot.outputs[0].token_ids) == 5 and len(cold.outputs[0].token_ids) == 3
-    assert hot.metrics.decoder == "ar" and hot.decode_output.record["seed"] == 4
-    assert hot.decode_output.record["budget"] == 4 and cold.decode_output.record["seed"] == 0
+    assert hot.metrics.decoder == "ar" and hot.decode_output.record.seed == 4
+    assert hot.decode_output.record.budget == 4 and cold.decode_output.record.seed == 0
 
 
 def test_stops_leave_their_text_out_unless_asked_to_keep_it(llm):
@@ -260,7 +260,7 @@ def test_llm_maps_vllms_arguments_and_ignores_only_the_harmless(llm):
         assert mapped.pair.target_options.max_context == 512 and mapped.pair.drafter_options.dtype == "float32"
         (out,) = mapped.generate("x y", SamplingParams(temperature=1.0, max_tokens=4))
         record = out.decode_output.record
-        assert (record["seed"], record["decoder"], record["budget"]) == (5, "draft", 4)
+        assert (record.seed, record.decoder, record.budget) == (5, "draft", 4)
 
 
 @pytest.mark.slow

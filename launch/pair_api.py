@@ -1,0 +1,331 @@
+"""The Python API's pair (launch.api re-exports it): start a pair, decode prompts with any decoder and settings,
+get vLLM-shaped outputs.
+
+    from launch.api import Pair
+
+    with Pair() as pair:  # the embedded default pair on the CPU; Pair("mock") needs no weights
+        out = pair.decode("Why is the sky blue?", decoder="root-draw", max_new_tokens=64)
+        print(out.text, out.finish_reason, out.metrics.tokens_per_second)
+        outs = pair.decode(["Hi!", "Name a river."], decoder="ar")  # a list: each decoded, one progress bar
+        print(pair.summarize(pair.decode_many(["Hi!", "Name a river."], decoders=["ar", "root-draw"])))
+
+The drafter always runs in a process of its own; the target runs in the caller's process (the default) or
+in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
+A decode gives a DecodeOutput (evaluation.output), as vLLM's `generate` gives its outputs: `.text`,
+`.token_ids`, `.prompt_token_ids`, `.finish_reason` ("stop" or "length"), `.stop_reason` (the stop string or
+stop token id that matched), `.metrics` (times, rounds, τ, acceptance by depth) and `.record`, the decode's
+evaluation.record.DecodeRecord (its `to_json()` as `launch/pair.sh --json` prints it). Settings are DecodeConfig's fields by name
+(temperature, top_k, top_p, min_p, stop, stop_token_ids, budget, max_new_tokens, seed); a bad value raises
+ConfigError naming it. Stops follow vLLM's defaults: `stop` strings end the output at the token that
+completes one, its text cut before the string; a token of `stop_token_ids` ends it as an end-of-sequence
+token does, kept as the ids' last, its text left out.
+Importing this module starts nothing and changes nothing process-wide.
+
+A pair's children never outlive it: they get SIGTERM when the caller dies however it dies (a parent-death
+signal, which Linux ties to the thread that started them: start a pair in a thread that outlives its use),
+a finaliser stops them when the pair is garbage-collected or the interpreter exits without `close()`, and
+the drafter exits on its own once its one target has gone. They run in a process group of their own, so a
+Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises KeyboardInterrupt, a
+target in its own process stops the interrupted request at its next round (launch.targets), and the next
+call is answered correctly and at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from evaluation.output import DecodeOutput, StreamChunk
+from evaluation.record import DecodeRecord
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from pipeline.config import ConfigError, InputError, PoolConfig
+from pipeline.settings import DecodeConfig
+from launch.children import PY, Children, drafter_command
+from launch.targets import InProcessTarget, ProcessTarget
+from programs.cli import to_argv
+from programs.progress import Progress
+
+PROJECT = Path(__file__).resolve().parent.parent
+CLOSE_WAIT_S = 10.0  # how long close() waits for the children to exit on their own before stopping them
+GONE_WAIT_S = 10.0  # after a failed start, how long to wait for a drafter that is exiting, to name its status
+
+
+Prompt = str | Sequence[int] | Sequence[dict]  # one prompt: a user turn's text, token ids or chat messages
+
+
+def summarize(outputs: Sequence[DecodeOutput | DecodeRecord], *, temperature: float | None = None, budget=None) -> dict:
+    """The command line's summary of one setting's outputs (or records): speeds, τ, acceptance by depth, tree
+    sizes, every decoder's speedup over `ar` with its paired interval over prompts, and the cautions that say
+    when a gain measures the machine rather than speculation. Outputs of several settings (temperature,
+    budget) need the setting named; `settings(outputs)` lists them."""
+    from evaluation.summary import analyse, as_json
+
+    records = _records(outputs)
+    present = settings(records)
+    if not present:
+        raise InputError("`outputs` is empty: there is nothing to summarize")
+    chosen = [(t, b) for t, b in present if temperature in (None, t) and budget in (None, b)]
+    if len(chosen) != 1:
+        listed = "; ".join(f"temperature={t:g}, budget={b}" for t, b in present)
+        raise InputError(f"`outputs` hold {'no' if not chosen else 'several'} matching settings ({listed}): "
+                         f"name one with `temperature` and `budget`")
+    (t, b), = chosen
+    return as_json(analyse(records, t, b, speed_tokens="output"))
+
+
+def settings(outputs: Sequence[DecodeOutput | DecodeRecord]) -> list[tuple[float, int | str]]:
+    """The (temperature, budget) settings of `outputs` (or records), in their first appearance's order."""
+    return list(dict.fromkeys((float(r.temperature), r.setting_budget) for r in _records(outputs)))
+
+
+class PairClosed(RuntimeError):
+    """A call on a pair after its close()."""
+
+
+class Pair:
+    """A drafter process and a target, ready to decode; a context manager that shuts both down."""
+
+    def __init__(self, target: str = EMBEDDED, drafter: str | None = None, *, pool: PoolConfig | None = None,
+                 target_options: dict | None = None, drafter_options: dict | None = None,
+                 target_process: bool = False, drafter_timeout: float = 60.0, ready_timeout: float = 600.0,
+                 log_level: str = "WARNING") -> None:
+        """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the
+        target's int8 copy for the embedded model, and to the target's spec otherwise); *_options: other
+        ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
+        from programs.options import ConnectOptions
+        from protocol.transport import private_ipc_endpoint, remove_stale_private_dirs
+
+        drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
+        self.target_options = ModelOptions(model=target, **(target_options or {}))
+        self.drafter_options = ModelOptions(model=drafter, **(drafter_options or {}))
+        self.pool = pool or default_pool(self.target_options)
+        self.connect = ConnectOptions(drafter_timeout, ready_timeout)
+        self.log_level = log_level
+        remove_stale_private_dirs()  # those of earlier callers killed before they could remove theirs
+        self.endpoint = private_ipc_endpoint(owner=os.getpid())
+        self._stack = contextlib.ExitStack()
+        # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
+        self._children = Children(os.path.dirname(self.endpoint[len("ipc://"):]), own_group=True)
+        # Never holds self. At exit it runs while the interpreter is whole: the in-process target's session (its
+        # socket) is closed then, not in the interpreter's teardown, where closing it fails on imports.
+        self._finalizer = weakref.finalize(self, _stop, self._children, 0.0, self._stack)
+        self._closed = False
+        self.session = None  # the in-process target's TargetSession
+        self._target: InProcessTarget | ProcessTarget | None = None  # what answers requests (launch.targets)
+        try:
+            self._start(target_process)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, target_process: bool) -> None:
+        drafter = drafter_command(self.drafter_options, self.endpoint, self.target_options.max_context,
+                                  self.log_level)
+        self._drafter = self._children.start(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL)
+        self._wait_for_drafter()
+        try:
+            self._start_target(target_process)
+        except Exception:
+            if status := _exit_status(self._drafter, GONE_WAIT_S):  # a drafter that failed: the cause, say so
+                raise RuntimeError(f"the drafter process exited with status {status} before it was ready; see "
+                                   f"its log above") from None
+            raise
+
+    def _start_target(self, target_process: bool) -> None:
+        if target_process:
+            argv = [*PY, "programs.target_program", *to_argv(self.target_options), "--endpoint", self.endpoint,
+                    *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve", "--log-level",
+                    self.log_level]
+            proc = self._children.start(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, bufsize=1)
+            self._target = ProcessTarget(proc)
+            self.models = self._target.ready()
+        else:
+            from target_proc.session import open_session
+
+            self.session = self._stack.enter_context(open_session(
+                self.target_options, self.endpoint, self.pool, self.connect.drafter_timeout,
+                self.connect.ready_timeout))
+            self._target = InProcessTarget(self.session)
+            self.models = self.session.models
+
+    def _wait_for_drafter(self) -> None:
+        """Until the drafter has bound its socket (it does before loading its model); a drafter that exits
+        first is reported at once, and one that exits while loading when the target finds it gone."""
+        socket_path, drafter = self.endpoint[len("ipc://"):], self._drafter
+        deadline = time.monotonic() + self.connect.ready_timeout
+        while not os.path.exists(socket_path):
+            if drafter.poll() is not None:
+                raise RuntimeError(f"the drafter process exited with status {drafter.returncode} before it was "
+                                   f"ready; see its log above")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the drafter was not ready within {self.connect.ready_timeout:g} s "
+                                   f"(raise `ready_timeout` if it is only slow)")
+            time.sleep(0.05)
+
+    def decode(self, prompt: Prompt | Sequence[Prompt], decoder: str = "root-draw", *, prompt_id: str | None = None,
+               category: str = "api", use_tqdm: bool = True, **settings) -> DecodeOutput | list[DecodeOutput]:
+        """One decode -> its DecodeOutput; a list of prompts -> each decoded, a list of outputs (as vLLM's
+        `generate`), with a progress bar on stderr unless `use_tqdm` is False. A prompt is one user turn's text
+        (through the chat template), token ids (used as they are), or chat messages [{"role": "system" | "user"
+        | "assistant", "content": ...}, ...] ending with the user's. `prompt_id` names a single prompt (it
+        seeds the sampling streams; by default it is derived from the prompt)."""
+        if not _is_many(prompt):
+            (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
+            return DecodeOutput.of(record)
+        if prompt_id is not None:
+            raise InputError("`prompt_id` names one prompt; a list of prompts takes ids derived from each")
+        requests = [self._request(p, decoder, None, category, settings) for p in prompt]  # all checked first
+        return self._run_all(requests, use_tqdm)
+
+    def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
+             category: str = "api", **settings) -> list[DecodeOutput]:
+        """The user turns of one conversation, each answered with the earlier answers in context -> an output
+        per turn. prompt_id seeds the sampling streams; by default it is derived from the text."""
+        if isinstance(turns, str) or not turns or not all(isinstance(t, str) and t for t in turns):
+            raise InputError("`turns` must be a list of non-empty strings")
+        return [DecodeOutput.of(r) for r in self._run(self._request(list(turns), decoder, prompt_id, category,
+                                                                    settings))]
+
+    def stream(self, prompt: Prompt, decoder: str = "root-draw", *, prompt_id: str | None = None,
+               category: str = "api", **settings) -> Iterator[StreamChunk]:
+        """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text
+        they add), the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next
+        round."""
+        request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
+        for line in self._target.lines(request):
+            if line["kind"] == "tokens":
+                yield StreamChunk(line["tokens"], line["text"])
+            elif line["kind"] == "decode":
+                yield StreamChunk([], "", DecodeOutput.of(DecodeRecord.from_json(line, "the target's answer")))
+
+    def decode_many(self, prompts: Iterable[Prompt], decoders: str | Sequence[str] = ("ar", "root-draw"), *,
+                    use_tqdm: bool = True, **settings) -> list[DecodeOutput]:
+        """Every prompt with every decoder (decoders innermost, as the command line orders them), with one
+        progress bar; `decoders` may be one name or a comma-separated list, as --decoders takes it."""
+        if isinstance(decoders, str):
+            decoders = [d.strip() for d in decoders.split(",") if d.strip()]
+        prompts = [prompts] if not _is_many(prompts) else list(prompts)
+        requests = [self._request(p, d, None, "api", settings) for p in prompts for d in decoders]
+        return self._run_all(requests, use_tqdm)
+
+    summarize = staticmethod(summarize)  # as the module's: Pair.summarize(outputs)
+    settings = staticmethod(settings)
+
+    def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict) -> dict:
+        """A request as the target takes it: the prompt, its id (derived from it by default), the category and
+        the checked settings."""
+        self._check_open()
+        config = DecodeConfig(decoder, **_settings(settings))
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InputError("`prompt` must be non-empty text")
+            prompt, key = [prompt], "turns"
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+            key = "turns"  # chat's user turns
+        elif isinstance(prompt, (list, tuple)):
+            prompt, key = list(prompt), "context"
+        else:
+            raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
+        if key == "turns":
+            digest = hashlib.blake2b("\x00".join(prompt).encode(), digest_size=6).hexdigest()
+        else:
+            digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
+        return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
+                key: prompt, "config": dataclasses.asdict(config)}
+
+    def _run(self, request: dict) -> list[DecodeRecord]:
+        """One request's records, read from the answer lines that hold them."""
+        return [DecodeRecord.from_json(line, "the target's answer") for line in self._target.lines(request)
+                if line["kind"] == "decode"]
+
+    def _run_all(self, requests: list[dict], use_tqdm: bool) -> list[DecodeOutput]:
+        """Requests one after another, with one bar counting them -> their outputs."""
+        outputs = []
+        with Progress(len(requests), bar=use_tqdm) as progress:
+            for request in requests:
+                outputs += [DecodeOutput.of(r) for r in self._run(request)]
+                progress.step()
+        return outputs
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PairClosed("this pair is closed: start another `Pair` to decode again")
+
+    def close(self) -> None:
+        """Shut the pair down: the target first (it asks the drafter to exit), then wait for both; those
+        still running after CLOSE_WAIT_S are stopped. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stack.close()
+            if isinstance(self._target, ProcessTarget) and self._target.proc.poll() is None:
+                self._target.proc.stdin.close()  # end of requests: the target shuts the drafter down and exits
+        finally:
+            self._finalizer.detach()
+            _stop(self._children, CLOSE_WAIT_S)
+
+    def __enter__(self) -> Pair:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _is_many(prompt) -> bool:
+    """A list of prompts, not one: texts, token id lists or message lists (one prompt's items are ids or
+    messages)."""
+    return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(p, (str, list, tuple)) for p in prompt)
+
+
+def _records(outputs: Sequence[DecodeOutput | DecodeRecord]) -> list[DecodeRecord]:
+    return [o.record if isinstance(o, DecodeOutput) else o for o in outputs]
+
+
+def _exit_status(proc: subprocess.Popen, wait: float) -> int | None:
+    """The process's exit status if it ends within `wait` s, else None."""
+    try:
+        return proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def default_pool(target: ModelOptions) -> PoolConfig:
+    """The command line's pool: reduced for the embedded pair on the CPU, the paper's otherwise."""
+    from launch.pair import EMBEDDED_POOL
+
+    return EMBEDDED_POOL if target.model == EMBEDDED and target.device == "cpu" else PoolConfig()
+
+
+def _settings(settings: dict) -> dict:
+    """The keyword settings of a decode, unknown ones refused with the names of those accepted."""
+    accepted = [f.name for f in dataclasses.fields(DecodeConfig) if f.name != "decoder"]
+    if unknown := [name for name in settings if name not in accepted]:
+        raise ConfigError(unknown[0], f"is not a decode setting; the settings are {', '.join(accepted)}")
+    return settings
+
+
+def _stop(children: Children, settle: float, session: contextlib.ExitStack | None = None) -> None:
+    """Close `session` (the in-process target's: it asks the drafter to shut down), then stop the children,
+    letting them exit on their own within `settle` s (launch.children). The finaliser of a pair left
+    unclosed calls it with no time to settle."""
+    if session is not None:
+        import zmq
+
+        from protocol.errors import PeerDied, PeerTimeout, ProtocolError
+
+        try:
+            session.close()
+        except (ProtocolError, PeerDied, PeerTimeout, zmq.ZMQError) as e:  # the drafter had gone: stopped below
+            logging.getLogger("api").debug("closing a pair left open: %s", e)
+    children.stop(settle)
