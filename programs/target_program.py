@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             age = process_age()
             log.info("decoding: %s%s", plan_text(prompts, run, total),
                      "" if age is None else f" (ready {age:.1f} s after this process started)")
-            with _round_store(run, header) as rounds, Progress(total) as progress:
+            with _round_store(run, header, session.target.runner.vocab_size) as rounds, Progress(total) as progress:
                 for record in run_decodes(session, prompts, run, rounds, progress):
                     first = first or record
                     tally.add(record)
@@ -256,12 +256,13 @@ def _turns(turns) -> tuple[str, tuple[str, ...]]:
     return turns[0], tuple(turns[1:])
 
 
-def _round_store(run: RunOptions, header: dict) -> AbstractContextManager:
-    """DIR/rounds.shard-1-of-1.bin with --record-rounds DIR (a decode run is one shard), else nothing."""
+def _round_store(run: RunOptions, header: dict, vocab: int) -> AbstractContextManager:
+    """DIR/rounds.shard-1-of-1.bin with --record-rounds DIR (a decode run is one shard; its run's identity holds
+    the target's vocabulary), else nothing."""
     path = rounds_path(run.record_rounds, 1, 1) if run.record_rounds else None
     if path is not None and path.exists():
         raise InputError(f"`record_rounds`: {path} exists already; name an empty directory for this run's rounds")
-    return decodes.rounds_file(path, header)
+    return decodes.rounds_file(path, header, vocab)
 
 
 def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Prompt]) -> dict:
