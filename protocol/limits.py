@@ -17,6 +17,7 @@ MAX_CONTEXT = MAX_ARRAY_LENGTH  # KV cache slots a target may have and a Hello m
 REQUEST_CONTEXT = 1 << 14  # KV cache slots a drafter grants a Hello unless told more (--max-request-context)
 MAX_POOL_DEPTH = 64  # levels of a pool: each costs the drafter one pass per round
 MAX_POOL_CANDIDATES = 1 << 16  # candidates of a full pool: topk + (depth - 1) * expand * topk
+IDLE_TIMEOUT_S = 600.0  # a served target's silence after which a drafter serves the next one (--idle-timeout)
 MAX_TEXT = 1000  # characters of peer-provided text (an Error's message, a model name) that reach a log
 
 
