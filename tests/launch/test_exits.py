@@ -247,3 +247,18 @@ def test_a_second_stop_signal_during_shutdown_kills_the_pair_at_once_without_a_t
         for proc in procs:
             proc.kill()
     assert [proc.wait(5) for proc in procs] == [-signal.SIGKILL] * 2
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--pool-depth", "1000"], "--pool-depth must be at most 64 (the pool levels the protocol carries), got 1000"),
+    (["--pool-topk", "100000"], "--pool-topk 100000, --pool-depth 8 and --pool-expand 10 make a pool of "),
+    (["--budget", str(10**20)], "--budget must be at most 65536 (a tree holds at most a pool's candidates)"),
+    (["--max-new-tokens", str(10**12)], "--max-new-tokens must be at most 1048576"),
+    (["--endpoint", "tcp://999.1.1.1:5555"], "--endpoint 'tcp://999.1.1.1:5555': 999.1.1.1 is not an IP address"),
+])
+def test_settings_beyond_the_protocols_limits_are_usage_errors_before_any_process_starts(flags, message):
+    done = subprocess.run([sys.executable, "-m", "launch", "--target", "mock", *flags], capture_output=True,
+                          text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert "[drafter]" not in done.stderr
