@@ -18,6 +18,7 @@ from pathlib import Path
 
 from evaluation.record import DecodeRecord, UnreadSchema, record_key
 from evaluation.rounds_file import files_by_shard
+from evaluation.paths import output_dir
 from pipeline.config import InputError
 
 log = logging.getLogger("timing")
@@ -38,12 +39,9 @@ class RecordsUnwritable(InputError):
 
 
 def directory(path: str | Path, what: str) -> Path:
-    """`path` as a directory that exists or can be made; InputError naming `what` when a file (or a device)
-    is there."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise InputError(f"{what} {path} is not a directory")
-    return path
+    """`path` as a folder that exists or is made now, writable (evaluation.paths.output_dir); InputError
+    naming `what` otherwise."""
+    return output_dir(path, what)
 
 
 def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
