@@ -66,8 +66,26 @@ def test_a_records_file_that_is_a_device_is_refused_not_read_forever(tmp_path):
 
     link = tmp_path / "records.jsonl"
     link.symlink_to("/dev/zero")
-    with pytest.raises(InputError, match=rf"the records file {link} is not a regular file"):
+    with pytest.raises(InputError, match=rf"^the records file '{link}' is a device, not a regular file$"):
         read_records(link)
+
+
+@pytest.mark.parametrize("kind, said", [("dir", "is a directory"), ("fifo", "is a FIFO"), ("dangling", "is a link to "),
+                                        ("zero", "is a device")])
+def test_a_records_or_rounds_file_that_is_no_file_is_refused_in_one_line(tmp_path, kind, said):
+    from evaluation.rounds_file import RoundStore, read_rounds
+    from timing.record_store import read_records
+
+    for name in ("records.jsonl", "rounds.bin"):
+        path = tmp_path / name
+        {"dir": path.mkdir, "fifo": lambda: os.mkfifo(path), "dangling": lambda: path.symlink_to(tmp_path / "gone"),
+         "zero": lambda: path.symlink_to("/dev/zero")}[kind]()
+    with pytest.raises(InputError, match=f"^the records file '{tmp_path}/records.jsonl' {said}"):
+        read_records(tmp_path / "records.jsonl")
+    with pytest.raises(InputError, match=f"^the rounds file '{tmp_path}/rounds.bin' {said}"):
+        read_rounds(tmp_path / "rounds.bin")
+    with pytest.raises(InputError, match=f"^the rounds file {tmp_path}/rounds.bin {said}"):
+        RoundStore(tmp_path / "rounds.bin", {})
 
 
 def test_an_unknown_random_shape_is_refused_before_anything_loads():
