@@ -3,7 +3,10 @@
 A target becomes the one served when its Hello is accepted (drafter_proc.handshake); any other peer that
 speaks meanwhile is told that the drafter is busy. The served target leaves by Shutdown (the drafter then
 exits, or with `persist` waits for the next target) or by closing its connection (the drafter serves the
-next one; a private drafter, `exit_with_target`, exits). A refused message gets an Error reply naming the
+next one; a private drafter, `exit_with_target`, exits). A served target silent for `idle_timeout` seconds
+since the drafter last answered it (stopped, hung, or a Hello and nothing after) is let go when another peer
+speaks, which is then served: the drafter is never held for good by a peer that says nothing. An Error from a
+peer without a session is logged as refusals are, throttled (protocol.log_limit). A refused message gets an Error reply naming the
 problem, and the loop goes on serving; nothing the drafter holds changes on a refused message. The drafter
 keeps one KV cache (models.kv_cache), replaced only by a Hello that needs a larger one; it never allocates one
 beyond `max_request_context` slots, whatever a peer asks, nor one that its device cannot hold.
@@ -19,6 +22,7 @@ rest is held, in order, and handled next.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -33,7 +37,7 @@ from models.load import Loaded
 from pipeline.config import CapacityError
 from protocol.codec import MAX_FRAMES, decode
 from protocol.errors import BadArray, DrafterBusy, ProtocolError, UnexpectedMessage, printable
-from protocol.limits import MAX_TEXT, REQUEST_CONTEXT
+from protocol.limits import IDLE_TIMEOUT_S, MAX_TEXT, REQUEST_CONTEXT
 from protocol.messages import Ahead, Commit, End, Error, Hello, Message, Ready, Shutdown, Start, Waiting
 from protocol.peers import Farewell, Left, Peers, peek, tag
 from protocol.transport import Listener, Received
@@ -46,7 +50,7 @@ Handler = Callable[[Message, bytes, float], Message | None]  # (message, its sen
 class DrafterServer:
     def __init__(self, listener: Listener, loaded: Loaded, *, persist: bool = False,
                  exit_with_target: bool = False, max_request_context: int = REQUEST_CONTEXT,
-                 threads: tuple[int, int] | None = None) -> None:
+                 threads: tuple[int, int] | None = None, idle_timeout: float = IDLE_TIMEOUT_S) -> None:
         self.peers = Peers(listener)
         self.loaded = loaded
         self.cache = KVCache(loaded, "drafter")  # the one KV cache (and graphs) of this process
@@ -56,6 +60,8 @@ class DrafterServer:
         self.threads = threads  # CPU threads (while the target works, while it waits for a pool); None: keep
         self.served = False  # whether a target was accepted yet (exit_with_target waits for the first)
         self.peer: bytes | None = None  # the routing id of the target being served
+        self.idle_timeout = idle_timeout  # seconds the served target may be silent before another is served
+        self.heard = 0.0  # when the served target's last message was answered (time.monotonic)
         self.last_served: bytes | None = None  # the tag of the last served target whose connection closed
         self.session: DrafterSession | None = None  # the served target's, from its Hello
         self.handlers: dict[type[Message], Handler] = {
@@ -81,6 +87,8 @@ class DrafterServer:
                 self._refuse_busy(event)
             elif self._answer(event):
                 return
+            if isinstance(event, Received) and self.peer is not None and event.peer == self.peer:
+                self.heard = time.monotonic()  # after its answer: the drafter's own work is not the peer's silence
 
     # -- peers ------------------------------------------------------------------------------------------
 
@@ -96,6 +104,11 @@ class DrafterServer:
             return False
         for left in self.peers.gone_now():
             self._left(left)
+        if self.peer is not None and (silent := time.monotonic() - self.heard) > self.idle_timeout:
+            log.warning("let go of a target silent for %.1f s (--idle-timeout %g); serving the next one", silent,
+                        self.idle_timeout)
+            self.last_served = None  # its Shutdown, should one still come, ends nothing
+            self._forget()
         return self.peer is not None
 
     def _refuse_busy(self, event: Received) -> None:
@@ -154,7 +167,11 @@ class DrafterServer:
         return ready(self.loaded)
 
     def _peer_error(self, msg: Error, peer: bytes, arrived: float) -> None:
-        log.error("the target reported %s: %s", printable(msg.code, 40), printable(msg.message))
+        if peer == self.peer:
+            log.error("the target reported %s: %s", printable(msg.code, 40), printable(msg.message))
+        else:  # a peer without a session may send any number: what it makes us log is bounded
+            self.peers.throttle.log(log, logging.ERROR, "peer error", "a peer without a session reported %s: %s",
+                                    printable(msg.code, 40), printable(msg.message))
 
     def _unexpected(self, msg: Message, peer: bytes, arrived: float) -> None:
         self._session(msg)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evaluation.paths import input_file
 from evaluation.summary import category_group
 from pipeline.config import InputError, split_list
 
@@ -65,10 +66,10 @@ def load_prompts(source: str) -> list[Prompt]:
     if source.startswith("spec-bench:"):
         return _spec_bench(Path(source.split(":", 1)[1]))
     path = Path(source)
-    if not path.is_file():
-        problem = "is not a regular file" if path.exists() else "does not exist"
-        raise PromptError(f"prompt file {source!r} {problem} (a prompt source is builtin, humaneval, "
-                          f"spec-bench:PATH or a file)")
+    try:
+        input_file(path, "prompt file")
+    except InputError as e:
+        raise PromptError(f"{e} (a prompt source is builtin, humaneval, spec-bench:PATH or a file)") from None
     if path.suffix == ".jsonl":
         return _jsonl(path)
     lines = [line.strip() for line in _read_text(path).splitlines()]
@@ -79,9 +80,10 @@ def load_prompts(source: str) -> list[Prompt]:
 
 
 def _records(path: Path):
-    if not path.is_file():
-        raise PromptError(f"prompt file {str(path)!r} " + ("is not a regular file" if path.exists() else
-                                                          "does not exist"))
+    try:
+        input_file(path, "prompt file")
+    except InputError as e:
+        raise PromptError(str(e)) from None
     for number, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue

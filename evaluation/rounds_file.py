@@ -35,6 +35,7 @@ from pathlib import Path
 
 import msgpack
 
+from evaluation.paths import input_file, output_file
 from evaluation.rounds import (SCHEMA, DamagedRounds, RecordedDecode, RecordedRound, decode_chunk, decode_key,
                                encode_decode, key_text, unpack)
 from evaluation.run_identity import RunIdentity, differences, run_identity
@@ -221,6 +222,7 @@ def read_rounds(path: Path) -> RoundsFile:
     """The provenance and the decodes of one rounds file (the last chunk of a decode recorded twice); damaged,
     impossible and foreign chunks are left out and listed in `damage`. DamagedRounds when the file holds no
     whole chunk at all."""
+    input_file(path, "the rounds file")  # a FIFO would hang the read, /dev/zero fill memory
     with open(path, "rb") as f:
         data = f.read()
     found = scan(path, data)
@@ -312,7 +314,7 @@ class RoundStore:
         self.path = path
         self.notes: list[str] = []
         self.run = run_identity(provenance, vocab)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        output_file(path, "the rounds file")  # its directory made; a FIFO, a device or a dangling link refused
         if path.exists() and path.stat().st_size:
             self._reopen()
         self._file = open(path, "ab", buffering=0)

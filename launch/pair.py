@@ -31,6 +31,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from evaluation.paths import output_dir
 from evaluation.prompts import BUILTIN, select
 from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status, stop_process
 from models.memory import host_free_bytes
@@ -121,6 +122,7 @@ def plan(argv: list[str]) -> LaunchPlan:
     _check_kv_memory(parser, models, remote_drafter)
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
     _check_prompts(parser, run)
+    _check_outputs(parser, run)
     connect = from_options(parser, ns, ConnectOptions)
     keys = from_options(parser, ns, KeyOptions)
     remote = from_options(parser, ns, RemoteOptions)
@@ -189,6 +191,20 @@ def _check_prompts(parser: argparse.ArgumentParser, run: RunOptions | SweepOptio
         select(run.sources, run.seed if isinstance(run, SweepOptions) else run.decode.seed)
     except InputError as e:
         parser.error(flags_of(parser).rewrite(str(e)))
+
+
+def _check_outputs(parser: argparse.ArgumentParser, run: RunOptions | SweepOptions) -> None:
+    """The directories the run writes in, made and checked here (evaluation.paths), so that a path that
+    cannot be written stops the launch before any process starts."""
+    if isinstance(run, SweepOptions):
+        outs = [("--out", run.out)]
+    else:
+        outs = [("--record-rounds", run.record_rounds)] if run.record_rounds else []
+    try:
+        for flag, path in outs:
+            output_dir(path, flag)
+    except InputError as e:
+        parser.error(str(e))
 
 
 def _check_kv_memory(parser: argparse.ArgumentParser, models: dict[str, ModelOptions], remote: bool) -> None:

@@ -39,6 +39,8 @@ import json
 import logging
 import os
 import subprocess
+import sys
+import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -104,12 +106,15 @@ class Pair:
         from programs.options import ConnectOptions
         from protocol.transport import private_ipc_endpoint, remove_stale_private_dirs
 
+        _check_spec("target", target)
+        if drafter is not None:
+            _check_spec("drafter", drafter)
         drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
-        self.target_options = ModelOptions(model=target, **(target_options or {}))
-        self.drafter_options = ModelOptions(model=drafter, **(drafter_options or {}))
-        self.pool = pool or default_pool(self.target_options)
+        self.target_options = _model_options("target_options", target, target_options)
+        self.drafter_options = _model_options("drafter_options", drafter, drafter_options)
+        self.pool = _pool(pool) or default_pool(self.target_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
-        self.log_level = log_level
+        self.log_level = _log_level(log_level)
         remove_stale_private_dirs()  # those of earlier callers killed before they could remove theirs
         self.endpoint = private_ipc_endpoint(owner=os.getpid())
         self._stack = contextlib.ExitStack()
@@ -130,15 +135,21 @@ class Pair:
     def _start(self, target_process: bool) -> None:
         drafter = drafter_command(self.drafter_options, self.endpoint, self.target_options.max_context,
                                   self.log_level)
-        self._drafter = self._children.start(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL)
+        self._drafter = self._children.start(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._drafter_log = StderrTail(self._drafter.stderr)
         self._wait_for_drafter()
         try:
             self._start_target(target_process)
         except Exception:
             if status := _exit_status(self._drafter, GONE_WAIT_S):  # a drafter that failed: the cause, say so
-                raise RuntimeError(f"the drafter process exited with status {status} before it was ready; see "
-                                   f"its log above") from None
+                raise RuntimeError(self._drafter_failed(status)) from None
             raise
+
+    def _drafter_failed(self, status: int) -> str:
+        """What a drafter that exited before it was ready said last (its error), with its exit status."""
+        self._drafter_log.wait(GONE_WAIT_S)
+        cause = self._drafter_log.last or "it said nothing"
+        return f"the drafter process exited with status {status} before it was ready: {cause}"
 
     def _start_target(self, target_process: bool) -> None:
         if target_process:
@@ -165,8 +176,7 @@ class Pair:
         deadline = time.monotonic() + self.connect.ready_timeout
         while not os.path.exists(socket_path):
             if drafter.poll() is not None:
-                raise RuntimeError(f"the drafter process exited with status {drafter.returncode} before it was "
-                                   f"ready; see its log above")
+                raise RuntimeError(self._drafter_failed(drafter.returncode))
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the drafter was not ready within {self.connect.ready_timeout:g} s "
                                    f"(raise `ready_timeout` if it is only slow)")
@@ -214,6 +224,9 @@ class Pair:
         progress bar; `decoders` may be one name or a comma-separated list, as --decoders takes it."""
         if isinstance(decoders, str):
             decoders = [d.strip() for d in decoders.split(",") if d.strip()]
+        if not isinstance(decoders, Sequence) or not decoders or not all(isinstance(d, str) for d in decoders):
+            raise ConfigError("decoders", f"must name at least one decoder (a name, a comma-separated list or a "
+                                          f"list of names), got {decoders!r}")
         prompts = [prompts] if not _is_many(prompts) else list(prompts)
         requests = [self._request(p, d, None, "api", settings) for p in prompts for d in decoders]
         return self._run_all(requests, use_tqdm)
@@ -289,7 +302,78 @@ def _is_many(prompt) -> bool:
 
 
 def _records(outputs: Sequence[DecodeOutput | DecodeRecord]) -> list[DecodeRecord]:
-    return [o.record if isinstance(o, DecodeOutput) else o for o in outputs]
+    if isinstance(outputs, (str, bytes, dict)) or not isinstance(outputs, Iterable):
+        raise ConfigError("outputs", f"must be a list of decode outputs or records, got {type(outputs).__name__}")
+    records = [o.record if isinstance(o, DecodeOutput) else o for o in outputs]
+    if wrong := [r for r in records if not isinstance(r, DecodeRecord)]:
+        raise ConfigError("outputs", f"must hold decode outputs or records (DecodeOutput, DecodeRecord), got a "
+                                     f"{type(wrong[0]).__name__}: read saved records with DecodeRecord.from_json")
+    return records
+
+
+def _check_spec(name: str, spec) -> None:
+    """A model spec is a non-empty string, as --target and --drafter take it."""
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(name, f"must be a model spec as text ('mock', a checkpoint folder, a model id), got "
+                                f"{spec!r}")
+
+
+def _model_options(name: str, model: str, options) -> ModelOptions:
+    """ModelOptions for `model` with the other fields of `options` (a dict), unknown fields refused by name."""
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        raise ConfigError(name, f"must be a dict of model options, got {type(options).__name__}")
+    fields = [f.name for f in dataclasses.fields(ModelOptions) if f.name != "model"]
+    if unknown := [key for key in options if key not in fields]:
+        raise ConfigError(name, f"has {unknown[0]!r}, not a model option; the options are {', '.join(fields)}")
+    return ModelOptions(model=model, **options)
+
+
+def _pool(pool) -> PoolConfig | None:
+    """The `pool` argument: a PoolConfig, a dict of its fields (made into one), or None for the default."""
+    if pool is None or isinstance(pool, PoolConfig):
+        return pool
+    if not isinstance(pool, dict):
+        raise ConfigError("pool", f"must be a PoolConfig or a dict of its fields, got {type(pool).__name__}")
+    fields = [f.name for f in dataclasses.fields(PoolConfig)]
+    if unknown := [key for key in pool if key not in fields]:
+        raise ConfigError("pool", f"has {unknown[0]!r}, not a pool field; the fields are {', '.join(fields)}")
+    return PoolConfig(**pool)
+
+
+def _log_level(level) -> str:
+    """A log level's name as the programs' --log-level takes it, in capitals."""
+    from programs.cli import LOG_LEVELS
+
+    if not isinstance(level, str) or level.upper() not in LOG_LEVELS:
+        raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    return level.upper()
+
+
+class StderrTail:
+    """A child's stderr passed on to ours line by line, its last non-empty line kept: the cause a child that
+    failed gives (its error), to name in what the caller is told."""
+
+    def __init__(self, stream) -> None:
+        self.last = ""
+        self._thread = threading.Thread(target=self._pass_on, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pass_on(self, stream) -> None:
+        for raw in stream:
+            line = raw.decode(errors="replace")
+            try:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            except (OSError, ValueError):  # our stderr closed: keep reading, or the child blocks on a full pipe
+                pass
+            if line.strip():
+                self.last = line.strip()
+        stream.close()
+
+    def wait(self, seconds: float) -> None:
+        """Until the child's stderr has ended (it exited), at most `seconds`."""
+        self._thread.join(seconds)
 
 
 def _exit_status(proc: subprocess.Popen, wait: float) -> int | None:

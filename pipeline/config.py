@@ -34,6 +34,20 @@ def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# What the wire between the two processes carries at most (protocol.limits takes them from here): a setting
+# beyond them is refused when it is made, not after both processes have started.
+MAX_POOL_DEPTH = 64  # levels of a pool: each costs the drafter one pass per round
+MAX_POOL_CANDIDATES = 1 << 16  # candidates of a full pool: topk + (depth - 1) * expand * topk
+MAX_CONTEXT = 1 << 20  # KV cache slots (prompt and output tokens) a target may have and a Hello may ask for
+
+
+def check_at_most(name: str, value: int, limit: int, what: str) -> int:
+    """`value` if it is at most `limit`, else ConfigError naming `name` and what the limit is."""
+    if value > limit:
+        raise ConfigError(name, f"must be at most {limit} ({what}), got {value}")
+    return value
+
+
 def check_int(name: str, value, low: int) -> int:
     """`value` if it is an integer >= low, else ConfigError naming `name`."""
     if not is_int(value) or value < low:
@@ -52,7 +66,7 @@ def check_budget(name: str, value) -> int | str:
         return value
     if not is_int(value) or value < 1:
         raise ConfigError(name, f"must be a positive integer or auto, got {value!r}")
-    return value
+    return check_at_most(name, value, MAX_POOL_CANDIDATES, "a tree holds at most a pool's candidates")
 
 
 def check_temperature(name: str, value) -> float:
@@ -112,6 +126,10 @@ class PoolConfig:
             check_int(name, getattr(self, name), 1)
         if self.expand > self.topk:
             raise ConfigError("expand", f"({self.expand}) must not exceed `topk` ({self.topk})")
+        check_at_most("depth", self.depth, MAX_POOL_DEPTH, "the pool levels the protocol carries")
+        if self.size > MAX_POOL_CANDIDATES:
+            raise ConfigError("topk", f"{self.topk}, `depth` {self.depth} and `expand` {self.expand} make a pool of "
+                                      f"{self.size} candidates; the protocol carries at most {MAX_POOL_CANDIDATES}")
 
     @property
     def size(self) -> int:

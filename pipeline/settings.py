@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from pipeline.config import (AUTO, BUDGET_PRIORS, CapacityError, ConfigError, Filters, check_budget, check_int,
+from pipeline.config import (AUTO, BUDGET_PRIORS, MAX_CONTEXT, MAX_POOL_CANDIDATES, CapacityError, ConfigError, Filters,
+                             check_at_most, check_budget, check_int,
                              check_stop_strings, check_temperature, check_token_ids)
 from pipeline.rules import RULES
 
@@ -44,8 +45,10 @@ class DecodeConfig:
         if self.budget != AUTO:
             check_budget("budget", self.budget)
         check_int("max_new_tokens", self.max_new_tokens, 1)
+        check_at_most("max_new_tokens", self.max_new_tokens, MAX_CONTEXT, "the KV slots a context may have")
         check_int("seed", self.seed, 0)
         check_int("budget_max", self.budget_max, 1)
+        check_at_most("budget_max", self.budget_max, MAX_POOL_CANDIDATES, "a tree holds at most a pool's candidates")
         check_int("drafter_window", self.drafter_window, 0)
         if self.budget_prior not in BUDGET_PRIORS:
             raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")

@@ -43,6 +43,10 @@ from protocol.wakeup import woken_by_signals
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
 # A file system that refuses to write: the user frees space or names another folder; nothing is lost.
 DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM, errno.EFBIG}
+PERMISSION = {errno.EACCES, errno.EPERM}  # said of a file read as of one written: "open", not "write"
+# A path that names no file that can be opened (a folder on its way that is a file, a name too long, a
+# folder where a file is wanted): the user names another; evaluation.paths checks the named ones first.
+PATH_ERRORS = {errno.ENOTDIR, errno.ENOENT, errno.ENAMETOOLONG, errno.EISDIR, errno.ENXIO, errno.ELOOP}
 
 
 class Parser(argparse.ArgumentParser):
@@ -315,9 +319,10 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not complain
         return 128 + signal.SIGPIPE
     except OSError as e:
-        if e.errno not in DISK_ERRORS:
+        if e.errno not in DISK_ERRORS and not (e.errno in PATH_ERRORS and e.filename):
             raise
-        log.error("cannot write %s: %s", e.filename or "a file", e.strerror)
+        verb = "cannot use" if e.errno in PATH_ERRORS else "cannot open" if e.errno in PERMISSION else "cannot write"
+        log.error("%s %s: %s", verb, e.filename or "a file (the system did not say which)", e.strerror)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

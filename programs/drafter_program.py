@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
                      describe_keys(keys, key_options))
             threads = options.cpu_threads if options.device == "cpu" else None  # on a GPU threads do not matter
             DrafterServer(listener, loaded, persist=serve.persist, exit_with_target=serve.exit_with_target,
-                          max_request_context=serve.max_request_context, threads=threads).serve()
+                          max_request_context=serve.max_request_context, threads=threads,
+                          idle_timeout=serve.idle_timeout).serve()
         finally:
             with uninterrupted(signal.SIGTERM, signal.SIGINT):
                 listener.close()

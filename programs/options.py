@@ -16,7 +16,7 @@ from evaluation.rounds_file import rounds_path
 from pipeline.config import ConfigError, check_int, check_seconds, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
-from protocol.limits import MAX_CONTEXT, REQUEST_CONTEXT
+from protocol.limits import IDLE_TIMEOUT_S, MAX_CONTEXT, REQUEST_CONTEXT
 from protocol.transport import CONNECT_TIMEOUT_S, check_endpoint
 
 
@@ -153,8 +153,13 @@ class ServeOptions:
         "help": "the largest KV cache, in slots, a target may ask this drafter for (the target's --max-context); "
                 "a handshake asking for more is refused, so that no peer makes the drafter take more memory",
         "metavar": "N"})
+    idle_timeout: float = field(default=IDLE_TIMEOUT_S, metadata={
+        "help": "seconds a served target may stay silent (no message since this drafter's last reply) before "
+                "the next target that speaks is served instead: a target stopped or hung mid-decode holds the "
+                "drafter no longer; a real round never comes near the default", "metavar": "S"})
 
     def __post_init__(self) -> None:
+        check_seconds("idle_timeout", self.idle_timeout)
         check_int("max_request_context", self.max_request_context, 16)  # as a target's --max-context
         if self.max_request_context > MAX_CONTEXT:
             raise ConfigError("max_request_context", f"must be at most {MAX_CONTEXT} (the KV slots a handshake "

@@ -9,14 +9,16 @@ values beyond the pool and context limits below.
 
 from __future__ import annotations
 
+# The largest pool (levels, candidates) and context (KV cache slots a target may have and a Hello may ask the
+# drafter for): the settings (pipeline.config) refuse more when they are made, before any process starts.
+from pipeline.config import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH  # noqa: F401
+
 MAX_HEADER_BYTES = 1 << 16  # the msgpack header of any message
 MAX_NESTING = 4  # header map > field map or array specs > one spec > its shape list
-MAX_ARRAY_LENGTH = 1 << 20  # entries of one array: a prompt, a commit or a pool
+MAX_ARRAY_LENGTH = MAX_CONTEXT  # entries of one array: a prompt (at most a context's), a commit or a pool
 MAX_FRAME_BYTES = MAX_ARRAY_LENGTH * 4  # the widest array dtype (int32, float32) takes 4 bytes an entry
-MAX_CONTEXT = MAX_ARRAY_LENGTH  # KV cache slots a target may have and a Hello may ask the drafter for
 REQUEST_CONTEXT = 1 << 14  # KV cache slots a drafter grants a Hello unless told more (--max-request-context)
-MAX_POOL_DEPTH = 64  # levels of a pool: each costs the drafter one pass per round
-MAX_POOL_CANDIDATES = 1 << 16  # candidates of a full pool: topk + (depth - 1) * expand * topk
+IDLE_TIMEOUT_S = 600.0  # a served target's silence after which a drafter serves the next one (--idle-timeout)
 MAX_TEXT = 1000  # characters of peer-provided text (an Error's message, a model name) that reach a log
 
 

@@ -25,6 +25,7 @@ import errno
 import ipaddress
 import logging
 import os
+import re
 import shutil
 import socket as pysocket
 import stat
@@ -133,18 +134,38 @@ def check_endpoint(endpoint: str) -> str:
                              f"{len(path.encode())}")
         return endpoint
     if endpoint.startswith("tcp://"):
-        parts = urlsplit(endpoint)
         try:
+            parts = urlsplit(endpoint)
             port = parts.port
-        except ValueError:
-            port = None
+        except ValueError:  # a bracketed host that is no IPv6 address, or a port that is no number
+            raise ValueError(f"`endpoint` {endpoint!r} must look like tcp://HOST:PORT") from None
         if not parts.hostname or port is None or parts.path:
             raise ValueError(f"`endpoint` {endpoint!r} must look like tcp://HOST:PORT")
+        if problem := _host_problem(parts.hostname):
+            raise ValueError(f"`endpoint` {endpoint!r}: {problem}")
         if port == 0:  # the drafter would bind a port of the system's choice that its target cannot know
             raise ValueError(f"`endpoint` {endpoint!r}: port 0 names no port the other side could connect to; name "
                              f"a port, or tcp for a free loopback port")
         return endpoint
     raise ValueError(f"`endpoint` {endpoint!r} must be ipc://PATH, tcp://HOST:PORT or tcp (loopback)")
+
+
+def _host_problem(host: str) -> str | None:
+    """What is wrong with a tcp endpoint's host (an IP address, a host name, or * to bind every interface),
+    or None; checked as written, without a lookup."""
+    if host == "*":
+        return None
+    if ":" in host or re.fullmatch(r"[0-9.]+", host):  # written as an address: it must be one
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return f"{host} is not an IP address"
+        return None
+    labels = host.rstrip(".").split(".")
+    if len(host) > 253 or not all(re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?", label)
+                                  for label in labels):
+        return f"{host!r} is neither an IP address nor a host name"
+    return None
 
 
 def private_ipc_endpoint(owner: int | None = None) -> str:

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from evaluation.paths import output_dir
 from evaluation.record import DecodeRecord
 from evaluation.rounds_check import timed_keys
 from evaluation.rounds_file import ends_early, load_rounds, records_beside
@@ -54,6 +55,8 @@ def values(runs: Sequence[str], options: ValuesOptions,
            records: Mapping[Path, Sequence[DecodeRecord]] | None = None) -> int:
     """Every section over the recorded rounds of `runs`: values.md and its figures in `options.out` (the first
     run when empty), printed too, or with `options.json` one JSON line per figure on stdout -> 0."""
+    if options.out and not options.json:  # before the work: an --out that cannot be made is said at once
+        output_dir(options.out, "--out")
     data = load(runs, options, records)
     sections = [make(data) for make in SECTIONS]
     if options.json:
@@ -61,8 +64,7 @@ def values(runs: Sequence[str], options: ValuesOptions,
             for line in section.json_lines():
                 print(json.dumps(line))
         return 0
-    out = Path(options.out or runs[0])
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(options.out or runs[0])  # the first run's directory, read above, exists
     plots = [name for section in sections for name in section.plots(out)] if options.plots else []
     text = render(data, sections, plots)
     (out / "values.md").write_text(text, encoding="utf-8")

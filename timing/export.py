@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from evaluation.paths import output_dir, output_file, replace_atomically
 from evaluation.record import DecodeRecord
 from evaluation.summary import EVERY_BUDGET, counted_tokens
 from pipeline.config import InputError
@@ -55,7 +56,7 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     if not Path(run_dir).is_dir():
         raise InputError(f"the run directory {run_dir} " + ("is not a directory" if Path(run_dir).exists() else
                                                             "does not exist"))
-    directory(out_dir, "the output directory")
+    out = output_dir(out_dir, "the output directory")
     config = run_config.read_config(run_dir)
     rule = config["sweep"].get("speed_tokens", "round")
     model_id = model_id or _plain_name(config["models"]["target"]["model"])
@@ -65,14 +66,14 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     groups: dict[tuple, list[DecodeRecord]] = {}
     for r in records:
         groups.setdefault((r.decoder, float(r.temperature), r.setting_budget), []).append(r)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     written = []
     for (decoder, temperature, budget), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         shared = budget == EVERY_BUDGET  # a sweep's `ar`: one file, whatever the budgets
         path = out / f"{model_id}-{decoder}-temperature-{temperature:g}{'' if shared else f'-budget-{budget}'}.jsonl"
         lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{decoder}", rule, run_dir)]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        output_file(path, "the answer file")
+        with replace_atomically(path) as tmp:  # a failed write leaves no partial or empty answer file
+            tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         written.append(path)
     return written
 

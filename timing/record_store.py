@@ -18,6 +18,7 @@ from pathlib import Path
 
 from evaluation.record import DecodeRecord, UnreadSchema, record_key
 from evaluation.rounds_file import files_by_shard
+from evaluation.paths import input_file, output_dir
 from pipeline.config import InputError
 
 log = logging.getLogger("timing")
@@ -38,12 +39,9 @@ class RecordsUnwritable(InputError):
 
 
 def directory(path: str | Path, what: str) -> Path:
-    """`path` as a directory that exists or can be made; InputError naming `what` when a file (or a device)
-    is there."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise InputError(f"{what} {path} is not a directory")
-    return path
+    """`path` as a folder that exists or is made now, writable (evaluation.paths.output_dir); InputError
+    naming `what` otherwise."""
+    return output_dir(path, what)
 
 
 def records_path(out: str | Path, shard: int, n_shards: int) -> Path:
@@ -58,10 +56,9 @@ def shard_files(directory: str | Path) -> list[Path]:
 def read_records(path: Path, repair: bool = False) -> list[DecodeRecord]:
     """The records of one file. A torn last line (no newline, or not JSON) is dropped, and with `repair`
     cut off the file; damage anywhere else raises DamagedRecords naming the line."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
-    if not path.is_file():  # a device (a link to /dev/zero, say) would be read forever
-        raise InputError(f"the records file {path} is not a regular file")
+    input_file(path, "the records file")  # a FIFO would hang the read, /dev/zero fill memory; a dangling link
     data = path.read_bytes()
     records, seen, good = [], set(), 0
     lines = data.split(b"\n")  # the piece after the last newline is b"" for an intact file

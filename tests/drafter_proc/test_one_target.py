@@ -5,6 +5,7 @@ replaced, never piled up, nor made larger than the machine holds."""
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import time
 import weakref
@@ -245,3 +246,64 @@ def test_a_shutdown_queued_behind_its_targets_departure(who, persist, ends):
         with pytest.raises(ScriptedListener.Exhausted):  # still serving after the script's last event
             server.serve()
     assert isinstance(listener.sent[0][1], Ready) and server.peer is None
+
+
+def test_a_target_silent_past_the_idle_timeout_is_let_go_and_the_next_served(serving, endpoint, caplog):
+    serving.idle_timeout = 0.3
+    first, first_client = target(endpoint)
+    second, second_client = target(endpoint)
+    try:
+        first_client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
+        first_client.start(PROMPT)
+        first_client.pool()  # then silent, as a target stopped mid-decode
+        time.sleep(0.5)
+        with caplog.at_level("WARNING", logger="drafter"):
+            assert second_client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S).model == "mock"
+        (line,) = [r.getMessage() for r in caplog.records if "let go" in r.getMessage()]
+        assert re.fullmatch(r"let go of a target silent for \d+\.\d s \(--idle-timeout 0\.3\); serving the next one",
+                            line)
+        second_client.start(PROMPT)
+        assert len(second_client.pool().pool) == POOL.size
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_target_that_speaks_within_the_idle_timeout_keeps_the_drafter(serving, endpoint):
+    serving.idle_timeout = 1.0
+    first, first_client = target(endpoint)
+    second, second_client = target(endpoint)
+    try:
+        first_client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S)
+        first_client.start(PROMPT)
+        for _ in range(4):  # 1.2 s in all, never 1 s silent
+            time.sleep(0.3)
+            first_client.pool()
+            first_client.end()
+            first_client.start(PROMPT)
+        with pytest.raises(DrafterBusy):
+            second_client.handshake("mock", FINGERPRINT, CAPACITY, WAIT_S, busy_retry=0.0)
+        assert len(first_client.pool().pool) == POOL.size
+    finally:
+        first.close()
+        second.close()
+
+
+def test_errors_from_a_peer_without_a_session_log_a_bounded_number_of_lines(caplog):
+    script = [Received(b"stranger", 8, encode(Error("x", "flood", 1))) for _ in range(20_000)]
+    listener = ScriptedListener(script)
+    server = DrafterServer(listener, load(ModelOptions(model="mock"), "drafter"))
+    with caplog.at_level("ERROR", logger="drafter"), pytest.raises(ScriptedListener.Exhausted):
+        server.serve()
+    lines = [r.getMessage() for r in caplog.records if r.name == "drafter"]
+    assert lines == ["a peer without a session reported x: flood"] * 5 and listener.sent == []
+
+
+def test_an_idle_timeout_that_is_not_a_positive_number_of_seconds_is_a_usage_error(capsys):
+    from programs.drafter_program import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", "mock", "--idle-timeout", "0", "--endpoint", "ipc:///nonexistent/x.sock"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "error: --idle-timeout must be a finite number of seconds > 0, got 0.0")

@@ -117,7 +117,7 @@ def test_a_missing_or_odd_source_is_named_in_one_line_in_either_form(tmp_path):
         load_prompts("no/such/file.txt")
     with pytest.raises(PromptError, match=r"^prompt file 'no/such/question.jsonl' does not exist$"):
         load_prompts("spec-bench:no/such/question.jsonl")
-    with pytest.raises(PromptError, match=f"^prompt file '{tmp_path}' is not a regular file"):
+    with pytest.raises(PromptError, match=f"^prompt file '{tmp_path}' is a directory, not a regular file"):
         load_prompts(str(tmp_path))
 
 

@@ -214,3 +214,48 @@ def test_a_stream_from_a_target_process_too():
 def test_bad_stops_are_refused_naming_the_setting(pair, settings, message):
     with pytest.raises(InputError, match=message):
         pair.decode("x", max_new_tokens=4, **settings)
+
+
+def test_a_drafter_that_cannot_load_names_its_cause():
+    with pytest.raises(RuntimeError, match="exited with status 2 before it was ready: .*nobody/no-such-model"):
+        Pair("mock", drafter="nobody/no-such-model", ready_timeout=300)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(target=123), "^`target` must be a model spec as text"),
+    (dict(target=""), "^`target` must be a model spec"),
+    (dict(target="mock", drafter=5), "^`drafter` must be a model spec"),
+    (dict(target="mock", pool={"top_k": 4}), "^`pool` has 'top_k', not a pool field; the fields are topk, "),
+    (dict(target="mock", pool={"topk": 4}), r"^`expand` \(10\) must not exceed `topk` \(4\)"),
+    (dict(target="mock", pool=[4]), "^`pool` must be a PoolConfig or a dict of its fields, got list"),
+    (dict(target="mock", pool={"depth": 0}), "^`depth`"),
+    (dict(target="mock", log_level="LOUD"), "^`log_level` must be one of DEBUG, INFO, WARNING, ERROR, got 'LOUD'"),
+    (dict(target="mock", target_options={"threds": 2}), "^`target_options` has 'threds', not a model option"),
+    (dict(target="mock", drafter_options=[1]), "^`drafter_options` must be a dict of model options, got list"),
+])
+def test_bad_pair_arguments_are_refused_naming_the_argument_before_anything_starts(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        Pair(**kwargs)
+
+
+def test_a_pool_given_as_a_dict_is_made_into_a_pool_config():
+    from pipeline.config import PoolConfig
+
+    with Pair("mock", pool={"topk": 4, "expand": 4, "depth": 3}) as pair:
+        assert pair.pool == PoolConfig(topk=4, expand=4, depth=3)
+        assert len(pair.decode("a b", max_new_tokens=4).token_ids) == 4
+
+
+def test_summaries_of_what_is_not_an_output_name_the_argument():
+    with pytest.raises(ConfigError, match="^`outputs` must hold decode outputs or records .*got a dict"):
+        Pair.summarize([{}])
+    with pytest.raises(ConfigError, match="^`outputs` must be a list of decode outputs or records, got str"):
+        Pair.summarize("records.jsonl")
+    with pytest.raises(ConfigError, match="^`outputs` must hold"):
+        Pair.settings([1])
+
+
+def test_no_decoders_is_refused_naming_the_argument(pair):
+    for decoders in ("", " , ", []):
+        with pytest.raises(ConfigError, match="^`decoders` must name at least one decoder"):
+            pair.decode_many(["hi"], decoders=decoders)

@@ -66,8 +66,26 @@ def test_a_records_file_that_is_a_device_is_refused_not_read_forever(tmp_path):
 
     link = tmp_path / "records.jsonl"
     link.symlink_to("/dev/zero")
-    with pytest.raises(InputError, match=rf"the records file {link} is not a regular file"):
+    with pytest.raises(InputError, match=rf"^the records file '{link}' is a device, not a regular file$"):
         read_records(link)
+
+
+@pytest.mark.parametrize("kind, said", [("dir", "is a directory"), ("fifo", "is a FIFO"), ("dangling", "is a link to "),
+                                        ("zero", "is a device")])
+def test_a_records_or_rounds_file_that_is_no_file_is_refused_in_one_line(tmp_path, kind, said):
+    from evaluation.rounds_file import RoundStore, read_rounds
+    from timing.record_store import read_records
+
+    for name in ("records.jsonl", "rounds.bin"):
+        path = tmp_path / name
+        {"dir": path.mkdir, "fifo": lambda: os.mkfifo(path), "dangling": lambda: path.symlink_to(tmp_path / "gone"),
+         "zero": lambda: path.symlink_to("/dev/zero")}[kind]()
+    with pytest.raises(InputError, match=f"^the records file '{tmp_path}/records.jsonl' {said}"):
+        read_records(tmp_path / "records.jsonl")
+    with pytest.raises(InputError, match=f"^the rounds file '{tmp_path}/rounds.bin' {said}"):
+        read_rounds(tmp_path / "rounds.bin")
+    with pytest.raises(InputError, match=f"^the rounds file {tmp_path}/rounds.bin {said}"):
+        RoundStore(tmp_path / "rounds.bin", {})
 
 
 def test_an_unknown_random_shape_is_refused_before_anything_loads():
@@ -247,3 +265,18 @@ def test_a_second_stop_signal_during_shutdown_kills_the_pair_at_once_without_a_t
         for proc in procs:
             proc.kill()
     assert [proc.wait(5) for proc in procs] == [-signal.SIGKILL] * 2
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--pool-depth", "1000"], "--pool-depth must be at most 64 (the pool levels the protocol carries), got 1000"),
+    (["--pool-topk", "100000"], "--pool-topk 100000, --pool-depth 8 and --pool-expand 10 make a pool of "),
+    (["--budget", str(10**20)], "--budget must be at most 65536 (a tree holds at most a pool's candidates)"),
+    (["--max-new-tokens", str(10**12)], "--max-new-tokens must be at most 1048576"),
+    (["--endpoint", "tcp://999.1.1.1:5555"], "--endpoint 'tcp://999.1.1.1:5555': 999.1.1.1 is not an IP address"),
+])
+def test_settings_beyond_the_protocols_limits_are_usage_errors_before_any_process_starts(flags, message):
+    done = subprocess.run([sys.executable, "-m", "launch", "--target", "mock", *flags], capture_output=True,
+                          text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert "[drafter]" not in done.stderr

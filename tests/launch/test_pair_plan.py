@@ -315,3 +315,22 @@ def test_a_rounds_directory_that_cannot_take_this_runs_rounds_is_refused_before_
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--record-rounds" in err and said in err
+
+
+@pytest.mark.parametrize("mode, flag, where, said", [
+    (["sweep"], "--out", "file/x", "cannot be made: a directory on its way is a file"),
+    (["sweep"], "--out", "/proc/1/x", "cannot be made"),
+    (["sweep"], "--out", "x" * 300, "a name in it is 300 bytes long; a file system takes at most 255"),
+    ([], "--record-rounds", "file/x", "cannot be made: a directory on its way is a file"),
+    ([], "--prompts", "fifo", "is a FIFO, not a regular file"),
+    ([], "--prompts", "/dev/zero", "is a device, not a regular file"),
+])
+def test_a_path_that_cannot_be_used_is_one_line_before_any_process_starts(capsys, tmp_path, mode, flag, where, said):
+    (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
+    path = where if where.startswith("/") else str(tmp_path / where)
+    with pytest.raises(SystemExit) as exited:
+        plan([*mode, "--target", "mock", flag, path])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err

@@ -22,6 +22,9 @@ def test_pool_config_defaults_match_the_design():
     (dict(depth=2.5), r"`depth` must be a positive integer, got 2.5"),
     (dict(expand=True), r"`expand` must be a positive integer, got True"),
     (dict(topk=3, expand=4), r"`expand` \(4\) must not exceed `topk` \(3\)"),
+    (dict(depth=1000), r"^`depth` must be at most 64 \(the pool levels the protocol carries\), got 1000$"),
+    (dict(topk=100_000, expand=1), r"^`topk` 100000, `depth` 8 and `expand` 1 make a pool of 800000 candidates; "
+                                   r"the protocol carries at most 65536$"),
 ])
 def test_pool_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ConfigError, match=message):
@@ -37,6 +40,9 @@ def test_pool_config_rejects_bad_values(kwargs, message):
     (dict(budget="auto", budget_max=0), r"`budget_max` must be a positive integer, got 0"),
     (dict(budget_prior="global"), r"`budget_prior` must be one of session, decode, got 'global'"),
     (dict(max_new_tokens=0), r"`max_new_tokens` must be a positive integer, got 0"),
+    (dict(max_new_tokens=10**12), r"^`max_new_tokens` must be at most 1048576 \(the KV slots a context may have\)"),
+    (dict(budget=10**20), r"^`budget` must be at most 65536 \(a tree holds at most a pool's candidates\), got 1000"),
+    (dict(budget="auto", budget_max=10**20), r"^`budget_max` must be at most 65536"),
     (dict(seed=-1), r"`seed` must be a non-negative integer, got -1"),
 ])
 def test_decode_config_rejects_bad_values(kwargs, message):

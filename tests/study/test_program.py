@@ -272,3 +272,12 @@ def test_a_category_of_enough_prompts_gets_its_intervals(recorded):
     few = replace(rv, prompt=np.zeros(rv.rounds, np.int64), prompts=["p0"], categories=["qa"])
     row = next(line for line in _by_category(few, ValuesOptions(resamples=200), "prompt") if line.startswith("| qa |"))
     assert "no interval" in row
+
+
+@pytest.mark.parametrize("where, said", [("taken/x", "cannot be made: a directory on its way is a file"),
+                                         ("x" * 300, "a name in it is 300 bytes long")])
+def test_values_out_that_cannot_be_made_is_one_line_with_status_2(tmp_path, recorded, capsys, where, said):
+    (tmp_path / "taken").write_text("x")
+    assert main([str(recorded), "--out", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--out" in err[-1] and said in err[-1] and "Traceback" not in "\n".join(err)

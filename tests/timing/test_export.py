@@ -70,3 +70,27 @@ def test_the_exported_tau_is_the_reports_tau(tmp_path, mock_session, make_option
 def test_two_prompts_with_one_question_id_are_refused(make_record):
     with pytest.raises(InputError, match="would both be question 3"):
         export_module.answers([make_record("a/3", "ar"), make_record("b/3", "ar")], "m", "output", "run")
+
+
+def test_a_failed_export_leaves_no_empty_or_partial_file(tmp_path, mock_session, make_options, sweep, monkeypatch):
+    import errno
+    import os
+    from pathlib import Path
+
+    from pipeline.config import InputError
+
+    sweep(mock_session(), make_options(tmp_path / "run", limit_prompts=1))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match=f"^the output directory {tmp_path}/file/out cannot be made: a directory on "
+                                         f"its way is a file$"):
+        export(str(tmp_path / "run"), str(tmp_path / "file" / "out"))
+
+    def full(self, *args, **kwargs):  # the disk fills mid-write: half a line is on disk
+        with open(self, "w") as f:
+            f.write('{"question_id": ')
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        export(str(tmp_path / "run"), str(tmp_path / "out"))
+    assert os.listdir(tmp_path / "out") == []
