@@ -21,6 +21,7 @@ from study import tables
 from study.section import ValuesInput, est, pct, share
 
 EMITTED = ("draft", "root", "root-draw", "pearl")  # Table 8 counts the continuation too
+FIGURES = ("values.png", "values_draw.png", "values_recovered.png")  # what plots() draws, in its order
 SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  # gains over draft, in this order
 
 
@@ -56,10 +57,9 @@ class Selection:
         from study import plots  # matplotlib: only when drawing
 
         shown = list(zip(self.tables, self.averages))
-        plots.plot_depths(shown, out / "values.png")
-        plots.plot_draw_rules(shown, out / "values_draw.png")
-        plots.plot_recovered(shown, out / "values_recovered.png")
-        return ["values.png", "values_draw.png", "values_recovered.png"]
+        for draw, name in zip((plots.plot_depths, plots.plot_draw_rules, plots.plot_recovered), FIGURES):
+            draw(shown, out / name)
+        return list(FIGURES)
 
 
 def selection_section(data: ValuesInput) -> Selection:
