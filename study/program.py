@@ -6,7 +6,8 @@ Per temperature: each rule's expected accepted tokens per round and per prompt a
 advantage that `root` recovers, the budgets at which `draft` and `root` reach each other's value at B = 8,
 how often the draw X1 falls off the pool's first level, the recording decoder's realized acceptance
 against its value on the same rounds, (--cut-levels) the values of the pools cut after each level, and
-(--by-category) the same per prompt group; then coverage and the retained rows. Writes values.md and its
+(--by-category) the same per prompt group; then coverage and the retained rows. values.md opens with the
+headline figures beside the paper's (study.selection_section's headline). Writes values.md and its
 figures, never over those a folder holds already unless told to (--overwrite), saying on stderr which section
 it is computing and where it wrote; with --json, stdout is one JSON line per (temperature, rule, budget) and per
 recorded decoder setting.
@@ -27,7 +28,7 @@ from study.coverage_section import coverage_section
 from study.options import ValuesOptions
 from study.rows_section import FIGURE as ROWS_FIGURE, rows_section
 from study.section import ValuesInput
-from study.selection_section import FIGURES as SELECTION_FIGURES, selection_section
+from study.selection_section import FIGURES as SELECTION_FIGURES, Selection, selection_section
 
 log = logging.getLogger("values")
 
@@ -110,6 +111,7 @@ def render(data: ValuesInput, sections: Sequence, plots: Sequence[str]) -> str:
              "tree beneath each draw (the ceiling of the draw rules)",
              f"- intervals: {data.level} paired prompt-bootstrap percentile intervals ({options.resamples} resamples, "
              f"seed {options.bootstrap_seed}); per round pools rounds, per prompt averages each prompt's mean"]
+    lines += [line for s in sections if isinstance(s, Selection) for line in ["", *s.headline()]]  # the opening screen
     if data.damage:
         lines += ["", f"**The rounds files hold {len(data.damage)} damaged stretch(es)**; what they held is left out "
                       f"(`values --check` lists every decode that lost its rounds):", ""]

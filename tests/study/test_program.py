@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import shutil
 from pathlib import Path
 
@@ -86,6 +87,11 @@ def test_report_and_figure(recorded, tmp_path, capsys):
     assert "computing the rules' values (1/3)" in said.err and "computing the retained rows (3/3)" in said.err
     assert f"wrote {tmp_path / 'values.md'}, {tmp_path / 'values.png'}" in said.err
     text = (tmp_path / "values.md").read_text()
+    opening = text.split("## Selection rules at shared contexts")[0]  # the headline figures come first
+    assert "## The headline figures beside the paper's" in opening
+    assert "| figure | the paper | this run, T = 0 | this run, T = 1 |" in opening
+    assert re.search(r"^\| root over draft, B = 8 \| larger than at B = 59 \| [+-]\d+\.\d% \[", opening, re.M)
+    assert re.search(r"^\| root-draw over PEARL, B = 59 \| up to \+7\.0% \| — \| — \|$", opening, re.M)  # B <= 20
     assert "## T = 0:" in text and "## T = 1:" in text
     assert "Share of the oracle's advantage over draft that root recovers" in text
     assert "draft reaches root's value at B = 8" in text and "by category" in text
