@@ -142,7 +142,7 @@ def program(folder: str, options: ValuesOptions) -> dict:
     t1, cpu1 = time.perf_counter(), time.process_time()
     data = load([folder], settings)
     sections, made = {}, {}
-    for make in SECTIONS:
+    for _, make in SECTIONS:
         name = make.__name__.removesuffix("_section")
         t, cpu = time.perf_counter(), time.process_time()
         made[name] = make(data)

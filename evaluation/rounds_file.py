@@ -25,6 +25,7 @@ off, repairs length fields proven wrong, and leaves damage in the middle where i
 
 from __future__ import annotations
 
+import lzma
 import os
 import re
 import struct
@@ -44,7 +45,7 @@ from pipeline.config import InputError
 MAGIC = b"SPR1"
 HEAD = struct.Struct("<4sQI")  # magic, payload length, CRC-32 of the payload
 MAX_CHUNK = 1 << 34  # a decode's rounds: far beyond any real one, small enough to refuse a corrupt length
-_FILE = re.compile(r"rounds\.shard-(\d+)-of-(\d+)\.bin")
+_FILE = re.compile(r"rounds\.shard-(\d+)-of-(\d+)\.bin(?:\.xz)?")  # .xz: packed for committing, read as it is
 
 
 def rounds_path(out: str | Path, shard: int, n_shards: int) -> Path:
@@ -58,7 +59,7 @@ def records_beside(path: Path) -> Path:
 
 
 def round_files(directory: str | Path) -> list[Path]:
-    """Every shard's rounds file in `directory`, in shard order."""
+    """Every shard's rounds file in `directory` (`.bin`, or `.bin.xz` as committed), in shard order."""
     return files_by_shard(directory, _FILE)
 
 
@@ -218,13 +219,23 @@ class RoundsFile:
                                   key=decode_key(d.key)))
 
 
+def read_bytes(path: Path) -> bytes:
+    """The bytes of the rounds file `path`, unpacked on the fly when it is `.xz` (byte offsets in messages are
+    then offsets in the unpacked file). DamagedRounds when the packing itself is damaged."""
+    if path.suffix != ".xz":
+        return path.read_bytes()
+    try:
+        return lzma.decompress(path.read_bytes())
+    except lzma.LZMAError as e:
+        raise DamagedRounds(f"{path}: not a whole .xz file ({e}); unpack what remains with xz -dc") from None
+
+
 def read_rounds(path: Path) -> RoundsFile:
     """The provenance and the decodes of one rounds file (the last chunk of a decode recorded twice); damaged,
     impossible and foreign chunks are left out and listed in `damage`. DamagedRounds when the file holds no
     whole chunk at all."""
     input_file(path, "the rounds file")  # a FIFO would hang the read, /dev/zero fill memory
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_bytes(path)
     found = scan(path, data)
     if not found.chunks:
         raise DamagedRounds(f"{path}: no whole chunk; empty, or not a rounds file")
@@ -400,7 +411,7 @@ def load_rounds(directories: Iterable[str | Path]) -> Iterator[RoundsFile]:
             raise InputError(f"{directory}: not a directory; give the run's output directory")
         files = round_files(directory)
         if not files:
-            raise InputError(f"{directory}: no rounds.shard-I-of-N.bin file; was the run made with "
+            raise InputError(f"{directory}: no rounds.shard-I-of-N.bin (or .bin.xz) file; was the run made with "
                              f"--record-rounds?")
         for path in files:
             found, read = read_rounds(path), read + 1

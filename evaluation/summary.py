@@ -5,8 +5,10 @@ every decoder's speed and every gain rests on the same prompts; a prompt's token
 over its turns and seeds, so the prompt stays the unit that the bootstrap resamples. A decode run's table,
 the Python API and the timing report all summarise records here.
 
-Tokens counted for speed: "output" counts what the user receives (at most the limit); "round" is the paper's
-rule, tokens up to the first end-of-sequence token with the last round whole (the output plus `overshoot`).
+Tokens counted for speed, one rule everywhere: the tokens delivered, the output the user receives (cut at the
+limit, up to and including its first stop; `new_tokens`). The paper's count, tokens up to the first
+end-of-sequence token with the last round whole (the output plus `overshoot`, which the record keeps), is an
+alternative a sweep names explicitly (`--speed-tokens round`), never the default.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS, RULES, comparisons
 
-SPEED_TOKENS = ("output", "round")
+DELIVERED, PAPER_ROUND = "output", "round"  # the tokens delivered; the paper's count, the last round whole
+SPEED_TOKENS = (DELIVERED, PAPER_ROUND)
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 # Spec-Bench's reporting groups, in its order, then HumanEval; other categories follow by name.
 GROUPS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "humaneval")
@@ -43,8 +46,10 @@ def group_order(groups) -> list[str]:
 EVERY_BUDGET = "all"  # a sweep's `ar` decodes: one per (prompt, T, seed), compared at every budget
 
 
-def counted_tokens(record: DecodeRecord, rule: str) -> int:
-    return record.new_tokens + (record.overshoot if rule == "round" else 0)
+def counted_tokens(record: DecodeRecord, rule: str = DELIVERED) -> int:
+    """The tokens `record`'s speed counts under `rule` (one of SPEED_TOKENS): its output, plus what its last
+    round verified past the limit only under the paper's count."""
+    return record.new_tokens + (record.overshoot if rule == PAPER_ROUND else 0)
 
 
 @dataclass(slots=True)
@@ -138,7 +143,7 @@ def settings_of(records: Sequence[DecodeRecord]) -> list[tuple[float, object]]:
 
 
 def analyse(records: Sequence[DecodeRecord], temperature: float, budget, category: str | None = None, *,
-            speed_tokens: str = "round", n_resamples: int = 2000, confidence_level: float = 0.95,
+            speed_tokens: str = DELIVERED, n_resamples: int = 2000, confidence_level: float = 0.95,
             rng: int = 0) -> Setting:
     """Speeds, round metrics and gains at one setting from timed (non-warm-up) records.
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluation.record import DecodeRecord
-from evaluation.summary import (SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group, counted_tokens,
-                                cut_counts, load_of, with_gains)
+from evaluation.summary import (DELIVERED, SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group,
+                                counted_tokens, cut_counts, load_of, with_gains)
 from pipeline.metrics import RoundCounts
 from pipeline.rules import DECODERS
 
@@ -43,7 +43,7 @@ class Tally:
     """The summary of one setting (T, B, and optionally a category group) of a run, record by record."""
 
     def __init__(self, temperature: float, budget, category: str | None = None, *,
-                 speed_tokens: str = "round") -> None:
+                 speed_tokens: str = DELIVERED) -> None:
         assert speed_tokens in SPEED_TOKENS, speed_tokens
         self.temperature, self.budget, self.category, self.speed_tokens = temperature, budget, category, speed_tokens
         self.pairs: set[tuple[str, int]] = set()  # (decoder, seed) pairs seen: the run's configurations

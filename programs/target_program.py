@@ -25,7 +25,7 @@ from evaluation.provenance import environment
 from evaluation.record import SCHEMA, DecodeRecord
 from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.stats import MIN_INTERVAL_PROMPTS
-from evaluation.summary import as_json
+from evaluation.summary import DELIVERED, as_json
 from evaluation.tally import Tally
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         run: RunOptions = args.run
         prompts = gather(run.sources, run.decode.seed)
         emit = (lambda line: print(json.dumps(line), flush=True)) if run.json else None
-        tally = Tally(run.decode.temperature, run.decode.budget, speed_tokens="output")  # not the records: a
+        tally = Tally(run.decode.temperature, run.decode.budget, speed_tokens=DELIVERED)  # not the records: a
         first = None  # long run's memory stays flat
         with connect(args) as session:
             header = run_header(session.models, args.pool, option_values(run), prompts)

@@ -17,7 +17,10 @@ class ValuesOptions:
     budgets: str = field(default=",".join(map(str, BUDGETS)), metadata={
         "help": "budgets to report, capped by the pool", "metavar": "LIST"})
     out: str = field(default="", metadata={
-        "help": "directory for values.md and values.png; empty: the first RUN", "metavar": "DIR"})
+        "help": "directory for values.md and its figures; empty: the first RUN (refused where they exist already, "
+                "unless --overwrite)", "metavar": "DIR"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "write over the values.md and figures the output directory holds already"})
     json: bool = field(default=False, metadata={"help": "print JSON lines instead of the Markdown report"})
     resamples: int = field(default=2000, metadata={"help": "paired bootstrap resamples of prompts"})
     confidence: float = field(default=0.95, metadata={"help": "interval coverage", "metavar": "P"})
@@ -26,7 +29,7 @@ class ValuesOptions:
     cut_levels: bool = field(default=False, metadata={
         "help": "add each rule's value from the pools cut after 1, 2, ... levels (what --cut-pools costs; "
                 "several times the work)"})
-    plots: bool = field(default=True, metadata={"help": "do not draw values.png"})
+    plots: bool = field(default=True, metadata={"help": "do not draw the figures"})
     check: bool = field(default=False, metadata={
         "help": "list every damaged, impossible or set-aside chunk of the rounds files, every file cut short, "
                 "every decode whose record has no readable rounds and every one whose rounds have no record, "

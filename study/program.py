@@ -6,9 +6,11 @@ Per temperature: each rule's expected accepted tokens per round and per prompt a
 advantage that `root` recovers, the budgets at which `draft` and `root` reach each other's value at B = 8,
 how often the draw X1 falls off the pool's first level, the recording decoder's realized acceptance
 against its value on the same rounds, (--cut-levels) the values of the pools cut after each level, and
-(--by-category) the same per prompt group; then coverage and the retained rows. Writes values.md and its
-figures; with --json, stdout is one JSON line per (temperature, rule, budget) and per recorded decoder
-setting.
+(--by-category) the same per prompt group; then coverage and the retained rows. values.md opens with the
+headline figures beside the paper's (study.selection_section's headline). Writes values.md and its
+figures, never over those a folder holds already unless told to (--overwrite), saying on stderr which section
+it is computing and where it wrote; with --json, stdout is one JSON line per (temperature, rule, budget) and per
+recorded decoder setting.
 """
 
 from __future__ import annotations
@@ -22,16 +24,33 @@ from evaluation.paths import output_dir
 from evaluation.record import DecodeRecord
 from evaluation.rounds_check import timed_keys
 from evaluation.rounds_file import ends_early, load_rounds, records_beside
+from pipeline.config import InputError
 from study.coverage_section import coverage_section
 from study.options import ValuesOptions
-from study.rows_section import rows_section
+from study.rows_section import FIGURE as ROWS_FIGURE, rows_section
 from study.section import ValuesInput
-from study.selection_section import selection_section
+from study.selection_section import FIGURES as SELECTION_FIGURES, Selection, selection_section
 
 log = logging.getLogger("values")
 
-# Each makes a part of the report (a study.section.Section) from the recorded rounds; in the report's order.
-SECTIONS = (selection_section, coverage_section, rows_section)
+# Each makes a part of the report (a study.section.Section) from the recorded rounds; in the report's order,
+# with the words progress names it by.
+SECTIONS = (("the rules' values", selection_section), ("coverage", coverage_section),
+            ("the retained rows", rows_section))
+REPORT = "values.md"
+OUTPUTS = (REPORT, *SELECTION_FIGURES, ROWS_FIGURE)  # every file a report may write
+
+
+def output_directory(runs: Sequence[str], options: ValuesOptions) -> Path:
+    """Where the report goes: `options.out`, else the first run. InputError, before any work, when it holds a
+    report or figures already and `options.overwrite` is not set: a run's committed study is never lost to a
+    rerun that did not ask for it."""
+    out = Path(options.out or runs[0])
+    held = [name for name in OUTPUTS if (out / name).exists()]
+    if held and not options.overwrite:
+        raise InputError(f"{out} holds {', '.join(held)} already; give another directory (--out NEW_DIR) or "
+                         f"--overwrite to write over them")
+    return out
 
 
 def load(runs: Sequence[str], options: ValuesOptions,
@@ -54,21 +73,29 @@ def load(runs: Sequence[str], options: ValuesOptions,
 def values(runs: Sequence[str], options: ValuesOptions,
            records: Mapping[Path, Sequence[DecodeRecord]] | None = None) -> int:
     """Every section over the recorded rounds of `runs`: values.md and its figures in `options.out` (the first
-    run when empty), printed too, or with `options.json` one JSON line per figure on stdout -> 0."""
+    run when empty; see output_directory), or with `options.json` one JSON line per figure on stdout -> 0.
+    Progress and the files written go to the log (stderr)."""
     if options.out and not options.json:  # before the work: an --out that cannot be made is said at once
         output_dir(options.out, "--out")
+    out = None if options.json else output_directory(runs, options)
     data = load(runs, options, records)
-    sections = [make(data) for make in SECTIONS]
+    log.info("read %d decodes (%d rounds) from %s", len(data.decodes), sum(len(d.rounds) for d in data.decodes),
+             ", ".join(runs))
+    sections = []
+    for i, (name, make) in enumerate(SECTIONS, 1):
+        log.info("computing %s (%d/%d)", name, i, len(SECTIONS))
+        sections.append(make(data))
     if options.json:
         for section in sections:
             for line in section.json_lines():
                 print(json.dumps(line))
         return 0
-    out = Path(options.out or runs[0])  # the first run's directory, read above, exists
+    out.mkdir(parents=True, exist_ok=True)
+    if options.plots:
+        log.info("drawing the figures")
     plots = [name for section in sections for name in section.plots(out)] if options.plots else []
-    text = render(data, sections, plots)
-    (out / "values.md").write_text(text, encoding="utf-8")
-    print(text)
+    (out / REPORT).write_text(render(data, sections, plots), encoding="utf-8")
+    log.info("wrote %s", ", ".join(str(out / name) for name in (REPORT, *plots)))
     return 0
 
 
@@ -87,6 +114,7 @@ def render(data: ValuesInput, sections: Sequence, plots: Sequence[str]) -> str:
              "tree beneath each draw (the ceiling of the draw rules)",
              f"- intervals: {data.level} paired prompt-bootstrap percentile intervals ({options.resamples} resamples, "
              f"seed {options.bootstrap_seed}); per round pools rounds, per prompt averages each prompt's mean"]
+    lines += [line for s in sections if isinstance(s, Selection) for line in ["", *s.headline()]]  # the opening screen
     if data.damage:
         lines += ["", f"**The rounds files hold {len(data.damage)} damaged stretch(es)**; what they held is left out "
                       f"(`values --check` lists every decode that lost its rounds):", ""]

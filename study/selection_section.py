@@ -21,6 +21,7 @@ from study import tables
 from study.section import ValuesInput, est, pct, share
 
 EMITTED = ("draft", "root", "root-draw", "pearl")  # Table 8 counts the continuation too
+FIGURES = ("values.png", "values_draw.png", "values_recovered.png")  # what plots() draws, in its order
 SHOWN = ("root", "root-draw", "pearl", "pearl-top1", "oracle", "oracle-draw")  # gains over draft, in this order
 
 
@@ -52,14 +53,45 @@ class Selection:
                 lines += _by_category(rv, self.options, self.data.level)
         return lines
 
+    def headline(self) -> list[str]:
+        """The paper's headline figures beside this run's, one column per temperature: the opening screen."""
+        cells = [_headline(rv, avg) for rv, avg in zip(self.tables, self.averages)]
+        lines = [HEADLINE, "",
+                 "| figure | the paper | " + " | ".join(f"this run, T = {rv.temperature:g}" for rv in self.tables)
+                 + " |", "|---|---|" + "---|" * len(self.tables)]
+        for i, (name, paper) in enumerate(HEADLINE_ROWS):
+            lines.append(f"| {name} | {paper} | " + " | ".join(c[i] for c in cells) + " |")
+        return lines + ["", "Gains and shares in expected accepted tokens per round, with paired prompt-bootstrap "
+                            "intervals; the tables below give every figure and the paper's words beside each."]
+
     def plots(self, out: Path) -> list[str]:
         from study import plots  # matplotlib: only when drawing
 
         shown = list(zip(self.tables, self.averages))
-        plots.plot_depths(shown, out / "values.png")
-        plots.plot_draw_rules(shown, out / "values_draw.png")
-        plots.plot_recovered(shown, out / "values_recovered.png")
-        return ["values.png", "values_draw.png", "values_recovered.png"]
+        for draw, name in zip((plots.plot_depths, plots.plot_draw_rules, plots.plot_recovered), FIGURES):
+            draw(shown, out / name)
+        return list(FIGURES)
+
+
+HEADLINE = "## The headline figures beside the paper's"
+# (figure, the paper's: study.tables.PAPER's Tables 2, 9, 12 and D.13 in brief), in _headline's order.
+HEADLINE_ROWS = (("root over draft, B = 8", "larger than at B = 59"),
+                 ("root over draft, B = 59", "up to +8.0%"),
+                 ("root's share of the oracle's advantage, B = 59", "35-57% (standalone drafters)"),
+                 ("root-draw over PEARL, B = 8", "up to +14.2%"),
+                 ("root-draw over PEARL, B = 59", "up to +7.0%"),
+                 ("the draw X1 off the pool's first level", "9-16% greedy, 11-19% at T = 1"))
+
+
+def _headline(rv: RoundValues, avg: Averages) -> list[str]:
+    """This run's cells of HEADLINE_ROWS at one temperature ("—" at a budget it does not report)."""
+    budgets = rv.budgets.tolist()
+    root, draw = avg.gain("root", "draft"), avg.gain("root-draw", "pearl")
+    recovered = avg.share("root", "draft", "oracle")
+    at = lambda figures, b, show=est: show(figures[budgets.index(b)]) if b in budgets else "—"
+    off = avg.off_pool_share()
+    return [at(root, 8), at(root, 59), at(recovered, 59, share), at(draw, 8), at(draw, 59),
+            f"{pct(off.value, 1, sign=False)} [{pct(off.low, 1, sign=False)}, {pct(off.high, 1, sign=False)}]"]
 
 
 def selection_section(data: ValuesInput) -> Selection:

@@ -10,9 +10,9 @@ inference writes and its `evaluation/speed.py` (`speed`, `get_single_speedup`) r
                   "new_tokens": [tokens per turn], "wall_time": [seconds per turn],
                   "accept_lengths": [tokens per round, bonus included, all turns in order]}]}
 
-A choice is one sampling seed (index 0 the first). `new_tokens` counts tokens as the sweep's
-`speed_tokens` rule does (by default the paper's: the last round whole, as Spec-Bench's own speculative
-methods count them); `wall_time` is the decode's time from the start of the prefill to the last commit.
+A choice is one sampling seed (index 0 the first). `new_tokens` counts the tokens delivered (the output, cut
+at the limit, up to and including its first stop), whatever the sweep counted its own speeds by: never more
+than the limit; `wall_time` is the decode's time from the start of the prefill to the last commit.
 Question ids are the trailing integer of the prompt id (spec-bench/81 -> 81, humaneval/HumanEval/7 -> 7).
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from evaluation.paths import output_dir, output_file, replace_atomically
 from evaluation.record import DecodeRecord
-from evaluation.summary import EVERY_BUDGET, counted_tokens
+from evaluation.summary import EVERY_BUDGET
 from pipeline.config import InputError
 from programs.cli import files_program, run_files_program
 from timing import prog, run_config
@@ -58,7 +58,6 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
                                                             "does not exist"))
     out = output_dir(out_dir, "the output directory")
     config = run_config.read_config(run_dir)
-    rule = config["sweep"].get("speed_tokens", "round")
     model_id = model_id or _plain_name(config["models"]["target"]["model"])
     records = [r for r in load_records([run_dir]) if not r.warmup]
     if not records:
@@ -70,7 +69,7 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     for (decoder, temperature, budget), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         shared = budget == EVERY_BUDGET  # a sweep's `ar`: one file, whatever the budgets
         path = out / f"{model_id}-{decoder}-temperature-{temperature:g}{'' if shared else f'-budget-{budget}'}.jsonl"
-        lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{decoder}", rule, run_dir)]
+        lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{decoder}", run_dir)]
         output_file(path, "the answer file")
         with replace_atomically(path) as tmp:  # a failed write leaves no partial or empty answer file
             tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -78,7 +77,7 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     return written
 
 
-def answers(records: Sequence[DecodeRecord], model_id: str, rule: str, run: str) -> list[dict]:
+def answers(records: Sequence[DecodeRecord], model_id: str, run: str) -> list[dict]:
     """One answer per question from the records of one (decoder, T, B), questions in id order."""
     by_prompt: dict[str, list[DecodeRecord]] = {}
     for r in records:
@@ -92,7 +91,7 @@ def answers(records: Sequence[DecodeRecord], model_id: str, rule: str, run: str)
                              f"from separate runs")
         ids[qid] = prompt_id
         seeds = sorted({r.seed for r in rs})
-        choices = [_choice(i, sorted((r for r in rs if r.seed == s), key=lambda r: r.turn), rule)
+        choices = [_choice(i, sorted((r for r in rs if r.seed == s), key=lambda r: r.turn))
                    for i, s in enumerate(seeds)]
         r0 = rs[0]
         key = f"{run}/{prompt_id}/{r0.decoder}/{r0.temperature}/{r0.setting_budget}"
@@ -102,9 +101,9 @@ def answers(records: Sequence[DecodeRecord], model_id: str, rule: str, run: str)
     return sorted(out, key=lambda a: a["question_id"])
 
 
-def _choice(index: int, turns: list[DecodeRecord], rule: str) -> dict:
+def _choice(index: int, turns: list[DecodeRecord]) -> dict:
     return {"index": index, "turns": [t.text.strip() for t in turns],
-            "decoding_steps": [t.rounds for t in turns], "new_tokens": [counted_tokens(t, rule) for t in turns],
+            "decoding_steps": [t.rounds for t in turns], "new_tokens": [t.new_tokens for t in turns],
             "wall_time": [t.seconds for t in turns], "accept_lengths": [a for t in turns for a in t.accept_lengths]}
 
 

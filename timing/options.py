@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from evaluation.summary import EVERY_BUDGET, SPEED_TOKENS
+from evaluation.summary import DELIVERED, EVERY_BUDGET, SPEED_TOKENS
 from models.options import ModelOptions
 from pipeline.config import AUTO, ConfigError, check_int, check_temperature, is_int, split_list
 from pipeline.rules import DECODERS
@@ -57,10 +57,11 @@ class SweepOptions:
         "help": "run shard I of N (1-based): every N-th prompt of the seeded order", "metavar": "I/N"})
     warmup: int = field(default=2, metadata={
         "help": "prompts whose every combination is decoded first, untimed in reports"})
-    speed_tokens: str = field(default="round", metadata={
-        "help": "tokens a speed counts. round: the paper's rule, up to the first end-of-sequence token with the "
-                "last round whole; output: only the output a user receives (at most --max-new-tokens)",
-        "metavar": "round|output"})
+    speed_tokens: str = field(default=DELIVERED, metadata={
+        "help": "tokens a speed counts. output: the tokens delivered, the output a user receives (at most "
+                "--max-new-tokens); round: the paper's count instead, up to the first end-of-sequence token with "
+                "the last round whole (past the limit)",
+        "metavar": "output|round"})
     record_rounds: bool = field(default=False, metadata={
         "help": "after each round, score its whole pool with one target pass (outside the timed phases) and "
                 "keep the pool with the target's edge probabilities in rounds.shard-I-of-N.bin, for "

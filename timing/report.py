@@ -17,7 +17,8 @@ import numpy as np
 
 from evaluation.record import DecodeRecord
 from evaluation.stats import percent
-from evaluation.summary import Setting, analyse, as_json, category_group, group_order, settings_of
+from evaluation.summary import (DELIVERED, PAPER_ROUND, Setting, analyse, as_json, category_group, group_order,
+                                settings_of)
 from pipeline.config import InputError
 from pipeline.result import PHASES
 from programs.cli import files_program, run_files_program
@@ -48,7 +49,7 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
     timed = [r for r in records if not r.warmup]
     if not timed:
         raise InputError(f"{', '.join(dirs)} hold no timed decode yet ({len(records)} warm-ups)")
-    kw = dict(speed_tokens=config["sweep"].get("speed_tokens", "round"), n_resamples=options.resamples,
+    kw = dict(speed_tokens=config["sweep"].get("speed_tokens", DELIVERED), n_resamples=options.resamples,
               confidence_level=options.confidence, rng=options.bootstrap_seed)
     settings = [analyse(timed, t, b, **kw) for t, b in settings_of(timed)]
     by_category = {}
@@ -127,9 +128,9 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[DecodeRecord], s
     models, pool, sweep = config["models"], config["pool"], config["sweep"]
     drafter = models["drafter"]["model"] if models.get("drafter") else "(not recorded)"
     warmups = sum(r.warmup for r in records)
-    counted = {"round": "tokens up to the first end-of-sequence token with the last round whole (the paper's "
-                        "rule; outputs themselves stop at the limit)",
-               "output": "output tokens (at most the limit)"}[sweep.get("speed_tokens", "round")]
+    counted = {PAPER_ROUND: "tokens up to the first end-of-sequence token with the last round whole (the paper's "
+                            "count, chosen by the sweep; outputs themselves stop at the limit)",
+               DELIVERED: "the tokens delivered (the output, at most the limit)"}[sweep.get("speed_tokens", DELIVERED)]
     lines = [
         "# Timing report", "",
         f"- directories: {', '.join(dirs)}",

@@ -37,7 +37,7 @@ log = logging.getLogger("timing")
 CONFIG = "config.json"
 # Sweep fields that change where or how patiently a run works, not what it times, and a model field that times
 # the CPU kernels again at a start (what they are is the start's): the same a rounds file's run id leaves out.
-_NOT_COMPARED = SHARD_SETTINGS
+_NOT_COMPARED = (*SHARD_SETTINGS, "speed_tokens")  # how a sweep counts its speeds: the records keep both counts
 _MODEL_NOT_COMPARED = START_SETTINGS
 # Sweep settings added since the first config.json, at their defaults
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "stratify": PromptOptions().stratify,

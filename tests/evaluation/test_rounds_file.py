@@ -7,6 +7,7 @@ nothing of the decodes it did not damage; reopening to append loses nothing that
 from __future__ import annotations
 
 import json
+import lzma
 import struct
 import zlib
 
@@ -527,3 +528,22 @@ def test_a_file_written_before_chunks_carried_their_run_is_resumed_under_its_own
     found = read_rounds(path)
     assert not found.damage and [d.key["prompt_id"] for d in found.decodes] == ["p0", "p1", "p2"]
     assert {k: v for k, v in ((d.key["prompt_id"], fingerprint(d)) for d in found.decodes) if k != "p2"} == before
+
+
+def test_a_packed_rounds_file_reads_as_it_is_and_its_records_are_found_beside_it(tmp_path):
+    one = write_shard(tmp_path, 1, ["p0", "p1"])
+    two = write_shard(tmp_path, 2, ["p2"])
+    packed = rounds_path(tmp_path, 1, 2).with_name("rounds.shard-1-of-2.bin.xz")
+    packed.write_bytes(lzma.compress(rounds_path(tmp_path, 1, 2).read_bytes()))
+    rounds_path(tmp_path, 1, 2).unlink()
+    got, _, damage = loaded(tmp_path)
+    assert got == {**one, **two} and not damage
+    assert records_beside(packed).name == "records.shard-1-of-2.jsonl"
+
+
+def test_a_damaged_packing_is_one_named_error(tmp_path):
+    write_shard(tmp_path, 1, ["p0"])
+    packed = rounds_path(tmp_path, 1, 2).with_name("rounds.shard-1-of-2.bin.xz")
+    packed.write_bytes(lzma.compress(rounds_path(tmp_path, 1, 2).read_bytes())[:-40])
+    with pytest.raises(DamagedRounds, match=r"rounds\.shard-1-of-2\.bin\.xz: not a whole \.xz file"):
+        read_rounds(packed)

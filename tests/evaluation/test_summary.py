@@ -175,3 +175,18 @@ def test_a_sweeps_one_ar_decode_is_paired_with_every_budget(make_record):
     assert analyse(records + old, 0.0, 8).decoders["ar"].seconds.sum() == 8.0
     assert analyse(records + old, 0.0, 59).decoders["ar"].seconds.sum() == 4.0
     assert settings_of(records[:2]) == [(0.0, "all")]  # ar alone is a setting of its own
+
+
+def test_gains_count_the_tokens_delivered_unless_the_papers_count_is_named(make_record):
+    # a sweep's rounds pass the limit (overshoot): the user got `tokens`, the paper counts the last round whole
+    delivered = {("a", "ar"): (250, 10.0), ("a", "draft"): (250, 8.0), ("b", "ar"): (120, 6.0),
+                 ("b", "draft"): (120, 5.0)}
+    overshoot = {"ar": 0, "draft": 6}
+    recs = [make_record(f"{p}/1", d, tokens=n, seconds=s, overshoot=overshoot[d])
+            for (p, d), (n, s) in delivered.items()]
+    speed = {d: sum(n for (_, e), (n, _) in delivered.items() if e == d) /
+             sum(s for (_, e), (_, s) in delivered.items() if e == d) for d in ("ar", "draft")}
+    by_hand = speed["draft"] / speed["ar"] - 1  # summed delivered tokens over summed seconds
+    gain = analyse(recs, 0.0, 8).gains[("draft", "ar")].gain
+    assert gain == pytest.approx(by_hand)
+    assert analyse(recs, 0.0, 8, speed_tokens="round").gains[("draft", "ar")].gain > gain + 0.01

@@ -4,6 +4,10 @@ file, and `values` over it (JSON lines, the report, agreement with the online de
 from __future__ import annotations
 
 import json
+import lzma
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,8 @@ from timing.record_store import load_records
 from timing.values import main
 from tests.timing.killed import DiesAfter, Killed
 
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "results" / "cpu-smollm2-values"  # the smallest committed recording with a rounds file
 GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)
 
 
@@ -76,11 +82,61 @@ def test_values_of_two_shards_equal_the_whole_sweep(tmp_path, recorded, mock_ses
 
 def test_report_and_figure(recorded, tmp_path, capsys):
     assert main([str(recorded), "--out", str(tmp_path), "--resamples", "200", "--by-category"]) == 0
+    said = capsys.readouterr()
+    assert not said.out  # stdout is for --json alone
+    assert "computing the rules' values (1/3)" in said.err and "computing the retained rows (3/3)" in said.err
+    assert f"wrote {tmp_path / 'values.md'}, {tmp_path / 'values.png'}" in said.err
     text = (tmp_path / "values.md").read_text()
+    opening = text.split("## Selection rules at shared contexts")[0]  # the headline figures come first
+    assert "## The headline figures beside the paper's" in opening
+    assert "| figure | the paper | this run, T = 0 | this run, T = 1 |" in opening
+    assert re.search(r"^\| root over draft, B = 8 \| larger than at B = 59 \| [+-]\d+\.\d% \[", opening, re.M)
+    assert re.search(r"^\| root-draw over PEARL, B = 59 \| up to \+7\.0% \| — \| — \|$", opening, re.M)  # B <= 20
     assert "## T = 0:" in text and "## T = 1:" in text
     assert "Share of the oracle's advantage over draft that root recovers" in text
     assert "draft reaches root's value at B = 8" in text and "by category" in text
     assert (tmp_path / "values.png").stat().st_size > 10_000
+
+
+def docs_values_command() -> list[str]:
+    """The values command docs/values.md gives for a report, its words after `values` (the run's folder first)."""
+    lines = (ROOT / "docs" / "values.md").read_text(encoding="utf-8").splitlines()
+    line = next(line for line in lines if line.startswith("launch/pair.sh values ") and "--json >" not in line)
+    return line.split("#")[0].split()[2:]
+
+
+def test_the_documented_command_leaves_a_committed_study_as_it_is(tmp_path, capsys):
+    run = shutil.copytree(COMMITTED, tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main([str(run), *docs_values_command()[1:]]) == 2
+    said = capsys.readouterr()
+    assert not said.out
+    refusal = said.err.strip().splitlines()
+    assert len(refusal) == 1 and f"{run} holds values.md, values.png already" in refusal[0]
+    assert "--out NEW_DIR" in refusal[0] and "--overwrite" in refusal[0]
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # byte for byte, nothing added
+
+
+def test_a_packed_committed_rounds_file_reads_as_the_unpacked_one(tmp_path):
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    for p in COMMITTED.glob("records.*"):
+        shutil.copy(p, packed / p.name)
+    (bin_file,) = round_files(COMMITTED)
+    (packed / f"{bin_file.name}.xz").write_bytes(lzma.compress(bin_file.read_bytes(), preset=0))
+    prints = lambda run: [(d.key, [r.accepted for r in d.rounds]) for f in load_rounds([run]) for d in f.decodes]
+    assert round_files(packed) == [packed / f"{bin_file.name}.xz"]
+    assert prints(packed) == prints(COMMITTED) and prints(COMMITTED)
+
+
+def test_values_writes_over_a_report_only_when_told_to(recorded, tmp_path, capsys):
+    (tmp_path / "values_draw.png").write_bytes(b"kept")
+    args = [str(recorded), "--out", str(tmp_path), "--resamples", "50", "--budgets", "4"]
+    assert main(args) == 2
+    assert f"{tmp_path} holds values_draw.png already" in capsys.readouterr().err
+    assert (tmp_path / "values_draw.png").read_bytes() == b"kept" and not (tmp_path / "values.md").exists()
+    assert main([*args, "--overwrite"]) == 0
+    assert (tmp_path / "values_draw.png").read_bytes() != b"kept" and (tmp_path / "values.md").exists()
 
 
 def test_values_refuses_a_run_without_rounds(tmp_path, capsys):

@@ -4,6 +4,9 @@ which Spec-Bench's speed formula (mean over questions of tokens over time) reads
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,7 +47,7 @@ def test_answers_round_trip_the_records_fields(tmp_path, mock_session, make_opti
             for choice, seed in zip(a["choices"], sorted({r.seed for r in rs})):
                 (r,) = [r for r in rs if r.seed == seed]
                 assert choice["turns"] == [r.text.strip()] and choice["decoding_steps"] == [r.rounds]
-                assert choice["new_tokens"] == [r.new_tokens + r.overshoot]  # the sweep's rule: round
+                assert choice["new_tokens"] == [r.new_tokens]  # the tokens delivered
                 assert choice["wall_time"] == [r.seconds] and choice["accept_lengths"] == r.accept_lengths
 
 
@@ -54,6 +57,17 @@ def spec_bench_speed(path) -> tuple[float, float]:
     answers = [json.loads(line) for line in open(path)]
     speeds = [sum(a["choices"][0]["new_tokens"]) / sum(a["choices"][0]["wall_time"]) for a in answers]
     return float(np.mean(speeds)), float(np.mean([x for a in answers for x in a["choices"][0]["accept_lengths"]]))
+
+
+def test_a_run_at_a_limit_of_32_exports_no_new_tokens_above_it(tmp_path, mock_session, make_options, sweep):
+    sweep(mock_session(), make_options(tmp_path / "run", decoders="ar,root-draw", temperatures="0,1", budgets="8",
+                                       warmup=0, max_new_tokens=32, speed_tokens="round"))
+    records = [r for r in load_records([tmp_path / "run"])]
+    assert any(r.overshoot > 0 for r in records)  # a last round went past the limit: the case that matters
+    exported = [n for path in export(str(tmp_path / "run"), str(tmp_path / "out"))
+                for line in path.read_text().splitlines() for choice in json.loads(line)["choices"]
+                for n in choice["new_tokens"]]
+    assert max(exported) == 32 and sorted(exported) == sorted(r.new_tokens for r in records)
 
 
 def test_the_exported_tau_is_the_reports_tau(tmp_path, mock_session, make_options, sweep):
@@ -67,9 +81,35 @@ def test_the_exported_tau_is_the_reports_tau(tmp_path, mock_session, make_option
     assert tau == pytest.approx(setting.decoders["draft"].rounds.tau)
 
 
+def docs_speed_reader() -> str:
+    """docs/timing.md's command that reads an export as Spec-Bench's speed() does (a bash heredoc)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "timing.md").read_text(encoding="utf-8")
+    start = text.index("python3 - runs/sweep1-spec-bench")
+    return text[start:text.index("\nEND\n", start) + len("\nEND\n")]
+
+
+def test_the_documented_reader_gives_spec_benchs_figures_of_an_export(tmp_path, make_record):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"models": {"target": {"model": "smollm2"}}, "sweep": {}}))
+    delivered = {"ar": [(64, 8.0), (20, 2.0)], "root-draw": [(64, 4.0), (20, 1.6)]}  # (tokens, seconds)
+    records = [make_record(f"spec-bench/{i}", d, tokens=n, seconds=s, overshoot=5 if n == 64 else 0,
+                           grid_budget="all" if d == "ar" else 8, accepted=(1, 2, 4) if d != "ar" else (0, 0, 0),
+                           tree_sizes=(8, 8, 8))
+               for d, turns in delivered.items() for i, (n, s) in enumerate(turns, 1)]
+    (run / "records.shard-1-of-1.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in records))
+    export(str(run), str(tmp_path / "export"))
+    command = docs_speed_reader().replace("python3 - runs/sweep1-spec-bench",
+                                          f"{sys.executable} - {tmp_path / 'export'}", 1)
+    said = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout
+    rule, base = (64 / 4.0 + 20 / 1.6) / 2, (64 / 8.0 + 20 / 2.0) / 2  # each question's delivered tokens per s
+    tau = (2 + 3 + 5) / 3  # accepted tokens per round, the bonus included
+    assert said.strip() == f"tau {tau:.3f} root-draw {rule:.2f} tok/s ar {base:.2f} tok/s speedup {rule / base:.3f}"
+
+
 def test_two_prompts_with_one_question_id_are_refused(make_record):
     with pytest.raises(InputError, match="would both be question 3"):
-        export_module.answers([make_record("a/3", "ar"), make_record("b/3", "ar")], "m", "output", "run")
+        export_module.answers([make_record("a/3", "ar"), make_record("b/3", "ar")], "m", "run")
 
 
 def test_a_failed_export_leaves_no_empty_or_partial_file(tmp_path, mock_session, make_options, sweep, monkeypatch):

@@ -109,3 +109,15 @@ def test_launcher_refuses_a_sweep_without_out(capsys):
     with pytest.raises(SystemExit):
         plan(["sweep", "--target", "mock"])
     assert "the following arguments are required: --out" in capsys.readouterr().err
+
+
+def test_a_sweeps_speeds_count_the_tokens_delivered_by_default(tmp_path, make_record):
+    from timing.sweep import summary
+
+    records = [make_record("p/1", "draft", tokens=250, seconds=10.0, overshoot=8, grid_budget=8),
+               make_record("p/2", "draft", tokens=100, seconds=4.0, overshoot=0, grid_budget=8)]
+    options = build(SweepOptions, out=str(tmp_path))
+    assert options.speed_tokens == "output"
+    assert summary(options, [], records)["speeds"] == {"T=0 B=8": {"draft": round(350 / 14, 3)}}
+    paper = build(SweepOptions, out=str(tmp_path), speed_tokens="round")  # the paper's count, named
+    assert summary(paper, [], records)["speeds"] == {"T=0 B=8": {"draft": round(358 / 14, 3)}}
