@@ -83,7 +83,7 @@ def verdict_lines(v: Verdict, *, budget, cpu: str, drafter: str, loaded: bool) -
                                       if v.interval else f" (no interval: fewer than {MIN_INTERVAL_PROMPTS} prompts)")
     said = "paid" if v.paid else "did not pay"
     if v.interval is not None and not v.settled:
-        said += ", though its interval spans zero"
+        size += ", an interval that spans zero: not settled"
     why = (f"a {v.decoder} round cost {v.round_cost:.2f} plain rounds, so it pays from τ {v.tau_needed:.2f}; "
            f"it reached τ {v.tau:.2f}")
     lines = [f"verdict: {v.decoder}, the best speculative decoder here, {said} against ar: {size}",

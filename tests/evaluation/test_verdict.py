@@ -60,7 +60,8 @@ def test_a_settled_gain_under_budget_auto_suggests_nothing_but_a_quiet_machine_w
 
 def test_an_interval_over_zero_is_said():
     v = Verdict("draw", 0.05, (-0.05, 0.15), 1.5, 1.6, 8)
-    assert "spans zero" in verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=False)[0]
+    assert verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=False)[0].endswith(
+        "paid against ar: +5.0% [95% interval -5.0, +15.0], an interval that spans zero: not settled")
 
 
 def test_bad_verdicts_are_refused():
