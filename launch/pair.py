@@ -32,10 +32,11 @@ import time
 from dataclasses import dataclass, field
 
 from evaluation.paths import output_dir
-from evaluation.prompts import BUILTIN, select
+from evaluation.prompts import select
 from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status, stop_process
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
+from models.present import check_present
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
@@ -49,8 +50,8 @@ from timing.options import SweepOptions, sweep_target
 
 # The embedded default pair on the CPU: a smaller pool (models.options.EMBEDDED_POOL) and shorter outputs,
 # so that the whole default run takes about a minute on two cores. --pool-* and --max-new-tokens replace them.
-EMBEDDED_MAX_NEW_TOKENS = 96
-EMBEDDED_PROMPTS = 2  # the first built-in prompts
+# Every built-in prompt (evaluation.prompts.BUILTIN, as many as an interval needs) at 64 new tokens each.
+EMBEDDED_MAX_NEW_TOKENS = 64
 TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m timing ROUTE ...`
 SWEEP_ABOUT = ("Run a timing sweep with its own drafter: every prompt with every decoder, temperature and budget "
                "of the grid, one record per decode appended to --out DIR as it ends (rerun the command to resume; "
@@ -119,6 +120,7 @@ def plan(argv: list[str]) -> LaunchPlan:
     env = {"target": {}, "drafter": {}}
     devices = _devices(parser, ns, env)
     models = _models(parser, ns, devices, env)
+    _check_models(parser, models, remote_drafter)
     _check_kv_memory(parser, models, remote_drafter)
     run = from_options(parser, ns, SweepOptions if mode == "sweep" else RunOptions)
     _check_prompts(parser, run)
@@ -154,14 +156,30 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str], mode: str) -> argpa
         parser.error(f"unknown command {extra[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                      + f": the commands are {', '.join(COMMANDS)}, or options alone to decode")
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}" + _sweep_only(parser, extra, mode))
     return ns
+
+
+def _sweep_only(parser: argparse.ArgumentParser, extra: list[str], mode: str) -> str:
+    """Where a decode run was given a sweep's option (--budgets, --out, ...), a note saying so, with the decode
+    run's option of a like name (--budget for --budgets); else nothing."""
+    if mode != "decode":
+        return ""
+    sweeps = set(build_parser("sweep")._option_string_actions) - set(parser._option_string_actions)
+    given = [a.split("=", 1)[0] for a in extra if a.startswith("--")]
+    found = next((flag for flag in given if flag in sweeps), None)
+    if found is None:
+        return ""
+    close = difflib.get_close_matches(found, [f for f in parser._option_string_actions if f.startswith("--")], n=1)
+    return (f" ({found} is a sweep's option, launch/pair.sh sweep ..." + (f"; a decode run's is {close[0]}" if close
+                                                                         else "") + ")")
 
 
 def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode: str,
                    notes: list[str]) -> PoolConfig:
     """The pair's models (the embedded default pair when none is named), and what goes with the embedded
-    pair: its smaller pool, output limit and built-in prompts (each said in `notes`) -> the pool."""
+    pair: its smaller pool and output limit (each said in `notes`) -> the pool. Its prompts are the built-in
+    ones, as for any run that names none."""
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
@@ -179,8 +197,6 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
             ns.max_new_tokens = EMBEDDED_MAX_NEW_TOKENS
             notes.append(f"embedded default: {EMBEDDED_MAX_NEW_TOKENS} new tokens per decode; "
                          f"--max-new-tokens changes it")
-    if mode == "decode" and embedded and not ns.prompt and not ns.prompts:
-        ns.prompt = list(BUILTIN[:EMBEDDED_PROMPTS])
     return pool
 
 
@@ -205,6 +221,19 @@ def _check_outputs(parser: argparse.ArgumentParser, run: RunOptions | SweepOptio
             output_dir(path, flag)
     except InputError as e:
         parser.error(str(e))
+
+
+def _check_models(parser: argparse.ArgumentParser, models: dict[str, ModelOptions], remote: bool) -> None:
+    """Every model the pair loads here present (or free to download): one that is missing stops the launch in
+    one line, said once however many processes would load it, before either starts."""
+    said = []
+    for role in ("target", *(() if remote else ("drafter",))):
+        try:
+            check_present(models[role])
+        except InputError as e:
+            said += [str(e)] if str(e) not in said else []
+    if said:
+        parser.error(flags_of(parser).rewrite("; ".join(said)))
 
 
 def _check_kv_memory(parser: argparse.ArgumentParser, models: dict[str, ModelOptions], remote: bool) -> None:

@@ -8,6 +8,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.present import ModelNotFound, not_found
 from models.runner import ModelRunner, RunnerKind
 from models.tokenizers import HFTokenizer, MockTokenizer
 from pipeline.config import InputError
@@ -26,10 +28,6 @@ from pipeline.config import InputError
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 log = logging.getLogger(__name__)
-
-
-class ModelNotFound(InputError):
-    """The model is neither a local directory nor in the local Hugging Face cache."""
 
 
 @dataclass(slots=True)
@@ -85,6 +83,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
         revision = f"mock vocab={options.mock_vocab} seed={options.mock_seed} noise={noise:g}"
         return Loaded(options.model, model, MockRunner, MockTokenizer(options.mock_vocab), False, revision)
+    t0 = time.perf_counter()
     log.info("loading %s on %s", options.model, options.device)
     if options.device.startswith("cuda"):
         require_cuda(f"--device {options.device}")  # else torch's first CUDA call fails without the reason
@@ -106,6 +105,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
             warnings.simplefilter("ignore")
             model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model = model.to(options.device).eval()
+    log.info("loaded %s in %.1f s", options.model, time.perf_counter() - t0)
     return Loaded(options.model, model, HFRunner, HFTokenizer(tokenizer, model.generation_config), options.graphs,
                   checkpoint_revision(path), _tune(model, options))
 
@@ -176,12 +176,7 @@ def _load_hf_quietly(spec: str, dtype: torch.dtype, allow_download: bool):
             raise
         if allow_download:
             raise ModelNotFound(f"model {spec!r} could not be downloaded: {e}") from None
-        from huggingface_hub.constants import HF_HUB_CACHE
-
-        raise ModelNotFound(
-            f"model {spec!r} is neither a local directory nor in the local Hugging Face cache ({HF_HUB_CACHE}). "
-            f"Download it first with `{download_command(spec)}`, pass the checkpoint's directory, or set "
-            f"`allow_download`") from None
+        raise ModelNotFound(not_found(spec)) from None
     return model, tokenizer, getattr(model, "name_or_path", None) or path
 
 
@@ -201,14 +196,6 @@ def checkpoint_revision(path: str) -> str:
         if f.suffix in (".safetensors", ".bin", ".gguf", ".pt"):
             digest.update(f"{f.name}:{f.stat().st_size}".encode())
     return "files:" + digest.hexdigest()
-
-
-def download_command(spec: str) -> str:
-    """The download command of the installed huggingface_hub: `hf download` from 1.0, else huggingface-cli."""
-    import huggingface_hub
-
-    major = int(huggingface_hub.__version__.split(".")[0])
-    return f"{'hf' if major >= 1 else 'huggingface-cli'} download {spec}"
 
 
 def embedded_checkpoint() -> Path:
@@ -233,6 +220,9 @@ def embedded_checkpoint() -> Path:
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        t0 = time.perf_counter()
+        log.info("converting the embedded model's GGUF file to a float32 checkpoint in %s (once per machine; "
+                 "about 15 s)", target)
         tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=EMBEDDED_GGUF)
         model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=EMBEDDED_GGUF, dtype=torch.float32)
         partial = root / f".partial-{os.getpid()}"
@@ -247,4 +237,5 @@ def embedded_checkpoint() -> Path:
         plain.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         os.replace(partial, target)
+        log.info("converted the embedded model in %.1f s", time.perf_counter() - t0)
     return target

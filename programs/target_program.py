@@ -27,6 +27,7 @@ from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import DELIVERED, as_json
 from evaluation.tally import Tally
+from evaluation.verdict import verdict_lines, verdict_of
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         if emit:
             emit({"kind": "summary", **as_json(setting)})
         else:
-            print_summary(first, setting, args.pool)
+            print_summary(first, setting, args.pool, header)
         return 0
 
     return run_program(body, flags_of(parser))
@@ -296,9 +297,10 @@ def run_decodes(session: TargetSession, prompts: list[Prompt], run: RunOptions, 
     return decodes.run_decodes(session, todo, progress or Progress(decode_count(prompts, run), bar=False), rounds)
 
 
-def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig) -> None:
+def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header: dict | None = None) -> None:
     """The first decode's text, then one row per decoder: speed, speedup over `ar` with its paired
-    interval over prompts, τ, tokens per target pass, mean tree size and acceptance by depth."""
+    interval over prompts, τ, tokens per target pass, mean tree size and acceptance by depth; last the
+    verdict in words (evaluation.verdict) on the machine and drafter the run's `header` names."""
     if first is None:
         return
     print(f"--- {first.prompt_id}, {first.decoder}:\n{first.text.strip()}\n")
@@ -324,6 +326,12 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig) -> None
     if any(not g.has_interval for g in setting.gains.values()):
         print(f"no interval: a paired-bootstrap interval needs at least {MIN_INTERVAL_PROMPTS} prompts (from "
               f"fewer it is about the range of their gains)")
+    if (found := verdict_of(setting)) is not None:
+        header = header or {}
+        drafter = (header.get("models") or {}).get("drafter") or {}
+        print("\n".join(verdict_lines(found, budget=setting.budget, cpu=(header.get("environment") or {}).get("cpu"),
+                                       drafter=drafter.get("model") if isinstance(drafter, dict) else str(drafter),
+                                       loaded=any(c.kind == "load" for c in setting.cautions))))
 
 
 if __name__ == "__main__":

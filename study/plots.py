@@ -4,6 +4,7 @@ advantage recovered), one panel per temperature on one shared scale."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,11 +16,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from study.values import Averages, RoundValues  # noqa: E402
 
 DRAW_RULES = ("root-draw", "pearl", "pearl-top1")  # their ceiling: oracle-draw (X1 counted, as they count it)
+DRAW_YLABEL = "expected accepted tokens over draft (%),\nX1 counted as accepted (every round of theirs is)"
 
 
 def _panels(tables: Sequence[tuple[RoundValues, Averages]], title: str):
     fig, axes = plt.subplots(1, len(tables), figsize=(5.2 * len(tables), 4.0), squeeze=False, sharey=True)
-    fig.suptitle(title, fontsize="medium")
+    fig.suptitle(textwrap.fill(title, int(14 * fig.get_figwidth())), fontsize="medium")  # one panel: narrow
     for ax, (rv, avg) in zip(axes[0], tables):
         budgets = avg.budgets
         ax.set_xscale("log")
@@ -64,15 +66,16 @@ def plot_depths(tables: Sequence[tuple[RoundValues, Averages]], path: Path) -> N
 
 
 def plot_draw_rules(tables: Sequence[tuple[RoundValues, Averages]], path: Path) -> None:
-    """The rules that draw X1 first, over draft, against their ceiling oracle-draw (X1 counted as accepted)."""
+    """The rules that draw X1 first, over draft, against their ceiling oracle-draw, each with its band; their
+    accepted tokens count X1 (which every one of their rounds accepts), and the axis says so."""
     fig, axes = _panels(tables, "Rules that draw the first token from the root row, over draft, and their ceiling "
                                 "(bands: 95% intervals)")
     for ax, (rv, avg) in zip(axes, tables):
         for rule in DRAW_RULES:
             _line(ax, avg.budgets, avg.gain(rule, "draft"), rule, band=True)
-        _line(ax, avg.budgets, avg.gain("oracle-draw", "draft"), "oracle-draw (their ceiling)", band=False,
+        _line(ax, avg.budgets, avg.gain("oracle-draw", "draft"), "oracle-draw (their ceiling)", band=True,
               color="black", linestyle="--")
-    _save(fig, axes, path, "expected accepted tokens over draft (%)")
+    _save(fig, axes, path, DRAW_YLABEL)
 
 
 def plot_recovered(tables: Sequence[tuple[RoundValues, Averages]], path: Path) -> None:

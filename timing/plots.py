@@ -4,6 +4,7 @@ round's time goes."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,7 +87,9 @@ def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int 
         return False
     height = 0.2 + 0.75 * sum(len(lanes) for _, lanes in panels) + 0.6 * len(panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, height), squeeze=False, sharex=True)  # one ms scale
+    drawn = set()  # the colours drawn, so that the legend names only those
     for ax, (s, lanes) in zip(axes[:, 0], panels):
+        ax.tick_params(labelbottom=True)  # a shared scale, read on every panel
         labels = []
         for i, (name, row) in enumerate(lanes):
             y = 2 * (len(lanes) - 1 - i)
@@ -95,10 +98,13 @@ def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int 
             if ms[0] > 0:  # a plain round (budget auto's 0) asks the drafter for nothing: no drafter lane
                 ax.barh(y + 1, ms[0], left=0, height=0.8, color=COLORS["draft"])
                 labels.append((y + 1, f"{name} drafter"))
+                drawn.add("draft")
             left = 0.0
             for j, phase in enumerate(PHASES[1:], 1):
-                ax.barh(y, ms[j], left=left, height=0.8, color=COLORS["plain" if plain and phase == "root" else phase])
+                color = "plain" if plain and phase == "root" else phase
+                ax.barh(y, ms[j], left=left, height=0.8, color=COLORS[color])
                 left += ms[j]
+                drawn |= {color} if ms[j] > 0 else set()
             labels.append((y, f"{name} target" + (" (plain)" if plain else "")))
         ax.set_yticks([y for y, _ in labels], [t for _, t in labels], fontsize="small")
         shown = lanes[0][0].split(" #")[0]
@@ -106,7 +112,7 @@ def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int 
                      "they ran", fontsize="small")
     axes[-1, 0].set_xlabel("ms from the round's start (drafter and target start together)")
     top = 1 - 0.5 / height
-    _phase_legend(fig, [*PHASES, "plain"])
+    _phase_legend(fig, [p for p in (*PHASES, "plain") if p in drawn])
     return _save(fig, path, top)
 
 
@@ -182,6 +188,11 @@ def plot_acceptance(panels, path: Path) -> bool:
     return _save(fig, path, bottom=0.25 / (3.4 * -(-len(panels) // 3)))
 
 
+TREE_SIZE_NOTE = ("tree size: the nodes a round verified; report.md's table gives the budgets budget auto chose, "
+                  "which a tree can fall short of (a pool or a rule's tree with fewer nodes)")
+FEW_ROUNDS = 2  # a phases row resting on this many rounds or fewer is flagged: its medians are one or two rounds'
+
+
 def plot_tree_sizes(panels, path: Path) -> bool:
     """Per panel, each series' share of rounds at each tree size (0: a plain round or no tree pass)."""
     if not panels:
@@ -197,14 +208,17 @@ def plot_tree_sizes(panels, path: Path) -> bool:
         ax.set_title(title, fontsize="medium")
         ax.legend(fontsize="x-small")
     _hide_unused(axes, len(panels))
-    return _save(fig, path)
+    note = textwrap.fill(TREE_SIZE_NOTE, int(15 * fig.get_figwidth()))  # x-small characters an inch holds
+    fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize="x-small")
+    return _save(fig, path, bottom=(0.1 + 0.15 * note.count("\n") + 0.15) / fig.get_figheight())
 
 
 def plot_phases(panels, path: Path) -> bool:
     """Per panel, a row per series and round kind: the target's median phases stacked, and below them the
-    drafter's median drafting, which runs beside the root pass."""
-    rows = [[(f"{label}, {kind} rounds ({n})", kind, ms) for label, st in series
-             for kind, (n, ms) in figures.phase_profile(st).items()] for _, series in panels]
+    drafter's median drafting, which runs beside the root pass; a row of FEW_ROUNDS rounds or fewer is
+    flagged, with a note saying why."""
+    rows = [[(f"{label}, {kind} rounds ({n})" + (" ⚠ few" if n <= FEW_ROUNDS else ""), kind, ms, n)
+             for label, st in series for kind, (n, ms) in figures.phase_profile(st).items()] for _, series in panels]
     if not any(rows):
         return False
     cols = 2 if len(panels) > 1 else 1
@@ -212,7 +226,7 @@ def plot_phases(panels, path: Path) -> bool:
     fig, axes = plt.subplots(len(heights), cols, figsize=(7.0 * cols, sum(heights) + 0.6), squeeze=False,
                              sharex=True, gridspec_kw={"height_ratios": heights})  # one ms scale
     for ax, (title, _), lanes in zip(axes.flat, panels, rows):
-        for i, (label, kind, seconds) in enumerate(lanes):
+        for i, (label, kind, seconds, _) in enumerate(lanes):
             y, ms = len(lanes) - 1 - i, 1000 * seconds
             ax.barh(y - 0.3, ms[0], height=0.25, color=COLORS["draft"])
             left = 0.0
@@ -220,14 +234,18 @@ def plot_phases(panels, path: Path) -> bool:
                 color = COLORS["plain" if kind == "plain" and phase == "root" else phase]
                 ax.barh(y + 0.1, ms[j], left=left, height=0.5, color=color)
                 left += ms[j]
-        ax.set_yticks(range(len(lanes)), [label for label, _, _ in reversed(lanes)], fontsize="x-small")
+        ax.set_yticks(range(len(lanes)), [label for label, *_ in reversed(lanes)], fontsize="x-small")
         ax.set_title(title, fontsize="medium")
         ax.grid(axis="x", alpha=0.3)
     for ax in axes[-1]:
         ax.set_xlabel("median ms per round, each phase over the rounds of its row", fontsize="small")
     _hide_unused(axes, len(panels))
     _phase_legend(fig, [*PHASES, "plain"])
-    return _save(fig, path, 1 - 0.6 / (sum(heights) + 0.6))
+    few = any(n <= FEW_ROUNDS for lanes in rows for *_, n in lanes)
+    if few:
+        fig.text(0.5, 0.005, f"⚠ few: a row resting on {FEW_ROUNDS} rounds or fewer, whose medians are those "
+                 f"rounds' own", ha="center", va="bottom", fontsize="x-small")
+    return _save(fig, path, 1 - 0.6 / (sum(heights) + 0.6), 0.3 / (sum(heights) + 0.6) if few else 0.0)
 
 
 def _grouped_bars(ax, groups: Sequence[str], values: dict[str, np.ndarray],

@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from evaluation.prompts import Prompt, PromptError, gather, load_prompts, stratified_subset
+from evaluation.prompts import BUILTIN, Prompt, PromptError, gather, load_prompts, stratified_subset
+from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import MT_BENCH, category_group
 from pipeline.config import ConfigError
 from programs.options import PromptOptions
@@ -75,7 +76,11 @@ def test_sources_repeat_and_command_line_prompts_come_first(tmp_path):
     got = gather(PromptOptions(prompt=("hello",), prompts=("builtin", str(text))), seed=0)
     assert [p.id for p in got][:2] == ["prompt/0", "builtin/0"]
     assert [p.text for p in got][-2:] == ["first", "second"]
-    assert [p.id for p in gather(PromptOptions(), 0)] == [f"builtin/{i}" for i in range(4)]
+    assert [p.id for p in gather(PromptOptions(), 0)] == [f"builtin/{i}" for i in range(len(BUILTIN))]
+
+
+def test_the_builtin_prompts_are_enough_for_an_interval():
+    assert len(BUILTIN) >= MIN_INTERVAL_PROMPTS
     assert [p.id for p in gather(PromptOptions(prompt=("x",)), 0)] == ["prompt/0"]  # no built-ins added
 
 

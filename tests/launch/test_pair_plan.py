@@ -334,3 +334,28 @@ def test_a_path_that_cannot_be_used_is_one_line_before_any_process_starts(capsys
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err, err
+
+
+def test_the_default_run_decodes_every_builtin_prompt_at_the_embedded_length():
+    target = plan([]).target
+    assert not any(a.startswith("--prompt") for a in target)  # no prompt named: the target takes the built-in ones
+    assert target[target.index("--max-new-tokens") + 1] == "64"
+
+
+def test_a_sweeps_option_on_a_decode_run_is_named_with_the_runs_own(capsys):
+    with pytest.raises(SystemExit):
+        plan(["--target", "mock", "--budgets", "8,16"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --budgets 8,16 (--budgets is a sweep's option, launch/pair.sh sweep ...; " \
+           "a decode run's is --budget)" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        plan(["--target", "mock", "--no-such-flag"])
+    assert "sweep" not in capsys.readouterr().err
+
+
+def test_a_missing_model_is_said_once_before_any_process_starts(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(SystemExit):
+        plan(["--target", "no-such/model", "--drafter", "no-such/model:int8", "--prompt", "hi"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].count("'no-such/model'") == 1 and "--allow-download" in err[0]

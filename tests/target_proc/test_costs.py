@@ -25,3 +25,11 @@ def test_measure_times_every_pass_the_choice_needs(capacity):
         measured.prefill, measured.prefill_shared, 0.0)
     draft = costs_for(False, measured)
     assert draft.front == 0.0 and draft.tree == measured.tree_with_root
+
+
+def test_measure_says_what_it_waits_for_and_when_it_is_done(caplog):
+    caplog.set_level("INFO", logger="budget")
+    costs.measure(Target(MockRunner(MockModel(32, 1), 256)), 8, reps=1)
+    said = [r.getMessage() for r in caplog.records if r.name == "budget"]
+    assert len(said) == 2 and costs.TYPICAL in said[0] and said[0].startswith("budget auto: timing")
+    assert said[1].startswith("budget auto: passes timed in ")

@@ -85,3 +85,40 @@ def test_only_the_rules_whose_tree_holds_the_draw_accept_depth_one_by_constructi
 
     assert [d for d in ("ar", "draft", "pearl", "pearl-top1", "root-draw", "root") if by_construction(d)] == [
         "pearl", "pearl-top1", "root-draw"]
+
+
+@pytest.fixture
+def figures_drawn(monkeypatch):
+    """The figures report.draw saves, by file name, kept open for their objects to be read."""
+    from timing import plots
+
+    kept = {}
+    real = plots._save
+
+    def save(fig, path, *args, **kwargs):
+        kept[path.name] = fig
+        texts = [t.get_text() for t in fig.texts]
+        legends = [[t.get_text() for t in leg.get_texts()] for leg in fig.legends]
+        ticks = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes if ax.get_visible()]
+        kept[path.name] = (texts, legends, ticks)
+        return real(fig, path, *args, **kwargs)
+    monkeypatch.setattr(plots, "_save", save)
+    return kept
+
+
+def test_the_timeline_labels_every_panels_scale_and_names_only_what_it_draws(make_record, tmp_path, figures_drawn):
+    draw(run(make_record, ("ar", "root-draw"), (8, 16)), tmp_path)
+    _, legends, ticks = figures_drawn["timeline.png"]
+    assert len(ticks) == 2 and all(any(t for t in panel) for panel in ticks)  # the top panel's too
+    assert "select the tree" in legends[0] and "plain round's pass" not in legends[0]  # root-draw's tree rounds only
+
+
+def test_tree_sizes_says_they_are_not_the_budgets_and_phases_flag_rows_of_few_rounds(make_record, tmp_path,
+                                                                                       figures_drawn):
+    from timing.plots import TREE_SIZE_NOTE
+
+    two_prompts = [r for r in run(make_record, ("ar", "root-draw"), ("auto",)) if r.prompt_id != "p/2"]
+    draw(two_prompts, tmp_path)  # root-draw: two tree rounds and two plain ones
+    assert TREE_SIZE_NOTE in [" ".join(t.split()) for t in figures_drawn["tree_sizes.png"][0]]
+    texts, _, _ = figures_drawn["phases.png"]
+    assert any(t.startswith("⚠ few: a row resting on 2 rounds or fewer") for t in texts)

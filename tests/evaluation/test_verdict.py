@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from evaluation.stats import GainResult
+from evaluation.summary import DecoderStats, Setting
+from evaluation.verdict import Verdict, mean_round_seconds, verdict_lines, verdict_of
+from pipeline.metrics import RoundStats
+
+
+def stats(name, seconds, prefill, rounds, tau):
+    n = len(seconds)
+    return DecoderStats(name, [8], n, np.full(n, 10.0), np.array(seconds, float), rounds, RoundStats(rounds, tau, 0, ()),
+                        {}, None, prefill=np.array(prefill, float))
+
+
+def gain(g, n, low=None, high=None):
+    return GainResult(g, g - 0.1 if low is None else low, g + 0.1 if high is None else high, 0.05, 1, 1, n)
+
+
+def setting(decoders, gains, n=2, budget=8):
+    return Setting(0.0, budget, None, [f"p{i}" for i in range(n)], n, [0], decoders, gains)
+
+
+def test_round_cost_is_seconds_less_prefill_over_rounds():
+    assert mean_round_seconds(stats("ar", [3.0, 3.0], [0.5, 0.5], 50, 1.0)) == pytest.approx(0.1)
+    assert mean_round_seconds(stats("ar", [1.0], [0.1], 0, 0.0)) is None
+
+
+def test_verdict_picks_the_best_speculative_decoder_and_its_round_cost():
+    s = setting({"ar": stats("ar", [2.0, 2.0], [0.0, 0.0], 40, 1.0),  # 0.1 s a round
+                 "root-draw": stats("root-draw", [3.0, 3.0], [0.0, 0.0], 20, 4.03),  # 0.3 s a round
+                 "draw": stats("draw", [2.0, 2.0], [0.0, 0.0], 10, 2.0)},
+                {("root-draw", "ar"): gain(-0.219, 2), ("draw", "ar"): gain(-0.3, 2)})
+    v = verdict_of(s)
+    assert v.decoder == "root-draw" and v.round_cost == pytest.approx(3.0) and v.tau_needed == pytest.approx(3.0)
+    assert v.interval is None and not v.paid and not v.settled
+
+
+def test_no_verdict_without_ar_or_gains():
+    assert verdict_of(setting({"draw": stats("draw", [1.0], [0.0], 5, 2.0)}, {})) is None
+    assert verdict_of(setting({"ar": stats("ar", [1.0], [0.0], 5, 1.0)}, {})) is None
+
+
+def test_lines_say_why_and_what_next():
+    v = Verdict("root-draw", -0.219, None, 5.2, 4.03, 4)
+    text = "\n".join(verdict_lines(v, budget=8, cpu="Intel Xeon", drafter="tiny-drafter", loaded=False))
+    assert "did not pay against ar: -21.9% (no interval: fewer than 5 prompts)" in text
+    assert "cost 5.20 plain rounds, so it pays from τ 5.20; it reached τ 4.03 (below what pays)" in text
+    assert "launch/pair.sh --budget auto" in text and "--prompts spec-bench:PATH" in text
+    assert "Intel Xeon, drafter tiny-drafter, 4 prompts" in text
+
+
+def test_a_settled_gain_under_budget_auto_suggests_nothing_but_a_quiet_machine_when_loaded():
+    v = Verdict("draw", 0.25, (0.1, 0.4), 1.5, 2.1, 8)
+    quiet = verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=False)
+    assert "paid against ar: +25.0% [95% interval +10.0, +40.0]" in quiet[0]
+    assert not any("next" in line for line in quiet)
+    assert any("quiet machine" in line for line in verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=True))
+
+
+def test_an_interval_over_zero_is_said():
+    v = Verdict("draw", 0.05, (-0.05, 0.15), 1.5, 1.6, 8)
+    assert verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=False)[0].endswith(
+        "paid against ar: +5.0% [95% interval -5.0, +15.0], an interval that spans zero: not settled")
+
+
+def test_bad_verdicts_are_refused():
+    with pytest.raises(ValueError, match="`round_cost`"):
+        Verdict("draw", 0.1, None, 0.0, 2.0, 3)
