@@ -56,7 +56,7 @@ class HeadDrafter:
         self._check(self.rows + len(tokens))
         logits, hidden = self._write_rows(tokens, features)
         pool = grow_pool(torch.log_softmax(logits, -1), self._expander(self.rows, hidden), self.config, between,
-                         self.runner.head.ids)  # grow_pool read the last ids back, so the device is idle
+                         self.runner.ids)  # grow_pool read the last ids back, so the device is idle
         return Drafted(pool, time.perf_counter() - t0, NOT_TRIED)
 
     def ahead(self, path: Sequence[int], between: Callable[[], bool] | None = None) -> bool:

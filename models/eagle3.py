@@ -166,6 +166,7 @@ class HeadRunner:
         self.slots = aligned_slots(capacity)
         self.k = torch.zeros(1, cfg.kv_heads, self.slots, cfg.head_dim, dtype=self.dtype, device=self.device)
         self.v = torch.zeros_like(self.k)
+        self.ids = head.ids  # (Vd,) the target id of each draft id
         self.graphs: dict[int, tuple] = {}  # bucket -> (graph, static inputs, static outputs)
         if graphs and self.device.type == "cuda":
             self.capture()

@@ -18,8 +18,7 @@ import torch
 
 from pipeline.config import ConfigError
 
-PREFIX = "eagle3:"  # --drafter eagle3:PATH
-RANDOM_PREFIX = "random:eagle3-"  # --drafter random:eagle3-SHAPE: a random head of a public head's shapes
+from models.options import HEAD_PREFIX as PREFIX, HEAD_RANDOM_PREFIX as RANDOM_PREFIX
 DEFAULT_ROPE_THETA = 10000.0  # the reference's rotary base when a config names none
 
 # Weight names in the reference's layout -> what they hold (H: hidden, T: target hidden, Vd: draft vocab)

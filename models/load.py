@@ -17,7 +17,9 @@ import torch
 from models import shapes
 from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
-from models.mock import MockModel, MockRunner
+from models.eagle3_load import is_head, load_head
+from models.eagle3 import Eagle3Head
+from models.mock import MockHead, MockHeadRunner, MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
 from models.tokenizers import HFTokenizer, MockTokenizer
 from pipeline.config import InputError
@@ -45,8 +47,11 @@ class Loaded:
     @property
     def identity(self) -> dict:
         """The model as records name it: spec, revision, dtype and device."""
-        if isinstance(self.model, MockModel):
+        if isinstance(self.model, (MockModel, MockHead)):
             return {"model": self.name, "revision": self.revision, "dtype": "float32", "device": "cpu"}
+        if isinstance(self.model, Eagle3Head):
+            return {"model": self.name, "revision": self.revision, "dtype": str(self.model.dtype).removeprefix("torch."),
+                    "device": str(self.model.device)}
         param = next(self.model.parameters())
         quantized = self.name.endswith(INT8_SUFFIX)
         out = {"model": self.name, "revision": self.revision,
@@ -58,11 +63,35 @@ class Loaded:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.vocab_size if isinstance(self.model, MockModel) else self.model.config.get_text_config().vocab_size
+        if isinstance(self.model, (MockModel, MockHead)):
+            return self.model.vocab_size
+        if isinstance(self.model, Eagle3Head):
+            return self.model.cfg.vocab
+        return self.model.config.get_text_config().vocab_size
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(hidden size, decoder layers) of a transformers model, what an EAGLE-3 head is checked against;
+        (0, 0) for the mock and for heads."""
+        if isinstance(self.model, (MockModel, MockHead, Eagle3Head)):
+            return 0, 0
+        cfg = self.model.config.get_text_config()
+        return cfg.hidden_size, cfg.num_hidden_layers
+
+    @property
+    def is_head(self) -> bool:
+        """Whether the model is an EAGLE-3 head, which drafts from its target's features."""
+        return isinstance(self.model, (Eagle3Head, MockHead))
 
     def runner(self, capacity: int):
         if isinstance(self.model, MockModel):
             return MockRunner(self.model, capacity)
+        if isinstance(self.model, MockHead):
+            return MockHeadRunner(self.model, capacity)
+        if isinstance(self.model, Eagle3Head):
+            from models.eagle3 import HeadRunner
+
+            return HeadRunner(self.model, capacity, graphs=self.graphs)
         from models.hf import HFRunner
 
         return HFRunner(self.model, capacity, graphs=self.graphs)
@@ -84,6 +113,9 @@ def load(options: ModelOptions, role: str) -> Loaded:
         torch.cuda.set_device(options.device)  # this process's GPU for graphs, streams and allocations
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
+    if is_head(spec):
+        head, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision)
+        return Loaded(options.model, head, tokenizer, options.graphs, revision)
     if spec.startswith(shapes.PREFIX):
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)

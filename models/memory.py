@@ -42,10 +42,14 @@ def host_free_bytes() -> int:
 
 def kv_bytes(loaded, capacity: int) -> int:
     """Bytes of a KV cache of `capacity` slots for a loaded model (K and V of every layer, rounded-up rows)."""
-    from models.mock import MockModel
+    from models.eagle3 import Eagle3Head
+    from models.mock import MockHead, MockModel
 
-    if isinstance(loaded.model, MockModel):
+    if isinstance(loaded.model, (MockModel, MockHead)):
         return capacity * MOCK_SLOT_BYTES
+    if isinstance(loaded.model, Eagle3Head):
+        cfg = loaded.model.cfg
+        return cache_bytes(1, cfg.kv_heads, cfg.head_dim, loaded.model.embed.element_size(), capacity)
     from models.hf import attention_shape
 
     cfg = loaded.model.config.get_text_config()
@@ -58,10 +62,13 @@ def device_of(loaded) -> torch.device:
     """The device a loaded model's weights are on."""
     import torch
 
-    from models.mock import MockModel
+    from models.eagle3 import Eagle3Head
+    from models.mock import MockHead, MockModel
 
-    if isinstance(loaded.model, MockModel):
+    if isinstance(loaded.model, (MockModel, MockHead)):
         return torch.device("cpu")
+    if isinstance(loaded.model, Eagle3Head):
+        return loaded.model.device
     return next(loaded.model.parameters()).device
 
 

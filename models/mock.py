@@ -5,6 +5,10 @@ digest per slot, and a pass must find each token's predecessor through exactly t
 visibility a real model would use. A wrong mask or slot fails loudly instead of giving plausible rows.
 Token 0 is the end-of-sequence token. The mock drafter adds `noise` times an independent deterministic
 perturbation to the target's logits, so its agreement with the target is partial and tunable.
+
+The mock target's "features" (what an EAGLE-3 head takes) are its slots' digests, 16 bytes as 16 float32
+values. The mock head (MockHead) extends the digest its row takes by the row's token: fed the right features
+it gives the mock drafter's rows, and any feature that is off by a token gives rows of another prefix.
 """
 
 from __future__ import annotations
@@ -63,6 +67,13 @@ class MockRunner:
         self.digests: list[bytes | None] = [None] * capacity
         self.positions = np.full(capacity, -1, np.int64)
 
+    def keep_features(self, layers: tuple[int, ...]) -> None:
+        """The mock keeps every slot's digest: its features (what layers a head names does not matter)."""
+
+    def features_at(self, slots) -> torch.Tensor:
+        """(n,) slots -> (n, FEATURE_WIDTH) float32: each slot's digest, a byte a value."""
+        return torch.tensor(np.stack([digest_values(self.digests[s]) for s in np.asarray(slots).tolist()]))
+
     def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
                 cols: np.ndarray, vis: np.ndarray, last_only: bool = False) -> torch.Tensor | None:
         """tokens, positions, slots: (n,); cols: (m,) slots; vis: (n, m) bool. -> (n or 1, V) logits."""
@@ -96,6 +107,47 @@ class MockRunner:
         for d, digest, p in zip(dst.tolist(), digests, positions.tolist()):
             self.digests[d] = digest
             self.positions[d] = p
+
+    def synchronize(self) -> None:
+        pass
+
+
+FEATURE_WIDTH = 16  # a digest's bytes
+
+
+def digest_values(digest: bytes) -> np.ndarray:
+    return np.frombuffer(digest, np.uint8).astype(np.float32)
+
+
+class MockHead:
+    """The mock drafter as an EAGLE-3 head: a row's digest is its input digest extended by its token."""
+
+    def __init__(self, model: MockModel) -> None:
+        self.model = model
+        self.vocab_size = model.vocab_size
+
+
+class MockHeadRunner:
+    """A MockHead behind HeadRunner's interface. Its rows need no cache: each is a function of its own
+    inputs, the digest they carry (a committed row's features, a tree row's parent output) and its token."""
+
+    ids = None  # drafts over the whole vocabulary
+
+    def __init__(self, head: MockHead, capacity: int) -> None:
+        self.head, self.capacity = head, capacity
+        self.device = torch.device("cpu")
+
+    def forward(self, tokens, hidden: torch.Tensor, positions, slots, prefix: int, cols, vis,
+                features: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens: (n,); hidden: (n, FEATURE_WIDTH) digests -> ((n, V) logits, (n, FEATURE_WIDTH) digests)."""
+        rows, outs = [], []
+        for token, values in zip(np.asarray(tokens).tolist(), hidden.numpy()):
+            if values.shape != (FEATURE_WIDTH,) or np.any((values < 0) | (values > 255) | (values != np.round(values))):
+                raise MaskError(f"a mock head row takes a digest of {FEATURE_WIDTH} byte values, got {values[:4]}...")
+            digest = self.head.model.extend(values.astype(np.uint8).tobytes(), token)
+            rows.append(self.head.model.logits(digest))
+            outs.append(digest_values(digest))
+        return torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(outs))
 
     def synchronize(self) -> None:
         pass

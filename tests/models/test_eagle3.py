@@ -155,3 +155,41 @@ def _path(pool, i: int) -> list[int]:
         out.append(i)
         i = int(pool.parent[i])
     return out[::-1]
+
+
+def test_a_head_directory_loads_over_a_random_target_with_its_embedding(tmp_path):
+    """eagle3:PATH over random:tiny (2 layers: the head names the layers it fuses); the embedding is the
+    target's, the tokenizer the target's, and the cache one layer's."""
+    from models.load import load
+    from models.memory import kv_bytes
+    from models.options import ModelOptions
+    from models.shapes import random_model
+
+    cfg = head_config(vocab_size=512, draft_vocab_size=100, eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 1]})
+    directory = write_head(tmp_path / "head", cfg, head_weights(cfg))
+    loaded = load(ModelOptions(model=f"eagle3:{directory}", head_target="random:tiny"), "drafter")
+    assert loaded.is_head and loaded.vocab_size == 512
+    target_embedding = random_model("tiny", "cpu", torch.float32).get_input_embeddings().weight
+    assert torch.equal(loaded.model.embed, target_embedding)
+    assert loaded.identity["dtype"] == "float32" and loaded.identity["revision"].startswith("files:")
+    assert kv_bytes(loaded, 100) == 2 * 2 * 16 * 4 * 128  # K and V, 2 KV heads of 16, 128 aligned slots
+
+
+def test_a_head_is_refused_without_its_target_or_over_another(tmp_path):
+    from models.load import load
+    from models.options import ModelOptions
+
+    directory = write_head(tmp_path / "head")
+    with pytest.raises(HeadError, match="it needs `head_target`"):
+        load(ModelOptions(model=f"eagle3:{directory}"), "drafter")
+    with pytest.raises(HeadError, match=r"vocabulary of 96 differs from the target's 512"):
+        load(ModelOptions(model=f"eagle3:{directory}", head_target="random:tiny"), "drafter")
+
+
+def test_random_heads_of_public_shapes_fit_their_targets():
+    from models.eagle3_load import target_side
+    from models.shapes import HEAD_SHAPES
+
+    for name in ("llama-3.1-8b", "smollm2-135m"):
+        side = target_side(f"random:{name}", lambda: None)
+        HeadConfig.from_dict(HEAD_SHAPES[name]).check_target(side.hidden, side.vocab, side.layers)
