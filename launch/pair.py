@@ -6,6 +6,7 @@
                                            the timing programs over finished sweeps (python -m timing ...)
     launch/pair.sh drafter [options]       a drafter alone, serving target after target (a second host)
     launch/pair.sh keys [options]          print this host's CURVE public key; authorize a target's key
+    launch/pair.sh pool [options]          print the pool a drafter grows after raw token ids
 
 Options are parsed and checked once here, from the same dataclasses the processes use, then forwarded:
 model options to each side (--target / --drafter name the models), pool, decoding, prompt and connection
@@ -55,7 +56,7 @@ TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m t
 SWEEP_ABOUT = ("Run a timing sweep with its own drafter: every prompt with every decoder, temperature and budget "
                "of the grid, one record per decode appended to --out DIR as it ends (rerun the command to resume; "
                "--shard I/N runs one part); launch/pair.sh report DIR reports it.")
-COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys")  # the first word of a route's command line
+COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys", "pool")  # the first word of a route's command line
 PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) must not shadow our packages
 
 
@@ -360,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         from programs import keys_program
 
         return keys_program.main(argv[1:], prog="launch/pair.sh keys")
+    if argv[:1] == ["pool"]:  # both models in this process: no pair to start
+        from programs import pool_program
+
+        return pool_program.main(argv[1:], prog="launch/pair.sh pool")
     p = plan(argv)
     for note in p.notes:
         print(f"[launch] {note}", file=sys.stderr)
