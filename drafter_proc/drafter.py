@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from models.passes import prefill
+from models.runner import ModelRunner
 from pipeline.ahead import HIT, MISSED, NOT_TRIED, Drafted
 from pipeline.config import CapacityError, PoolConfig
 from pipeline.pool import grow_pool
@@ -33,7 +34,7 @@ class Drafter:
     """A drafter started on the context's last tokens only (DecodeConfig.drafter_window) puts the first of
     them at position 0: its rows are those of those tokens as a prompt of their own."""
 
-    def __init__(self, runner, config: PoolConfig) -> None:
+    def __init__(self, runner: ModelRunner, config: PoolConfig) -> None:
         self.runner = runner
         self.config = config
         self.through_root = 0  # L: committed tokens in the cache, the root last (Target.before_root: without it)

@@ -71,18 +71,18 @@ class HeadDrafter:
             chunk = tokens[at: at + ROWS_CHUNK]
             slots = self.rows + np.arange(len(chunk))
             causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
-            logits, out = self.runner.forward(chunk, features[at: at + ROWS_CHUNK], slots, slots, self.rows, slots,
-                                              causal, features=True)
+            hidden = self.runner.fuse(features[at: at + ROWS_CHUNK])  # fc(cat(low, mid, high))
+            logits = self.runner.forward(chunk, slots, slots, self.rows, slots, causal, rows={"hidden": hidden})
             self.rows += len(chunk)
-        return logits[-1], out[-1]
+        return logits[-1], self.runner.outputs[-1]
 
     def _check(self, rows: int) -> None:
         if rows + self.config.n_expanded > self.runner.capacity:
             raise CapacityError(f"the head's KV cache of {self.runner.capacity} slots cannot hold {rows} rows and "
                                 f"a pool's {self.config.n_expanded} scratch slots (raise `max_context`)")
 
-    def _expander(self, rows: int, root_hidden: torch.Tensor):
-        """The expand callback of grow_pool for a pool grown after `rows` rows: each candidate's row pairs
+    def _expander(self, base: int, root_hidden: torch.Tensor):
+        """The expand callback of grow_pool for a pool grown after `base` rows: each candidate's row pairs
         its token with its parent's output (the root's: the last row's)."""
         slot_of: dict[int, int] = {}
         fed_parent: list[int] = []  # per fed candidate: the fed index of its parent, -1 for the root
@@ -91,15 +91,15 @@ class HeadDrafter:
         def expand(nodes: np.ndarray, tokens: np.ndarray, parents: np.ndarray, depth: int) -> torch.Tensor:
             start = len(fed_parent)
             for node, parent in zip(nodes.tolist(), parents.tolist()):
-                fed_parent.append(slot_of[parent] - rows if parent >= 0 else -1)
-                slot_of[node] = rows + len(fed_parent) - 1
+                fed_parent.append(slot_of[parent] - base if parent >= 0 else -1)
+                slot_of[node] = base + len(fed_parent) - 1
             taken = torch.as_tensor(np.asarray(fed_parent[start:]) + 1, device=root_hidden.device)
             hidden = torch.cat(outputs)[taken]  # (E, H) the parents' outputs
-            cols = rows + np.arange(len(fed_parent))
+            cols = base + np.arange(len(fed_parent))
             vis = ancestor_matrix(np.asarray(fed_parent))[start:]
-            positions = np.full(len(nodes), rows - 1 + depth)
-            logits, out = self.runner.forward(tokens, hidden, positions, cols[start:], rows, cols, vis)
-            outputs.append(out)
+            positions = np.full(len(nodes), base - 1 + depth)
+            logits = self.runner.forward(tokens, positions, cols[start:], base, cols, vis, rows={"hidden": hidden})
+            outputs.append(self.runner.outputs)
             return torch.log_softmax(logits, -1)
 
         return expand

@@ -32,7 +32,8 @@ from drafter_proc.drafter import Drafter
 from drafter_proc.request import Request
 from drafter_proc.session import Session
 from models.load import Loaded
-from models.memory import device_of, free_bytes, gib, kv_bytes
+from models.memory import free_bytes, gib
+from models.runner import ModelRunner
 from pipeline.config import CapacityError, PoolConfig
 from protocol.codec import MAX_FRAMES, decode
 from protocol.errors import (BadArray, DrafterBusy, HandshakeMismatch, LimitExceeded, MalformedMessage,
@@ -70,7 +71,7 @@ class DrafterServer:
         self.connections: dict[int, bytes] = {}  # descriptor -> tag of the routing id, of connections that spoke
         self.departed: deque[bytes] = deque(maxlen=DEPARTED_KEPT)  # tags; ids are never reused in ZeroMQ
         self.last_served: bytes | None = None  # the tag of the last served target whose connection closed
-        self.runner = None  # the one KV cache (and graphs) of this process
+        self.runner: ModelRunner | None = None  # the one KV cache (and graphs) of this process
         self.session: Session | None = None  # the served target's, from its Hello
         self.stashed: Stash = deque()  # what came during a growth, with its arrival (perf_counter), to handle next
         self.handlers: dict[type[Message], Handler] = {
@@ -207,14 +208,14 @@ class DrafterServer:
             if torch.get_num_threads() != n:
                 torch.set_num_threads(n)
 
-    def _runner(self, capacity: int):
+    def _runner(self, capacity: int) -> ModelRunner:
         """The KV cache: the one held when it is large enough, else a larger one in its place (the old one is
         freed first). CapacityError when the device cannot hold it."""
         if self.runner is not None and self.runner.capacity >= capacity:
             return self.runner
-        device = device_of(self.loaded)
-        held = 0 if self.runner is None else kv_bytes(self.loaded, self.runner.capacity)
-        need, free = kv_bytes(self.loaded, capacity), free_bytes(device) + held
+        device = self.loaded.device
+        held = 0 if self.runner is None else self.loaded.kv_bytes(self.runner.capacity)
+        need, free = self.loaded.kv_bytes(capacity), free_bytes(device) + held
         if need > free:
             raise CapacityError(f"the drafter cannot allocate a KV cache of {capacity} slots: it needs {gib(need)} "
                                 f"and {device} has {gib(free)} free (lower `max_context`)")

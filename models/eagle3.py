@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from models.eagle3_config import HeadConfig, HeadError, OPTIONAL_KEYS, shapes_of
-from models.kv_plan import aligned_slots
+from models.kv_plan import aligned_slots, cache_bytes
+from models.runner import ModelRunner, RowInputs, check_rows
 
 HEAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 80, 128)  # rows a captured head pass is padded to (a level's feed)
 SPAN_STEP = 64  # eager passes attend over the used slots rounded up to this
@@ -156,43 +157,56 @@ def random_head(cfg: HeadConfig, embed: torch.Tensor, device, dtype, seed: int =
 
 
 class HeadRunner:
-    """An Eagle3Head with a static KV cache of `capacity` logical slots."""
+    """An Eagle3Head with a static KV cache of `capacity` logical slots (models.runner.ModelRunner): each row
+    takes a `hidden` beside its token, and leaves its layer output in `outputs`. Its rows are over the draft
+    vocabulary: column c is target id ids[c]."""
+
+    row_inputs: tuple[str, ...] = ("hidden",)
 
     def __init__(self, head: Eagle3Head, capacity: int, *, graphs: bool = True) -> None:
         cfg = head.cfg
         self.head, self.capacity = head, capacity
         self.device, self.dtype = head.device, head.dtype
-        self.vocab_size = cfg.vocab
+        self.vocab_size = cfg.vocab  # the target's vocabulary, whose ids the pool holds
+        self.ids = head.ids  # (Vd,) the target id of each draft id
         self.slots = aligned_slots(capacity)
         self.k = torch.zeros(1, cfg.kv_heads, self.slots, cfg.head_dim, dtype=self.dtype, device=self.device)
         self.v = torch.zeros_like(self.k)
-        self.ids = head.ids  # (Vd,) the target id of each draft id
+        self.outputs: torch.Tensor | None = None  # (n, H) the last pass's layer outputs, valid until the next
         self.graphs: dict[int, tuple] = {}  # bucket -> (graph, static inputs, static outputs)
         if graphs and self.device.type == "cuda":
             self.capture()
 
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """(n, 3T) target features, low to high -> (n, H) the hidden a committed row takes (fc)."""
+        with torch.inference_mode():
+            return self.head.fuse(features.to(self.device))
+
     @torch.inference_mode()
-    def forward(self, tokens, hidden: torch.Tensor, positions, slots, prefix: int, cols, vis,
-                features: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens, positions, slots: (n,); hidden: (n, H), or (n, 3T) target features with `features`;
-        cols: (m,) logical slots; vis: (n, m) bool. Row i attends to slots [0, prefix) and to cols[k] where
-        vis[i, k]. -> ((n, Vd) float32 draft logits, (n, H) layer outputs)."""
+    def forward(self, tokens, positions, slots, prefix: int, cols, vis, last_only: bool = False,
+                rows: RowInputs | None = None) -> torch.Tensor:
+        """tokens, positions, slots: (n,); cols: (m,) logical slots; vis: (n, m) bool; rows["hidden"]: (n, H).
+        Row i attends to slots [0, prefix) and to cols[k] where vis[i, k]. -> (n, Vd) float32 draft logits
+        ((1, Vd) with last_only); the rows' layer outputs in `outputs`."""
+        check_rows(self, rows, len(tokens))
         n = len(tokens)
         visible = np.zeros((n, self.slots), bool)
         visible[:, 1:1 + prefix] = True
-        rows, k = np.nonzero(np.asarray(vis))
-        visible[rows, np.asarray(cols)[k] + 1] = True
+        picked, k = np.nonzero(np.asarray(vis))
+        visible[picked, np.asarray(cols)[k] + 1] = True
         as_long = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.long, device=self.device)
-        hidden = hidden.to(device=self.device, dtype=self.dtype)
-        if features:
-            hidden = self.head.fuse(hidden)
+        hidden = torch.as_tensor(rows["hidden"]).to(device=self.device, dtype=self.dtype)
         b = next((b for b in HEAD_BUCKETS if b >= n), None)
         if b is not None and b in self.graphs:
-            return self._replay(b, as_long(tokens), hidden, as_long(positions), as_long(np.asarray(slots) + 1),
-                                torch.as_tensor(visible, device=self.device), n)
-        span = min(self.slots, -(-(1 + int(max(prefix, np.max(slots) + 1))) // SPAN_STEP) * SPAN_STEP)
-        return self._step(as_long(tokens), hidden, as_long(positions), as_long(np.asarray(slots) + 1),
-                          torch.as_tensor(visible[:, :span], device=self.device))
+            logits, self.outputs = self._replay(b, as_long(tokens), hidden, as_long(positions),
+                                                as_long(np.asarray(slots) + 1),
+                                                torch.as_tensor(visible, device=self.device), n)
+        else:
+            span = min(self.slots, -(-(1 + int(max(prefix, np.max(slots) + 1))) // SPAN_STEP) * SPAN_STEP)
+            logits, self.outputs = self._step(as_long(tokens), hidden, as_long(positions),
+                                              as_long(np.asarray(slots) + 1),
+                                              torch.as_tensor(visible[:, :span], device=self.device))
+        return logits[-1:] if last_only else logits
 
     def _step(self, tokens, hidden, positions, physical, visible) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass over physical slots [0, visible.shape[1]) -> (logits, layer outputs)."""
@@ -218,6 +232,21 @@ class HeadRunner:
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
+
+    @classmethod
+    def build(cls, model: Eagle3Head, capacity: int, *, graphs: bool) -> ModelRunner:
+        return cls(model, capacity, graphs=graphs)
+
+    @staticmethod
+    def cache_bytes(model: Eagle3Head, capacity: int) -> int:
+        """K and V of the head's one layer at `capacity` slots."""
+        return cache_bytes(1, model.cfg.kv_heads, model.cfg.head_dim, model.embed.element_size(), capacity)
+
+    @staticmethod
+    def vocab_size_of(model: Eagle3Head) -> int:
+        return model.cfg.vocab
 
     # -- CUDA graphs ----------------------------------------------------------------------------------
 

@@ -20,9 +20,10 @@ import torch
 
 from models import shapes
 from models.shapes import HEAD_SHAPES
-from models.eagle3 import Eagle3Head, random_head
+from models.eagle3 import Eagle3Head, HeadRunner, random_head
 from models.eagle3_config import PREFIX, RANDOM_PREFIX, HeadConfig, HeadError, head_dir, read_head
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.runner import RunnerKind
 
 MOCK_HEAD = PREFIX + "mock"
 
@@ -43,19 +44,19 @@ class TargetSide:
 
 
 def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], Path],
-              revision_of: Callable[[str], str]) -> tuple[object, object, str]:
-    """An EAGLE-3 drafter -> (its model: an Eagle3Head or a MockHead, its target's tokenizer, what its weights
-    are). embedded: the embedded default's checkpoint directory (converted once); revision_of: what a
+              revision_of: Callable[[str], str]) -> tuple[object, RunnerKind, object, str]:
+    """An EAGLE-3 drafter -> (its model: an Eagle3Head or a MockHead, its runner class, its target's tokenizer,
+    what its weights are). embedded: the embedded default's checkpoint directory (converted once); revision_of: what a
     checkpoint directory's weights are (models.load hands both in)."""
     spec = options.model
     if spec == MOCK_HEAD:
-        from models.mock import MockHead, MockModel
+        from models.mock import MockHead, MockHeadRunner, MockModel
         from models.tokenizers import MockTokenizer
 
         if options.head_target not in ("", "mock"):
             raise HeadError(f"{spec!r} drafts over the mock target, not {options.head_target!r}")
         model = MockModel(options.mock_vocab, options.mock_seed, options.mock_noise)
-        return (MockHead(model), MockTokenizer(options.mock_vocab),
+        return (MockHead(model), MockHeadRunner, MockTokenizer(options.mock_vocab),
                 f"mock head vocab={options.mock_vocab} seed={options.mock_seed} noise={options.mock_noise:g}")
     if not options.head_target:
         raise HeadError(f"{spec!r} is an EAGLE-3 head: it needs `head_target`, the target model whose tokenizer "
@@ -68,13 +69,13 @@ def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], 
         cfg = HeadConfig.from_dict(HEAD_SHAPES[name])
         cfg.check_target(target.hidden, target.vocab, target.layers)
         embed = torch.randn(cfg.vocab, cfg.hidden, generator=torch.Generator().manual_seed(1)) * 0.02
-        return random_head(cfg, embed, options.device, dtype), target.tokenizer, f"{spec} seed=0"
+        return random_head(cfg, embed, options.device, dtype), HeadRunner, target.tokenizer, f"{spec} seed=0"
     directory = head_dir(spec)
     cfg, weights = read_head(directory)
     cfg.check_target(target.hidden, target.vocab, target.layers)
     embed = None if "embed_tokens.weight" in weights else target.embedding()
     head = Eagle3Head.build(cfg, weights, embed, options.device, dtype)
-    return head, target.tokenizer, revision_of(str(directory))
+    return head, HeadRunner, target.tokenizer, revision_of(str(directory))
 
 
 def target_side(spec: str, embedded: Callable[[], Path], allow_download: bool = False) -> TargetSide:

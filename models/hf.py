@@ -35,8 +35,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from models.kv_plan import SLOT_ALIGN, aligned_slots  # noqa: F401 (part of this module's interface)
+from models.kv_plan import SLOT_ALIGN, aligned_slots, cache_bytes  # noqa: F401 (part of this module's interface)
 from models.options import CPU_BUCKETS, CUDA_BUCKETS
+from models.runner import ModelRunner, RowInputs, check_rows
 
 ATTENTION = "specpair_static_tree"
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
@@ -129,7 +130,9 @@ class _Buffers:
 
 
 class HFRunner:
-    """A transformers causal LM with a static KV cache of `capacity` slots."""
+    """A transformers causal LM with a static KV cache of `capacity` slots (models.runner.ModelRunner)."""
+
+    row_inputs: tuple[str, ...] = ()  # a causal LM reads its tokens alone
 
     def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None,
                  slot_align: int = SLOT_ALIGN, attend: str | None = None):
@@ -172,13 +175,16 @@ class HFRunner:
     # -- passes ---------------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def forward(self, tokens, positions, slots, prefix: int, cols, vis, last_only: bool = False) -> torch.Tensor:
+    def forward(self, tokens, positions, slots, prefix: int, cols, vis, last_only: bool = False,
+                rows: RowInputs | None = None) -> torch.Tensor:
         """tokens, positions, slots: (n,); cols: (m,) logical slots; vis: (n, m) bool.
 
         Row i attends to slots [0, prefix) and to cols[k] where vis[i, k]. Returns (n, V) float32 logits
         ((1, V) with last_only), valid until the next pass.
         """
         n, m = len(tokens), len(cols)
+        if rows is not None:
+            check_rows(self, rows, n)
         if n > self.buckets[-1] or m > MAX_COLS:
             return self._dense(tokens, positions, slots, prefix, cols, vis, last_only)
         b = self.buckets[np.searchsorted(self.buckets, n)]
@@ -281,6 +287,24 @@ class HFRunner:
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
+
+    @classmethod
+    def build(cls, model, capacity: int, *, graphs: bool) -> ModelRunner:
+        return cls(model, capacity, graphs=graphs)
+
+    @staticmethod
+    def cache_bytes(model, capacity: int) -> int:
+        """K and V of every layer at `capacity` slots, as the constructor allocates them."""
+        cfg = model.config.get_text_config()
+        _, kv_heads, head_dim = attention_shape(cfg)
+        return cache_bytes(cfg.num_hidden_layers, kv_heads, head_dim, next(model.parameters()).element_size(),
+                           capacity)
+
+    @staticmethod
+    def vocab_size_of(model) -> int:
+        return model.config.get_text_config().vocab_size
 
     # -- CUDA graphs ----------------------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ from models import shapes
 from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
 from models.eagle3_load import is_head, load_head
-from models.eagle3 import Eagle3Head
-from models.mock import MockHead, MockHeadRunner, MockModel, MockRunner
+from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.runner import ModelRunner, RunnerKind
 from models.tokenizers import HFTokenizer, MockTokenizer
 from pipeline.config import InputError
 
@@ -35,10 +35,14 @@ class ModelNotFound(InputError):
 
 @dataclass(slots=True)
 class Loaded:
-    """A loaded model and tokenizer; `runner(capacity)` adds a static KV cache (and CUDA graphs)."""
+    """A loaded model and tokenizer; `runner(capacity)` adds a static KV cache (and CUDA graphs).
+
+    What the model is (its cache's cost, its vocabulary, its runner) is asked of `kind`, the runner class the
+    load chose for it; where its weights lie and their type, of the model's own `device` and `dtype`."""
 
     name: str  # the spec as the user gave it
     model: object  # a transformers model or models.mock.MockModel
+    kind: RunnerKind  # the runner class for `model`: models.hf.HFRunner or models.mock.MockRunner
     tokenizer: object  # models.tokenizers.HFTokenizer or MockTokenizer
     graphs: bool
     revision: str  # what the weights are: a hub snapshot, a digest of the checkpoint's files, or a recipe
@@ -47,54 +51,44 @@ class Loaded:
     @property
     def identity(self) -> dict:
         """The model as records name it: spec, revision, dtype and device."""
-        if isinstance(self.model, (MockModel, MockHead)):
-            return {"model": self.name, "revision": self.revision, "dtype": "float32", "device": "cpu"}
-        if isinstance(self.model, Eagle3Head):
-            return {"model": self.name, "revision": self.revision, "dtype": str(self.model.dtype).removeprefix("torch."),
-                    "device": str(self.model.device)}
-        param = next(self.model.parameters())
         quantized = self.name.endswith(INT8_SUFFIX)
         out = {"model": self.name, "revision": self.revision,
-               "dtype": "qint8 linear layers" if quantized else str(param.dtype).removeprefix("torch."),
-               "device": str(param.device)}
+               "dtype": "qint8 linear layers" if quantized else str(self.model.dtype).removeprefix("torch."),
+               "device": str(self.device)}
         if self.linear_kernels:
             out["linear_kernels"] = self.linear_kernels
         return out
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are."""
+        return self.model.device
+
+    @property
     def vocab_size(self) -> int:
-        if isinstance(self.model, (MockModel, MockHead)):
-            return self.model.vocab_size
-        if isinstance(self.model, Eagle3Head):
-            return self.model.cfg.vocab
-        return self.model.config.get_text_config().vocab_size
+        return self.kind.vocab_size_of(self.model)
+
+    def kv_bytes(self, capacity: int) -> int:
+        """Bytes of a KV cache of `capacity` slots for this model."""
+        return self.kind.cache_bytes(self.model, capacity)
 
     @property
     def shape(self) -> tuple[int, int]:
         """(hidden size, decoder layers) of a transformers model, what an EAGLE-3 head is checked against;
-        (0, 0) for the mock and for heads."""
-        if isinstance(self.model, (MockModel, MockHead, Eagle3Head)):
+        (0, 0) for models without a transformers config (the mocks, heads)."""
+        cfg = getattr(self.model, "config", None)
+        if cfg is None:
             return 0, 0
-        cfg = self.model.config.get_text_config()
-        return cfg.hidden_size, cfg.num_hidden_layers
+        text = cfg.get_text_config()
+        return text.hidden_size, text.num_hidden_layers
 
     @property
     def is_head(self) -> bool:
-        """Whether the model is an EAGLE-3 head, which drafts from its target's features."""
-        return isinstance(self.model, (Eagle3Head, MockHead))
+        """Whether the model drafts from its target's features (an EAGLE-3 head): its runner takes them."""
+        return "hidden" in getattr(self.kind, "row_inputs", ())
 
-    def runner(self, capacity: int):
-        if isinstance(self.model, MockModel):
-            return MockRunner(self.model, capacity)
-        if isinstance(self.model, MockHead):
-            return MockHeadRunner(self.model, capacity)
-        if isinstance(self.model, Eagle3Head):
-            from models.eagle3 import HeadRunner
-
-            return HeadRunner(self.model, capacity, graphs=self.graphs)
-        from models.hf import HFRunner
-
-        return HFRunner(self.model, capacity, graphs=self.graphs)
+    def runner(self, capacity: int) -> ModelRunner:
+        return self.kind.build(self.model, capacity, graphs=self.graphs)
 
 
 def load(options: ModelOptions, role: str) -> Loaded:
@@ -106,20 +100,23 @@ def load(options: ModelOptions, role: str) -> Loaded:
         noise = options.mock_noise if role == "drafter" else 0.0
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
         revision = f"mock vocab={options.mock_vocab} seed={options.mock_seed} noise={noise:g}"
-        return Loaded(options.model, model, MockTokenizer(options.mock_vocab), False, revision)
+        return Loaded(options.model, model, MockRunner, MockTokenizer(options.mock_vocab), False, revision)
     log.info("loading %s on %s", options.model, options.device)
     if options.device.startswith("cuda"):
         require_cuda(f"--device {options.device}")  # else torch's first CUDA call fails without the reason
         torch.cuda.set_device(options.device)  # this process's GPU for graphs, streams and allocations
+    from models.hf import HFRunner
+
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
     if is_head(spec):
-        head, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision)
-        return Loaded(options.model, head, tokenizer, options.graphs, revision)
+        head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision)
+        return Loaded(options.model, head, kind, tokenizer, options.graphs, revision)
     if spec.startswith(shapes.PREFIX):
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)
-        return Loaded(options.model, model, tokenizer, options.graphs, f"{spec} seed=0", _tune(model, options))
+        return Loaded(options.model, model, HFRunner, tokenizer, options.graphs, f"{spec} seed=0",
+                      _tune(model, options))
     model, tokenizer, path = _load_hf(spec, dtype, options.allow_download)
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic
@@ -128,7 +125,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
             warnings.simplefilter("ignore")
             model = quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model = model.to(options.device).eval()
-    return Loaded(options.model, model, HFTokenizer(tokenizer, model.generation_config), options.graphs,
+    return Loaded(options.model, model, HFRunner, HFTokenizer(tokenizer, model.generation_config), options.graphs,
                   checkpoint_revision(path), _tune(model, options))
 
 

@@ -18,6 +18,9 @@ import hashlib
 import numpy as np
 import torch
 
+from models.kv_plan import MOCK_SLOT_BYTES
+from models.runner import ModelRunner, RowInputs, check_rows
+
 EOS = 0
 LOGIT_SCALE = 3.0  # spread of the mock logits: rows are peaked enough for drafts to be accepted
 
@@ -28,6 +31,9 @@ class MaskError(RuntimeError):
 
 class MockModel:
     """Rows of the mock target (noise = 0) or of a mock drafter (noise > 0) over `vocab_size` tokens."""
+
+    device = torch.device("cpu")  # as a transformers model says where its weights are, and their type
+    dtype = torch.float32
 
     def __init__(self, vocab_size: int, seed: int, noise: float = 0.0) -> None:
         assert vocab_size >= 2 and noise >= 0, (vocab_size, noise)  # checked where the values enter
@@ -57,13 +63,15 @@ class MockModel:
 
 
 class MockRunner:
-    """A MockModel behind the runner interface, with a per-slot digest cache."""
+    """A MockModel behind the runner interface (models.runner.ModelRunner), with a per-slot digest cache."""
+
+    row_inputs: tuple[str, ...] = ()
 
     def __init__(self, model: MockModel, capacity: int) -> None:
         self.model = model
         self.vocab_size = model.vocab_size
         self.capacity = capacity
-        self.device = torch.device("cpu")
+        self.device = model.device
         self.digests: list[bytes | None] = [None] * capacity
         self.positions = np.full(capacity, -1, np.int64)
 
@@ -75,8 +83,11 @@ class MockRunner:
         return torch.tensor(np.stack([digest_values(self.digests[s]) for s in np.asarray(slots).tolist()]))
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
-                cols: np.ndarray, vis: np.ndarray, last_only: bool = False) -> torch.Tensor | None:
+                cols: np.ndarray, vis: np.ndarray, last_only: bool = False,
+                rows: RowInputs | None = None) -> torch.Tensor:
         """tokens, positions, slots: (n,); cols: (m,) slots; vis: (n, m) bool. -> (n or 1, V) logits."""
+        if rows is not None:
+            check_rows(self, rows, len(tokens))
         if not np.array_equal(self.positions[:prefix], np.arange(prefix)):
             raise MaskError(f"slots [0, {prefix}) do not hold positions 0..{prefix - 1}")
         rows = []
@@ -109,7 +120,22 @@ class MockRunner:
             self.positions[d] = p
 
     def synchronize(self) -> None:
-        pass
+        pass  # its passes are done when they return
+
+    # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
+
+    @classmethod
+    def build(cls, model: MockModel, capacity: int, *, graphs: bool) -> ModelRunner:
+        assert not graphs, "a mock runner captures no graphs"  # models.load never asks it to
+        return cls(model, capacity)
+
+    @staticmethod
+    def cache_bytes(model: MockModel, capacity: int) -> int:
+        return capacity * MOCK_SLOT_BYTES
+
+    @staticmethod
+    def vocab_size_of(model: MockModel) -> int:
+        return model.vocab_size
 
 
 FEATURE_WIDTH = 16  # a digest's bytes
@@ -122,32 +148,62 @@ def digest_values(digest: bytes) -> np.ndarray:
 class MockHead:
     """The mock drafter as an EAGLE-3 head: a row's digest is its input digest extended by its token."""
 
+    device = torch.device("cpu")
+    dtype = torch.float32
+
     def __init__(self, model: MockModel) -> None:
         self.model = model
         self.vocab_size = model.vocab_size
 
 
 class MockHeadRunner:
-    """A MockHead behind HeadRunner's interface. Its rows need no cache: each is a function of its own
-    inputs, the digest they carry (a committed row's features, a tree row's parent output) and its token."""
+    """A MockHead behind the runner interface (models.runner.ModelRunner), as models.eagle3.HeadRunner: each
+    row takes a `hidden` (a committed row's features, a tree row's parent output) and leaves its output in
+    `outputs`. Its rows need no cache: each is a function of the digest it takes and its token."""
 
+    row_inputs: tuple[str, ...] = ("hidden",)
     ids = None  # drafts over the whole vocabulary
 
     def __init__(self, head: MockHead, capacity: int) -> None:
         self.head, self.capacity = head, capacity
-        self.device = torch.device("cpu")
+        self.vocab_size = head.vocab_size
+        self.device = head.device
+        self.outputs: torch.Tensor | None = None  # (n, FEATURE_WIDTH) the last pass's row digests
 
-    def forward(self, tokens, hidden: torch.Tensor, positions, slots, prefix: int, cols, vis,
-                features: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens: (n,); hidden: (n, FEATURE_WIDTH) digests -> ((n, V) logits, (n, FEATURE_WIDTH) digests)."""
-        rows, outs = [], []
-        for token, values in zip(np.asarray(tokens).tolist(), hidden.numpy()):
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The mock target's features are digests already: a committed row takes them as they are."""
+        return features
+
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
+                cols: np.ndarray, vis: np.ndarray, last_only: bool = False,
+                rows: RowInputs | None = None) -> torch.Tensor:
+        """tokens: (n,); rows["hidden"]: (n, FEATURE_WIDTH) digests -> (n or 1, V) logits."""
+        check_rows(self, rows, len(tokens))
+        logits, outs = [], []
+        for token, values in zip(np.asarray(tokens).tolist(), np.asarray(rows["hidden"], np.float32)):
             if values.shape != (FEATURE_WIDTH,) or np.any((values < 0) | (values > 255) | (values != np.round(values))):
                 raise MaskError(f"a mock head row takes a digest of {FEATURE_WIDTH} byte values, got {values[:4]}...")
             digest = self.head.model.extend(values.astype(np.uint8).tobytes(), token)
-            rows.append(self.head.model.logits(digest))
+            logits.append(self.head.model.logits(digest))
             outs.append(digest_values(digest))
-        return torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(outs))
+        self.outputs = torch.from_numpy(np.stack(outs))
+        out = torch.from_numpy(np.stack(logits))
+        return out[-1:] if last_only else out
+
+    def move(self, src: np.ndarray, dst: np.ndarray) -> None:
+        pass  # no cache
 
     def synchronize(self) -> None:
         pass
+
+    @classmethod
+    def build(cls, model: MockHead, capacity: int, *, graphs: bool) -> ModelRunner:
+        return cls(model, capacity)
+
+    @staticmethod
+    def cache_bytes(model: MockHead, capacity: int) -> int:
+        return capacity * MOCK_SLOT_BYTES
+
+    @staticmethod
+    def vocab_size_of(model: MockHead) -> int:
+        return model.vocab_size

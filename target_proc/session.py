@@ -84,10 +84,9 @@ def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientK
 def check_kv_memory(loaded, capacity: int) -> None:
     """CapacityError when the target's device cannot hold a KV cache of `capacity` slots (as the drafter
     checks a Hello's), instead of an allocator's traceback."""
-    from models.memory import device_of, free_bytes, kv_bytes
+    from models.memory import free_bytes
 
-    device = device_of(loaded)
-    _refuse_beyond(kv_bytes(loaded, capacity), free_bytes(device), capacity, device)
+    _refuse_beyond(loaded.kv_bytes(capacity), free_bytes(loaded.device), capacity, loaded.device)
 
 
 def check_planned_kv_memory(options: ModelOptions) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from models.passes import prefill
+from models.runner import ModelRunner
 from pipeline.config import CapacityError
 from pipeline.tree import Tree, ancestor_matrix
 
@@ -25,7 +26,7 @@ SHARED_CHUNK = 128  # prefill tokens per pass while the drafter may still be wor
 class Target:
     """threads: CPU threads for passes that overlap the drafter's work, and for the others (on CUDA: unused)."""
 
-    def __init__(self, runner, threads: tuple[int, int] | None = None) -> None:
+    def __init__(self, runner: ModelRunner, threads: tuple[int, int] | None = None) -> None:
         self.runner = runner
         self.device = runner.device
         self.threads = threads if runner.device.type == "cpu" else None

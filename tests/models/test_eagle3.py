@@ -161,7 +161,6 @@ def test_a_head_directory_loads_over_a_random_target_with_its_embedding(tmp_path
     """eagle3:PATH over random:tiny (2 layers: the head names the layers it fuses); the embedding is the
     target's, the tokenizer the target's, and the cache one layer's."""
     from models.load import load
-    from models.memory import kv_bytes
     from models.options import ModelOptions
     from models.shapes import random_model
 
@@ -172,7 +171,7 @@ def test_a_head_directory_loads_over_a_random_target_with_its_embedding(tmp_path
     target_embedding = random_model("tiny", "cpu", torch.float32).get_input_embeddings().weight
     assert torch.equal(loaded.model.embed, target_embedding)
     assert loaded.identity["dtype"] == "float32" and loaded.identity["revision"].startswith("files:")
-    assert kv_bytes(loaded, 100) == 2 * 2 * 16 * 4 * 128  # K and V, 2 KV heads of 16, 128 aligned slots
+    assert loaded.kv_bytes(100) == 2 * 2 * 16 * 4 * 128  # K and V, 2 KV heads of 16, 128 aligned slots
 
 
 def test_a_head_is_refused_without_its_target_or_over_another(tmp_path):

@@ -32,9 +32,8 @@ def test_too_large_a_cache_is_refused_before_the_model_loads_or_anything_connect
 
 def test_the_planned_cache_is_what_the_loaded_model_takes():
     from models.kv_plan import planned_kv_bytes
-    from models.memory import kv_bytes
 
     for spec in ("mock", "random:tiny"):
         options = ModelOptions(model=spec, tune_linears=False)
-        assert planned_kv_bytes(options, 300) == kv_bytes(load(options, "target"), 300)
+        assert planned_kv_bytes(options, 300) == load(options, "target").kv_bytes(300)
     assert planned_kv_bytes(ModelOptions(model="no-such/model-here"), 300) is None  # a model to download
