@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from evaluation.output import DecodeOutput, StreamChunk
-from models.options import EMBEDDED, INT8_SUFFIX, TARGET_ONLY, ModelOptions
+from models.options import EMBEDDED, INT8_SUFFIX, TARGET_ONLY, ModelOptions, for_target
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from launch.targets import InProcessTarget, ProcessTarget
@@ -107,7 +107,7 @@ class Pair:
 
         drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
         self.target_options = ModelOptions(model=target, **(target_options or {}))
-        self.drafter_options = ModelOptions(model=drafter, **(drafter_options or {}))
+        self.drafter_options = for_target(ModelOptions(model=drafter, **(drafter_options or {})), target)
         self.pool = pool or default_pool(self.target_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = log_level

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from evaluation.prompts import BUILTIN, select
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
-from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions
+from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions, for_target
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
@@ -81,7 +81,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         description=(SWEEP_ABOUT if mode == "sweep" else "Run the target and drafter processes as a pair.")
                     + " With no model options, the embedded "
                     f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
-                    "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys --help.",
+                    "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys|pool --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
                f"embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, {EMBEDDED_POOL.expand}"
@@ -225,6 +225,7 @@ def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: di
         models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role), device=devices[role]),
                                     ModelOptions, names={"model": f"--{role}", "device": f"--{role}-device"})
         env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
+    models["drafter"] = for_target(models["drafter"], models["target"].model)  # an EAGLE-3 head reads its target
     return models
 
 

@@ -28,10 +28,6 @@ from models.runner import RunnerKind
 MOCK_HEAD = PREFIX + "mock"
 
 
-def is_head(spec: str) -> bool:
-    return spec.startswith(PREFIX) or spec.startswith(RANDOM_PREFIX)
-
-
 @dataclass(frozen=True, slots=True)
 class TargetSide:
     """What a head takes of its target: its shape and tokenizer, and where its embedding comes from."""

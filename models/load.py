@@ -17,9 +17,9 @@ import torch
 from models import shapes
 from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
-from models.eagle3_load import is_head, load_head
+from models.eagle3_load import load_head
 from models.mock import MockModel, MockRunner
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, is_head_spec
 from models.runner import ModelRunner, RunnerKind
 from models.tokenizers import HFTokenizer, MockTokenizer
 from pipeline.config import InputError
@@ -109,7 +109,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
 
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
-    if is_head(spec):
+    if is_head_spec(spec):
         head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision)
         return Loaded(options.model, head, kind, tokenizer, options.graphs, revision)
     if spec.startswith(shapes.PREFIX):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -98,6 +99,19 @@ class ModelOptions:
     @property
     def is_mock(self) -> bool:
         return self.model == "mock"
+
+
+def is_head_spec(spec: str) -> bool:
+    """Whether a model spec names an EAGLE-3 head (eagle3:PATH, eagle3:mock, random:eagle3-SHAPE)."""
+    return spec.startswith(HEAD_PREFIX) or spec.startswith(HEAD_RANDOM_PREFIX)
+
+
+def for_target(drafter: ModelOptions, target: str) -> ModelOptions:
+    """A drafter's options beside the target `target`: an EAGLE-3 head's `head_target` is that target unless
+    given."""
+    if is_head_spec(drafter.model) and not drafter.head_target:
+        return dataclasses.replace(drafter, head_target=target)
+    return drafter
 
 
 def _checkpoint_problem(spec: str) -> str | None:

@@ -228,11 +228,11 @@ def test_a_cuda_device_without_cuda_is_a_usage_error_of_the_process(caplog):
 def test_a_misspelt_command_is_named_with_the_commands_there_are(capsys):
     assert usage_error(capsys, "reprot", "runs/x") == (
         "launch/pair.sh: error: unknown command 'reprot' (did you mean 'report'?): the commands are sweep, report, "
-        "matched, export, values, drafter, keys, or options alone to decode")
+        "matched, export, values, drafter, keys, pool, or options alone to decode")
     with pytest.raises(SystemExit):
         plan(["--help"])
     assert capsys.readouterr().out.startswith(
-        "usage: launch/pair.sh [sweep|report|matched|export|values|drafter|keys] [options]")
+        "usage: launch/pair.sh [sweep|report|matched|export|values|drafter|keys|pool] [options]")
 
 
 def test_the_sweeps_help_describes_the_sweep(capsys):
@@ -315,3 +315,11 @@ def test_a_rounds_directory_that_cannot_take_this_runs_rounds_is_refused_before_
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--record-rounds" in err and said in err
+
+
+def test_an_eagle3_drafter_is_told_its_target():
+    """An EAGLE-3 head takes its target's tokenizer and embedding: the launcher names the target to it."""
+    p = plan(["--target", "random:tiny", "--drafter", "random:eagle3-tiny", "--prompt", "hi"])
+    assert option(p.drafter, "--head-target") == "random:tiny"
+    standalone = plan(["--target", "random:tiny", "--drafter", "random:tiny", "--prompt", "hi"])
+    assert option(standalone.drafter, "--head-target") == ""
