@@ -1,6 +1,6 @@
 """The served target's session on the drafter, made by its Hello: a handler per request message.
 
-A Session holds the drafter (on the process's one KV cache), what each pool level brought in its recent
+A DrafterSession holds the drafter (on the process's one KV cache), what each pool level brought in its recent
 rounds (pipeline.cut) and the open Request (drafter_proc.request). It is dropped by the next Hello or when
 its target leaves, and its request with it; a Start makes a new request and an End drops it. A message that
 names another request or round than the one expected is refused (StaleMessage) and changes nothing.
@@ -26,7 +26,9 @@ from protocol.messages import Ahead, Commit, End, PoolMsg, Start, Waiting
 BetweenFor = Callable[[Request, Drafter, Ahead | None], Between]  # the between-passes callback of a growth
 
 
-class Session:
+class DrafterSession:
+    """The drafter's side of a session with the target it serves: a handler per request message."""
+
     def __init__(self, drafter: Drafter, vocab_size: int, between: BetweenFor,
                  use_threads: Callable[[bool], None]) -> None:
         self.drafter = drafter

@@ -37,18 +37,17 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
-import sys
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from evaluation.output import DecodeOutput, StreamChunk
-from models.options import EMBEDDED, INT8_SUFFIX, TARGET_ONLY, ModelOptions, for_target
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, for_target
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
+from launch.children import PY, Children, drafter_command
 from launch.targets import InProcessTarget, ProcessTarget
 from programs.cli import to_argv
 from programs.progress import Progress
@@ -114,13 +113,13 @@ class Pair:
         remove_stale_private_dirs()  # those of earlier callers killed before they could remove theirs
         self.endpoint = private_ipc_endpoint(owner=os.getpid())
         self._stack = contextlib.ExitStack()
-        self._procs: list[subprocess.Popen] = []
-        self._folder = os.path.dirname(self.endpoint[len("ipc://"):])
+        # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
+        self._children = Children(os.path.dirname(self.endpoint[len("ipc://"):]), own_group=True)
         # Never holds self. At exit it runs while the interpreter is whole: the in-process target's session (its
         # socket) is closed then, not in the interpreter's teardown, where closing it fails on imports.
-        self._finalizer = weakref.finalize(self, _stop, self._procs, self._folder, 0.0, self._stack)
+        self._finalizer = weakref.finalize(self, _stop, self._children, 0.0, self._stack)
         self._closed = False
-        self.session = None  # the in-process target's Session
+        self.session = None  # the in-process target's TargetSession
         self._target: InProcessTarget | ProcessTarget | None = None  # what answers requests (launch.targets)
         try:
             self._start(target_process)
@@ -129,31 +128,25 @@ class Pair:
             raise
 
     def _start(self, target_process: bool) -> None:
-        from launch.pair import _die_with
-
-        # Their own process group: a terminal's Ctrl-C reaches the caller alone, which then decides.
-        child = dict(cwd=PROJECT, preexec_fn=_die_with(os.getpid()), process_group=0)
-        drafter = [sys.executable, "-P", "-m", "programs.drafter_program",
-                   *to_argv(self.drafter_options, skip=TARGET_ONLY), "--endpoint", self.endpoint, "--exit-with-target",
-                   "--max-request-context", str(self.target_options.max_context), "--log-level", self.log_level]
-        self._procs.append(subprocess.Popen(drafter, stdin=subprocess.DEVNULL, **child))
+        drafter = drafter_command(self.drafter_options, self.endpoint, self.target_options.max_context,
+                                  self.log_level)
+        self._drafter = self._children.start(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL)
         self._wait_for_drafter()
         try:
-            self._start_target(target_process, child)
+            self._start_target(target_process)
         except Exception:
-            if status := _exit_status(self._procs[0], GONE_WAIT_S):  # a drafter that failed: the cause, say so
+            if status := _exit_status(self._drafter, GONE_WAIT_S):  # a drafter that failed: the cause, say so
                 raise RuntimeError(f"the drafter process exited with status {status} before it was ready; see "
                                    f"its log above") from None
             raise
 
-    def _start_target(self, target_process: bool, child: dict) -> None:
+    def _start_target(self, target_process: bool) -> None:
         if target_process:
-            argv = [sys.executable, "-P", "-m", "programs.target_program", *to_argv(self.target_options), "--endpoint",
-                    self.endpoint, *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve",
-                    "--log-level", self.log_level]
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-                                    **child)
-            self._procs.append(proc)
+            argv = [*PY, "programs.target_program", *to_argv(self.target_options), "--endpoint", self.endpoint,
+                    *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve", "--log-level",
+                    self.log_level]
+            proc = self._children.start(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, bufsize=1)
             self._target = ProcessTarget(proc)
             self.models = self._target.ready()
         else:
@@ -168,7 +161,7 @@ class Pair:
     def _wait_for_drafter(self) -> None:
         """Until the drafter has bound its socket (it does before loading its model); a drafter that exits
         first is reported at once, and one that exits while loading when the target finds it gone."""
-        socket_path, drafter = self.endpoint[len("ipc://"):], self._procs[0]
+        socket_path, drafter = self.endpoint[len("ipc://"):], self._drafter
         deadline = time.monotonic() + self.connect.ready_timeout
         while not os.path.exists(socket_path):
             if drafter.poll() is not None:
@@ -279,7 +272,7 @@ class Pair:
                 self._target.proc.stdin.close()  # end of requests: the target shuts the drafter down and exits
         finally:
             self._finalizer.detach()
-            _stop(self._procs, self._folder, CLOSE_WAIT_S)
+            _stop(self._children, CLOSE_WAIT_S)
 
     def __enter__(self) -> Pair:
         return self
@@ -321,11 +314,10 @@ def _settings(settings: dict) -> dict:
     return settings
 
 
-def _stop(procs: list[subprocess.Popen], folder: str, grace: float,
-          session: contextlib.ExitStack | None = None) -> None:
-    """Close `session` (the in-process target's: it asks the drafter to shut down), wait up to `grace` seconds
-    for the processes to exit, stop (SIGTERM, then SIGKILL) those still running, and remove the socket folder.
-    The finaliser of a pair left unclosed calls it with no grace."""
+def _stop(children: Children, settle: float, session: contextlib.ExitStack | None = None) -> None:
+    """Close `session` (the in-process target's: it asks the drafter to shut down), then stop the children,
+    letting them exit on their own within `settle` s (launch.children). The finaliser of a pair left
+    unclosed calls it with no time to settle."""
     if session is not None:
         import zmq
 
@@ -335,16 +327,4 @@ def _stop(procs: list[subprocess.Popen], folder: str, grace: float,
             session.close()
         except (ProtocolError, PeerDied, PeerTimeout, zmq.ZMQError) as e:  # the drafter had gone: stopped below
             logging.getLogger("api").debug("closing a pair left open: %s", e)
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    shutil.rmtree(folder, ignore_errors=True)
+    children.stop(settle)

@@ -11,7 +11,8 @@
 Options are parsed and checked once here, from the same dataclasses the processes use, then forwarded:
 model options to each side (--target / --drafter name the models), pool, decoding, prompt and connection
 options to the target. A usage error names the launcher's flag and no process starts. Children die with
-the launcher (PR_SET_PDEATHSIG), so no process outlives it, even after a SIGKILL.
+the launcher (PR_SET_PDEATHSIG, launch.children, which the Python API starts and stops its pair with too),
+so no process outlives it, even after a SIGKILL.
 
 The pair talks over ipc in a private directory by default. Any other endpoint is checked to be free
 before either process starts, and then carries CURVE: the drafter holds this user's keypair and the target
@@ -22,11 +23,9 @@ the target alone against a drafter started elsewhere (launch/pair.sh drafter).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import difflib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,9 +33,10 @@ import time
 from dataclasses import dataclass, field
 
 from evaluation.prompts import BUILTIN, select
+from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status, stop_process
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
-from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, TARGET_ONLY, ModelOptions, for_target
+from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions, for_target
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
@@ -51,13 +51,11 @@ from timing.options import SweepOptions, sweep_target
 # so that the whole default run takes about a minute on two cores. --pool-* and --max-new-tokens replace them.
 EMBEDDED_MAX_NEW_TOKENS = 96
 EMBEDDED_PROMPTS = 2  # the first built-in prompts
-GRACE_SECONDS = 5.0  # how long a process may take to exit after its peer ended
 TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m timing ROUTE ...`
 SWEEP_ABOUT = ("Run a timing sweep with its own drafter: every prompt with every decoder, temperature and budget "
                "of the grid, one record per decode appended to --out DIR as it ends (rerun the command to resume; "
                "--shard I/N runs one part); launch/pair.sh report DIR reports it.")
 COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys", "pool")  # the first word of a route's command line
-PY = [sys.executable, "-P", "-m"]  # -P: the caller's folder (a models/, say) must not shadow our packages
 
 
 @dataclass(slots=True)
@@ -136,10 +134,7 @@ def plan(argv: list[str]) -> LaunchPlan:
         keys = dataclasses.replace(keys, curve=keys.curve or private_dir is None)
         if keys.curve:  # the launcher's drafter holds this user's keypair; its target knows the public key
             connect = dataclasses.replace(connect, drafter_key=_own_public_key(parser, keys))
-        # Private to this target: it exits when the target has gone, even if the launcher's death goes unsaid
-        drafter = PY + ["programs.drafter_program", *to_argv(models["drafter"], skip=TARGET_ONLY), "--endpoint",
-                        endpoint, *to_argv(keys), "--max-request-context", str(models["target"].max_context),
-                        "--exit-with-target", "--log-level", ns.log_level]
+        drafter = drafter_command(models["drafter"], endpoint, models["target"].max_context, ns.log_level, keys)
     target = [*to_argv(models["target"]), "--endpoint", endpoint, *to_argv(pool, prefix="pool-"), *to_argv(run),
               *to_argv(connect), *to_argv(keys, skip=("curve",)), "--log-level", ns.log_level]
     if mode == "sweep":
@@ -308,48 +303,6 @@ def _own_public_key(parser: argparse.ArgumentParser, keys: KeyOptions) -> str:
         parser.error(flags_of(parser).rewrite(str(e)))
 
 
-def _die_with(parent: int):
-    """A preexec_fn: the child gets SIGTERM when the launcher dies, however it dies."""
-    def arm() -> None:
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the launcher died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-    return arm
-
-
-def _status(returncode: int) -> int:
-    """A child's return code as a shell exit status (128 + N for a child killed by signal N)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _stop_all(procs: list[subprocess.Popen]) -> None:
-    """Stop the pair's processes, target first; a stop signal arriving meanwhile (a second Ctrl-C) kills them
-    at once instead of interrupting the shutdown with a traceback. The handlers before are restored after."""
-    def kill_now(_signum, _frame):
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-
-    previous = {s: signal.signal(s, kill_now) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        for proc in reversed(procs):
-            _stop(proc, GRACE_SECONDS)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def _stop(proc: subprocess.Popen, grace: float) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
@@ -369,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     p = plan(argv)
     for note in p.notes:
         print(f"[launch] {note}", file=sys.stderr)
-    procs: list[subprocess.Popen] = []
+    children = Children(p.private_dir)
     stopped_by = []
 
     def on_signal(signum, _frame):
@@ -379,20 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        drafter = None
-        if p.drafter is not None:
-            drafter = subprocess.Popen(p.drafter, env={**os.environ, **p.env["drafter"]},
-                                       preexec_fn=_die_with(os.getpid()))
-            procs.append(drafter)
-        target = subprocess.Popen(p.target, env={**os.environ, **p.env["target"]}, preexec_fn=_die_with(os.getpid()))
-        procs.append(target)
+        drafter = None if p.drafter is None else children.start(p.drafter, p.env["drafter"])
+        target = children.start(p.target, p.env["target"])
         return _supervise(target, drafter, stopped_by)
     except KeyboardInterrupt:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     finally:
-        _stop_all(procs)
-        if p.private_dir:
-            shutil.rmtree(p.private_dir, ignore_errors=True)
+        children.stop(take_signals=True)
 
 
 DRAFTER_FIRST_S = 1.0  # after a failed target, how long the drafter may take to show it failed first
@@ -406,7 +352,7 @@ def _supervise(target: subprocess.Popen, drafter: subprocess.Popen | None, stopp
             raise KeyboardInterrupt
         if target.poll() is not None:
             if drafter is None:
-                return _status(target.returncode)
+                return status(target.returncode)
             # Exit 0: it asked the drafter to shut down, so let it exit by itself. A failure: the drafter may
             # have died first (the target then reports the closed connection); its status says why.
             try:
@@ -414,18 +360,18 @@ def _supervise(target: subprocess.Popen, drafter: subprocess.Popen | None, stopp
             except subprocess.TimeoutExpired:
                 pass
             if target.returncode != 0 and drafter.returncode not in (None, 0):
-                print(f"[launch] the drafter exited with status {_status(drafter.returncode)}", file=sys.stderr)
-                return _status(drafter.returncode)
-            _stop(drafter, GRACE_SECONDS)
-            return _status(target.returncode)
+                print(f"[launch] the drafter exited with status {status(drafter.returncode)}", file=sys.stderr)
+                return status(drafter.returncode)
+            stop_process(drafter)
+            return status(target.returncode)
         if drafter is not None and drafter.poll() is not None:
             # The target notices the closed connection and reports it; give it a moment to say so.
             try:
                 target.wait(GRACE_SECONDS)
             except subprocess.TimeoutExpired:
-                _stop(target, GRACE_SECONDS)
+                stop_process(target)
             if drafter.returncode == 0 and target.returncode == 0:
                 return 0  # the target asked the drafter to shut down, then took longer to exit itself
-            print(f"[launch] the drafter exited with status {_status(drafter.returncode)}", file=sys.stderr)
-            return _status(drafter.returncode) or _status(target.returncode) or 1
+            print(f"[launch] the drafter exited with status {status(drafter.returncode)}", file=sys.stderr)
+            return status(drafter.returncode) or status(target.returncode) or 1
         time.sleep(0.05)

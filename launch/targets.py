@@ -1,4 +1,4 @@
-"""The target as the Python API talks to it: in the caller's process (a Session), or in a process of its own
+"""The target as the Python API talks to it: in the caller's process (a TargetSession), or in a process of its own
 answering JSON lines (programs.target_program's --serve). Either gives a request's answer lines: the
 records of its turns and, when it streams, the tokens each round commits.
 
@@ -24,7 +24,7 @@ class StreamLeft(Exception):
 
 
 class InProcessTarget:
-    """A Session in this process."""
+    """A TargetSession in this process."""
 
     def __init__(self, session) -> None:
         self.session = session

@@ -4,9 +4,10 @@
 process. The loop knows nothing of devices or sockets: the runner returns logits on its own device, the
 loop draws on that device and reads back only the drawn ids (one host-device sync per pass).
 
-A round is one of three flows: plain decoding (one target pass: `ar`, or any rule at budget 0), and by the
-rule's row in pipeline.rules either a tree pass that scores the root with the tree, or a root pass while
-the drafter works followed by a tree pass beneath the drawn first token.
+A round runs the flow its rule's row in pipeline.rules names (pipeline.rules.Flow): plain decoding (one target
+pass: `ar`, and any rule at budget 0), a tree pass that scores the root with the tree, a root pass while the
+drafter works followed by a tree pass beneath the drawn first token (pipelined), or a tree walked with
+sampled-leaf stopping whose leaf row is the next root's (covering).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pipeline.cut import NOW, WEIGH
 from pipeline.pool import ROOT, Pool
 from pipeline.feed import DrafterFeed
 from pipeline.result import DecodeResult, Phases, Round
-from pipeline.rules import RULES, RootDraw, Rule
+from pipeline.rules import RULES, Flow, RootDraw, Rule
 from pipeline.sampling import Filtered
 from pipeline.settings import DecodeConfig
 from pipeline.tree import Tree
@@ -287,7 +288,8 @@ def _result(out: list[int], limit: int, stop: str | None, log: list[Round], pass
 
 
 class _Rounds:
-    """The three round flows of one decode, each a small function of the round's root and budget."""
+    """The round flows of one decode (pipeline.rules.Flow), each a method named for its flow and a small
+    function of the round's root and budget."""
 
     def __init__(self, target: TargetRunner, drafter: DrafterClient | None, rule: Rule, config: DecodeConfig,
                  generator: torch.Generator | None, track: bool, sync: bool, observe: Observer | None) -> None:
@@ -304,16 +306,18 @@ class _Rounds:
         # with cut pools the pool is asked for once the root pass is done (0: not)
         self.cut = (WEIGH if config.cut_weigh else NOW) if config.cut_pools and drafter is not None else 0
         self.held: torch.Tensor | None = None  # (V,) the next root's row when the last pass scored it (`cover`)
+        # The rule's round when its budget is above 0 (a round of budget 0 is plain whatever the rule)
+        self.flow = {Flow.PLAIN: None, Flow.TREE: self.tree, Flow.PIPELINED: self.pipelined,
+                     Flow.COVERING: self.covering}[rule.flow]
 
     def run(self, root: int, budget: int) -> Step:
         """One round at `budget`, its commit included (and with `sync`, the commit's device work)."""
         phase = _Phases()
-        if budget == 0:
+        if budget == 0 or self.flow is None:
             self.held = None  # a plain round scores its root again
             step = self.plain(root, phase)
         else:
-            flow = self.covering if self.rule.covers else self.pipelined if self.rule.root_pass else self.tree
-            step = flow(root, budget, phase)
+            step = self.flow(root, budget, phase)
         with phase("commit"):
             self.target.commit(step.accepted, keep=step.keep)
             if self.sync:

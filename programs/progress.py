@@ -15,12 +15,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 class Progress:
     """`with Progress(total) as progress:` then `progress.step()` as each decode ends -> its count and ETA as
-    text ("3/10, about 25 s left"). A bar is drawn when `bar` is True, or by default when `stream` is a
-    terminal; log lines written meanwhile go above it. One decode alone gets neither bar nor count."""
+    text ("3/10, about 25 s left"). `initial`: decodes done before (a resumed sweep's), counted but not timed.
+    A bar is drawn when `bar` is True, or by default when `stream` is a terminal; log lines written meanwhile
+    go above it. One decode alone gets neither bar nor count."""
 
-    def __init__(self, total: int, *, bar: bool | None = None, stream: TextIO | None = None,
+    def __init__(self, total: int, *, initial: int = 0, bar: bool | None = None, stream: TextIO | None = None,
                  unit: str = "decode") -> None:
-        self.total, self.done, self.unit = total, 0, unit
+        self.total, self.done, self.initial, self.unit = total, initial, initial, unit
         self.stream = stream or sys.stderr
         self.wanted = total > 1 and (bar if bar is not None else _is_terminal(self.stream))
         self._bar: tqdm | None = None
@@ -30,8 +31,8 @@ class Progress:
     def __enter__(self) -> Progress:
         self._start = time.monotonic()
         if self.wanted:
-            self._bar = self._stack.enter_context(tqdm(total=self.total, unit=self.unit, file=self.stream,
-                                                       dynamic_ncols=True))
+            self._bar = self._stack.enter_context(tqdm(total=self.total, initial=self.initial, unit=self.unit,
+                                                       file=self.stream, dynamic_ncols=True))
             self._stack.enter_context(logging_redirect_tqdm())
         return self
 
@@ -54,7 +55,10 @@ class Progress:
         left = self.total - self.done
         if not self.done or not left:
             return f"{self.done}/{self.total}"
-        eta = (time.monotonic() - self._start) / self.done * left
+        timed = self.done - self.initial
+        if not timed:
+            return f"{self.done}/{self.total}"
+        eta = (time.monotonic() - self._start) / timed * left
         return f"{self.done}/{self.total}, about {_duration(eta)} left"
 
 

@@ -16,14 +16,13 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import TextIO
 from dataclasses import dataclass
 
 from evaluation.prompts import Prompt, gather
 from evaluation.provenance import environment
 from evaluation.record import SCHEMA
-from evaluation.rounds import round_key
 from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import as_json
@@ -33,11 +32,11 @@ from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import (Parser, add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of,
                           from_options, option_values, raise_open_file_limit, run_program, setup_logging)
+from programs import decodes
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from programs.progress import Progress, process_age
 from target_proc.conversation import decode_context, decode_conversation
-from target_proc.recorder import RECORDING
-from target_proc.session import Session, open_session
+from target_proc.session import TargetSession, open_session
 from target_proc.stops import StopStrings
 
 log = logging.getLogger("target")
@@ -156,7 +155,7 @@ class Inbox:
         return isinstance(number, int) and number <= self.upto
 
 
-def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
+def serve(session: TargetSession, requests: TextIO, answers: TextIO) -> None:
     """The Python API's target process: one JSON request per line ({"request", "id", "category", "turns",
     "config"}), answered by a record per turn and a line {"kind": "done"}, or by {"kind": "error"}, each
     carrying the request's number, so that the caller can tell the answers of a request it gave up on from
@@ -186,7 +185,7 @@ def serve(session: Session, requests: TextIO, answers: TextIO) -> None:
         say({"kind": "done"}, number)
 
 
-def request_records(session: Session, request: dict, on_text: Callable[[dict], None] | None = None,
+def request_records(session: TargetSession, request: dict, on_text: Callable[[dict], None] | None = None,
                     cancelled: Callable[[], bool] | None = None) -> Iterator[dict]:
     """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
     "context": token ids or chat messages}), in the target process or in the caller's; `on_text` gets
@@ -259,12 +258,10 @@ def _turns(turns) -> tuple[str, tuple[str, ...]]:
 
 def _round_store(run: RunOptions, header: dict) -> AbstractContextManager:
     """DIR/rounds.shard-1-of-1.bin with --record-rounds DIR (a decode run is one shard), else nothing."""
-    if not run.record_rounds:
-        return nullcontext()
-    path = rounds_path(run.record_rounds, 1, 1)
-    if path.exists():
+    path = rounds_path(run.record_rounds, 1, 1) if run.record_rounds else None
+    if path is not None and path.exists():
         raise InputError(f"`record_rounds`: {path} exists already; name an empty directory for this run's rounds")
-    return RoundStore(path, header, RECORDING)
+    return decodes.rounds_file(path, header)
 
 
 def run_header(models: dict, pool: PoolConfig, settings: dict, prompts: list[Prompt]) -> dict:
@@ -290,22 +287,12 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def run_decodes(session: Session, prompts: list[Prompt], run: RunOptions, rounds: RoundStore | None = None,
+def run_decodes(session: TargetSession, prompts: list[Prompt], run: RunOptions, rounds: RoundStore | None = None,
                 progress: Progress | None = None) -> Iterator[dict]:
-    """Every decode of every prompt (one record per turn), each yielded as soon as it ends, with `rounds`
-    its recorded rounds stored there just before; each logged in a line that ends with the run's count and
-    time left (`progress`)."""
-    keep = None if rounds is None else (lambda record, recorded: rounds.append(round_key(record), recorded,
-                                                                              record["prompt_tokens"]))
-    for prompt in prompts:
-        for config in run.configs():
-            for record in decode_conversation(session, prompt, config, rounds=keep):
-                count = progress.step(f"{prompt.id} {config.decoder}") if progress else ""
-                log.info("%s%s seed %d %-10s %4d tokens %6.2f s %7.1f tok/s%s", prompt.id,
-                         f" turn {record['turn'] + 1}" if prompt.later else "", config.seed, config.decoder,
-                         record["new_tokens"], record["seconds"], record["tokens_per_second"],
-                         f"  [{count}]" if count else "")
-                yield record
+    """Every decode of every prompt (one record per turn), each yielded as soon as it ends, through the one
+    decode runner (programs.decodes)."""
+    todo = [decodes.Decode(prompt, config) for prompt in prompts for config in run.configs()]
+    return decodes.run_decodes(session, todo, progress or Progress(decode_count(prompts, run), bar=False), rounds)
 
 
 def print_summary(first: dict | None, setting, pool: PoolConfig) -> None:

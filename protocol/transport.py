@@ -31,7 +31,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -100,12 +100,13 @@ class ServerKeys:
 @dataclass(frozen=True, slots=True)
 class Received:
     """A message from a connected peer: its routing id, its connection's descriptor and the frames (at most
-    MAX_FRAMES kept; `count` is how many the message had)."""
+    MAX_FRAMES kept; `count` is how many the message had), read at `at` (perf_counter seconds)."""
 
     peer: bytes
     fd: int
     frames: list[bytes]
     count: int = -1
+    at: float = field(default_factory=time.perf_counter, compare=False)
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -113,8 +114,8 @@ class Received:
 
 
 @dataclass(frozen=True, slots=True)
-class Left:
-    """A peer's connection closed (it exited, was killed, or missed its heartbeats)."""
+class Closed:
+    """A connection closed (its peer exited, was killed, or missed its heartbeats); protocol.peers names the peer."""
 
     fd: int
 
@@ -328,8 +329,8 @@ class Listener:
             raise OSError(e.errno, f"cannot bind {endpoint}: {e}") from None
         return cls(context, sock, monitor, auth, endpoint, throttle)
 
-    def recv(self, timeout: float | None = None) -> Received | Left | None:
-        """The next message or departure; None after `timeout` s. Departures come first when both wait."""
+    def recv(self, timeout: float | None = None) -> Received | Closed | None:
+        """The next message or closed connection; None after `timeout` s. Closings come first when both wait."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -371,15 +372,15 @@ class Listener:
         """Descriptors of connections that closed, from the events already queued (no waiting)."""
         gone = []
         while self.monitor.poll(0):
-            if isinstance(event := self._event(), Left):
+            if isinstance(event := self._event(), Closed):
                 gone.append(event.fd)
         return gone
 
-    def _event(self) -> Left | None:
+    def _event(self) -> Closed | None:
         event = recv_monitor_message(self.monitor)
         if event["event"] == zmq.EVENT_DISCONNECTED:
             self.departed += 1
-            return Left(int(event["value"]))
+            return Closed(int(event["value"]))
         if event["event"] in _REFUSED:
             self.throttle.warning(log, f"handshake {event['event']}", _REFUSED[event["event"]])
         return None

@@ -92,6 +92,6 @@ def _texts(tokenizer, ids: list[int], result, config: DecodeConfig) -> dict:
 
 
 def _given(**keywords) -> dict:
-    """Session.decode's optional keywords, only those given: sessions that never stream or record need not
+    """TargetSession.decode's optional keywords, only those given: sessions that never stream or record need not
     take them."""
     return {k: v for k, v in keywords.items() if v is not None}

@@ -8,10 +8,11 @@ from contextlib import contextmanager
 
 import torch
 
+from models.kv_cache import KVCache
 from models.load import load
 from models.options import ModelOptions
 from pipeline.budget import SessionBudgets
-from pipeline.config import CapacityError, InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig
 from pipeline.decode import DrafterClient, Observer, decode
 from pipeline.result import DecodeResult
 from pipeline.rules import RULES
@@ -31,7 +32,9 @@ class InsecureEndpoint(InputError):
     """A drafter beyond this machine named without its key: prompts would cross the network in clear."""
 
 
-class Session:
+class TargetSession:
+    """The target's side of a decoding session: its model with the KV cache, its tokenizer and its drafter."""
+
     def __init__(self, target: Target, tokenizer, drafter: DrafterClient | None, pool: PoolConfig,
                  models: dict | None = None) -> None:
         self.target = target
@@ -81,20 +84,14 @@ def client_keys(endpoint: str, drafter_key: str = "", keys: str = "") -> ClientK
     return ClientKeys(own_keys(key_dir(keys)), public_key(drafter_key))
 
 
-def check_kv_memory(loaded, capacity: int) -> None:
-    """CapacityError when the target's device cannot hold a KV cache of `capacity` slots (as the drafter
-    checks a Hello's), instead of an allocator's traceback."""
-    from models.memory import free_bytes
-
-    _refuse_beyond(loaded.kv_bytes(capacity), free_bytes(loaded.device), capacity, loaded.device)
-
-
 def check_planned_kv_memory(options: ModelOptions) -> None:
-    """check_kv_memory before the model loads, from its config: a cache that cannot fit even the memory free
-    now is refused in a moment, not after the load and the kernels' timing."""
+    """The target's KV cache against the memory free now, before the model loads, from its config: a cache that
+    cannot fit is refused in a moment, not after the load and the kernels' timing (models.kv_cache checks it
+    again, from the loaded model, as it allocates it)."""
+    from models import memory
     from models.cuda_env import require_cuda
+    from models.kv_cache import check_fits
     from models.kv_plan import planned_kv_bytes
-    from models.memory import free_bytes
 
     need = planned_kv_bytes(options, options.max_context)
     if need is None:
@@ -102,21 +99,13 @@ def check_planned_kv_memory(options: ModelOptions) -> None:
     if options.device.startswith("cuda"):
         require_cuda(f"--device {options.device}")  # as the load would, before CUDA is asked anything
     device = torch.device(options.device)
-    _refuse_beyond(need, free_bytes(device), options.max_context, device)
-
-
-def _refuse_beyond(need: int, free: int, capacity: int, device) -> None:
-    from models.memory import gib
-
-    if need > free:
-        raise CapacityError(f"the target cannot allocate a KV cache of {capacity} slots: it needs {gib(need)} and "
-                            f"{device} has {gib(free)} free (lower `max_context`)")
+    check_fits(need, memory.free_bytes(device), options.max_context, device, "target")
 
 
 @contextmanager
 def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_timeout: float,
                  ready_timeout: float, drafter_key: str = "", keys: str = "",
-                 connect_timeout: float = CONNECT_TIMEOUT_S) -> Iterator[Session]:
+                 connect_timeout: float = CONNECT_TIMEOUT_S) -> Iterator[TargetSession]:
     """Connect to the drafter, load the target, handshake; on a clean exit ask the drafter to shut down.
     Nothing answering at `endpoint` within `connect_timeout` s stops it before the load (NothingAnswers); a
     drafter that answers is given `ready_timeout` s for its handshake (it may still be loading its model)."""
@@ -128,8 +117,7 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
     try:
         channel.wait_answer(connect_timeout)  # before the load: a wrong address is said in seconds, not minutes
         loaded = load(model, "target")
-        check_kv_memory(loaded, model.max_context)
-        target = Target(loaded.runner(model.max_context), model.cpu_threads)
+        target = Target(KVCache(loaded, "target").at_least(model.max_context), model.cpu_threads)
         log.info("loaded %s on %s; waiting for the drafter at %s%s", model.model, model.device, endpoint,
                  " (CURVE)" if drafter_key else "")
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
@@ -144,7 +132,7 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
         models = {"target": loaded.identity,
                   "drafter": {"model": ready.model, "revision": ready.revision, "dtype": ready.dtype,
                               "device": ready.device, **({"linear_kernels": kernels} if kernels else {})}}
-        yield Session(target, loaded.tokenizer, drafter, pool, models)
+        yield TargetSession(target, loaded.tokenizer, drafter, pool, models)
         drafter.shutdown()
         linger = SHUTDOWN_WAIT_S
     finally:

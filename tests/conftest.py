@@ -99,17 +99,17 @@ MOCK_VOCAB = 64
 
 
 def build_session(capacity: int = 1024):
-    """A Session over a mock target and an in-process mock drafter (no sockets, no second process)."""
+    """A TargetSession over a mock target and an in-process mock drafter (no sockets, no second process)."""
     from drafter_proc.drafter import Drafter
     from models.mock import MockRunner
     from models.tokenizers import MockTokenizer
-    from target_proc.session import Session
+    from target_proc.session import TargetSession
     from target_proc.target import Target
     from tests.local_drafter import LocalDrafter
 
     target = Target(MockRunner(MockModel(MOCK_VOCAB, 0), capacity))
     drafter = LocalDrafter(Drafter(MockRunner(MockModel(MOCK_VOCAB, 0, 1.0), capacity), MOCK_POOL))
-    return Session(target, MockTokenizer(MOCK_VOCAB), drafter, MOCK_POOL)
+    return TargetSession(target, MockTokenizer(MOCK_VOCAB), drafter, MOCK_POOL)
 
 
 @pytest.fixture(scope="session")

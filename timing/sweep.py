@@ -3,8 +3,8 @@
 Loads the target, connects to the drafter and runs the shard's decodes in the schedule's order, writing
 one record per decode to DIR/records.shard-I-of-N.jsonl as soon as it ends (with --record-rounds, its
 rounds to DIR/rounds.shard-I-of-N.bin just before). Rerunning the same command
-resumes: recorded decodes are skipped. Logs and the progress bar go to stderr; the last line of stdout is
-one JSON document summarising the shard.
+resumes: recorded decodes are skipped. The decodes run through programs.decodes, as a decode run's do; logs
+and the progress go to stderr; the last line of stdout is one JSON document summarising the shard.
 """
 
 from __future__ import annotations
@@ -14,25 +14,20 @@ import dataclasses
 import json
 import logging
 import shlex
-import sys
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from tqdm import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
-
-from evaluation.rounds import round_key
 from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.prompts import Prompt, gather
 from evaluation.summary import counted_tokens, setting_budget
 from models.options import ModelOptions
 from pipeline.config import InputError
 from pipeline.settings import DecodeConfig
-from programs import target_program
+from programs import decodes, target_program
 from programs.cli import flags_of, run_program
-from target_proc.conversation import decode_conversation
-from target_proc.recorder import RECORDING, RoundRecorder
+from programs.progress import Progress
+from target_proc.recorder import RoundRecorder
 from timing import prog, run_config
 from timing.options import SweepOptions
 from timing.record_store import RecordStore, directory, record_key, records_path
@@ -85,19 +80,10 @@ def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, dr
         if all(_done(t, store) for t in tasks):
             log.info("every decode of shard %s is recorded in %s", options.shard, store.path)
         else:
-            with connect() as session, logging_redirect_tqdm(), _round_store(options, config) as rounds:
+            rounds = rounds_path(options.out, *options.shard_index) if options.record_rounds else None
+            with connect() as session, decodes.rounds_file(rounds, config) as round_store:
                 run_config.note_identity(options.out, start["id"], session.models)
-                run_sweep(session, options, tasks, store, progress, rounds)
-    return store
-
-
-def _round_store(options: SweepOptions, config: dict) -> AbstractContextManager:
-    """The shard's rounds file with --record-rounds (written under the records file's lock), else nothing."""
-    if not options.record_rounds:
-        return nullcontext()
-    store = RoundStore(rounds_path(options.out, *options.shard_index), config, RECORDING)
-    for note in store.notes:
-        log.warning("%s", note)
+                run_sweep(session, options, tasks, store, progress, round_store)
     return store
 
 
@@ -128,29 +114,29 @@ def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: Reco
     """
     _check_capacity(session, options, tasks)
     timed_left = any(not t.warmup and not _done(t, store) for t in tasks)
-    todo = [t for t in tasks if not _done(t, store) or (t.warmup and timed_left)]
+    todo = [_decode(options, t, store) for t in tasks if not _done(t, store) or (t.warmup and timed_left)]
+    turns = sum(len(t.prompt.turns) for t in tasks)
     recorded = 0
-    shard = "{}/{}".format(*options.shard_index)
-    with tqdm(total=len(tasks), initial=sum(_done(t, store) for t in tasks), unit="decode", file=sys.stderr,
-              dynamic_ncols=True, disable=not progress,
-              mininterval=0.1 if sys.stderr.isatty() else 30.0) as bar:  # a log file gets a line per 30 s
-        for task in todo:
-            c = task.combo
-            bar.set_postfix_str(f"{'warm-up ' if task.warmup else ''}{c.decoder} T={c.temperature:g} B={c.budget}",
-                                refresh=False)
-            rerun = task.warmup and _done(task, store)
-            done = {} if rerun else {k[1]: store.records_by_key[k] for k in _keys(task) if k in store}
-            config = dataclasses.replace(options.decode, decoder=c.decoder, temperature=c.temperature,
-                                         budget=options.cap(c.decoder, c.budget), seed=c.seed)
-            where = {"grid_budget": c.budget, "position": task.position, "warmup": task.warmup, "shard": shard}
-            keep = None if rounds is None or task.warmup else \
-                (lambda record, recorded: rounds.append({**round_key(record), **where}, recorded, record["prompt_tokens"]))
-            for record in decode_conversation(session, task.prompt, config, done, keep):
-                if not rerun:
-                    store.append({**record, **where})
-                    recorded += 1
-            bar.update(0 if rerun else 1)
+    recorded_before = sum(k in store for t in tasks for k in _keys(t))
+    with Progress(turns, initial=recorded_before, bar=None if progress else False) as counter:
+        for record in decodes.run_decodes(session, todo, counter, rounds):
+            store.append(record)
+            recorded += 1
     return recorded
+
+
+def _decode(options: SweepOptions, task: Task, store: RecordStore) -> decodes.Decode:
+    """A task as the decode runner takes it: its config, the turns recorded before, and its records' fields.
+    A warm-up recorded before is decoded again (a restarted process is cold) and not recorded twice."""
+    c = task.combo
+    config = dataclasses.replace(options.decode, decoder=c.decoder, temperature=c.temperature,
+                                 budget=options.cap(c.decoder, c.budget), seed=c.seed)
+    where = {"grid_budget": c.budget, "position": task.position, "warmup": task.warmup,
+             "shard": "{}/{}".format(*options.shard_index)}
+    again = task.warmup and _done(task, store)
+    done = {} if again else {k[1]: store.records_by_key[k] for k in _keys(task) if k in store}
+    return decodes.Decode(task.prompt, config, done, where, counted=not again, keep_rounds=not task.warmup,
+                          warmup=task.warmup)
 
 
 def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[dict]) -> dict:

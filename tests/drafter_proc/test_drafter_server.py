@@ -252,14 +252,14 @@ def test_hellos_beyond_the_request_limit_are_refused_naming_it_and_allocate_noth
                      rf"`capacity` {capacity} is beyond this drafter's {REQUEST_CONTEXT} KV slots \(its "
                      rf"--max-request-context\): lower the target's --max-context, or start the drafter with a "
                      rf"larger --max-request-context")
-    assert serving.runner is None  # refused before any cache was made
+    assert serving.cache.runner is None  # refused before any cache was made
     drafter_server.send(hello(capacity=REQUEST_CONTEXT))  # the limit itself is granted
     assert isinstance(drafter_server.recv(), Ready)
     assert_still_serving(drafter_server)
 
 
 def test_remembered_routing_ids_cost_sixteen_bytes_however_long(serving, endpoint):
-    from drafter_proc.server import DEPARTED_KEPT
+    from protocol.peers import DEPARTED_KEPT
     from tests.protocol.wire_peers import raw_socket
 
     for i in range(12):
@@ -271,11 +271,11 @@ def test_remembered_routing_ids_cost_sixteen_bytes_however_long(serving, endpoin
         assert peer.silent(0.05)
         peer.close()
     deadline = time.monotonic() + WAIT_S
-    while len(serving.departed) < 12 and time.monotonic() < deadline:
+    while len(serving.peers.departed) < 12 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(serving.departed) == 12 and serving.departed.maxlen == DEPARTED_KEPT
-    assert {len(tag) for tag in serving.departed} == {16}
-    assert all(len(tag) == 16 for tag in list(serving.connections.values()))
+    assert len(serving.peers.departed) == 12 and serving.peers.departed.maxlen == DEPARTED_KEPT
+    assert {len(tag) for tag in serving.peers.departed} == {16}
+    assert all(len(tag) == 16 for tag in list(serving.peers.connections.values()))
 
 
 def test_error_from_the_target_gets_no_reply(drafter_server):

@@ -12,7 +12,6 @@ import weakref
 import numpy as np
 import pytest
 
-from drafter_proc import server as server_module
 from drafter_proc.server import DrafterServer
 from models.load import load
 from models.options import ModelOptions
@@ -21,7 +20,7 @@ from protocol.errors import DrafterBusy, InvalidPoolMessage
 from protocol.messages import Commit, End, Error, PoolMsg, Ready, Shutdown, Start
 from protocol.codec import encode
 from protocol.log_limit import Throttle
-from protocol.transport import Channel, Left, Listener, Received
+from protocol.transport import Channel, Closed, Listener, Received
 from target_proc.client import RemoteDrafter
 
 from tests.protocol.wire_peers import CAPACITY, FINGERPRINT, POOL, VOCAB, WAIT_S, RawPeer, hello, raw_socket
@@ -141,7 +140,7 @@ def test_hellos_keep_one_kv_cache_replaced_only_by_a_larger_one(drafter_server, 
     for capacity in (512, 256, 4096, 1024, 8192):
         drafter_server.send(hello(capacity=capacity))
         assert isinstance(drafter_server.recv(), Ready)
-        caches.append(serving.runner)
+        caches.append(serving.cache.runner)
     need = [c + POOL.n_expanded for c in (512, 512, 4096, 4096, 8192)]
     assert [c.capacity for c in caches] == need  # a smaller request reuses the larger cache
     assert caches[0] is caches[1] and caches[2] is caches[3]
@@ -152,7 +151,7 @@ def test_hellos_keep_one_kv_cache_replaced_only_by_a_larger_one(drafter_server, 
 
 
 def test_a_cache_beyond_the_free_memory_is_refused_before_it_is_made(drafter_server, monkeypatch):
-    monkeypatch.setattr(server_module, "free_bytes", lambda device: 1 << 16)
+    monkeypatch.setattr("models.memory.free_bytes", lambda device: 1 << 16)
     drafter_server.send(hello(capacity=10_000))  # within the request limit, beyond the memory
     reply = drafter_server.recv()
     assert isinstance(reply, Error) and reply.code == "drafter"
@@ -237,7 +236,7 @@ def test_a_shutdown_queued_behind_its_targets_departure(who, persist, ends):
     served, other = Received(b"target", 7, encode(hello())), Received(b"stranger", 8, encode(Commit(1, 1, PROMPT)))
     shutdown = Received(b"target" if who == "served" else b"stranger", 7 if who == "served" else 8,
                         encode(Shutdown()))
-    script = [served, other, Left(8), Left(7), shutdown]
+    script = [served, other, Closed(8), Closed(7), shutdown]
     listener = ScriptedListener(script)
     server = DrafterServer(listener, load(ModelOptions(model="mock"), "drafter"), persist=persist)
     if ends:

@@ -110,7 +110,7 @@ SCRIPT = """
 import os, sys, time
 from launch.api import Pair
 pair = Pair("mock"{options})
-print(pair._procs[0].pid, *[p.pid for p in pair._procs[1:]], pair._folder, flush=True)
+print(*[p.pid for p in pair._children.procs], pair._children.folder, flush=True)
 pair.decode("hello", max_new_tokens=4)
 {ending}
 """

@@ -229,7 +229,7 @@ def test_the_drafters_stop_signals_are_raised_again_at_its_next_wait(monkeypatch
 def test_a_second_stop_signal_during_shutdown_kills_the_pair_at_once_without_a_traceback():
     """The launcher stops its processes with SIGTERM and a grace period; a stop signal arriving meanwhile (a
     second Ctrl-C) kills them at once instead of raising out of the shutdown."""
-    from launch import pair
+    from launch import children
 
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
     procs = [subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE) for _ in range(2)]
@@ -239,8 +239,8 @@ def test_a_second_stop_signal_during_shutdown_kills_the_pair_at_once_without_a_t
     try:
         threading.Timer(0.5, os.kill, [os.getpid(), signal.SIGINT]).start()
         t0 = time.monotonic()
-        pair._stop_all(procs)  # would wait GRACE_SECONDS for each without the second signal
-        assert time.monotonic() - t0 < pair.GRACE_SECONDS
+        children.stop_processes(procs, take_signals=True)  # would wait GRACE_SECONDS for each without it
+        assert time.monotonic() - t0 < children.GRACE_SECONDS
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

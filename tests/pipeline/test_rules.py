@@ -10,7 +10,7 @@ import torch
 from pipeline.config import ConfigError, PoolConfig
 from pipeline.decode import decode
 from pipeline.pool import ROOT, Pool
-from pipeline.rules import DECODERS, RULES, SPECULATIVE, RootDraw, Rule, comparisons
+from pipeline.rules import DECODERS, RULES, SPECULATIVE, Flow, RootDraw, Rule, comparisons
 from pipeline.settings import DecodeConfig
 
 
@@ -19,6 +19,16 @@ def test_decoders_are_the_designed_set_in_table_order():
     assert SPECULATIVE == DECODERS[1:]
     assert [n for n, r in RULES.items() if r.root_pass] == ["pearl", "pearl-top1", "root-draw", "root"]
     assert [n for n, r in RULES.items() if r.covers] == ["cover"]
+    assert {n: r.flow for n, r in RULES.items()} == {
+        "ar": Flow.PLAIN, "draft": Flow.TREE, "pearl": Flow.PIPELINED, "pearl-top1": Flow.PIPELINED,
+        "root-draw": Flow.PIPELINED, "root": Flow.PIPELINED, "cover": Flow.COVERING}
+
+
+def test_the_plain_flow_alone_selects_no_tree():
+    with pytest.raises(ValueError, match=r"rule 'x': the plain flow, and it alone, selects no tree"):
+        Rule("x", Flow.TREE, None, (), "no selection")
+    with pytest.raises(ValueError, match=r"rule 'x': the plain flow, and it alone, selects no tree"):
+        Rule("x", Flow.PLAIN, RULES["draft"].select, (), "a selection")
 
 
 def test_comparisons_pair_each_rule_with_its_baselines_then_everything_with_ar():
@@ -52,7 +62,7 @@ def test_a_new_rule_is_one_row(monkeypatch, mock_pair):
     budget, under another name, equals `draft` at that budget token for token."""
     from pipeline.select import select_draft
 
-    half = Rule("half-draft", lambda pool, budget, _: select_draft(pool, max(1, budget // 2)), False, ("draft",),
+    half = Rule("half-draft", Flow.TREE, lambda pool, budget, _: select_draft(pool, max(1, budget // 2)), ("draft",),
                 "draft selection at half the budget")
     monkeypatch.setitem(RULES, half.name, half)
     pair = mock_pair(32, 2, 1.0, PoolConfig(topk=3, depth=3, expand=2))
@@ -65,7 +75,7 @@ def test_a_new_rule_is_one_row(monkeypatch, mock_pair):
 def test_decode_config_takes_the_names_of_the_table_and_no_other(monkeypatch):
     with pytest.raises(ConfigError, match="`decoder` must be one of"):
         DecodeConfig("half-draft")
-    monkeypatch.setitem(RULES, "half-draft", Rule("half-draft", RULES["draft"].select, False, (), "a test row"))
+    monkeypatch.setitem(RULES, "half-draft", Rule("half-draft", Flow.TREE, RULES["draft"].select, (), "a test row"))
     assert DecodeConfig("half-draft").decoder == "half-draft"  # a row added to the table is a decoder at once
 
 

@@ -461,7 +461,7 @@ class Arena:
                 self.shake(channel).shutdown()
                 server.thread.join(5.0)
                 channel.close()
-            server.listener.close()
+            server.peers.listener.close()
         for context in self.contexts:
             context.destroy(0)
         shutil.rmtree(self.folder, ignore_errors=True)

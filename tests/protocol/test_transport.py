@@ -209,7 +209,7 @@ def test_a_listening_address_answers_before_anything_is_sent(endpoint):
 def test_many_departures_hand_memory_back_once_the_listener_is_idle(endpoint, monkeypatch):
     import protocol.transport as transport
     from protocol.messages import Error
-    from protocol.transport import Channel, Left
+    from protocol.transport import Channel, Closed
 
     handed = []
     monkeypatch.setattr(transport, "hand_back_memory", lambda: handed.append(1))
@@ -222,7 +222,7 @@ def test_many_departures_hand_memory_back_once_the_listener_is_idle(endpoint, mo
             channel.send(Error("x", "y"))
             assert listener.recv(timeout=10) is not None  # the message
             channel.close()
-            while not isinstance(listener.recv(timeout=10), Left):
+            while not isinstance(listener.recv(timeout=10), Closed):
                 pass
         assert handed == [] and listener.departed == 2  # not while departures come in
         assert listener.recv(timeout=0) is None and handed == []  # a poll that does not wait is not idle

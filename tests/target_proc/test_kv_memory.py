@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from models.kv_cache import KVCache
 from models.load import load
 from models.options import ModelOptions
 from pipeline.config import CapacityError, PoolConfig
@@ -13,11 +14,23 @@ from target_proc import session
 
 def test_a_cache_beyond_free_memory_is_a_capacity_error_naming_max_context(monkeypatch):
     loaded = load(ModelOptions(model="mock"), "target")
-    session.check_kv_memory(loaded, 4096)  # a mock slot costs 64 bytes
+    assert KVCache(loaded, "target").at_least(4096).capacity == 4096  # a mock slot costs 64 bytes
     monkeypatch.setattr("models.memory.free_bytes", lambda device: 1000)
     with pytest.raises(CapacityError, match=r"the target cannot allocate a KV cache of 4096 slots: it needs "
                                             r"0.00 GiB and cpu has 0.00 GiB free \(lower `max_context`\)"):
-        session.check_kv_memory(loaded, 4096)
+        KVCache(loaded, "target").at_least(4096)
+
+
+def test_an_allocator_s_out_of_memory_is_a_capacity_error_naming_max_context(monkeypatch):
+    loaded = load(ModelOptions(model="mock"), "target")
+
+    def refuse(self, capacity):
+        raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 1 bytes")
+
+    monkeypatch.setattr(type(loaded), "runner", refuse)
+    with pytest.raises(CapacityError, match=r"^the target cannot allocate a KV cache of 64 slots \(lower "
+                                            r"`max_context`\): RuntimeError: DefaultCPUAllocator"):
+        KVCache(loaded, "target").at_least(64)
 
 
 def test_too_large_a_cache_is_refused_before_the_model_loads_or_anything_connects(monkeypatch, endpoint):

@@ -12,14 +12,14 @@ import pytest
 
 from models.options import ModelOptions
 from programs.cli import build
-from target_proc.session import Session
+from target_proc.session import TargetSession
 from timing import run_config
 from timing.options import SweepOptions
 from timing.record_store import RecordStore
 from timing.sweep import gather_prompts, run_shard
 
 
-def sweep_in_process(session: Session, options: SweepOptions) -> RecordStore:
+def sweep_in_process(session: TargetSession, options: SweepOptions) -> RecordStore:
     """What `python -m timing sweep` does, with an in-process session and mock models in config.json."""
     mock = ModelOptions(model="mock")
     prompts = gather_prompts(options)
