@@ -26,6 +26,13 @@ from pipeline.pool import grow_pool
 from pipeline.tree import ancestor_matrix
 
 ROWS_CHUNK = 512  # committed rows per pass
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def features_of(msg) -> torch.Tensor:
+    """A Start's or Commit's features (protocol.messages.check_features) -> (rows, width) in their dtype."""
+    raw = torch.from_numpy(msg.features)  # uint8: bfloat16 has no numpy type
+    return raw.view(TORCH_DTYPES[msg.feature_dtype]).reshape(-1, msg.feature_width)
 
 
 class HeadDrafter:

@@ -169,6 +169,7 @@ class HeadRunner:
         self.device, self.dtype = head.device, head.dtype
         self.vocab_size = cfg.vocab  # the target's vocabulary, whose ids the pool holds
         self.ids = head.ids  # (Vd,) the target id of each draft id
+        self.feature_width = 3 * cfg.target_hidden  # a committed row's target features
         self.slots = aligned_slots(capacity)
         self.k = torch.zeros(1, cfg.kv_heads, self.slots, cfg.head_dim, dtype=self.dtype, device=self.device)
         self.v = torch.zeros_like(self.k)

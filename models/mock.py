@@ -163,6 +163,7 @@ class MockHeadRunner:
 
     row_inputs: tuple[str, ...] = ("hidden",)
     ids = None  # drafts over the whole vocabulary
+    feature_width = FEATURE_WIDTH
 
     def __init__(self, head: MockHead, capacity: int) -> None:
         self.head, self.capacity = head, capacity
