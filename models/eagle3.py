@@ -110,7 +110,7 @@ class Eagle3Head:
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """(n, 3T) target features, low to high -> (n, H) hidden (fc)."""
-        return features.to(self.dtype) @ self.w["fc.weight"].T
+        return F.linear(features.to(self.dtype), self.w["fc.weight"])
 
     def layer(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
               attend) -> torch.Tensor:
@@ -122,20 +122,20 @@ class Eagle3Head:
         n = tokens.shape[0]
         emb = rms_norm(self.embed[tokens], w["midlayer.input_layernorm.weight"], cfg.rms_eps)
         x = torch.cat([emb, rms_norm(hidden, w["midlayer.hidden_norm.weight"], cfg.rms_eps)], -1)  # (n, 2H)
-        q = (x @ w["midlayer.self_attn.q_proj.weight"].T).view(1, n, cfg.heads, cfg.head_dim).transpose(1, 2)
-        k = (x @ w["midlayer.self_attn.k_proj.weight"].T).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        v = (x @ w["midlayer.self_attn.v_proj.weight"].T).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        q = F.linear(x, w["midlayer.self_attn.q_proj.weight"]).view(1, n, cfg.heads, cfg.head_dim).transpose(1, 2)
+        k = F.linear(x, w["midlayer.self_attn.k_proj.weight"]).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        v = F.linear(x, w["midlayer.self_attn.v_proj.weight"]).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
         q, k = apply_rope(q, positions, self.inv_freq, self.rope_scale), apply_rope(k, positions, self.inv_freq,
                                                                                       self.rope_scale)
         out = attend(q, k, v).transpose(1, 2).reshape(n, cfg.heads * cfg.head_dim)
-        h = hidden + out @ w["midlayer.self_attn.o_proj.weight"].T
+        h = hidden + F.linear(out, w["midlayer.self_attn.o_proj.weight"])
         y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], cfg.rms_eps)
-        y = (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].T) * (y @ w["midlayer.mlp.up_proj.weight"].T))
-        return h + y @ w["midlayer.mlp.down_proj.weight"].T
+        y = F.silu(F.linear(y, w["midlayer.mlp.gate_proj.weight"])) * F.linear(y, w["midlayer.mlp.up_proj.weight"])
+        return h + F.linear(y, w["midlayer.mlp.down_proj.weight"])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(n, H) layer outputs -> (n, Vd) float32 logits over the draft vocabulary."""
-        return (rms_norm(hidden, self.w["norm.weight"], self.cfg.rms_eps) @ self.w["lm_head.weight"].T).float()
+        return F.linear(rms_norm(hidden, self.w["norm.weight"], self.cfg.rms_eps), self.w["lm_head.weight"]).float()
 
 
 def random_head(cfg: HeadConfig, embed: torch.Tensor, device, dtype, seed: int = 0) -> Eagle3Head:
