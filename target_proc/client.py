@@ -11,8 +11,9 @@ import torch
 
 from pipeline.config import InputError, PoolConfig
 from pipeline.pool import InvalidPool, Pool, out_of_vocab
-from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, PeerError, ProtocolError,
-                             StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
+from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, MalformedMessage,
+                             PeerError, ProtocolError, StaleMessage, TokenOutOfRange, UnexpectedMessage,
+                             VersionMismatch, printable)
 from pipeline.ahead import Drafted
 from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Message, PoolMsg, Ready,
                                Shutdown, Start, Waiting)
@@ -89,7 +90,13 @@ class RemoteDrafter:
         except ProtocolError as e:
             self._refuse(e)
             raise
-        self.wants_features = bool(reply.layers())
+        layers = reply.layers()
+        if shape[1] and any(i >= shape[1] for i in layers):  # what the target would keep: its own layers only
+            error = MalformedMessage(f"the drafter asks for the inputs of layers {list(layers)}; the target has "
+                                     f"{shape[1]}")
+            self._refuse(error)
+            raise error
+        self.wants_features = bool(layers)
         return reply
 
     def start(self, prompt: Sequence[int], features: torch.Tensor | None = None) -> None:
