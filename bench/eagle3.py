@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {}
     print(f"pool growth per round (Commit of {options.accepted + 1} tokens to pool), context {options.context}, "
           f"{options.threads} thread(s); medians over {options.rounds} rounds, IQR in brackets")
-    print(f"{'drafter':<34}{'pool':<8}{'candidates':>11}{'median ms':>11}{'IQR ms':>22}")
+    print(f"{'drafter':<42}{'pool':<8}{'candidates':>11}{'median ms':>11}{'IQR ms':>22}")
     for pool_name, config in POOLS.items():
         for name, make, w in (("EAGLE-3 head " + HEAD, lambda: HeadDrafter(head.runner(capacity), config), width),
                               ("int8 drafter " + INT8, lambda: Drafter(int8.runner(capacity), config), 0)):
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             s = {k: 1e3 * v for k, v in spread(samples).items()}
             out[f"{name.split()[0]} {pool_name}"] = {"median_ms": s["median"], "q1_ms": s["q1"], "q3_ms": s["q3"],
                                                      "candidates": config.size}
-            print(f"{name:<34}{pool_name:<8}{config.size:>11}{s['median']:>11.1f}   [{s['q1']:.1f}, {s['q3']:.1f}]")
+            print(f"{name:<42}{pool_name:<8}{config.size:>11}{s['median']:>11.1f}   [{s['q1']:.1f}, {s['q3']:.1f}]")
     end_load = load_average()
     print(f"load average at the start {start_load[0]:.2f}, at the end {end_load[0]:.2f}")
     close({"rounds": options.rounds, "context": options.context, "threads": options.threads,
