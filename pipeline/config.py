@@ -2,14 +2,15 @@
 written here once.
 
 Checks raise ConfigError naming the field (`budget`), never a command-line flag: the programs that take
-these values from a command line map field names to their own flags. A leaf: it imports nothing of the
+these values from a command line map field names to their own flags, and hold their help and parsers
+(programs.rule_options, programs.cli). A leaf: it imports nothing of the
 project (a decode's settings, which the rule table checks, are pipeline.settings).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class InputError(ValueError):
@@ -54,12 +55,6 @@ def check_budget(name: str, value) -> int | str:
     return value
 
 
-def parse_budget(text: str) -> int | str:
-    """A budget as a command line spells it: an integer or "auto" (checked by check_budget)."""
-    text = text.strip()
-    return AUTO if text == AUTO else int(text) if text.lstrip("-").isdigit() else text
-
-
 def check_temperature(name: str, value) -> float:
     """A sampling temperature: a finite number >= 0 (0 is greedy)."""
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -92,15 +87,9 @@ def check_token_ids(name: str, value) -> tuple[int, ...]:
     return tuple(int(t) for t in items)
 
 
-def parse_token_ids(text: str) -> tuple[int, ...] | str:
-    """Token ids as a command line spells them, comma-separated (checked by check_token_ids; text that is
-    not a list of integers is handed on as it is, for that check to name)."""
-    items = split_list(text)
-    return tuple(int(t) for t in items) if all(t.lstrip("-").isdigit() for t in items) else text
-
-
 def split_list(text: str) -> list[str]:
-    """The non-empty items of a comma-separated option value."""
+    """The non-empty items of a comma-separated value (option values, and the prompt categories that
+    evaluation.prompts selects, below the programs)."""
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
@@ -111,14 +100,12 @@ def pool_size(topk: int, depth: int, expand: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
-    """Candidate pool
+    """The shape of the drafter's candidate pool (DESIGN.md section 2): `topk` children proposed per expanded
+    node, candidates down to level `depth`, `expand` nodes expanded per level."""
 
-    The shape of the drafter's candidate pool (DESIGN.md section 2).
-    """
-
-    topk: int = field(default=10, metadata={"help": "children proposed per expanded node"})
-    depth: int = field(default=8, metadata={"help": "deepest candidate level"})
-    expand: int = field(default=10, metadata={"help": "nodes expanded per level"})
+    topk: int = 10
+    depth: int = 8
+    expand: int = 10
 
     def __post_init__(self) -> None:
         for name in ("topk", "depth", "expand"):

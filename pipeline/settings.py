@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipeline.config import (AUTO, BUDGET_PRIORS, CapacityError, ConfigError, Filters, check_budget, check_int,
                              check_stop_strings, check_temperature, check_token_ids)
@@ -15,58 +15,27 @@ DRAFTING = ("ahead", "lend_cores", "cut_pools", "cut_weigh", "drafter_window")  
 
 @dataclass(frozen=True, slots=True)
 class DecodeConfig:
-    """Decoding
+    """One decode: which rule, at what temperature and budget, for how long, with which seed, its sampling
+    filters and stops, and how the drafter works with the target (DRAFTING). What each field means on a
+    command line, programs.rule_options says."""
 
-    One decode: which rule, at what temperature and budget, for how long, with which seed.
-    """
-
-    decoder: str = field(default="draft", metadata={"help": "the selection rule"})
-    temperature: float = field(default=0.0, metadata={"help": "0 is greedy", "metavar": "T"})
-    budget: int | str = field(default=8, metadata={
-        "help": "tree budget B: non-root nodes verified per round; auto: chosen each round from measured "
-                "acceptance and pass costs, up to --budget-max (0, plain decoding, included)",
-        "metavar": "B|auto", "parse": "budget"})
-    max_new_tokens: int = field(default=256, metadata={"help": "the output holds at most this many new tokens"})
-    seed: int = field(default=0, metadata={"help": "sampling seed", "metavar": "S"})
-    budget_max: int = field(default=59, metadata={"help": "the largest tree budget auto may choose",
-                                                  "metavar": "B"})
-    budget_prior: str = field(default="session", metadata={
-        "help": "where auto's acceptance prior comes from. session: the optimistic prior and the earlier decodes "
-                "of the same decoder, T and cap in this process; decode: the optimistic prior alone, so a "
-                "decode's choices do not depend on the decodes before it", "metavar": "session|decode"})
-    top_k: int = field(default=0, metadata={
-        "help": "at T > 0, sample among the K most probable tokens only (0: all)", "metavar": "K"})
-    top_p: float = field(default=1.0, metadata={
-        "help": "at T > 0, sample among the most probable tokens whose mass reaches P (1: all)", "metavar": "P"})
-    min_p: float = field(default=0.0, metadata={
-        "help": "at T > 0, sample among tokens at least P times as probable as the most probable (0: all)",
-        "metavar": "P"})
-    stop: tuple[str, ...] = field(default=(), metadata={
-        "help": "end the output at the first of these strings in its text, which the text then stops just "
-                "before (repeatable)", "metavar": "TEXT"})
-    stop_token_ids: tuple[int, ...] = field(default=(), metadata={
-        "help": "end the output at the first of these token ids, as at an end-of-sequence token: the id is the "
-                "output's last, its text left out (comma-separated)", "metavar": "ID,ID", "parse": "token_ids"})
-    lend_cores: bool = field(default=False, metadata={
-        "help": "on the CPU, while the target waits for a pool it tells the drafter, and a drafter sharing its "
-                "CPU takes every core until it sends the pool"})
-    cut_pools: bool = field(default=False, metadata={
-        "help": "decoders with a root pass (all but draft and ar) ask for the pool as soon as the root pass is "
-                "done, and the drafter sends the levels it has grown once the one in progress ends: the target "
-                "does not wait for whole pools, and shallower pools may accept fewer tokens (outputs follow the "
-                "same law; records give each round's pool depth)"})
-    cut_weigh: bool = field(default=False, metadata={
-        "help": "with --cut-pools: the drafter grows a further level the target waits for while it brings more "
-                "tokens than its wait costs, learnt from recent rounds (for a drafter on a device of its own: "
-                "on a shared CPU its levels also slow the target)"})
-    ahead: bool = field(default=False, metadata={
-        "help": "draft ahead: while the target verifies a round, the drafter grows the next round's pool from "
-                "where the round most probably ends, and the next round takes it when the round ended there "
-                "(outputs are unchanged; records say how often it was right)"})
-    drafter_window: int = field(default=0, metadata={
-        "help": "the drafter starts on the context's last N tokens only (0: all of it): on long prompts a "
-                "shorter drafter prefill and cheaper drafter passes, for pools that may accept fewer tokens "
-                "(outputs follow the same law)", "metavar": "N"})
+    decoder: str = "draft"
+    temperature: float = 0.0
+    budget: int | str = 8
+    max_new_tokens: int = 256
+    seed: int = 0
+    budget_max: int = 59
+    budget_prior: str = "session"
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    lend_cores: bool = False
+    cut_pools: bool = False
+    cut_weigh: bool = False
+    ahead: bool = False
+    drafter_window: int = 0
 
     def __post_init__(self) -> None:
         if self.decoder not in RULES:

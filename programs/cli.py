@@ -6,7 +6,9 @@ repeatable; a `tuple[int, ...]` field takes a comma-separated list; a field with
 True}` is a required option (usage and help say so); one with `{"dashed": True}` takes a value that may start
 with '-' (a Z85 key) after a space too (`args_of`). A field holding another options dataclass, with metadata
 `{"embed": (names...)}`, contributes those fields of it as options of their own (so RunOptions embeds
-DecodeConfig's `--temperature`, `--budget`, ... without repeating them).
+DecodeConfig's `--temperature`, `--budget`, ... without repeating them). The pure rules' settings
+(PoolConfig, DecodeConfig) carry no command-line words: programs.rule_options holds their help, metavars and
+parsers, read here as the other dataclasses' metadata is.
 
 Values are checked once, by the dataclasses' own `__post_init__`. Lower layers name fields in backticks
 (`budget`); `Flags.rewrite` turns those names into the flags of the program that reported them, for usage
@@ -32,7 +34,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from pipeline.config import ConfigError, InputError, parse_budget, parse_token_ids
+from pipeline.config import AUTO, ConfigError, InputError, split_list
+from programs.rule_options import OPTIONS
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
 from protocol.transport import check_endpoint
 from protocol.wakeup import woken_by_signals
@@ -58,6 +61,19 @@ class Flags(dict):
         return re.sub(r"`(\w+)`", lambda m: self.get(m.group(1), m.group(0)), message)
 
 
+def parse_budget(text: str) -> int | str:
+    """A budget as a command line spells it: an integer or "auto" (checked by pipeline.config.check_budget)."""
+    text = text.strip()
+    return AUTO if text == AUTO else int(text) if text.lstrip("-").isdigit() else text
+
+
+def parse_token_ids(text: str) -> tuple[int, ...] | str:
+    """Token ids as a command line spells them, comma-separated (checked by pipeline.config.check_token_ids; text that is
+    not a list of integers is handed on as it is, for that check to name)."""
+    items = split_list(text)
+    return tuple(int(t) for t in items) if all(t.lstrip("-").isdigit() for t in items) else text
+
+
 def parse_ints(text: str) -> tuple[int, ...] | str:
     """Integers as a command line spells them, comma-separated; text that is not such a list is handed on as it
     is, for the field's own check to name."""
@@ -80,7 +96,8 @@ def flag(name: str, prefix: str = "") -> str:
 
 
 def _fields(cls: type, skip: tuple[str, ...]):
-    """(field, embedded class or None) for each option field of `cls`, embedded fields expanded."""
+    """(field, its option words, the embedding field or None) for each option field of `cls`, embedded fields
+    expanded."""
     for f in dataclasses.fields(cls):
         if f.name in skip or not f.init:
             continue
@@ -88,9 +105,21 @@ def _fields(cls: type, skip: tuple[str, ...]):
             inner = type(f.default_factory())
             for g in dataclasses.fields(inner):
                 if g.name in f.metadata["embed"]:
-                    yield g, f
+                    yield g, _words(inner, g), f
         else:
-            yield f, None
+            yield f, _words(cls, f), None
+
+
+def _words(cls: type, f: dataclasses.Field) -> dict:
+    """A field's help, metavar and parser: its metadata, or for the pure rules' settings programs.rule_options."""
+    return {**f.metadata, **OPTIONS[cls][1].get(f.name, {})} if cls in OPTIONS else dict(f.metadata)
+
+
+def _title(cls: type) -> str:
+    """The title of a dataclass's group of options: programs.rule_options', or its docstring's first line."""
+    if cls in OPTIONS:
+        return OPTIONS[cls][0]
+    return cls.__doc__.strip().splitlines()[0] if cls.__doc__ else cls.__name__
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "", skip: tuple[str, ...] = (),
@@ -100,15 +129,15 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
     defaults: shown and parsed defaults that differ from the fields'; names: field -> a flag other than the
     field's own (the launcher's --target for the target's `model`).
     """
-    group = parser.add_argument_group(cls.__doc__.strip().splitlines()[0] if cls.__doc__ else cls.__name__)
+    group = parser.add_argument_group(_title(cls))
     known = flags_of(parser)
-    for f, outer in _fields(cls, skip):
+    for f, words, outer in _fields(cls, skip):
         default = (defaults or {}).get(f.name, f.default)
-        help_text = ((outer.metadata.get("help") or {}).get(f.name) if outer else None) or f.metadata.get("help", "")
+        help_text = ((outer.metadata.get("help") or {}).get(f.name) if outer else None) or words.get("help", "")
         option = (names or {}).get(f.name) or flag(f.name, prefix)
         dest = prefix.replace("-", "_") + f.name
         known.setdefault(f.name, option)
-        if f.metadata.get("dashed"):
+        if words.get("dashed"):
             parser.dashed = getattr(parser, "dashed", set()) | {option}
         if f.type in ("bool", bool):
             if default:
@@ -118,17 +147,17 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
                 group.add_argument(option, dest=dest, action="store_true", default=False, help=help_text)
         elif f.type in ("tuple[str, ...]", "list[str]"):
             group.add_argument(option, dest=dest, action="append", default=None,
-                               metavar=f.metadata.get("metavar", "TEXT"), help=help_text)
-        elif f.metadata.get("required"):  # shown as required in usage and help; its check stays the field's
-            kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
+                               metavar=words.get("metavar", "TEXT"), help=help_text)
+        elif words.get("required"):  # shown as required in usage and help; its check stays the field's
+            kind = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
             group.add_argument(option, dest=dest, type=kind, required=True, help=help_text + " (required)",
-                               metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
+                               metavar=words.get("metavar", f.name.split("_")[-1].upper()))
         else:
-            kind = PARSERS.get(f.metadata.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
+            kind = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
             shown = "" if default in (None, "", (), dataclasses.MISSING) else \
                 f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
             group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
-                               metavar=f.metadata.get("metavar", f.name.split("_")[-1].upper()))
+                               metavar=words.get("metavar", f.name.split("_")[-1].upper()))
 
 
 def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: type, *, prefix: str = "",
@@ -137,7 +166,7 @@ def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: t
     the flag."""
     values: dict[str, Any] = dict(extra)
     embedded: dict[str, dict[str, Any]] = {}
-    for f, outer in _fields(cls, skip):
+    for f, _, outer in _fields(cls, skip):
         if outer is None and f.name in extra:
             continue
         value = getattr(ns, prefix.replace("-", "_") + f.name)
@@ -150,7 +179,7 @@ def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: t
             embedded.setdefault(outer.name, {})[f.name] = value
     local = Flags({**flags_of(parser), **{k: v for k, v in (names or {}).items()}})
     if prefix:
-        local.update({f.name: flag(f.name, prefix) for f, _ in _fields(cls, skip)})
+        local.update({f.name: flag(f.name, prefix) for f, _, _ in _fields(cls, skip)})
     try:
         return _construct(cls, values, embedded)
     except ConfigError as e:
@@ -160,7 +189,7 @@ def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: t
 def build(cls: type, **values: Any):
     """`cls` from flat field values, as its flags would give them (embedded fields by their own names)."""
     own, embedded = {}, {}
-    inner = {f.name: outer.name for f, outer in _fields(cls, ()) if outer is not None}
+    inner = {f.name: outer.name for f, _, outer in _fields(cls, ()) if outer is not None}
     for name, value in values.items():
         if name in inner:
             embedded.setdefault(inner[name], {})[name] = value
@@ -179,7 +208,7 @@ def _construct(cls: type, values: dict[str, Any], embedded: dict[str, dict[str, 
 def to_argv(obj: Any, *, prefix: str = "", skip: tuple[str, ...] = ()) -> list[str]:
     """The options that rebuild `obj` through add_options/from_options."""
     argv: list[str] = []
-    for f, outer in _fields(type(obj), skip):
+    for f, _, outer in _fields(type(obj), skip):
         value = getattr(getattr(obj, outer.name), f.name) if outer else getattr(obj, f.name)
         if f.type in ("bool", bool):
             if value != f.default:
@@ -233,7 +262,7 @@ def endpoint_option(parser: argparse.ArgumentParser, text: str) -> str:
 def option_values(obj: Any) -> dict[str, Any]:
     """Field -> value of an options dataclass, embedded fields flattened in: what its flags set."""
     return {f.name: getattr(getattr(obj, outer.name), f.name) if outer else getattr(obj, f.name)
-            for f, outer in _fields(type(obj), ())}
+            for f, _, outer in _fields(type(obj), ())}
 
 
 class _Formatter(logging.Formatter):

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from evaluation.summary import EVERY_BUDGET, SPEED_TOKENS
 from evaluation.values import BUDGETS
 from models.options import ModelOptions
-from pipeline.config import AUTO, ConfigError, check_int, check_temperature, is_int, parse_budget, split_list
+from pipeline.config import AUTO, ConfigError, check_int, check_temperature, is_int, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
+from programs.cli import parse_budget
 from programs.options import PromptOptions, check_decoders
 
 
