@@ -152,8 +152,7 @@ def random_head(cfg: HeadConfig, embed: torch.Tensor, device, dtype, seed: int =
             weights[key] = torch.randn(shape, generator=gen) * 0.02
     chosen = torch.sort(torch.randperm(cfg.vocab, generator=gen)[: cfg.draft_vocab]).values
     weights["d2t"] = chosen - torch.arange(cfg.draft_vocab)
-    with torch.device(device):
-        return Eagle3Head.build(cfg, weights, embed, device, dtype)
+    return Eagle3Head.build(cfg, weights, embed, device, dtype)
 
 
 class HeadRunner:

@@ -15,8 +15,9 @@ import json
 import sys
 
 from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
-from pipeline.config import ConfigError, PoolConfig, parse_token_ids
-from programs.cli import EXIT_OK, Parser, add_log_level, add_options, flags_of, from_options, run_program, setup_logging
+from pipeline.config import ConfigError, PoolConfig
+from programs.cli import (EXIT_OK, Parser, add_log_level, add_options, flags_of, from_options, parse_token_ids,
+                          run_program, setup_logging)
 
 SLACK = 16  # KV slots past the context and the pool's scratch
 

@@ -210,8 +210,9 @@ def test_default_target_with_a_random_head_gives_plain_greedy_outputs(target_mod
 
 
 def test_default_target_with_a_random_head_draws_the_targets_first_token(target_model, random_head):
-    """At T = 1 the first token of `draft` and `root` outputs follows the target's law (chi-square against
-    the target's own rows, rare outcomes pooled); whatever the head drafts, the verifier decides."""
+    """At T = 1 the first token of `draft`'s outputs, verified through its tree, follows the target's law
+    (chi-square against the target's own row, rare outcomes pooled); whatever the head drafts, the verifier
+    decides."""
     import scipy.stats
 
     target = Target(target_model.runner(512))
@@ -220,18 +221,16 @@ def test_default_target_with_a_random_head_draws_the_targets_first_token(target_
     ids = target_model.tokenizer.prompt_ids("Say one word.")
     with torch.no_grad():
         first = torch.softmax(target_model.model(torch.tensor([ids])).logits[0, -1].double(), -1)
-    for decoder in ("draft", "root"):
-        counts: dict[int, int] = {}
-        n = 300
-        for seed in range(n):
-            out = decode(target, drafter, ids, DecodeConfig(decoder, 1.0, 8, 2), eos,
-                         torch.Generator().manual_seed(seed)).tokens
-            counts[out[0]] = counts.get(out[0], 0) + 1
-        order = torch.argsort(first, descending=True).tolist()
-        common = [t for t in order if first[t] * n >= 5]
-        observed = [counts.get(t, 0) for t in common] + [n - sum(counts.get(t, 0) for t in common)]
-        expected = [float(first[t]) * n for t in common] + [n * (1 - float(first[common].sum()))]
-        if expected[-1] < 5:  # fold a rare remainder into the last common outcome
-            observed[-2:] = [observed[-2] + observed[-1]]
-            expected[-2:] = [expected[-2] + expected[-1]]
-        assert scipy.stats.chisquare(observed, expected).pvalue > 1e-3, decoder
+    n = 200
+    counts: dict[int, int] = {}
+    for seed in range(n):
+        out = decode(target, drafter, ids, DecodeConfig("draft", 1.0, 8, 1), eos,
+                     torch.Generator().manual_seed(seed)).tokens
+        counts[out[0]] = counts.get(out[0], 0) + 1
+    common = [t for t in torch.argsort(first, descending=True).tolist() if first[t] * n >= 5]
+    observed = [counts.get(t, 0) for t in common] + [n - sum(counts.get(t, 0) for t in common)]
+    expected = [float(first[t]) * n for t in common] + [n * (1 - float(first[common].sum()))]
+    if expected[-1] < 5:  # fold a rare remainder into the last common outcome
+        observed[-2:] = [observed[-2] + observed[-1]]
+        expected[-2:] = [expected[-2] + expected[-1]]
+    assert len(observed) >= 2 and scipy.stats.chisquare(observed, expected).pvalue > 1e-3

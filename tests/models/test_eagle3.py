@@ -192,3 +192,19 @@ def test_random_heads_of_public_shapes_fit_their_targets():
     for name in ("llama-3.1-8b", "smollm2-135m"):
         side = target_side(f"random:{name}", lambda: None)
         HeadConfig.from_dict(HEAD_SHAPES[name]).check_target(side.hidden, side.vocab, side.layers)
+
+
+def test_llama3_rope_scaling_gives_transformers_frequencies():
+    """The public Llama-3.1-8B head's rope (theta 500,000, llama3 scaling) as transformers' Llama computes it."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from models.eagle3 import rotary
+    from models.shapes import HEAD_SHAPES, LLAMA3_ROPE
+
+    inv, scale = rotary(HeadConfig.from_dict(HEAD_SHAPES["llama-3.1-8b"]), "cpu")
+    llama = LlamaConfig(hidden_size=4096, num_attention_heads=32, max_position_embeddings=131072,
+                        rope_parameters={"rope_theta": 500000.0, **LLAMA3_ROPE})
+    want = LlamaRotaryEmbedding(llama)
+    torch.testing.assert_close(inv, want.inv_freq.float())
+    assert scale == want.attention_scaling
