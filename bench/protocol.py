@@ -22,6 +22,12 @@ intra-op thread by default, as the target process does on the CPU.
 Budget auto's per-round work outside the passes (choosing the next size, updating its estimates) is
 timed alone.
 
+An EAGLE-3 drafter's features (--features K,K: tokens a Commit carries; --feature-width, Llama-3.1-8B's
+3 x 4,096 by default, in bfloat16): over each transport, a Commit of K tokens goes out with their features
+and without, and the echo answers each with the full pool, as a drafter answers a round's Commit; the
+difference is what the features add to a round. Its one way is the Commit's leg (stamped at the echo after
+its decode).
+
 Targets: round trip median under 0.3 ms, selection + verification median under 1 ms, budget auto's
 choice under 0.1 ms. The last line of the output is one JSON document with the medians.
 """
@@ -58,8 +64,10 @@ def echo(endpoint: str, key_dir: str | None = None) -> None:
     """The peer: bind like a drafter (with CURVE when given a key directory, trusting its own key), send
     back every pool it decodes, stamped just before its encode."""
     from protocol.codec import decode
-    from protocol.messages import PoolMsg, Shutdown
+    from protocol.messages import Commit, PoolMsg, Shutdown
     from protocol.transport import Listener, Received
+
+    reply = None  # the pool that answers Commits, grown at the first
 
     keys = None
     if key_dir:
@@ -74,9 +82,15 @@ def echo(endpoint: str, key_dir: str | None = None) -> None:
             event = listener.recv()
             if not isinstance(event, Received):
                 continue
-            msg = decode(event.frames, expect=(PoolMsg, Shutdown))
+            msg = decode(event.frames, expect=(PoolMsg, Commit, Shutdown))
             if isinstance(msg, Shutdown):
                 return
+            if isinstance(msg, Commit):  # a round's Commit (with or without features): the pool answers it
+                stamp = time.perf_counter()
+                reply = reply or pool_msg(full_pool(49152))
+                listener.send(event.peer, PoolMsg(msg.request, msg.round, stamp, -1, 0.0, reply.token, reply.parent,
+                                                  reply.logp, reply.expanded))
+                continue
             listener.send(event.peer, PoolMsg(msg.request, msg.round, time.perf_counter(), -1, 0.0, msg.token,
                                               msg.parent, msg.logp, msg.expanded))
     finally:
@@ -98,6 +112,15 @@ def full_pool(vocab_size: int, seed: int = 0):
     pool = grow_pool(rows(1)[0], lambda nodes, tokens, parents, depth: rows(len(nodes)), config)
     assert len(pool) == config.size, (len(pool), config.size)
     return pool
+
+
+def pool_msg(pool, request: int = 1, round_: int = 0, stamp: float = 0.0):
+    import numpy as np
+
+    from protocol.messages import PoolMsg
+
+    return PoolMsg(request, round_, stamp, -1, 0.0, pool.token.astype(np.int32), pool.parent.astype(np.int32),
+                   pool.logp, pool.expanded)
 
 
 def quantiles(samples_s: list[float]) -> dict[str, float]:
@@ -136,6 +159,26 @@ class Echo:
             if record:
                 self.round_trip.append(t1 - t0)
                 self.one_way.append(t1 - back.seconds)
+
+    def commits(self, tokens: int, width: int, features: bool, n: int) -> tuple[list[float], list[float], int]:
+        """n Commits of `tokens` tokens, with their features (bfloat16, `width` values a token) or without,
+        each answered by the pool -> (round trips, the Commit's one way, the Commit's bytes)."""
+        import numpy as np
+
+        from protocol.codec import encode
+        from protocol.messages import Commit, PoolMsg
+
+        ids = np.arange(1, tokens + 1, dtype=np.int32)
+        rows = np.random.default_rng(0).integers(0, 256, tokens * width * 2, dtype=np.uint8) if features else None
+        extra = (rows, "bfloat16", width) if features else ()
+        round_trips, one_way = [], []
+        for i in range(n):
+            t0 = time.perf_counter()
+            self.channel.send(Commit(1, i, ids, *extra))
+            back = self.channel.recv(60.0, "iterations", "echo", expect=(PoolMsg,))
+            round_trips.append(time.perf_counter() - t0)
+            one_way.append(back.seconds - t0)
+        return round_trips, one_way, sum(len(f) for f in encode(Commit(1, 0, ids, *extra)))
 
     def close(self) -> None:
         from protocol.messages import Shutdown
@@ -216,6 +259,63 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
         out["one way" + suffix] = quantiles(echo_.one_way)
     out.update(bench_parts(pool, iterations, warmup))
     return out
+
+
+def bench_features(iterations: int, warmup: int, transports: tuple[str, ...], tokens: list[int], width: int,
+                   blocks: int = 10) -> dict[str, dict[str, float]]:
+    """A round's Commit and pool over each transport, the Commit with K tokens' features and without,
+    interleaved in `blocks` blocks -> per case its round trip and one way (quantiles) and the Commit's bytes."""
+    import tempfile
+
+    cases = [(t, k, f) for t in transports for k in tokens for f in (True, False)]
+    samples = {c: ([], []) for c in cases}
+    sizes = {}
+    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys:
+        echoes = {}
+        try:
+            for transport in transports:
+                echoes[transport] = Echo(transport, os.path.join(keys, "k"))
+            for transport, k, f in cases:
+                echoes[transport].commits(k, width, f, warmup)
+            for b in range(blocks):
+                for transport, k, f in cases:
+                    rt, ow, sizes[transport, k, f] = echoes[transport].commits(
+                        k, width, f, iterations // blocks + (b < iterations % blocks))
+                    samples[transport, k, f][0].extend(rt)
+                    samples[transport, k, f][1].extend(ow)
+        finally:
+            for echo_ in echoes.values():
+                echo_.close()
+    out = {}
+    for transport, k, f in cases:
+        name = f"commit {k} token{'s' * (k > 1)} {'with' if f else 'without'} features {transport}"
+        out[name] = {"round_trip": quantiles(samples[transport, k, f][0]),
+                     "one_way": quantiles(samples[transport, k, f][1]), "bytes": sizes[transport, k, f]}
+    return out
+
+
+def report_features(features: dict, width: int) -> dict:
+    """The features' cases printed -> the summary's part: per transport and K, the Commit's bytes and what the
+    features add to its one way and to the round trip (medians)."""
+    print(f"\nfeatures of an EAGLE-3 drafter: {width} bfloat16 values ({width * 2} bytes) a token; a Commit of K "
+          f"tokens answered by the pool")
+    print(f"{'case':<48}{'bytes':>10}{'round trip ms':>15}{'commit one way ms':>19}")
+    for name, r in features.items():
+        print(f"{name:<48}{r['bytes']:>10}{r['round_trip']['median_ms']:>15.4f}{r['one_way']['median_ms']:>19.4f}")
+    added = {}
+    for name, r in features.items():
+        if " with features " in name:
+            without = features[name.replace(" with features ", " without features ")]
+            added[name.replace(" with features", "")] = {
+                "feature_bytes": r["bytes"] - without["bytes"],
+                "round_trip_added_ms": r["round_trip"]["median_ms"] - without["round_trip"]["median_ms"],
+                "one_way_added_ms": r["one_way"]["median_ms"] - without["one_way"]["median_ms"],
+                "round_trip_without_ms": without["round_trip"]["median_ms"]}
+    for name, a in added.items():
+        print(f"{name}: the features add {a['feature_bytes']} bytes, {a['one_way_added_ms'] * 1e3:.0f} us to the "
+              f"Commit's way, {a['round_trip_added_ms'] * 1e3:.0f} us to the round trip (without them "
+              f"{a['round_trip_without_ms'] * 1e3:.0f} us)")
+    return added
 
 
 class SelectVerifyCase:
@@ -362,6 +462,11 @@ class ProtocolOptions:
         "help": f"round trips over each of {', '.join(TRANSPORTS)}, interleaved, comma-separated; the first is the "
                 "headline figure; tcp is loopback, tcp+curve the same with CURVE", "metavar": "LIST"})
     select: bool = field(default=True, metadata={"help": "time the wire only"})
+    features: tuple[int, ...] = field(default=(), metadata={
+        "help": "an EAGLE-3 drafter's features: the tokens a Commit carries, comma-separated (e.g. 1,4); none: "
+                "no features leg", "parse": "ints", "metavar": "K,K"})
+    feature_width: int = field(default=3 * 4096, metadata={
+        "help": "values of one token's features (Llama-3.1-8B: three layers of 4,096)"})
 
     def __post_init__(self) -> None:
         for name in ("iterations", "rounds", "budget", "threads"):
@@ -373,6 +478,9 @@ class ProtocolOptions:
         temperatures(self.temperature)
         if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}")
+        at_least("feature_width", self.feature_width, 1)
+        if self.features:
+            ints("features", self.features, 1)
         transports = names("transports", self.transports, TRANSPORTS)
         if len(set(transports)) != len(transports):
             raise ConfigError("transports", f"must be distinct, got {self.transports!r}")
@@ -440,12 +548,16 @@ def main(argv: list[str] | None = None) -> int:
         r = wire[name]
         print(f"{name:<28}{r['median_ms']:>10.4f}   [{r['q1_ms']:.4f}, {r['q3_ms']:.4f}]")
     round_trips = {t: wire["round trip" + ("" if t == transports[0] else f" {t}")]["median_ms"] for t in transports}
+    added = {}
+    if options.features:
+        added = report_features(bench_features(options.iterations, options.warmup, tuple(transports), list(options.features),
+                                               options.feature_width), options.feature_width)
     if not select:
         close({"pool_candidates": shape["candidates"], "pool_bytes": shape["bytes"], "load_average": load,
-               "round_trip_median_ms": round_trips})
+               "round_trip_median_ms": round_trips, **({"features": added} if added else {})})
         return 0
     choice, met = report_select(options, wire, select)
-    close(_summary(options, wire, select, round_trips, load, choice, met))
+    close(_summary(options, wire, select, round_trips, load, choice, met) | ({"features": added} if added else {}))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from models.eagle3_config import HeadError
 from models.load import Loaded
 from pipeline.config import PoolConfig
 from protocol.errors import HandshakeMismatch, LimitExceeded, MalformedMessage, VersionMismatch, printable
@@ -35,9 +36,29 @@ def check_hello(hello: Hello, loaded: Loaded, max_request_context: int) -> PoolC
     return config
 
 
-def ready(loaded: Loaded) -> Ready:
-    """The reply to an accepted Hello: the drafter's vocabulary, tokenizer, model and kernels."""
+def feature_layers(hello: Hello, loaded: Loaded) -> tuple[int, ...]:
+    """The target layers whose inputs an EAGLE-3 drafter takes, for the target a Hello describes; () for a
+    standalone drafter. HandshakeMismatch, in one line, when the head does not fit that target."""
+    if not loaded.is_head:
+        return ()
+    cfg = getattr(loaded.model, "cfg", None)
+    if cfg is None:  # the mock head reads the mock target's digests, whatever its layers
+        return (0,)
+    if hello.layers < 1 or hello.hidden_size < 1:
+        raise HandshakeMismatch(f"the drafter {loaded.name!r} is an EAGLE-3 head; target "
+                                f"{printable(repr(hello.model), 200)} has no layers to take features from")
+    try:
+        cfg.check_target(hello.hidden_size, hello.vocab_size, hello.layers)
+    except HeadError as e:
+        raise HandshakeMismatch(f"the drafter {loaded.name!r} does not fit target {printable(repr(hello.model), 200)}"
+                                f": {str(e).removeprefix('`drafter` ')}") from None
+    return cfg.feature_layers(hello.layers)
+
+
+def ready(loaded: Loaded, layers: tuple[int, ...] = ()) -> Ready:
+    """The reply to an accepted Hello: the drafter's vocabulary, tokenizer, model and kernels, and for an EAGLE-3
+    drafter the target layers whose inputs it takes."""
     who = loaded.identity
     kernels = json.dumps(who["linear_kernels"], sort_keys=True) if "linear_kernels" in who else ""
     return Ready(PROTOCOL_VERSION, loaded.vocab_size, loaded.tokenizer.fingerprint, loaded.name, who["revision"],
-                 who["dtype"], who["device"], kernels)
+                 who["dtype"], who["device"], kernels, ",".join(map(str, layers)))

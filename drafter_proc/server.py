@@ -29,7 +29,8 @@ import torch
 
 from drafter_proc.between import Between
 from drafter_proc.drafter import Drafter
-from drafter_proc.handshake import check_hello, ready
+from drafter_proc.handshake import check_hello, feature_layers, ready
+from drafter_proc.head import HeadDrafter
 from drafter_proc.request import Request
 from drafter_proc.session import DrafterSession
 from models.kv_cache import KVCache
@@ -157,14 +158,16 @@ class DrafterServer:
 
     def _hello(self, hello: Hello, peer: bytes, arrived: float) -> Ready:
         config = check_hello(hello, self.loaded, self.max_request_context)
+        layers = feature_layers(hello, self.loaded)
         self.session = None  # a failed Hello leaves no session behind, and the old cache is freed with it
         runner = self.cache.at_least(hello.capacity + config.n_expanded)  # the context plus one pool's scratch
-        self.session = DrafterSession(Drafter(runner, config), self.loaded.vocab_size, self._between,
-                                      self.use_threads)
+        drafter = HeadDrafter(runner, config) if layers else Drafter(runner, config)
+        self.session = DrafterSession(drafter, self.loaded.vocab_size, self._between, self.use_threads)
         self.peer, self.served = peer, True
-        log.info("handshake with target %s: pool topk=%d depth=%d expand=%d", printable(repr(hello.model), 200),
-                 config.topk, config.depth, config.expand)
-        return ready(self.loaded)
+        log.info("handshake with target %s: pool topk=%d depth=%d expand=%d%s", printable(repr(hello.model), 200),
+                 config.topk, config.depth, config.expand,
+                 f"; an EAGLE-3 head on the inputs of its layers {', '.join(map(str, layers))}" if layers else "")
+        return ready(self.loaded, layers)
 
     def _peer_error(self, msg: Error, peer: bytes, arrived: float) -> None:
         if peer == self.peer:

@@ -15,12 +15,13 @@ import numpy as np
 
 from drafter_proc.between import Between
 from drafter_proc.drafter import Drafter
+from drafter_proc.head import HeadDrafter, features_of
 from drafter_proc.request import Request
 from pipeline.ahead import HIT, Drafted
 from pipeline.cut import LevelValues
 from pipeline.cut_policy import CutPolicy
 from pipeline.pool import out_of_vocab
-from protocol.errors import StaleMessage, TokenOutOfRange
+from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
 from protocol.messages import Ahead, Commit, End, PoolMsg, Start, Waiting
 
 BetweenFor = Callable[[Request, Drafter, Ahead | None], Between]  # the between-passes callback of a growth
@@ -29,7 +30,7 @@ BetweenFor = Callable[[Request, Drafter, Ahead | None], Between]  # the between-
 class DrafterSession:
     """The drafter's side of a session with the target it serves: a handler per request message."""
 
-    def __init__(self, drafter: Drafter, vocab_size: int, between: BetweenFor,
+    def __init__(self, drafter: Drafter | HeadDrafter, vocab_size: int, between: BetweenFor,
                  use_threads: Callable[[bool], None]) -> None:
         self.drafter = drafter
         self.vocab_size = vocab_size  # of the drafter's model: tokens beyond it are refused
@@ -41,18 +42,20 @@ class DrafterSession:
     def start(self, msg: Start, arrived: float) -> PoolMsg:
         """A new request: round 0's pool from the prompt."""
         self._check_tokens(msg.prompt, "prompt")
+        features = self._features(msg)
         self.request = request = Request(msg.request, CutPolicy(self.values))
         request.growing(arrived)
-        drafted = self.drafter.start(msg.prompt, self.between(request, self.drafter, None))
+        drafted = self.drafter.start(msg.prompt, *features, self.between(request, self.drafter, None))
         request.round = 0
         return self._pool_msg(drafted, arrived)
 
     def commit(self, msg: Commit, arrived: float) -> PoolMsg:
         """The tokens the last round emitted: the next round's pool (or the one grown ahead from them)."""
         request = self._next_round(msg)
+        features = self._features(msg)
         request.round_ended(msg.tokens, arrived)
         request.growing(arrived)
-        drafted = self.drafter.commit(msg.tokens, self.between(request, self.drafter, None))
+        drafted = self.drafter.commit(msg.tokens, *features, self.between(request, self.drafter, None))
         request.round = msg.round
         return self._pool_msg(drafted, arrived)
 
@@ -94,6 +97,20 @@ class DrafterSession:
                                f"expects request {open_id} round {last + 1}")
         self._check_tokens(msg.tokens, "tokens")
         return self.request
+
+    def _features(self, msg: Start | Commit) -> tuple:
+        """(the message's features as a (rows, F) tensor,) for an EAGLE-3 drafter, which needs them; () for a
+        standalone one, which takes none."""
+        if not getattr(self.drafter, "wants_features", False):
+            return ()
+        if start := isinstance(msg, Start):
+            if msg.prompt.shape[0] < 2:
+                raise BadArray("an EAGLE-3 drafter starts from two tokens at least: `prompt` holds one")
+        want = self.drafter.runner.feature_width
+        if msg.feature_width != want:
+            raise BadArray(f"the EAGLE-3 drafter takes features of {want} values a token; the "
+                           f"{'Start' if start else 'Commit'} carries {msg.feature_width or 'none'}")
+        return (features_of(msg),)
 
     def _check_tokens(self, tokens: np.ndarray, name: str) -> None:
         if problem := out_of_vocab(tokens, self.vocab_size, name):

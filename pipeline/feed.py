@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class DrafterFeed:
     """What the drafter has been told of a decode's committed context: `told` tokens (0: not started), the
     budget of the round before (`previous`, None before the first) and the tokens it missed while rounds
     were plain (`missed`, as of the current round's request). With a `window` (DecodeConfig.drafter_window)
-    the drafter starts on the context's last `window` tokens and is told every token after them."""
+    the drafter starts on the context's last `window` tokens and is told every token after them.
 
-    def __init__(self, drafter, window: int = 0) -> None:
-        self.drafter, self.window = drafter, window
+    A drafter that takes the target's features (an EAGLE-3 head) is told, with each token but the context's
+    last, that token's features: `features(start, stop)` gives those of committed positions [start, stop)."""
+
+    def __init__(self, drafter, window: int = 0, features: Callable[[int, int], object] | None = None) -> None:
+        self.drafter, self.window, self.features = drafter, window, features
         self.told, self.previous, self.missed = 0, None, 0
 
     def start_tokens(self, context: int) -> int:
@@ -22,10 +25,15 @@ class DrafterFeed:
     def ask(self, history: Sequence[int]) -> None:
         """Ask for the next round's pool, with every token of `history` the drafter has not seen."""
         if self.told:
-            self.drafter.commit(history[self.told:])
+            self.drafter.commit(history[self.told:], *self._features(self.told - 1, len(history) - 1))
         else:  # the drafter's prefill; its first pool follows
-            self.drafter.start(history[len(history) - self.start_tokens(len(history)):])
+            start = len(history) - self.start_tokens(len(history))
+            self.drafter.start(history[start:], *self._features(start, len(history) - 1))
         self.told = len(history)
+
+    def _features(self, start: int, stop: int) -> tuple:
+        """(the features of committed positions [start, stop),) for a drafter that takes them, else ()."""
+        return () if self.features is None else (self.features(start, stop),)
 
     def waiting(self) -> bool:
         """Whether the drafter is still growing its first pool (the prefill then leaves it its cores)."""

@@ -145,7 +145,7 @@ ExpandFn = Callable[[np.ndarray, np.ndarray, np.ndarray, int], "torch.Tensor"]
 
 
 def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig,
-              stop: Callable[[], bool] | None = None) -> Pool:
+              stop: Callable[[], bool] | None = None, ids: torch.Tensor | None = None) -> Pool:
     """Grow a pool from the drafter's root row.
 
     root_logprobs: (V,) draft log-probs at the root.
@@ -154,9 +154,11 @@ def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig,
     parents' pool indices), parents always expanded in an earlier call.
     stop: asked before each level after the first; when it answers true the pool ends at the levels grown
     (a cut pool: each level is the full pool's level, and the deepest is not expanded).
+    ids: (V,) the token id of each column of the rows (an EAGLE-3 head's draft vocabulary); None: the
+    column is the token id.
     """
     k = min(config.topk, root_logprobs.shape[-1])
-    logp, token = _top_children(root_logprobs[None], k)
+    logp, token = _top_children(root_logprobs[None], k, ids)
     parent = [np.full(k, ROOT, np.int64)]
     tokens, logps, cum = [token], [logp], logp.copy()
     frontier = _best(np.arange(k), cum, config.expand)
@@ -168,7 +170,7 @@ def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig,
             new = np.arange(cum.shape[0] - len(tokens[-1]), cum.shape[0])
             frontier = _best(new, cum, config.expand)
         all_token, all_parent = np.concatenate(tokens), np.concatenate(parent)
-        logp, token = _top_children(expand(frontier, all_token[frontier], all_parent[frontier], depth), k)
+        logp, token = _top_children(expand(frontier, all_token[frontier], all_parent[frontier], depth), k, ids)
         expanded.append(frontier)
         child_parent = np.repeat(frontier, k)
         cum = np.concatenate([cum, cum[child_parent] + logp])
@@ -181,8 +183,9 @@ def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig,
     return Pool.from_edges(np.concatenate(tokens), np.concatenate(parent), np.concatenate(logps), is_expanded)
 
 
-def _top_children(rows: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best tokens of each of (E, V) log-prob rows, flattened row by row -> (logp, token), (E * k,).
+def _top_children(rows: torch.Tensor, k: int, ids: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The k best tokens of each of (E, V) log-prob rows, flattened row by row -> (logp, token), (E * k,);
+    with `ids` (V,), column c is token ids[c].
 
     One host read for both: token ids are exact in float64, and the next pass's inputs depend on them
     (a host-device sync per level).
@@ -190,6 +193,8 @@ def _top_children(rows: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     import torch  # here, not at the top: the pool's ranking and the rule table import without torch
 
     logp, token = torch.topk(rows.float(), k, dim=-1)
+    if ids is not None:
+        token = ids[token]
     both = torch.stack([logp.double(), token.double()]).cpu().numpy()  # (2, E, k)
     return _finite(both[0].reshape(-1)), both[1].reshape(-1).astype(np.int64)
 

@@ -88,11 +88,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
     def body() -> int:
         raise_open_file_limit()  # a descriptor per connection, handshaking ones included
         keys = server_keys(endpoint, key_options, serve.clear)  # before the model loads: a key problem stops here
+        from models.kv_plan import feature_row_bytes
         from protocol.limits import request_frame_bytes
         from protocol.transport import Listener
 
         try:  # before the model loads too: a target that connects meanwhile is answered, and waits for Ready
-            listener = Listener.bind(endpoint, keys, request_frame_bytes(serve.max_request_context))
+            frame = request_frame_bytes(serve.max_request_context, feature_row_bytes(options))  # features: a head's
+            listener = Listener.bind(endpoint, keys, frame)
         except OSError as e:
             log.error("%s", e.strerror or e)
             return EXIT_USAGE

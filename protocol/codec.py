@@ -16,7 +16,7 @@ import numpy as np
 
 from protocol.errors import BadArray, MalformedMessage, UnexpectedMessage, UnknownMessage
 from protocol.limits import MAX_ARRAY_LENGTH, MAX_HEADER_BYTES, MAX_NESTING
-from protocol.messages import MESSAGES, Kind, Message, layout
+from protocol.messages import MESSAGES, Kind, Message, array_limit, layout
 
 MAX_FRAMES = 1 + max(len(layout(cls)[1]) for cls in MESSAGES.values())  # the header and the arrays
 # msgpack's own bounds, so that no length it reads can make it allocate more than a header holds
@@ -70,7 +70,7 @@ def decode(frames: list[bytes], expect: tuple[type[Message], ...] | None = None)
         raise BadArray(f"{cls.__name__} carries {len(arrays)} arrays; got {len(frames) - 1} frames and "
                        f"{len(specs) if isinstance(specs, list) else 'no'} array specs")
     for (name, dtype), spec, frame in zip(arrays, specs, frames[1:]):
-        kwargs[name] = _array(cls.__name__, name, dtype, spec, frame)
+        kwargs[name] = _array(cls.__name__, name, dtype, spec, frame, array_limit(cls, name))
     msg = cls(**kwargs)
     msg.check()
     return msg
@@ -89,14 +89,14 @@ def _scalar(owner: str, name: str, typ: type, value):
     return value
 
 
-def _array(owner: str, name: str, dtype: np.dtype, spec, frame: bytes) -> np.ndarray:
+def _array(owner: str, name: str, dtype: np.dtype, spec, frame: bytes, limit: int = MAX_ARRAY_LENGTH) -> np.ndarray:
     if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], list)):
         raise BadArray(f"{owner}.{name}: array spec must be [dtype, shape], got {_short(spec)}")
     if spec[0] != dtype.str:
         raise BadArray(f"{owner}.{name} must have dtype {dtype.name} ({dtype.str}), got {_short(spec[0])}")
     shape = spec[1]
-    if len(shape) != 1 or not isinstance(shape[0], int) or not 0 <= shape[0] <= MAX_ARRAY_LENGTH:
-        raise BadArray(f"{owner}.{name} must be 1-D with at most {MAX_ARRAY_LENGTH} entries, "
+    if len(shape) != 1 or not isinstance(shape[0], int) or not 0 <= shape[0] <= limit:
+        raise BadArray(f"{owner}.{name} must be 1-D with at most {limit} entries, "
                        f"got shape {_short(shape)}")
     if len(frame) != shape[0] * dtype.itemsize:
         raise BadArray(f"{owner}.{name}: {len(frame)} bytes for {shape[0]} x {dtype.name}")

@@ -13,10 +13,13 @@ import numpy as np
 from pipeline.config import pool_size
 from pipeline.cut import NOW, WEIGH
 from protocol.errors import BadArray, LimitExceeded, MalformedMessage
-from protocol.limits import MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH
+from protocol.limits import (MAX_ARRAY_LENGTH, MAX_CONTEXT, MAX_FEATURE_BYTES, MAX_FEATURE_WIDTH, MAX_POOL_CANDIDATES,
+                             MAX_POOL_DEPTH)
 
-PROTOCOL_VERSION = 6  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
-# 5: Waiting.cut 2 (weighed cuts); 6: Ready.linear_kernels
+PROTOCOL_VERSION = 7  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
+# 5: Waiting.cut 2 (weighed cuts); 6: Ready.linear_kernels; 7: EAGLE-3 features (Hello's shape, Ready.feature_layers,
+# Start's and Commit's features)
+FEATURE_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}  # the dtypes a target's features travel in
 
 
 class Kind(IntEnum):
@@ -32,9 +35,31 @@ class Kind(IntEnum):
     WAITING = 10
 
 
-def array(dtype: str):
-    """A 1-D array field of the given numpy dtype."""
-    return field(metadata={"dtype": np.dtype(dtype)})
+def array(dtype: str, limit: int = MAX_ARRAY_LENGTH, empty: bool = False):
+    """A 1-D array field of the given numpy dtype, of at most `limit` entries; `empty`: empty by default."""
+    meta = {"dtype": np.dtype(dtype), "limit": limit}
+    if empty:
+        return field(default_factory=lambda: np.zeros(0, dtype), metadata=meta)
+    return field(metadata=meta)
+
+
+def array_limit(cls: type[Message], name: str) -> int:
+    """The most entries array field `name` of `cls` may hold."""
+    return next(f.metadata["limit"] for f in fields(cls) if f.name == name)
+
+
+def check_features(features: np.ndarray, dtype: str, width: int, rows: int) -> None:
+    """A Start's or Commit's features: none (dtype "" and width 0), or `rows` rows of `width` values of `dtype`
+    as raw bytes (the target's model dtype; bfloat16 has no numpy type)."""
+    if not dtype and not width and features.shape[0] == 0:
+        return
+    if dtype not in FEATURE_ITEMSIZE:
+        raise MalformedMessage(f"`feature_dtype` must be one of {', '.join(FEATURE_ITEMSIZE)}, got {dtype!r}")
+    if not 0 < width <= MAX_FEATURE_WIDTH:
+        raise MalformedMessage(f"`feature_width` must be 1 to {MAX_FEATURE_WIDTH}, got {width!r}")
+    if features.shape[0] != rows * width * FEATURE_ITEMSIZE[dtype]:
+        raise BadArray(f"`features` holds {features.shape[0]} bytes; {rows} rows of {width} {dtype} values take "
+                       f"{rows * width * FEATURE_ITEMSIZE[dtype]}")
 
 
 class Message:
@@ -57,6 +82,8 @@ class Hello(Message):
     depth: int
     expand: int
     capacity: int
+    hidden_size: int = 0  # the target's, with its layer count: what an EAGLE-3 drafter checks its head against
+    layers: int = 0  # (0: a target without layers, the mock)
 
     def check(self) -> None:
         """Upper bounds only, before the drafter sizes anything by these values; the drafter checks the pool
@@ -85,9 +112,21 @@ class Ready(Message):
     dtype: str = ""
     device: str = ""
     linear_kernels: str = ""  # the CPU linear kernels the drafter chose at load, as JSON (models.cpu_linear.tune)
+    feature_layers: str = ""  # an EAGLE-3 drafter: the target layers whose inputs it takes, comma-separated
 
     def check(self) -> None:
         self.kernels()
+        self.layers()
+
+    def layers(self) -> tuple[int, ...]:
+        """`feature_layers` read: () for a drafter that takes no features."""
+        if not self.feature_layers:
+            return ()
+        parts = self.feature_layers.split(",")
+        if len(parts) > 8 or not all(p.isdigit() and len(p) <= 6 for p in parts):
+            raise MalformedMessage(f"Ready.feature_layers must list up to 8 layer numbers, got "
+                                   f"{self.feature_layers[:80]!r}")
+        return tuple(int(p) for p in parts)
 
     def kernels(self) -> dict[str, list[str]]:
         """`linear_kernels` read: {"OUTxIN": [kernel per row class]} ({} when empty)."""
@@ -111,10 +150,14 @@ class Start(Message):
     KIND: ClassVar[Kind] = Kind.START
     request: int
     prompt: np.ndarray = array("int32")
+    features: np.ndarray = array("uint8", MAX_FEATURE_BYTES, empty=True)  # for an EAGLE-3 drafter: the prompt's
+    feature_dtype: str = ""  # tokens but the last, rows of feature_width values in this dtype (check_features)
+    feature_width: int = 0
 
     def check(self) -> None:
         if self.prompt.shape[0] == 0:
             raise BadArray("`prompt` is empty")
+        check_features(self.features, self.feature_dtype, self.feature_width, self.prompt.shape[0] - 1)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -125,10 +168,14 @@ class Commit(Message):
     request: int
     round: int
     tokens: np.ndarray = array("int32")
+    features: np.ndarray = array("uint8", MAX_FEATURE_BYTES, empty=True)  # for an EAGLE-3 drafter: those of
+    feature_dtype: str = ""  # the token before each of `tokens` (check_features)
+    feature_width: int = 0
 
     def check(self) -> None:
         if self.tokens.shape[0] == 0:
             raise BadArray("`tokens` is empty")
+        check_features(self.features, self.feature_dtype, self.feature_width, self.tokens.shape[0])
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -44,7 +44,7 @@ from protocol import wakeup
 from protocol.codec import MAX_FRAMES, decode, encode
 from protocol.errors import AccessDenied, BadArray, PeerDied, PeerTimeout
 from protocol.keys import Keypair
-from protocol.limits import MAX_FRAME_BYTES
+from protocol.limits import MAX_FEATURE_BYTES, MAX_FRAME_BYTES
 from protocol.log_limit import Throttle
 from protocol.messages import Message
 from protocol.receive import hand_back_memory, recv_frames
@@ -270,10 +270,10 @@ def _ipc_in_use(path: str) -> str | None:
 # -- sockets ------------------------------------------------------------------------------------------------
 
 def _bounded(sock: zmq.Socket, frame_bytes: int = MAX_FRAME_BYTES) -> zmq.Socket:
-    """Socket options of both ends: linger 0, the frame limit (at most MAX_FRAME_BYTES), short queues and
-    heartbeats."""
+    """Socket options of both ends: linger 0, the frame limit (at most MAX_FRAME_BYTES, or MAX_FEATURE_BYTES
+    for a drafter that takes features), short queues and heartbeats."""
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, min(frame_bytes, MAX_FRAME_BYTES))
+    sock.setsockopt(zmq.MAXMSGSIZE, min(frame_bytes, max(MAX_FRAME_BYTES, MAX_FEATURE_BYTES)))
     sock.setsockopt(zmq.RCVHWM, QUEUED_MESSAGES)
     sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
@@ -318,7 +318,8 @@ class Listener:
     @classmethod
     def bind(cls, endpoint: str, keys: ServerKeys | None = None, frame_bytes: int = MAX_FRAME_BYTES) -> Listener:
         """Bind `endpoint`; OSError naming it when it is taken (an ipc socket in use is never taken over).
-        A peer that sends a frame over `frame_bytes` (at most MAX_FRAME_BYTES) is disconnected."""
+        A peer that sends a frame over `frame_bytes` (at most MAX_FRAME_BYTES, or MAX_FEATURE_BYTES for a
+        drafter that takes features) is disconnected."""
         if endpoint.startswith("ipc://") and (reason := endpoint_in_use(endpoint)):
             raise OSError(errno.EADDRINUSE, f"cannot bind {endpoint}: {reason}")
         context = zmq.Context()

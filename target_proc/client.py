@@ -7,11 +7,13 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
 
 from pipeline.config import InputError, PoolConfig
 from pipeline.pool import InvalidPool, Pool, out_of_vocab
-from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, PeerError, ProtocolError,
-                             StaleMessage, TokenOutOfRange, UnexpectedMessage, VersionMismatch, printable)
+from protocol.errors import (AccessDenied, DrafterBusy, HandshakeMismatch, InvalidPoolMessage, MalformedMessage,
+                             PeerError, ProtocolError, StaleMessage, TokenOutOfRange, UnexpectedMessage,
+                             VersionMismatch, printable)
 from pipeline.ahead import Drafted
 from protocol.messages import (PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Message, PoolMsg, Ready,
                                Shutdown, Start, Waiting)
@@ -55,13 +57,16 @@ class RemoteDrafter:
         self.asked = 0  # pools asked for and not yet received: those of an abandoned request are drained
         self.cut_asked = False  # the current round's pool was asked for early: it may be a cut pool
         self.sent_at = 0.0  # when the current round's Start or Commit was sent (perf_counter)
+        self.wants_features = False  # the drafter is an EAGLE-3 head (its Ready names the layers it takes)
 
     def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float,
-                  busy_retry: float = BUSY_RETRY_S) -> Ready:
+                  busy_retry: float = BUSY_RETRY_S, shape: tuple[int, int] = (0, 0)) -> Ready:
         """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models, DrafterBusy when the
-        drafter still serves another target after `busy_retry` s."""
+        drafter still serves another target after `busy_retry` s. shape: the target's (hidden size, layers),
+        which an EAGLE-3 drafter checks its head against ((0, 0): a target without layers)."""
         c = self.pool_config
-        hello = Hello(PROTOCOL_VERSION, self.vocab_size, fingerprint, model, c.topk, c.depth, c.expand, capacity)
+        hello = Hello(PROTOCOL_VERSION, self.vocab_size, fingerprint, model, c.topk, c.depth, c.expand, capacity,
+                      *shape)
         try:
             hello.check()
         except ProtocolError as e:  # the target's own options: the user can change them
@@ -85,22 +90,29 @@ class RemoteDrafter:
         except ProtocolError as e:
             self._refuse(e)
             raise
+        layers = reply.layers()
+        if shape[1] and any(i >= shape[1] for i in layers):  # what the target would keep: its own layers only
+            error = MalformedMessage(f"the drafter asks for the inputs of layers {list(layers)}; the target has "
+                                     f"{shape[1]}")
+            self._refuse(error)
+            raise error
+        self.wants_features = bool(layers)
         return reply
 
-    def start(self, prompt: Sequence[int]) -> None:
+    def start(self, prompt: Sequence[int], features: torch.Tensor | None = None) -> None:
         self._drain()
         self._check_quiet("Start")
         self.request += 1
         self.round = 0
         self.cut_asked = False
-        self.channel.send(Start(self.request, np.asarray(prompt, np.int32)))
+        self.channel.send(Start(self.request, np.asarray(prompt, np.int32), *feature_fields(features)))
         self.sent_at = time.perf_counter()
         self.asked = 1
 
-    def commit(self, tokens: Sequence[int]) -> None:
+    def commit(self, tokens: Sequence[int], features: torch.Tensor | None = None) -> None:
         self._check_quiet("Commit")
         self.round += 1
-        self.channel.send(Commit(self.request, self.round, np.asarray(tokens, np.int32)))
+        self.channel.send(Commit(self.request, self.round, np.asarray(tokens, np.int32), *feature_fields(features)))
         self.sent_at = time.perf_counter()
         self.asked += 1
 
@@ -188,6 +200,16 @@ class RemoteDrafter:
                 self.channel.send(Error(error.code, str(error), self.request))
             except Exception as e:  # the peer may be gone; the original error is what matters
                 log.debug("could not send the error reply: %s", e)
+
+
+def feature_fields(features: torch.Tensor | None) -> tuple:
+    """(n, F) features in the model's dtype -> a Start's or Commit's (bytes, dtype, width); () for none.
+    A host read of the rows: a sync when they are on a GPU."""
+    if features is None:
+        return ()
+    rows = features.detach().contiguous().cpu()
+    raw = rows.view(torch.uint8).reshape(-1).numpy()  # bfloat16 has no numpy type: its bytes travel as they are
+    return raw, str(rows.dtype).removeprefix("torch."), int(rows.shape[1])
 
 
 def shape_problem(pool: Pool, config: PoolConfig, cut: bool = False) -> str | None:

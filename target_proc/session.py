@@ -121,8 +121,13 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
         log.info("loaded %s on %s; waiting for the drafter at %s%s", model.model, model.device, endpoint,
                  " (CURVE)" if drafter_key else "")
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
-        ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout)
+        ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout,
+                                  shape=loaded.shape)
         log.info("drafter %r ready", ready.model)
+        if ready.layers():  # an EAGLE-3 drafter: each commit carries the inputs of these layers
+            target.keep_features(ready.layers())
+            log.info("the drafter is an EAGLE-3 head: commits carry the inputs of target layers %s",
+                     ", ".join(map(str, ready.layers())))
         kernels = ready.kernels()
         models = {"target": loaded.identity,
                   "drafter": {"model": ready.model, "revision": ready.revision, "dtype": ready.dtype,

@@ -122,6 +122,16 @@ class Target:
     def synchronize(self) -> None:
         self.runner.synchronize()
 
+    def keep_features(self, layers: tuple[int, ...]) -> None:
+        """From now on keep the inputs of these layers for every token the cache holds (an EAGLE-3 drafter's
+        features); a commit keeps those of the tokens it keeps."""
+        self.runner.keep_features(layers)
+
+    def features(self, start: int, stop: int) -> torch.Tensor:
+        """(stop - start, F) the kept features of committed positions [start, stop), in the model's dtype."""
+        assert 0 <= start <= stop <= self.before_root + 1, (start, stop, self.before_root)
+        return self.runner.features_at(np.arange(start, stop))
+
     def _use_threads(self, overlapped: bool) -> None:
         """On the CPU, leave the drafter its core while it works and take every core while it waits."""
         if self.threads is not None:

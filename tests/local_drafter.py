@@ -14,14 +14,15 @@ from pipeline.ahead import Drafted
 class LocalDrafter:
     def __init__(self, drafter: Drafter) -> None:
         self.drafter = drafter
+        self.wants_features = getattr(drafter, "wants_features", False)  # an EAGLE-3 head (HeadDrafter)
         self._pending: Drafted | None = None
         self.predictions: list[list[int]] = []  # per ahead() call, the tokens the pool was grown after
 
-    def start(self, prompt: Sequence[int]) -> None:
-        self._pending = self.drafter.start(prompt)
+    def start(self, prompt: Sequence[int], *features) -> None:
+        self._pending = self.drafter.start(prompt, *features)
 
-    def commit(self, tokens: Sequence[int]) -> None:
-        self._pending = self.drafter.commit(tokens)
+    def commit(self, tokens: Sequence[int], *features) -> None:
+        self._pending = self.drafter.commit(tokens, *features)
 
     def ahead(self, tokens: Sequence[int]) -> None:
         self.drafter.ahead(tokens)

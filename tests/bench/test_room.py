@@ -25,6 +25,7 @@ BAD_FLAG = {  # one refused value per benchmark
     "values": ["--resamples", "0"],
     "handshake": ["--every", "0"],
     "recording": ["--budget", "0"],
+    "eagle3": ["--rounds", "0"],
 }
 PROBE = """
 import sys

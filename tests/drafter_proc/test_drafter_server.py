@@ -85,7 +85,8 @@ def test_pools_equal_an_in_process_drafter_fed_the_same_tokens(drafter_server):
 
 
 def raw_start(spec, data: bytes) -> list[bytes]:
-    return [msgpack.packb({"k": int(Kind.START), "f": {"request": 4}, "a": [spec]}), data]
+    return [msgpack.packb({"k": int(Kind.START), "f": {"request": 4, "feature_dtype": "", "feature_width": 0},
+                           "a": [spec, ["|u1", [0]]]}), data, b""]
 
 
 GARBAGE = [

@@ -228,11 +228,11 @@ def test_a_cuda_device_without_cuda_is_a_usage_error_of_the_process(caplog):
 def test_a_misspelt_command_is_named_with_the_commands_there_are(capsys):
     assert usage_error(capsys, "reprot", "runs/x") == (
         "launch/pair.sh: error: unknown command 'reprot' (did you mean 'report'?): the commands are sweep, report, "
-        "matched, export, values, drafter, keys, or options alone to decode")
+        "matched, export, values, drafter, keys, pool, or options alone to decode")
     with pytest.raises(SystemExit):
         plan(["--help"])
     assert capsys.readouterr().out.startswith(
-        "usage: launch/pair.sh [sweep|report|matched|export|values|drafter|keys] [options]")
+        "usage: launch/pair.sh [sweep|report|matched|export|values|drafter|keys|pool] [options]")
 
 
 def test_the_sweeps_help_describes_the_sweep(capsys):
@@ -359,3 +359,22 @@ def test_a_missing_model_is_said_once_before_any_process_starts(capsys, tmp_path
         plan(["--target", "no-such/model", "--drafter", "no-such/model:int8", "--prompt", "hi"])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].count("'no-such/model'") == 1 and "--allow-download" in err[0]
+
+
+def test_an_eagle3_drafter_is_told_its_target():
+    """An EAGLE-3 head takes its target's tokenizer and embedding: the launcher names the target to it."""
+    p = plan(["--target", "random:tiny", "--drafter", "random:eagle3-tiny", "--prompt", "hi"])
+    assert option(p.drafter, "--head-target") == "random:tiny"
+    standalone = plan(["--target", "random:tiny", "--drafter", "random:tiny", "--prompt", "hi"])
+    assert option(standalone.drafter, "--head-target") == ""
+
+
+def test_a_missing_eagle3_head_is_named_by_its_path_before_any_process_starts(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    head = tmp_path / "head"
+    head.mkdir()
+    plan(["--target", "random:tiny", "--drafter", f"eagle3:{head}", "--prompt", "hi"])  # a directory: the load reads it
+    with pytest.raises(SystemExit):
+        plan(["--target", "random:tiny", "--drafter", "eagle3:no-such/head", "--prompt", "hi"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'no-such/head'" in err[0]

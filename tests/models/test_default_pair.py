@@ -184,3 +184,53 @@ def test_default_pair_filtered_outputs_are_drawn_from_the_filtered_target_rows(t
                 assert np.abs(probs - want).max() < 1e-3, (decoder, seed, j)
             accepted += sum(r.accepted for r in result.rounds)
     assert accepted > 0, "no drafted token was ever accepted: the trees' rows went untested"
+
+
+@pytest.fixture(scope="module")
+def random_head():
+    """A random EAGLE-3 head of the default target's shape, on the target's features (layers 2, 15, 27)."""
+    return load(ModelOptions(model="random:eagle3-smollm2-135m", head_target="smollm2"), "drafter")
+
+
+def head_drafter(head, target: Target) -> LocalDrafter:
+    from drafter_proc.head import HeadDrafter
+
+    target.keep_features(head.model.cfg.feature_layers(30))
+    return LocalDrafter(HeadDrafter(head.runner(512 + 30), PoolConfig(topk=10, depth=4, expand=3)))
+
+
+def test_default_target_with_a_random_head_gives_plain_greedy_outputs(target_model, random_head):
+    target = Target(target_model.runner(512))
+    drafter = head_drafter(random_head, target)
+    eos = target_model.tokenizer.eos
+    ids = target_model.tokenizer.prompt_ids("What is 17 times 23?")
+    want = plain_greedy(target_model.model, ids, eos, 24)
+    for decoder in DECODERS:
+        assert decode(target, drafter, ids, DecodeConfig(decoder, 0.0, 8, 24), eos, None).tokens == want, decoder
+
+
+def test_default_target_with_a_random_head_draws_the_targets_first_token(target_model, random_head):
+    """At T = 1 the first token of `draft`'s outputs, verified through its tree, follows the target's law
+    (chi-square against the target's own row, rare outcomes pooled); whatever the head drafts, the verifier
+    decides."""
+    import scipy.stats
+
+    target = Target(target_model.runner(512))
+    drafter = head_drafter(random_head, target)
+    eos = target_model.tokenizer.eos
+    ids = target_model.tokenizer.prompt_ids("Say one word.")
+    with torch.no_grad():
+        first = torch.softmax(target_model.model(torch.tensor([ids])).logits[0, -1].double(), -1)
+    n = 200
+    counts: dict[int, int] = {}
+    for seed in range(n):
+        out = decode(target, drafter, ids, DecodeConfig("draft", 1.0, 8, 1), eos,
+                     torch.Generator().manual_seed(seed)).tokens
+        counts[out[0]] = counts.get(out[0], 0) + 1
+    common = [t for t in torch.argsort(first, descending=True).tolist() if first[t] * n >= 5]
+    observed = [counts.get(t, 0) for t in common] + [n - sum(counts.get(t, 0) for t in common)]
+    expected = [float(first[t]) * n for t in common] + [n * (1 - float(first[common].sum()))]
+    if expected[-1] < 5:  # fold a rare remainder into the last common outcome
+        observed[-2:] = [observed[-2] + observed[-1]]
+        expected[-2:] = [expected[-2] + expected[-1]]
+    assert len(observed) >= 2 and scipy.stats.chisquare(observed, expected).pvalue > 1e-3

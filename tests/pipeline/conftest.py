@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
-from models.mock import EOS, MockModel, MockRunner
+from drafter_proc.head import HeadDrafter
+from models.mock import EOS, MockHead, MockHeadRunner, MockModel, MockRunner
 from pipeline.ahead import Drafted
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, Pool, grow_pool
@@ -57,6 +58,18 @@ def build_pair(vocab_size: int, seed: int, noise: float, pool_config: PoolConfig
     drafter_model = RememberedRows(vocab_size, seed, noise)
     target = Target(MockRunner(target_model, capacity))
     drafter = LocalDrafter(Drafter(MockRunner(drafter_model, capacity), pool_config))
+    return MockPair(target_model, drafter_model, target, drafter)
+
+
+def build_head_pair(vocab_size: int, seed: int, noise: float, pool_config: PoolConfig,
+                    capacity: int = CAPACITY) -> MockPair:
+    """A mock target that keeps its features and a LocalDrafter over the mock head (models.mock.MockHead),
+    which reads them: the mock drafter's rows when the features are right."""
+    target_model = RememberedRows(vocab_size, seed)
+    drafter_model = RememberedRows(vocab_size, seed, noise)
+    target = Target(MockRunner(target_model, capacity))
+    target.keep_features((0,))
+    drafter = LocalDrafter(HeadDrafter(MockHeadRunner(MockHead(drafter_model), capacity), pool_config))
     return MockPair(target_model, drafter_model, target, drafter)
 
 
@@ -190,6 +203,11 @@ class FixedPoolDrafter:
 @pytest.fixture(scope="session")
 def mock_pair():
     return build_pair
+
+
+@pytest.fixture(scope="session")
+def mock_head_pair():
+    return build_head_pair
 
 
 @pytest.fixture(scope="session")

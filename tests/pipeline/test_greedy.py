@@ -59,6 +59,28 @@ def test_greedy_outputs_equal_ar(pool_config, noise, mock_pair, greedy):
     assert inside > 10
 
 
+@pytest.mark.parametrize("window", [0, 3])
+def test_greedy_outputs_equal_ar_with_an_eagle3_head(mock_head_pair, greedy, window):
+    """The mock head drafts from the target's features: every decoder gives ar's output, and drafts are
+    accepted as often as the mock drafter's (features off by a token would give rows of other prefixes)."""
+    pool_config = PoolConfig(topk=4, depth=4, expand=2)
+    pair = mock_head_pair(VOCAB, 11, 0.5, pool_config)
+    eos = frozenset({EOS})
+    draft_accepted = draft_rounds = 0
+    for prompt in prompts(6)[:8]:
+        prompt = [9, *prompt]  # a head starts from two tokens at least
+        ar = greedy(pair.target_model, prompt, MAX_NEW)
+        for decoder in DECODERS[1:]:
+            for budget in (1, 8, 59, "auto"):
+                config = DecodeConfig(decoder, 0.0, budget, MAX_NEW, drafter_window=window)
+                result = decode(pair.target, pair.drafter, prompt, config, eos, None, costs=copy.deepcopy(COSTS))
+                assert result.tokens == ar, (decoder, budget, prompt)
+                if decoder == "draft" and budget in (8, 59):
+                    draft_accepted += sum(r.accepted for r in result.rounds)
+                    draft_rounds += len(result.rounds)
+    assert draft_accepted > 0.5 * draft_rounds
+
+
 def test_greedy_output_and_text_equal_ar_at_every_limit(mock_pair):
     """The limit cuts ids and text alike: for each limit from 1 to 12 every decoder's output (and its text
     through the mock tokenizer) is ar's."""

@@ -67,13 +67,14 @@ def goodness_of_fit(samples: list[tuple[int, ...]], law: dict[tuple[int, ...], f
     return float(scipy.stats.chisquare(counts, expected).pvalue)
 
 
-def sample_outputs(pair, decoder: str, budget: int, case: int) -> tuple[list[tuple[int, ...]], float]:
+def sample_outputs(pair, decoder: str, budget: int, case: int, prompt: list[int] = PROMPT
+                   ) -> tuple[list[tuple[int, ...]], float]:
     """N_DECODES outputs, each decode with its own seeded generator -> (outcomes, accepted per round)."""
     config = DecodeConfig(decoder, 1.0, budget, HORIZON, seed=case, budget_max=4)
     outcomes, accepted, rounds = [], 0, 0
     for i in range(N_DECODES):
         generator = torch.Generator().manual_seed(1_000_003 * case + i)
-        result = decode(pair.target, pair.drafter if decoder != "ar" else None, PROMPT, config,
+        result = decode(pair.target, pair.drafter if decoder != "ar" else None, prompt, config,
                         frozenset({EOS}), generator, costs=PassCosts(0.04, 0.045, {1: 0.042, 2: 0.043, 4: 0.045}))
         assert len(result.tokens) <= HORIZON  # the whole output, never past the limit
         outcomes.append(tuple(result.tokens))
@@ -114,6 +115,22 @@ def test_sampled_outputs_follow_target_law(case, setup):
     assert goodness_of_fit(outcomes, law) >= ALPHA
     if decoder in ("draft", "root") and budget == 4:
         assert accepted > 0.3  # drafted tokens are accepted, so the verifier's path matters
+
+
+HEAD_PROMPT = [3, 2]  # an EAGLE-3 head starts from two tokens at least
+HEAD_CASES = [d for d in DECODERS if d != "ar"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoder", HEAD_CASES)
+def test_sampled_outputs_follow_target_law_with_an_eagle3_head(decoder, mock_head_pair, softmax):
+    """The mock head drafts from the target's features (models.mock.MockHead): the output law is ar's."""
+    pair = mock_head_pair(VOCAB, SEED, NOISE, POOL)
+    law = exact_law(pair.target_model, HEAD_PROMPT, HORIZON, softmax)
+    outcomes, accepted = sample_outputs(pair, decoder, 4, 100 + HEAD_CASES.index(decoder), HEAD_PROMPT)
+    assert goodness_of_fit(outcomes, law) >= ALPHA
+    if decoder in ("draft", "root"):
+        assert accepted > 0.3
 
 
 class _Shifted:

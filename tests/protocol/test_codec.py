@@ -29,6 +29,10 @@ SAMPLES = [
     Shutdown(),
     Ahead(7, 4, np.array([9, 4, 11], np.int32)),
     Waiting(7, 4),
+    Hello(PROTOCOL_VERSION, 128256, "0123abcd", "org/target-model", 10, 8, 10, 4096, 4096, 32),
+    Ready(PROTOCOL_VERSION, 128256, "0123abcd", "eagle3:org/head", feature_layers="2,16,29"),
+    Start(7, np.array([1, 5, 9], np.int32), np.arange(2 * 3 * 2, dtype=np.uint8), "bfloat16", 3),
+    Commit(7, 3, np.array([5], np.int32), np.arange(4 * 2, dtype=np.uint8), "float32", 2),
 ]
 
 
@@ -107,6 +111,21 @@ def test_malformed_header_is_refused(frame_list, message):
         decode(frame_list)
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: Commit(7, 3, np.array([5, 6], np.int32), np.zeros(8, np.uint8), "float32", 2),
+     r"`features` holds 8 bytes; 2 rows of 2 float32 values take 16"),
+    (lambda: Start(7, np.array([5, 6], np.int32), np.zeros(4, np.uint8), "int8", 4),
+     r"`feature_dtype` must be one of float32, bfloat16, float16, got 'int8'"),
+    (lambda: Start(7, np.array([5, 6], np.int32), np.zeros(0, np.uint8), "float32", 0),
+     r"`feature_width` must be 1 to 49152, got 0"),
+    (lambda: Ready(PROTOCOL_VERSION, 64, "f", "m", feature_layers="2,x"),
+     r"Ready.feature_layers must list up to 8 layer numbers"),
+])
+def test_features_that_do_not_fit_their_tokens_are_refused(make, message):
+    with pytest.raises(ProtocolError, match=message):
+        decode(encode(make()))
+
+
 @pytest.mark.parametrize("kind, shown", [(99, "99"), (0, "0"), ("1", "'1'"), (True, "True"), (1.0, "1.0"),
                                          (None, "None")])
 def test_unknown_message_kind_is_refused(kind, shown):
@@ -115,8 +134,8 @@ def test_unknown_message_kind_is_refused(kind, shown):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda f: f.pop("capacity"), r"Hello needs fields \['capacity', 'depth', 'expand', 'fingerprint', 'model', "
-                                  r"'topk', 'version', 'vocab_size'\], got \['depth', .*'vocab_size'\]"),
+    (lambda f: f.pop("capacity"), r"Hello needs fields \['capacity', 'depth', 'expand', 'fingerprint', 'hidden_size', "
+                                  r"'layers', 'model', 'topk', 'version', 'vocab_size'\], got \['depth', .*'vocab_size'\]"),
     (lambda f: f.update(extra=1), r"Hello needs fields \[.*\], got \[.*'extra', .*\]"),
     (lambda f: f.update(version="1"), r"Hello.version must be int, got str"),
     (lambda f: f.update(version=True), r"Hello.version must be int, got bool"),
@@ -170,8 +189,12 @@ def test_float_field_refuses_text():
         decode(frames(h, *encode(SAMPLES[4])[1:]))
 
 
+START_FIELDS = {"request": 1, "feature_dtype": "", "feature_width": 0}
+NO_FEATURES = ["|u1", [0]]
+
+
 def start_frames(spec, data: bytes) -> list[bytes]:
-    return frames({"k": int(Kind.START), "f": {"request": 1}, "a": [spec]}, data)
+    return frames({"k": int(Kind.START), "f": START_FIELDS, "a": [spec, NO_FEATURES]}, data, b"")
 
 
 TOKENS = np.array([1, 2, 3], np.int32)
@@ -194,12 +217,12 @@ TOKENS = np.array([1, 2, 3], np.int32)
     (start_frames("<i4", TOKENS.tobytes()), r"Start.prompt: array spec must be \[dtype, shape\], got '<i4'"),
     (start_frames(["<i4", 3], TOKENS.tobytes()), r"array spec must be \[dtype, shape\], got \['<i4', 3\]"),
     (start_frames(["<i4", [3], 0], TOKENS.tobytes()), r"array spec must be \[dtype, shape\]"),
-    (frames({"k": int(Kind.START), "f": {"request": 1}, "a": [["<i4", [3]]]}),
-     r"Start carries 1 arrays; got 0 frames and 1 array specs"),
-    (frames({"k": int(Kind.START), "f": {"request": 1}, "a": [["<i4", [3]]]}, TOKENS.tobytes(), b""),
-     r"Start carries 1 arrays; got 2 frames and 1 array specs"),
-    (frames({"k": int(Kind.START), "f": {"request": 1}, "a": {}}, TOKENS.tobytes()),
-     r"Start carries 1 arrays; got 1 frames and no array specs"),
+    (frames({"k": int(Kind.START), "f": START_FIELDS, "a": [["<i4", [3]], NO_FEATURES]}),
+     r"Start carries 2 arrays; got 0 frames and 2 array specs"),
+    (frames({"k": int(Kind.START), "f": START_FIELDS, "a": [["<i4", [3]], NO_FEATURES]}, TOKENS.tobytes(), b"",
+            b""), r"Start carries 2 arrays; got 3 frames and 2 array specs"),
+    (frames({"k": int(Kind.START), "f": START_FIELDS, "a": {}}, TOKENS.tobytes(), b""),
+     r"Start carries 2 arrays; got 2 frames and no array specs"),
     (frames({"k": int(Kind.END), "f": {"request": 1}, "a": []}, b"\x00"),
      r"End carries 0 arrays; got 1 frames and 0 array specs"),
 ], ids=["int64", "big-endian", "float", "2-d", "0-d", "negative-length", "float-length", "too-long",

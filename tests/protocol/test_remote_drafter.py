@@ -360,3 +360,14 @@ def test_an_error_from_the_drafter_before_start_is_raised_at_start(fake_drafter)
     time.sleep(0.2)
     with pytest.raises(PeerError, match=r"peer reported stale: end of request 3, but no request is open"):
         client.start(PROMPT)
+
+
+def test_a_ready_that_asks_for_layers_the_target_lacks_is_refused(fake_drafter):
+    peer, channel = fake_drafter
+    client = remote(channel)
+    answer = peer.answer(ready(feature_layers="2,16,40"))
+    with pytest.raises(MalformedMessage, match=r"the drafter asks for the inputs of layers \[2, 16, 40\]; the "
+                                               r"target has 32"):
+        client.handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S, shape=(4096, 32))
+    answer.result()
+    assert isinstance(peer.recv(), Error) and not client.wants_features
