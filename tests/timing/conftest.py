@@ -28,8 +28,9 @@ def sweep_in_process(session: TargetSession, options: SweepOptions) -> RecordSto
 
 
 def sweep_options(out, **overrides) -> SweepOptions:
-    """Quick sweep options: four of the built-in prompts, 24-token outputs, the paper's grid."""
-    values = dict(out=str(out), max_new_tokens=24, limit_prompts=4)
+    """Quick sweep options: four of the built-in prompts (where no prompts are given), 24-token outputs, the
+    paper's grid."""
+    values = dict(out=str(out), max_new_tokens=24) | ({} if "prompts" in overrides else {"limit_prompts": 4})
     values.update(overrides)
     return build(SweepOptions, **values)
 
