@@ -4,33 +4,19 @@ report, and greedy coverage against what the recorded rounds emitted."""
 from __future__ import annotations
 
 import itertools
-import json
 
-import numpy as np
 import pytest
 
-from study.coverage import round_coverage, scored_names
 from evaluation.rounds_file import load_rounds
-from study.values import VALUED
 from pipeline.pool import ROOT, Pool
 from pipeline.select import draft_order
 from pipeline.verify import STOPPINGS
+from study.coverage import round_coverage, scored_names
+from study.values import VALUED
+from tests.study.conftest import json_lines
 from timing.values import main
 
-GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)
 POOL = 4 + 4 * 2 * 2  # the mock sweep's pool: topk 4, depth 3, expand 2
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory, mock_session, make_options, sweep):
-    out = tmp_path_factory.mktemp("recorded")
-    sweep(mock_session(), make_options(out, **GRID))
-    return out
-
-
-def json_lines(capsys, *argv) -> list[dict]:
-    assert main([*argv, "--json", "--resamples", "200"]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
 def test_values_json_has_every_coverage_figure(recorded, capsys):

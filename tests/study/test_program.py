@@ -17,24 +17,12 @@ from evaluation.rounds_file import load_rounds, round_files, rounds_path
 from pipeline.pool import Pool
 from study.values import VALUED, Averages, evaluate
 from timing.record_store import load_records
+from tests.study.conftest import GRID, json_lines
 from timing.values import main
 from tests.timing.killed import DiesAfter, Killed
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "results" / "cpu-smollm2-values"  # the smallest committed recording with a rounds file
-GRID = dict(decoders="draft,root-draw", temperatures="0,1", budgets="4", warmup=1, record_rounds=True)
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory, mock_session, make_options, sweep):
-    out = tmp_path_factory.mktemp("recorded")
-    sweep(mock_session(), make_options(out, **GRID))
-    return out
-
-
-def json_lines(capsys, *argv) -> list[dict]:
-    assert main([*argv, "--json", "--resamples", "200"]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
 def test_sweep_records_every_timed_round_beside_its_records(recorded):
