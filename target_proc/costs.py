@@ -45,8 +45,10 @@ def measure(target: Target, cap: int, reps: int = 3) -> MeasuredPasses:
     typically takes) and when it is done."""
     t0 = time.perf_counter()
     sizes = [b for b in candidate_sizes(cap) if b]
-    log.info("budget auto: timing this machine's passes once per session (%d kinds of pass, %d times each; %s) "
-             "before the first decode", 4 + 2 * len(sizes), reps + 1, TYPICAL)
+    # At WARNING, so that the Python API (which logs at WARNING by default) says it too: half a minute of
+    # waiting before a first decode must not pass in silence.
+    log.warning("budget auto: timing this machine's passes once per session (%d kinds of pass, %d times each; %s) "
+                "before the first decode", 4 + 2 * len(sizes), reps + 1, TYPICAL)
     out = _measure(target, cap, sizes, reps)
     log.info("budget auto: passes timed in %.1f s (a plain pass %.1f ms)", time.perf_counter() - t0, 1000 * out.plain)
     return out

@@ -33,3 +33,4 @@ def test_measure_says_what_it_waits_for_and_when_it_is_done(caplog):
     said = [r.getMessage() for r in caplog.records if r.name == "budget"]
     assert len(said) == 2 and costs.TYPICAL in said[0] and said[0].startswith("budget auto: timing")
     assert said[1].startswith("budget auto: passes timed in ")
+    assert [r.levelname for r in caplog.records if r.name == "budget"] == ["WARNING", "INFO"]  # the API says the wait
