@@ -86,9 +86,11 @@ def test_a_target_the_drafter_does_not_know_is_refused(drafter_host, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_drafter_that_fails_to_load_stops_the_launcher_with_its_status():
-    done = pair("--target", "mock", "--drafter", "/no/such/model", "--prompt", "hi")
+def test_a_drafter_that_fails_to_load_stops_the_launcher_with_its_status(tmp_path):
+    # a missing model is said by the launcher before either process starts (tests/launch/test_pair_plan.py);
+    # a directory that is there but holds no checkpoint fails in the drafter's load
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    done = pair("--target", "mock", "--drafter", str(tmp_path), "--prompt", "hi")
     assert done.returncode == 2, done.stderr
-    assert "[drafter] error: model '/no/such/model' is neither a local directory nor in the local Hugging Face " \
-           "cache" in done.stderr
+    assert f"[drafter] error: model '{tmp_path}': the directory is not a transformers checkpoint" in done.stderr
     assert "[launch] the drafter exited with status 2" in done.stderr
