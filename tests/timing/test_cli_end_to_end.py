@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.prompts import BUILTIN
 from timing.record_store import read_records, record_key, records_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,11 +38,12 @@ def test_mock_sweep_then_report_as_a_user_would(tmp_path):
     done = pair("--prompts", "builtin", "--max-new-tokens", "24", "--out", str(out))
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout.strip().splitlines()[-1])
-    assert doc["complete"] and doc["records"] == 4 * 16 + 2 * 16
+    assert doc["complete"] and doc["records"] == len(BUILTIN) * 16 + 2 * 16
     assert doc["next"][0].startswith(f"launch/pair.sh report {out}") and f"report {out}" in done.stderr
     recs = read_records(records_path(out, 1, 1))
-    assert len(recs) == len({record_key(r) for r in recs}) == 4 * 16 + 2 * 16  # prompts x combos + warm-ups
-    assert Counter(r.warmup for r in recs) == {False: 64, True: 32}
+    # prompts x combinations + warm-ups
+    assert len(recs) == len({record_key(r) for r in recs}) == len(BUILTIN) * 16 + 2 * 16
+    assert Counter(r.warmup for r in recs) == {False: len(BUILTIN) * 16, True: 32}
     config = json.loads((out / "config.json").read_text())
     assert config["models"]["target"]["model"] == config["models"]["drafter"]["model"] == "mock"
     assert config["pool"] == {"topk": 4, "depth": 3, "expand": 2}
@@ -53,13 +55,14 @@ def test_mock_sweep_then_report_as_a_user_would(tmp_path):
     assert report.returncode == 0, report.stderr
     text = (out / "report.md").read_text()
     for setting in ("T=0 B=8", "T=0 B=59", "T=1 B=8", "T=1 B=59"):
-        assert f"## {setting}\n\n4 of 4 prompts have every decoder at this setting." in text
+        every = f"{len(BUILTIN)} of {len(BUILTIN)} prompts have every decoder at this setting."
+        assert f"## {setting}\n\n{every}" in text
     assert text.count("| root-draw over pearl |") == 4 and text.count("\n| draft |") == 4  # one row a setting
     for png in ("gains.png", "timeline.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(report.stdout.strip().splitlines()[-1])
     assert [(s["temperature"], s["budget"], s["prompts"]) for s in summary["settings"]] == [
-        (0.0, 8, 4), (0.0, 59, 4), (1.0, 8, 4), (1.0, 59, 4)]
+        (t, b, len(BUILTIN)) for t in (0.0, 1.0) for b in (8, 59)]
 
     matched = timing("matched", str(out))
     assert matched.returncode == 0, matched.stderr
@@ -76,7 +79,7 @@ def test_a_killed_sweep_resumes_to_exactly_one_record_per_decode(tmp_path):
     out = tmp_path / "sweep"
     path = records_path(out, 1, 1)
     args = [str(ROOT / "launch" / "pair.sh"), "sweep", *QUICK, "--max-new-tokens", "48", "--out", str(out)]
-    total = 4 * 16 + 2 * 16
+    total = len(BUILTIN) * 16 + 2 * 16
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
