@@ -1,25 +1,36 @@
 """Budget `auto`: each round's tree size, chosen from measured acceptance and pass costs (pure, no devices).
 
 Before each round the decode picks b from a small set (0, 1, 2, 4, 8, ... up to the cap) to maximise
-expected tokens per second:
+expected tokens per second, a speculative b counting only when it beats plain decoding by MARGIN:
 
     tokens(b) = 1 + sum_{k < b} p[k]          cost(b) = front + tree(b) + switching on   (b > 0)
     tokens(0) = 1                             cost(0) = plain
 
+A round's tokens vary a lot (one round accepts the whole tree, the next nothing), so a b whose expected
+rate only ties with plain decoding's would be a gamble that loses as often as it wins; the margin leaves
+such a setting plain.
+
 p[k] is the chance that the tree node of rank k (rank: the order the rules select in, cumulative draft
-log-prob first) lies on the accepted path, estimated per decode from the rounds it verified over a prior
-worth two rounds. The prior is optimistic (so that a decode starts speculating) and, across the decodes of
-one setting (decoder, temperature, cap), learns what earlier ones showed (Experience), so that a session
-whose speculation does not pay stops starting each decode with it. Older rounds weigh less: by `DECAY` a
-speculative round, and by `FORGET` a plain one, so that while speculation is off what the decode showed
-fades fast and the estimate returns to the setting's prior. Where the setting's decodes showed speculation
-paying (a dip in acceptance switched it off) the decode soon tries it again; where they showed it losing
-it stays off, and only the session prior, which forgets what earlier decodes showed a little with every
-decode (`RECALL`), brings it back, the later the more rounds had shown it losing.
+log-prob first) lies on the accepted path, estimated per decode from the rounds it verified over an anchor
+worth two rounds. The anchor is an optimistic prior (so that a decode starts speculating where a round costs
+less than the tokens the prior promises) beside what the setting's rounds showed (decoder, temperature, cap:
+the earlier decodes' (Experience) and this decode's own, at most EXPERIENCE rounds' worth), so that a
+session whose speculation does not pay stops starting each decode with it, and a decode whose first rounds
+show it losing stops trying it. Recent rounds weigh more: every earlier round loses `DECAY` of its weight
+with a speculative round, and with a plain one `FORGET` times the share of EXPERIENCE rounds the anchor
+rests on, so that while speculation is off the estimate returns to the anchor: fast where it rests on many
+rounds, slowly where the prior still makes up much of it (a few losing rounds, and a prior that, over them,
+would call for another try). Where the setting's rounds showed speculation paying (a dip in acceptance
+switched it off) the decode soon tries it again; where they showed it losing it stays off: the anchor
+forgets them only by `LINGER` a plain round (a decode of a few hundred plain rounds tries again) and, across
+decodes, by `RECALL` a decode, the later the more rounds had shown it losing. Each try costs a round dearer
+than a plain one, so tries must be rare for a decode never to fall much below plain decoding.
 
 `front` is what a steady speculative round spends before its tree pass (the root pass and the wait for the
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
-from passes timed at start-up, then follow what rounds take (costs outlive a decode: they are the device's). A
+from passes timed at start-up, the drafter's pool included (a round waits for it: a drafter that costs as
+much as the target makes its rounds dearer than any acceptance pays for, and the first round is already
+plain), then follow what rounds take (costs outlive a decode: they are the device's). A
 plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root pass of
 speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so that a plain
 cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds do not ask the
@@ -49,14 +60,17 @@ import numpy as np
 from pipeline.feed import DrafterFeed
 from pipeline.result import Phases
 
-PRIOR_WEIGHT = 2.0  # the prior counts as this many rounds
+PRIOR_WEIGHT = 2.0  # the anchor counts as this many rounds beside a decode's recent ones, and the optimistic
+                    # prior as many in the anchor
 DECAY = 1 / 64  # per speculative round, the weight every earlier round loses
-FORGET = 1 / 8  # per plain round, the same
+FORGET = 1 / 8  # per plain round, the same, for an anchor that rests on EXPERIENCE rounds (less on fewer)
 COST_RATE = 0.2  # weight of a round's timing in the cost estimates
 TYPICAL = 64  # the recent timings whose median is a speculative cost's typical value
 RUN_RATE = 0.2  # weight of a finished run of speculative rounds in the mean run length
-EXPERIENCE = 8.0  # at most, the rounds' worth of earlier decodes in a decode's prior
+EXPERIENCE = 8.0  # at most, the rounds' worth of the setting's rounds in a decode's anchor
 RECALL = 0.8  # per decode, the weight that what the decodes before it showed keeps in the session prior
+MARGIN = 0.1  # the share by which speculation's expected tokens per second must beat plain decoding's
+LINGER = 1 / 128  # per plain round, the weight that what the setting's rounds showed loses in a decode's anchor
 ROOT_RATE = 0.05  # weight of a speculative round's root pass (scaled) in the plain cost: a plain round's is
                   # COST_RATE, the root pass, which runs beside the drafter, is a less direct witness
 
@@ -75,12 +89,21 @@ def prior(cap: int) -> np.ndarray:
     return 0.9 * 0.75 ** np.arange(cap)
 
 
+def anchored(optimistic: np.ndarray, hits: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """(cap,) the optimistic prior (worth PRIOR_WEIGHT rounds) beside what rounds showed, `hits` of `seen` by
+    rank (worth at most EXPERIENCE rounds, so that a decode's own recent rounds soon outweigh them)."""
+    weight = np.minimum(seen, EXPERIENCE)
+    shown = np.divide(hits, seen, out=np.zeros(len(seen)), where=seen > 0)
+    return (PRIOR_WEIGHT * optimistic + weight * shown) / (PRIOR_WEIGHT + weight)
+
+
 @dataclass(frozen=True, slots=True)
 class MeasuredPasses:
     """This device's pass times, timed once at start-up (target_proc.costs.measure): seconds of a plain pass, of
     a root pass beside the drafter (`overlapped`), of tree passes by candidate size without (`tree`, the
-    root-pass rules) and with (`tree_with_root`, `draft`) the root's row, and seconds per token of the prefill,
-    alone and beside the drafter."""
+    root-pass rules) and with (`tree_with_root`, `draft`) the root's row, seconds per token of the prefill,
+    alone and beside the drafter, and seconds from asking the drafter for a pool after a one-token commit to
+    having it (`pool`; 0: not timed)."""
 
     plain: float
     overlapped: float
@@ -88,9 +111,10 @@ class MeasuredPasses:
     tree_with_root: dict[int, float]
     prefill: float
     prefill_shared: float
+    pool: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("plain", "overlapped", "prefill", "prefill_shared"):
+        for name in ("plain", "overlapped", "prefill", "prefill_shared", "pool"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"`{name}` must be finite seconds, at least 0, got {getattr(self, name)!r}")
         if set(self.tree) != set(self.tree_with_root):
@@ -181,32 +205,48 @@ class AutoBudget:
 
     costs: PassCosts
     cap: int
-    experience: InitVar[Experience | None] = None  # earlier decodes of the setting, for the prior
+    experience: InitVar[Experience | None] = None  # earlier decodes of the setting, for the anchor
     sizes: tuple[int, ...] = field(init=False)
-    prior: np.ndarray = field(init=False)  # (cap,)
+    prior: np.ndarray = field(init=False)  # (cap,) the optimistic prior
     hits: np.ndarray = field(init=False)  # (cap,) decayed count of rounds whose rank-k node was accepted
     seen: np.ndarray = field(init=False)  # (cap,) decayed count of rounds that verified a rank-k node
     total_hits: np.ndarray = field(init=False)  # (cap,) the same counts undecayed, for the session prior
     total_seen: np.ndarray = field(init=False)
+    shown_hits: np.ndarray = field(init=False)  # (cap,) the setting's rounds for the anchor: the earlier
+    shown_seen: np.ndarray = field(init=False)  # decodes' and this one's, fading by LINGER a plain round
     run: float = field(init=False)  # mean rounds a run of speculative rounds lasted (inf: none ended yet)
     streak: int = field(init=False, default=0)  # speculative rounds since the last plain one
 
     def __post_init__(self, experience: Experience | None) -> None:
         self.sizes = candidate_sizes(self.cap)
-        self.prior = prior(self.cap) if experience is None else experience.prior()
+        self.prior = prior(self.cap)
         self.run = math.inf if experience is None else experience.run
         self.hits, self.seen = np.zeros(self.cap), np.zeros(self.cap)
         self.total_hits, self.total_seen = np.zeros(self.cap), np.zeros(self.cap)
+        self.shown_hits = np.zeros(self.cap) if experience is None else experience.hits.copy()
+        self.shown_seen = np.zeros(self.cap) if experience is None else experience.seen.copy()
         missing = [b for b in self.sizes if b and b not in self.costs.tree]
         assert not missing, f"no tree pass cost for sizes {missing}"
 
     @property
+    def anchor(self) -> np.ndarray:
+        """(cap,) what the estimate returns to while speculation is off: the optimistic prior beside what the
+        setting's rounds showed, this decode's included."""
+        return anchored(self.prior, self.shown_hits, self.shown_seen)
+
+    @property
+    def founded(self) -> float:
+        """How far the anchor rests on rounds rather than on the prior: the rounds it holds of EXPERIENCE."""
+        return float(min(self.shown_seen[0], EXPERIENCE)) / EXPERIENCE
+
+    @property
     def accept(self) -> np.ndarray:
-        """(cap,) p[k]: the prior and the rounds, weighted by their counts."""
-        return (PRIOR_WEIGHT * self.prior + self.hits) / (PRIOR_WEIGHT + self.seen)
+        """(cap,) p[k]: the anchor and the recent rounds, weighted by their counts."""
+        return (PRIOR_WEIGHT * self.anchor + self.hits) / (PRIOR_WEIGHT + self.seen)
 
     def choose(self, switch: float = 0.0, left: float = math.inf, start: float = 0.0) -> int:
-        """The candidate b of most expected tokens per second (the smaller b on a tie). switch: seconds the
+        """The candidate b of most expected tokens per second (the smaller b on a tie), a speculative b's
+        discounted by MARGIN. switch: seconds the
         drafter's catch-up would cost (PassCosts.switch; 0 while speculation is on), spread over the rounds
         it would serve: the mean run, at most the rounds that `left` tokens take; start: seconds starting
         the drafter would cost (PassCosts.start), spread over the rounds that `left` tokens take."""
@@ -215,6 +255,7 @@ class AutoBudget:
         extra = switch / np.minimum(self.run, rounds) + start / rounds
         extra[0] = 0.0  # sizes[0] is 0: a plain round switches nothing on
         rates = tokens / (np.array([self.costs.round(b) for b in self.sizes]) + extra)
+        rates[1:] /= 1 + MARGIN  # speculation must promise more than plain decoding to be worth its spread
         return self.sizes[int(np.argmax(rates))]
 
     def observe(self, on_path: np.ndarray, b: int, *, front: float | None = None, tree: float | None = None,
@@ -226,16 +267,20 @@ class AutoBudget:
         `root`, a speculative round's root pass with its commit (what a plain round's pass would be)."""
         n = len(on_path)
         assert n <= max(b, 1) and n <= self.cap, (n, b)
-        keep = 1 - (DECAY if b else FORGET)
+        keep = 1 - (DECAY if b else FORGET * self.founded)
         self.hits *= keep
         self.seen *= keep
         self.hits[:n] += on_path
         self.seen[:n] += 1
         self.total_hits[:n] += on_path
         self.total_seen[:n] += 1
+        self.shown_hits[:n] += on_path
+        self.shown_seen[:n] += 1
         if b:
             self.streak += 1
         else:
+            self.shown_hits *= 1 - LINGER
+            self.shown_seen *= 1 - LINGER
             self.end_run()
         c = self.costs
         c.follow(front, b, tree, root if b else None)
@@ -256,9 +301,9 @@ class AutoBudget:
 
 @dataclass(slots=True)
 class Experience:
-    """What earlier decodes of one setting (decoder, temperature, cap) showed, for the next one's prior.
+    """What earlier decodes of one setting (decoder, temperature, cap) showed, for the next one's anchor.
 
-    The prior of a decode is the optimistic prior and the earlier decodes' acceptance by rank, these weighing
+    The anchor of a decode is the optimistic prior and the setting's acceptance by rank, the rounds weighing
     at most EXPERIENCE rounds. Each decode adds all the rounds it verified (its speculation switching off
     after a dip does not leave the dip to stand for it), and what the decodes before it showed keeps RECALL
     of its weight, so with every decode that verified nothing their weight falls once they count fewer
@@ -275,9 +320,8 @@ class Experience:
         self.seen = np.zeros(self.cap)
 
     def prior(self) -> np.ndarray:
-        weight = np.minimum(self.seen, EXPERIENCE)
-        shown = np.divide(self.hits, self.seen, out=np.zeros(self.cap), where=self.seen > 0)
-        return (PRIOR_WEIGHT * prior(self.cap) + weight * shown) / (PRIOR_WEIGHT + weight)
+        """(cap,) the anchor the next decode starts from."""
+        return anchored(prior(self.cap), self.hits, self.seen)
 
     def learn(self, decode: AutoBudget) -> None:
         """Fold a finished decode's rounds in (the decodes before it weigh RECALL as much as they did)."""
@@ -296,15 +340,17 @@ def ranks_on_path(cum: np.ndarray, depth: np.ndarray, index: np.ndarray, accepte
     return hit[order]
 
 
-def costs_for(root_pass: bool, measured: MeasuredPasses) -> PassCosts:
-    """A rule's starting costs from the passes timed at start-up: a root-pass rule's front is its root pass
-    (the drafter's wait is learnt from rounds); `draft` scores the root in its tree pass and waits for the
-    drafter first."""
+def costs_for(root_pass: bool, measured: MeasuredPasses, whole_pool: bool = True) -> PassCosts:
+    """A rule's starting costs from the passes timed at start-up: a root-pass rule's front is its root pass,
+    or the pool it waits for when that takes longer (the drafter drafts during the root pass); `draft` waits
+    for the pool, then scores the root in its tree pass. Without `whole_pool` (cut pools: a round takes the
+    levels grown by the end of its root pass) the pool's time is not what a round waits: rounds teach it."""
     m = measured
+    pool = m.pool if whole_pool else 0.0
     if root_pass:
-        return PassCosts(plain=m.plain, front=m.overlapped, tree=dict(m.tree), prefill=m.prefill,
+        return PassCosts(plain=m.plain, front=max(m.overlapped, pool), tree=dict(m.tree), prefill=m.prefill,
                          prefill_shared=m.prefill_shared, solo=m.plain / m.overlapped if m.overlapped > 0 else 1.0)
-    return PassCosts(plain=m.plain, front=0.0, tree=dict(m.tree_with_root), prefill=m.prefill,
+    return PassCosts(plain=m.plain, front=pool, tree=dict(m.tree_with_root), prefill=m.prefill,
                      prefill_shared=m.prefill_shared)
 
 
@@ -405,12 +451,13 @@ class SessionBudgets:
         self.experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap, drafting) -> earlier decodes
 
     def for_decode(self, decoder: str, root_pass: bool, temperature: float, cap: int, session_prior: bool,
-                   drafting: tuple = ()) -> tuple[PassCosts, Experience | None]:
-        """The costs a decode of budget auto starts from, and with the session prior its setting's Experience."""
+                   drafting: tuple = (), whole_pool: bool = True) -> tuple[PassCosts, Experience | None]:
+        """The costs a decode of budget auto starts from, and with the session prior its setting's Experience.
+        whole_pool: a round waits for the drafter's whole pool (not with cut pools; see costs_for)."""
         if cap not in self.measured:
             self.measured[cap] = self.measure(cap)
         if (decoder, cap, drafting) not in self.costs:
-            self.costs[decoder, cap, drafting] = costs_for(root_pass, self.measured[cap])
+            self.costs[decoder, cap, drafting] = costs_for(root_pass, self.measured[cap], whole_pool)
         costs = self.costs[decoder, cap, drafting]
         if not session_prior:
             return costs, None

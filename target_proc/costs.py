@@ -1,15 +1,23 @@
 """This device's pass times for budget auto (pipeline.budget turns them into each rule's costs): a plain
-round, the root pass while the drafter works, tree passes of each candidate size and the prefill, alone and
-beside the drafter, timed once on a scratch context before the first decode that needs them."""
+round, the root pass while the drafter works, tree passes of each candidate size, the prefill, alone and
+beside the drafter, and the drafter's pool after a one-token commit, timed once on a scratch context before
+the first decode that needs them.
+
+The pool is timed here rather than learnt from rounds alone: a round waits for it, and a decode that had to
+speculate to learn what a round costs would pay for the lesson with rounds dearer than plain ones (with a
+drafter as costly as the target, several plain rounds' worth each)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
 import numpy as np
 
 from pipeline.budget import MeasuredPasses, candidate_sizes
+from pipeline.decode import DrafterClient, takes_features
+from pipeline.feed import DrafterFeed
 from pipeline.tree import Tree
 from target_proc.target import Target
 
@@ -38,20 +46,53 @@ def timed(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def measure(target: Target, cap: int, reps: int = 3) -> MeasuredPasses:
+def measure(target: Target, cap: int, reps: int = 3, drafter: DrafterClient | None = None,
+            pool_size: int = 0) -> MeasuredPasses:
     """Seconds of a plain pass, a root pass beside the drafter, tree passes of every candidate size,
-    without (root-pass rules) and with (draft) the root's row, and of the prefill per token, alone and beside
-    the drafter. Leaves the cache to the next prefill. Says on the log when it starts (with how long it
-    typically takes) and when it is done."""
+    without (root-pass rules) and with (draft) the root's row, of the prefill per token, alone and beside
+    the drafter, and with a `drafter` (whose pools hold up to `pool_size` candidates) of its pool after a
+    one-token commit. Leaves the cache to the next prefill and the drafter without a request. Says on the log
+    when it starts (with how long it typically takes) and when it is done."""
     t0 = time.perf_counter()
     sizes = [b for b in candidate_sizes(cap) if b]
     # At WARNING, so that the Python API (which logs at WARNING by default) says it too: half a minute of
     # waiting before a first decode must not pass in silence.
     log.warning("budget auto: timing this machine's passes once per session (%d kinds of pass, %d times each; %s) "
-                "before the first decode", 4 + 2 * len(sizes), reps + 1, TYPICAL)
+                "before the first decode", 4 + 2 * len(sizes) + (drafter is not None), reps + 1, TYPICAL)
     out = _measure(target, cap, sizes, reps)
-    log.info("budget auto: passes timed in %.1f s (a plain pass %.1f ms)", time.perf_counter() - t0, 1000 * out.plain)
+    if drafter is not None:
+        out = dataclasses.replace(out, pool=pool_seconds(target, drafter, pool_size, reps))
+    log.info("budget auto: passes timed in %.1f s (a plain pass %.1f ms, the drafter's pool %.1f ms)",
+             time.perf_counter() - t0, 1000 * out.plain, 1000 * out.pool)
     return out
+
+
+def pool_seconds(target: Target, drafter: DrafterClient, pool_size: int, reps: int) -> float:
+    """Median seconds from a one-token commit to its pool (a steady round's request; the target idle) on a
+    scratch context, after the drafter's first pool and one untimed commit; 0 where the cache has no room
+    for a context of two tokens and the pool. Leaves the cache to the next prefill."""
+    vocab = target.runner.vocab_size
+    context = min(CONTEXT, target.capacity - pool_size - reps - 3)  # the drafter's cache is as large
+    if context < 2 or vocab < 2:
+        return 0.0
+    history = [1 + i % (vocab - 1) for i in range(context)]
+    feed = DrafterFeed(drafter, 0, target.features if takes_features(drafter) else None)
+    target.prefill(history[:-1])
+    feed.ask(history)  # the drafter's prefill and first pool, untimed
+    drafter.pool()
+    times = []
+    for _ in range(reps + 1):
+        target.root_pass(history[-1])  # writes the root (and its features): committed below
+        target.commit([])
+        history.append(1 + len(history) % (vocab - 1))
+        t0 = time.perf_counter()
+        feed.ask(history)
+        drafter.pool()
+        times.append(time.perf_counter() - t0)
+    target.synchronize()
+    feed.end()
+    target.before_root = 0
+    return float(np.median(times[1:]))
 
 
 def _measure(target: Target, cap: int, sizes: list[int], reps: int) -> MeasuredPasses:

@@ -42,7 +42,8 @@ class TargetSession:
         self.drafter = drafter
         self.pool = pool
         self.models = models or {}  # "target" and "drafter": model, revision, dtype, device (provenance)
-        self.budgets = SessionBudgets(lambda cap: costs.measure(self.target, cap))  # budget auto's memory
+        self.budgets = SessionBudgets(  # budget auto's memory
+            lambda cap: costs.measure(self.target, cap, drafter=self.drafter, pool_size=self.pool.size))
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
                sync_phases: bool = False, observe: Observer | None = None, on_tokens=None) -> DecodeResult:
@@ -64,7 +65,7 @@ class TargetSession:
             if config.auto:
                 pass_costs, experience = self.budgets.for_decode(
                     config.decoder, RULES[config.decoder].root_pass, config.temperature, config.budget_max,
-                    config.budget_prior == "session", config.drafting)
+                    config.budget_prior == "session", config.drafting, whole_pool=not config.cut_pools)
             return decode(self.target, self.drafter, prompt_ids, config, self.tokenizer.eos, generator,
                           sync_phases=sync_phases, costs=pass_costs, experience=experience, observe=observe,
                           on_tokens=on_tokens, stop_check=stop_check(self.tokenizer, config))

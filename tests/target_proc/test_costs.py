@@ -34,3 +34,54 @@ def test_measure_says_what_it_waits_for_and_when_it_is_done(caplog):
     assert len(said) == 2 and costs.TYPICAL in said[0] and said[0].startswith("budget auto: timing")
     assert said[1].startswith("budget auto: passes timed in ")
     assert [r.levelname for r in caplog.records if r.name == "budget"] == ["WARNING", "INFO"]  # the API says the wait
+
+
+class Timed:
+    """A DrafterClient around another that counts its requests and whether one is open."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.wants_features = inner, inner.wants_features
+        self.requests, self.open = 0, False
+
+    def start(self, prompt, *features):
+        self.requests, self.open = self.requests + 1, True
+        self.inner.start(prompt, *features)
+
+    def commit(self, tokens, *features):
+        self.requests += 1
+        self.inner.commit(tokens, *features)
+
+    def pool(self):
+        return self.inner.pool()
+
+    def has_pool(self):
+        return self.inner.has_pool()
+
+    def end(self):
+        self.open = False
+        self.inner.end()
+
+
+@pytest.mark.parametrize("head", [False, True])  # a standalone drafter; an EAGLE-3 head, told the features
+def test_measure_times_the_drafters_pool_and_leaves_it_without_a_request(head):
+    from drafter_proc.drafter import Drafter
+    from drafter_proc.head import HeadDrafter
+    from models.mock import MockHead, MockHeadRunner
+    from pipeline.config import PoolConfig
+    from tests.local_drafter import LocalDrafter
+
+    pool = PoolConfig(topk=4, depth=3, expand=2)
+    target = Target(MockRunner(MockModel(32, 1), 256))
+    if head:
+        target.keep_features((0,))
+        inner = HeadDrafter(MockHeadRunner(MockHead(MockModel(32, 1, 1.0)), 256), pool)
+    else:
+        inner = Drafter(MockRunner(MockModel(32, 1, 1.0), 256), pool)
+    drafter = Timed(LocalDrafter(inner))
+    measured = costs.measure(target, 8, reps=2, drafter=drafter, pool_size=pool.size)
+    assert measured.pool > 0 and drafter.requests == 1 + 3  # the start, then reps + 1 commits (the first untimed)
+    assert not drafter.open and target.before_root == 0
+    assert costs_for(False, measured).front == measured.pool  # `draft` waits for the whole pool
+    # Without room for a scratch context beside the pool the drafter is not asked: its pool is learnt from rounds.
+    small = costs.measure(Target(MockRunner(MockModel(32, 1), 24)), 8, reps=1, drafter=drafter, pool_size=pool.size)
+    assert small.pool == 0 and drafter.requests == 4
