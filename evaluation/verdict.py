@@ -76,9 +76,10 @@ def verdict_of(setting: Setting) -> Verdict | None:
                    setting.decoders[best].rounds.tau, len(setting.prompt_ids))
 
 
-def verdict_lines(v: Verdict, *, budget, cpu: str, drafter: str, loaded: bool) -> list[str]:
+def verdict_lines(v: Verdict, *, budget, machine: str, drafter: str, loaded: bool) -> list[str]:
     """The verdict in words: paid or not and by how much, why (round cost against τ), what to try next, and
-    the machine and drafter it holds for. `loaded`: other work shared the machine (a caution said so)."""
+    the machine and drafter it holds for (where speculation did not pay, a line that says so and names budget
+    auto). `loaded`: other work shared the machine (a caution said so)."""
     size = f"{100 * v.gain:+.1f}%" + (f" [95% interval {100 * v.interval[0]:+.1f}, {100 * v.interval[1]:+.1f}]"
                                       if v.interval else f" (no interval: fewer than {MIN_INTERVAL_PROMPTS} prompts)")
     said = "paid" if v.paid else "did not pay"
@@ -88,9 +89,15 @@ def verdict_lines(v: Verdict, *, budget, cpu: str, drafter: str, loaded: bool) -
            f"it reached τ {v.tau:.2f}")
     lines = [f"verdict: {v.decoder}, the best speculative decoder here, {said} against ar: {size}",
              f"  why: {why} ({'above' if v.tau > v.tau_needed else 'below'} what pays)",
-             f"  on: {cpu or 'an unnamed CPU'}, drafter {drafter or 'unnamed'}, {v.prompts} prompts"]
+             f"  on: {machine or 'an unnamed machine'}, drafter {drafter or 'unnamed'}, {v.prompts} prompts"]
+    auto = str(budget) == "auto"
+    if not v.paid:
+        lines.append("speculation did not pay on this machine with this drafter: " + (
+            "--budget auto, used here, settles on plain decoding where it sees speculation lose" if auto else
+            "launch/pair.sh --budget auto sizes each round's tree to what pays here and settles on plain decoding "
+            "where speculation does not pay (the first run times the passes)"))
     tries = []
-    if str(budget) != "auto":
+    if not auto and v.paid:
         tries.append("--budget auto (trees sized to what pays on this machine; the first run times its passes)")
     if v.interval is None or not v.settled:
         tries.append(f"more prompts, e.g. --prompts spec-bench:PATH --limit-prompts 20 (an interval needs "

@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from typing import TextIO
 from dataclasses import dataclass
 
+from evaluation.machine import device_words, drafter_name, machine_line
 from evaluation.prompts import Prompt, gather
 from evaluation.provenance import environment
 from evaluation.record import SCHEMA, DecodeRecord
@@ -298,12 +299,14 @@ def run_decodes(session: TargetSession, prompts: list[Prompt], run: RunOptions, 
 
 
 def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header: dict | None = None) -> None:
-    """The first decode's text, then one row per decoder: speed, speedup over `ar` with its paired
-    interval over prompts, τ, tokens per target pass, mean tree size and acceptance by depth; last the
-    verdict in words (evaluation.verdict) on the machine and drafter the run's `header` names."""
+    """The first decode's text, the machine and drafter the run's `header` names, then one row per decoder:
+    speed, speedup over `ar` with its paired interval over prompts, τ, tokens per target pass, mean tree size
+    and acceptance by depth; last the verdict in words (evaluation.verdict) on that machine and drafter."""
     if first is None:
         return
     print(f"--- {first.prompt_id}, {first.decoder}:\n{first.text.strip()}\n")
+    header = header or {}
+    print(machine_line(header))
     print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}; T={setting.temperature:g} "
           f"B={setting.budget}; speed: output tokens over seconds from prefill to last commit; "
           f"{len(setting.prompt_ids)} prompts")
@@ -327,10 +330,11 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
         print(f"no interval: a paired-bootstrap interval needs at least {MIN_INTERVAL_PROMPTS} prompts (from "
               f"fewer it is about the range of their gains)")
     if (found := verdict_of(setting)) is not None:
-        header = header or {}
-        drafter = (header.get("models") or {}).get("drafter") or {}
-        print("\n".join(verdict_lines(found, budget=setting.budget, cpu=(header.get("environment") or {}).get("cpu"),
-                                       drafter=drafter.get("model") if isinstance(drafter, dict) else str(drafter),
+        target = (header.get("models") or {}).get("target")
+        device = (target.get("device") if isinstance(target, dict) else None) or "cpu"
+        print("\n".join(verdict_lines(found, budget=setting.budget,
+                                       machine=device_words(header.get("environment") or {}, device),
+                                       drafter=drafter_name(header),
                                        loaded=any(c.kind == "load" for c in setting.cautions))))
 
 

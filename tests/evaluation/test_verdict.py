@@ -43,24 +43,36 @@ def test_no_verdict_without_ar_or_gains():
 
 def test_lines_say_why_and_what_next():
     v = Verdict("root-draw", -0.219, None, 5.2, 4.03, 4)
-    text = "\n".join(verdict_lines(v, budget=8, cpu="Intel Xeon", drafter="tiny-drafter", loaded=False))
+    text = "\n".join(verdict_lines(v, budget=8, machine="Intel Xeon, 2 CPUs", drafter="tiny-drafter", loaded=False))
     assert "did not pay against ar: -21.9% (no interval: fewer than 5 prompts)" in text
     assert "cost 5.20 plain rounds, so it pays from τ 5.20; it reached τ 4.03 (below what pays)" in text
-    assert "launch/pair.sh --budget auto" in text and "--prompts spec-bench:PATH" in text
-    assert "Intel Xeon, drafter tiny-drafter, 4 prompts" in text
+    assert "--prompts spec-bench:PATH" in text
+    assert "Intel Xeon, 2 CPUs, drafter tiny-drafter, 4 prompts" in text
+
+
+def test_where_speculation_did_not_pay_a_line_says_so_and_names_budget_auto():
+    lost = Verdict("root-draw", -0.05, None, 3.5, 3.1, 4)
+    for budget in (8, "auto"):
+        said = [line for line in verdict_lines(lost, budget=budget, machine="m", drafter="smollm2:int8", loaded=False)
+                if line.startswith("speculation did not pay on this machine with this drafter")]
+        assert len(said) == 1 and "--budget auto" in said[0] and "settles on plain decoding" in said[0]
+    paid = Verdict("root-draw", 0.2, None, 2.0, 3.1, 4)
+    lines = verdict_lines(paid, budget=8, machine="m", drafter="d", loaded=False)
+    assert not any(line.startswith("speculation did not pay") for line in lines)
+    assert any(line.startswith("  next: launch/pair.sh --budget auto") for line in lines)  # it may pay more
 
 
 def test_a_settled_gain_under_budget_auto_suggests_nothing_but_a_quiet_machine_when_loaded():
     v = Verdict("draw", 0.25, (0.1, 0.4), 1.5, 2.1, 8)
-    quiet = verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=False)
+    quiet = verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=False)
     assert "paid against ar: +25.0% [95% interval +10.0, +40.0]" in quiet[0]
     assert not any("next" in line for line in quiet)
-    assert any("quiet machine" in line for line in verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=True))
+    assert any("quiet machine" in line for line in verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=True))
 
 
 def test_an_interval_over_zero_is_said():
     v = Verdict("draw", 0.05, (-0.05, 0.15), 1.5, 1.6, 8)
-    assert verdict_lines(v, budget="auto", cpu="c", drafter="d", loaded=False)[0].endswith(
+    assert verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=False)[0].endswith(
         "paid against ar: +5.0% [95% interval -5.0, +15.0], an interval that spans zero: not settled")
 
 

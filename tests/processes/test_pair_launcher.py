@@ -16,6 +16,7 @@ import time
 import pytest
 
 from evaluation.record import DecodeRecord
+from models.kernel_cache import processor
 from models.mock import MockModel
 from models.options import ModelOptions
 from models.tokenizers import MockTokenizer
@@ -163,6 +164,10 @@ def test_table_shows_the_fields_metrics():
     assert done.returncode == 0, done.stderr
     head = next(line for line in done.stdout.splitlines() if line.startswith("decoder"))
     assert "vs ar [95% interval]" in head and "tau" in head and "tok/pass" in head and "acceptance by depth" in head
+    lines = done.stdout.splitlines()
+    machine = next(i for i, line in enumerate(lines) if line.startswith("machine: "))
+    assert machine < lines.index(head) and f"{processor()}, {os.cpu_count()} CPUs" in lines[machine]
+    assert lines[machine].endswith("target mock, drafter mock")  # which pair gave the table
     row = next(line for line in done.stdout.splitlines() if line.startswith("root-draw"))
     assert re.search(r"[+-]\d+\.\d% \(no interval\)", row), row  # two prompts: about their range
     assert "no interval: a paired-bootstrap interval needs at least 5 prompts" in done.stdout
