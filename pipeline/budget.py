@@ -30,7 +30,10 @@ than a plain one, so tries must be rare for a decode never to fall much below pl
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
 from passes timed at start-up, the drafter's pool included (a round waits for it: a drafter that costs as
 much as the target makes its rounds dearer than any acceptance pays for, and the first round is already
-plain), then follow what rounds take (costs outlive a decode: they are the device's). A
+plain), then follow what rounds take (costs outlive a decode: they are the device's), a round's timing
+counting as at most SPIKE times the estimate it moves and tree passes of every size sharing one scale, so
+that a moment in which another process took the cores neither makes speculation look dear for long nor
+makes one tree size look cheaper than the others. A
 plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root pass of
 speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so that a plain
 cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds do not ask the
@@ -71,6 +74,7 @@ EXPERIENCE = 8.0  # at most, the rounds' worth of the setting's rounds in a deco
 RECALL = 0.8  # per decode, the weight that what the decodes before it showed keeps in the session prior
 MARGIN = 0.1  # the share by which speculation's expected tokens per second must beat plain decoding's
 LINGER = 1 / 128  # per plain round, the weight that what the setting's rounds showed loses in a decode's anchor
+SPIKE = 2.0  # a round's timing counts as at most this multiple of the estimate it moves
 ROOT_RATE = 0.05  # weight of a speculative round's root pass (scaled) in the plain cost: a plain round's is
                   # COST_RATE, the root pass, which runs beside the drafter, is a less direct witness
 
@@ -95,6 +99,14 @@ def anchored(optimistic: np.ndarray, hits: np.ndarray, seen: np.ndarray) -> np.n
     weight = np.minimum(seen, EXPERIENCE)
     shown = np.divide(hits, seen, out=np.zeros(len(seen)), where=seen > 0)
     return (PRIOR_WEIGHT * optimistic + weight * shown) / (PRIOR_WEIGHT + weight)
+
+
+def capped(seen: float, estimate: float) -> float:
+    """A timing as it moves `estimate`: at most SPIKE times it (an estimate of 0 is not yet one). A moment in
+    which another process took the cores (a tree pass of seconds where it takes 50 ms) would otherwise make a
+    pass look dear for many rounds, and a size that looks dear is not chosen, so not timed again; a lasting
+    slowdown still raises the estimate round by round."""
+    return min(seen, SPIKE * estimate) if estimate > 0 else seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +139,17 @@ class MeasuredPasses:
 @dataclass(slots=True)
 class PassCosts:
     """Seconds of a plain round, of a steady speculative round's part before the tree pass, and of tree
-    passes by size (only the candidate sizes are needed); seconds per token of the target's prefill, alone
-    and beside the drafter's (timed on one scratch prompt, so that their difference is the sharing's cost
-    alone, then following decodes' prefills); and seconds per token the drafter missed, added to the wait of
-    a speculative round that follows plain ones (learnt from such rounds: 0 until one ran).
+    passes by size as timed at start-up (only the candidate sizes are needed), which take `scale` times
+    that now; seconds per token of the target's prefill, alone and beside the drafter's (timed on one scratch
+    prompt, so that their difference is the sharing's cost alone, then following decodes' prefills); and
+    seconds per token the drafter missed, added to the wait of a speculative round that follows plain ones
+    (learnt from such rounds: 0 until one ran).
 
     The speculative costs follow what steady rounds take, and a plain round, which cannot time them, moves
     them back toward their typical values (the median of recent timings): a load spike at the moment
-    speculation went off, or a drafter slowed by a long context, does not stay frozen in them."""
+    speculation went off, or a drafter slowed by a long context, does not stay frozen in them. A tree pass of
+    any size moves the one `scale` of all: sizes keep the proportions timed at start-up, so that a size
+    whose last passes met a slow moment does not look dearer than the others, and lose its turn, for good."""
 
     plain: float
     front: float
@@ -143,11 +158,16 @@ class PassCosts:
     prefill_shared: float = 0.0
     catch_up: float = 0.0
     solo: float = 1.0  # a plain pass over a root pass beside the drafter, timed at start-up (both one token)
-    recent: dict[str | int, deque] = field(default_factory=dict, repr=False)  # "front" or b -> timings
-    typical: dict[str | int, float] = field(default_factory=dict, repr=False)  # their medians, once asked
+    scale: float = 1.0  # what tree passes take now over `tree`
+    recent: dict[str, deque] = field(default_factory=dict, repr=False)  # "front", "scale" -> timings
+    typical: dict[str, float] = field(default_factory=dict, repr=False)  # their medians, once asked
 
     def round(self, b: int) -> float:
-        return self.plain if b == 0 else self.front + self.tree[b]
+        return self.plain if b == 0 else self.front + self.tree_pass(b)
+
+    def tree_pass(self, b: int) -> float:
+        """Seconds of a tree pass of size b now."""
+        return self.scale * self.tree[b]
 
     def start(self, tokens: int, late: bool = False) -> float:
         """What starting the drafter on `tokens` of context costs: before the first round, what its prefill
@@ -164,9 +184,9 @@ class PassCosts:
             return
         if started:
             shared = self.prefill + (seconds - self.prefill * tokens) / started
-            self.prefill_shared += COST_RATE * (shared - self.prefill_shared)
+            self.prefill_shared += COST_RATE * (capped(shared, self.prefill_shared) - self.prefill_shared)
         else:
-            self.prefill += COST_RATE * (seconds / tokens - self.prefill)
+            self.prefill += COST_RATE * (capped(seconds / tokens, self.prefill) - self.prefill)
 
     def switch(self, missed: int) -> float:
         """What a speculative round adds to a steady one's wait when the drafter missed `missed` tokens."""
@@ -176,13 +196,15 @@ class PassCosts:
         """A speculative round's timings (None: not a steady one's, or not run); its root pass, scaled by
         `solo`, moves the plain cost ROOT_RATE of the way."""
         if root is not None:
-            self.plain += ROOT_RATE * (self.solo * root - self.plain)
+            self.plain += ROOT_RATE * (capped(self.solo * root, self.plain) - self.plain)
         if front is not None:
+            front = capped(front, self.front)
             self.front += COST_RATE * (front - self.front)
             self._remember("front", front)
-        if tree is not None and b in self.tree:
-            self.tree[b] += COST_RATE * (tree - self.tree[b])
-            self._remember(b, tree)
+        if tree is not None and self.tree.get(b, 0) > 0:
+            scale = capped(tree / self.tree[b], self.scale)
+            self.scale += COST_RATE * (scale - self.scale)
+            self._remember("scale", scale)
 
     def relax(self, rate: float) -> None:
         """A plain round: each speculative cost moves `rate` of the way back to its typical value."""
@@ -192,9 +214,9 @@ class PassCosts:
             if key == "front":
                 self.front += rate * (self.typical[key] - self.front)
             else:
-                self.tree[key] += rate * (self.typical[key] - self.tree[key])
+                self.scale += rate * (self.typical[key] - self.scale)
 
-    def _remember(self, key: str | int, seconds: float) -> None:
+    def _remember(self, key: str, seconds: float) -> None:
         self.recent.setdefault(key, deque(maxlen=TYPICAL)).append(seconds)
         self.typical.pop(key, None)
 
@@ -287,10 +309,10 @@ class AutoBudget:
         if not b:
             c.relax(FORGET)
         if plain is not None:
-            c.plain += COST_RATE * (plain - c.plain)
+            c.plain += COST_RATE * (capped(plain, c.plain) - c.plain)
         if caught_up is not None and caught_up[1] > 0:
             seconds, missed = caught_up
-            c.catch_up += COST_RATE * (max(0.0, seconds - c.front) / missed - c.catch_up)
+            c.catch_up += COST_RATE * (capped(max(0.0, seconds - c.front) / missed, c.catch_up) - c.catch_up)
 
     def end_run(self) -> None:
         """A run of speculative rounds ended (a plain round, or the decode's end): fold its length in."""

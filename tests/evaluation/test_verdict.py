@@ -67,7 +67,8 @@ def test_a_settled_gain_under_budget_auto_suggests_nothing_but_a_quiet_machine_w
     quiet = verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=False)
     assert "paid against ar: +25.0% [95% interval +10.0, +40.0]" in quiet[0]
     assert not any("next" in line for line in quiet)
-    assert any("quiet machine" in line for line in verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=True))
+    loaded = verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=True)
+    assert any("quiet machine" in line for line in loaded)
 
 
 def test_an_interval_over_zero_is_said():

@@ -11,8 +11,8 @@ import torch
 
 from models.mock import EOS
 from pipeline.budget import (COST_RATE, DECAY, EXPERIENCE, FORGET, LINGER, MARGIN, PRIOR_WEIGHT, RECALL, ROOT_RATE,
-                             RUN_RATE, AutoBudget, AutoPolicy, Experience, MeasuredPasses, PassCosts, SessionBudgets,
-                             candidate_sizes, costs_for, prior, ranks_on_path)
+                             RUN_RATE, SPIKE, AutoBudget, AutoPolicy, Experience, MeasuredPasses, PassCosts,
+                             SessionBudgets, candidate_sizes, costs_for, prior, ranks_on_path)
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
@@ -95,25 +95,41 @@ def test_observed_ranks_move_toward_the_round_and_fade_back_to_the_anchor():
     assert founded.seen[0] == pytest.approx(before * (1 - FORGET))
     # front: 45 ms the round of 50 moved up, ten of 45 moved back, ten plain rounds relaxed toward 45
     assert auto.costs.front == pytest.approx(0.045 + 0.2 * 0.005 * 0.8 ** 10 * (1 - FORGET) ** 10)
-    assert auto.costs.tree[2] == pytest.approx(0.043) and auto.costs.plain == pytest.approx(0.04)
+    assert auto.costs.tree_pass(2) == pytest.approx(0.043) and auto.costs.plain == pytest.approx(0.04)
 
 
 def test_a_cost_spike_when_speculation_went_off_does_not_stay_frozen():
-    """Speculative costs are timed only by speculative rounds. A few slow ones (load, a long context) push
-    them up and switch speculation off; plain rounds move them back toward the median of recent timings,
-    so that speculation comes back once the acceptance that paid before still would."""
+    """Speculative costs are timed only by speculative rounds. One slow round (another process took the
+    cores) moves a cost by a fraction only: its timing counts as at most SPIKE times the estimate. Slow rounds
+    that last (load, a long context) push the costs up round by round and switch speculation off; plain
+    rounds move them back toward the median of recent timings, so that speculation comes back once the
+    acceptance that paid before still would."""
     auto = AutoBudget(costs(plain=40, front=45), 8)
     auto.prior[:] = 0.5  # 8 nodes at 0.5: 5 tokens in 105 ms (48/s) against plain rounds' 25/s
+    half = np.full(8, True) & (np.arange(8) % 2 == 0)
     for _ in range(20):
-        auto.observe(np.full(8, True) & (np.arange(8) % 2 == 0), 8, front=0.045, tree=0.06)
-    for _ in range(5):  # a spike: 300 ms before each tree pass, 5 tokens in 360 ms (14/s)
-        auto.observe(np.full(8, True) & (np.arange(8) % 2 == 0), 8, front=0.3, tree=0.06)
+        auto.observe(half, 8, front=0.045, tree=0.06)
+    auto.observe(half, 8, front=3.0, tree=6.0)  # seconds where a round takes 105 ms
+    assert auto.costs.front == pytest.approx(0.045 * (1 + COST_RATE * (SPIKE - 1)))
+    assert auto.costs.tree_pass(8) == pytest.approx(0.06 * (1 + COST_RATE * (SPIKE - 1))) and auto.choose() == 8
+    for _ in range(15):  # lasting: 300 ms before each tree pass, 5 tokens in 360 ms (14/s)
+        auto.observe(half, 8, front=0.3, tree=0.06)
     assert auto.choose() == 0
     rounds_off = 0
     while auto.choose() == 0 and rounds_off < 100:
         auto.observe(np.zeros(0, bool), 0, plain=0.04)
         rounds_off += 1
     assert rounds_off < 16 and auto.costs.front < 0.2
+
+
+def test_tree_passes_of_every_size_share_one_scale():
+    """A slow tree pass of one size makes every size dearer alike: sizes keep the proportions timed at
+    start-up, so that no size looks cheap only because the slow moments met the others, and none is left
+    untimed for good because they met it."""
+    auto = AutoBudget(costs(tree={1: 42, 2: 43, 4: 45, 8: 60}), 8)
+    auto.observe(np.zeros(8, bool), 8, front=0.045, tree=0.066)  # 10% slower than timed at start-up
+    assert auto.costs.scale == pytest.approx(1 + COST_RATE * 0.1)
+    assert [auto.costs.tree_pass(b) / auto.costs.tree[b] for b in (1, 2, 4, 8)] == pytest.approx([1.02] * 4)
 
 
 def test_a_plain_cost_inflated_by_one_slow_moment_is_brought_back_by_the_root_passes():
@@ -154,7 +170,7 @@ def test_a_decode_that_stopped_speculating_tries_again():
     auto = AutoBudget(costs(), 59)
     dip = 0
     while b := auto.choose():
-        auto.observe(np.zeros(b, bool), b, front=0.045, tree=auto.costs.tree[b])
+        auto.observe(np.zeros(b, bool), b, front=0.045, tree=auto.costs.tree_pass(b))
         dip += 1
     assert dip < 5
     rounds_off = 0
@@ -336,8 +352,8 @@ def test_the_drafters_catch_up_after_plain_rounds_is_not_taken_for_its_wait():
     _observe(auto, on_path, 8, times, 0, 0)  # a late start: the drafter's prefill teaches no catch-up
     assert auto.costs.front == pytest.approx(0.045)
     assert auto.costs.catch_up == pytest.approx(0.2 * (0.45 - 0.045) / 20)
-    _observe(auto, on_path, 8, times, 8, 3)  # steady
-    assert auto.costs.front == pytest.approx(0.045 + 0.2 * (0.45 - 0.045))
+    _observe(auto, on_path, 8, times, 8, 3)  # steady: 450 ms count as SPIKE times the 45 ms estimate
+    assert auto.costs.front == pytest.approx(0.045 + 0.2 * (SPIKE * 0.045 - 0.045))
     assert auto.costs.catch_up == pytest.approx(0.2 * (0.45 - 0.045) / 20)
 
 
