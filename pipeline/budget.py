@@ -146,8 +146,9 @@ class PassCosts:
     (learnt from such rounds: 0 until one ran).
 
     The speculative costs follow what steady rounds take, and a plain round, which cannot time them, moves
-    them back toward their typical values (the median of recent timings): a load spike at the moment
-    speculation went off, or a drafter slowed by a long context, does not stay frozen in them. A tree pass of
+    them back toward their typical values (the median of recent timings, itself returning slowly to what
+    start-up timed): a load spike at the moment speculation went off, or a drafter slowed by a long context,
+    does not stay frozen in them. A tree pass of
     any size moves the one `scale` of all: sizes keep the proportions timed at start-up, so that a size
     whose last passes met a slow moment does not look dearer than the others, and lose its turn, for good."""
 
@@ -161,6 +162,10 @@ class PassCosts:
     scale: float = 1.0  # what tree passes take now over `tree`
     recent: dict[str, deque] = field(default_factory=dict, repr=False)  # "front", "scale" -> timings
     typical: dict[str, float] = field(default_factory=dict, repr=False)  # their medians, once asked
+    timed: dict[str, float] = field(init=False, repr=False)  # "front", "scale" as start-up timed them
+
+    def __post_init__(self) -> None:
+        self.timed = {"front": self.front, "scale": self.scale}
 
     def round(self, b: int) -> float:
         return self.plain if b == 0 else self.front + self.tree_pass(b)
@@ -207,10 +212,13 @@ class PassCosts:
             self._remember("scale", scale)
 
     def relax(self, rate: float) -> None:
-        """A plain round: each speculative cost moves `rate` of the way back to its typical value."""
+        """A plain round: each speculative cost moves `rate` of the way back to its typical value, which itself
+        moves LINGER of the way back to what start-up timed: timings that a burst of load made dear keep
+        speculation off for a few hundred plain rounds, not for the rest of the session."""
         for key, times in self.recent.items():
             if key not in self.typical:  # new timings since the last plain round
                 self.typical[key] = float(np.median(times))
+            self.typical[key] += LINGER * (self.timed[key] - self.typical[key])
             if key == "front":
                 self.front += rate * (self.typical[key] - self.front)
             else:

@@ -122,6 +122,23 @@ def test_a_cost_spike_when_speculation_went_off_does_not_stay_frozen():
     assert rounds_off < 16 and auto.costs.front < 0.2
 
 
+def test_costs_a_long_burst_of_load_made_dear_return_to_the_start_up_timing_in_a_few_hundred_plain_rounds():
+    """Slow speculative rounds throughout (another process held the cores) leave the recent timings, and so
+    the typical values plain rounds relax to, dear: speculation stays off while they last, and comes back
+    as what start-up timed wins back the typical values (LINGER a plain round), not never."""
+    auto = AutoBudget(costs(plain=40, front=45), 8)
+    auto.prior[:] = 0.5  # 8 nodes at 0.5: 5 tokens in 105 ms (48/s) against plain rounds' 25/s
+    half = np.full(8, True) & (np.arange(8) % 2 == 0)
+    for _ in range(40):  # every round 450 ms before a tree pass of 600 ms: 5 tokens in a second
+        auto.observe(half, 8, front=0.45, tree=0.6)
+    assert auto.choose() == 0
+    rounds_off = 0
+    while auto.choose() == 0 and rounds_off < 1000:
+        auto.observe(np.zeros(0, bool), 0, plain=0.04)
+        rounds_off += 1
+    assert 64 < rounds_off < 400
+
+
 def test_tree_passes_of_every_size_share_one_scale():
     """A slow tree pass of one size makes every size dearer alike: sizes keep the proportions timed at
     start-up, so that no size looks cheap only because the slow moments met the others, and none is left
