@@ -22,9 +22,10 @@ from pipeline.tree import Tree
 from target_proc.target import Target
 
 CONTEXT = 64  # scratch tokens before the timed passes (fewer where the cache is smaller)
-# What the timing took for the embedded pair on two shared CPU cores (30 s from the command line, 47 s through
-# the Python API, at the default --budget-max): said before it starts, as a hint of the wait.
-TYPICAL = "about 30-50 s for the embedded pair on two CPU cores"
+# What the timing took for the embedded pair on two shared CPU cores at the default --budget-max: 6.2-6.4 s from
+# the command line (`launch/pair.sh sweep`, `launch/pair.sh --budget auto`) at a load average about 1.5, 46 s
+# at about 3 and minutes above (47 s was once seen through the Python API): said before it starts, as a hint.
+TYPICAL = "about 5-10 s for the embedded pair on two CPU cores, a minute or more while other work shares them"
 
 log = logging.getLogger("budget")
 
@@ -55,8 +56,8 @@ def measure(target: Target, cap: int, reps: int = 3, drafter: DrafterClient | No
     when it starts (with how long it typically takes) and when it is done."""
     t0 = time.perf_counter()
     sizes = [b for b in candidate_sizes(cap) if b]
-    # At WARNING, so that the Python API (which logs at WARNING by default) says it too: half a minute of
-    # waiting before a first decode must not pass in silence.
+    # At WARNING, so that the Python API (which logs at WARNING by default) says it too: seconds of waiting (a
+    # minute on a busy machine) before a first decode must not pass in silence.
     log.warning("budget auto: timing this machine's passes once per session (%d kinds of pass, %d times each; %s) "
                 "before the first decode", 4 + 2 * len(sizes) + (drafter is not None), reps + 1, TYPICAL)
     out = _measure(target, cap, sizes, reps)
