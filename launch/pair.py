@@ -7,6 +7,7 @@
     launch/pair.sh drafter [options]       a drafter alone, serving target after target (a second host)
     launch/pair.sh keys [options]          print this host's CURVE public key; authorize a target's key
     launch/pair.sh pool [options]          print the pool a drafter grows after raw token ids
+    launch/pair.sh train-head [options]    train an EAGLE-3 head for a target (resumable)
 
 Options are parsed and checked once here, from the same dataclasses the processes use, then forwarded:
 model options to each side (--target / --drafter name the models), pool, decoding, prompt and connection
@@ -57,7 +58,7 @@ TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m t
 SWEEP_ABOUT = ("Run a timing sweep with its own drafter: every prompt with every decoder, temperature and budget "
                "of the grid, one record per decode appended to --out DIR as it ends (rerun the command to resume; "
                "--shard I/N runs one part); launch/pair.sh report DIR reports it.")
-COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys", "pool")  # the first word of a route's command line
+COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys", "pool", "train-head")  # the first word of a route's command line
 
 
 @dataclass(slots=True)
@@ -81,7 +82,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         description=(SWEEP_ABOUT if mode == "sweep" else "Run the target and drafter processes as a pair.")
                     + " With no model options, the embedded "
                     f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
-                    "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys|pool --help.",
+                    "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys|pool|train-head --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
                f"embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, {EMBEDDED_POOL.expand}"
@@ -360,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         from programs import keys_program
 
         return keys_program.main(argv[1:], prog="launch/pair.sh keys")
+    if argv[:1] == ["train-head"]:  # one process: the target answers, then the head trains
+        from training import cli
+
+        return cli.main(argv[1:], prog="launch/pair.sh train-head")
     if argv[:1] == ["pool"]:  # both models in this process: no pair to start
         from programs import pool_program
 
