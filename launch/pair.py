@@ -39,7 +39,7 @@ from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
 from models.present import check_present
-from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions, for_target
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, for_target
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
@@ -81,7 +81,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         usage=None if mode == "sweep" else f"launch/pair.sh [{'|'.join(COMMANDS)}] [options]",
         description=(SWEEP_ABOUT if mode == "sweep" else "Run the target and drafter processes as a pair.")
                     + " With no model options, the embedded "
-                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
+                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {DEFAULT_DRAFTER}. "
                     "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys|pool|train-head --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
@@ -187,7 +187,7 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
     embedded = ns.target is None and ns.drafter is None
     if embedded:
-        ns.target, ns.drafter = EMBEDDED, EMBEDDED + INT8_SUFFIX
+        ns.target, ns.drafter = EMBEDDED, DEFAULT_DRAFTER
     elif remote_drafter or (ns.drafter is None and ns.target == "mock"):
         ns.drafter = "mock"  # with --drafter-at, a placeholder: no drafter starts here
     elif ns.drafter is None or ns.target is None:
