@@ -88,7 +88,7 @@ REHEARSAL = Plan(device="cpu", parity_shapes=("tiny",), latency_shapes=("tiny", 
                  shares={"environment": 10, "gpu tests": 10, "parity": 35, "latency": 15, "pipelined": 60,
                          "eagle-3 pair": 40, "recorded rounds": 45})
 ISOLATED = ("environment", "parity", "latency")  # sections that use the device: each in a child process
-TIMEOUT = {False: 490.0, True: 880.0}  # default --timeout, by --rehearse: check.sh's window less its start-up
+TIMEOUT = {False: 490.0, True: 1080.0}  # default --timeout, by --rehearse: check.sh's window less its start-up
 
 
 def share(shares: dict, name: str, to_run: list[str], left: float) -> float:

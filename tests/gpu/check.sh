@@ -12,7 +12,7 @@
 #   tests/gpu/check.sh --prepare [--out DIR] only choose and prepare the interpreter, print it
 #
 # --timeout S: the whole check ends within S seconds, its start-up included (default 510, a window of eight
-# and a half minutes; 900 when rehearsing). The sections share what start-up leaves, each its part of the time still to
+# and a half minutes; 1100 when rehearsing). The sections share what start-up leaves, each its part of the time still to
 # come, so a section that ends early leaves its time to the later ones; a shorter S (--timeout 240) runs
 # every section shorter. DIR defaults to runs/gpu-check-TIME.
 # --rehearse runs every section on the CPU with tiny shapes (same code, other device and shapes).
@@ -64,7 +64,7 @@ logged() {
 }
 
 # a CPU rehearsal spends no borrowed device time: it may take longer on a loaded machine
-budget=${budget:-$((rehearse ? 900 : 510))}
+budget=${budget:-$((rehearse ? 1100 : 510))}
 [[ $budget =~ ^[1-9][0-9]*$ ]] || { say "--timeout takes whole seconds, got '$budget'"; exit 2; }
 PACKED=(pyzmq pytest iniconfig packaging pluggy pygments)  # pyzmq, and pytest with its requirements
 GRACE=5  # seconds between the outer timeout's SIGTERM and its SIGKILL, and before it for the report

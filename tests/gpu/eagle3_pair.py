@@ -81,9 +81,9 @@ def features_line(label: str, f: dict, plan) -> str:
     hidden, size = SHAPES[plan.target][1], 2 if plan.gpus else 4
     verdict = ("as each should" if not f["not_a_row_a_token"]
                else f"NOT in {len(f['not_a_row_a_token'])} decodes: {', '.join(f['not_a_row_a_token'])}")
-    return (f"  features, {pipelined.RUNS[label]}: a Commit {f['commit_bytes']:,.0f} B median ({f['commit_bytes_max']:,} "
-            f"B at most, {f['commits']} Commits), a Start {f['start_bytes']:,.0f} B median; {f['bytes_per_token']:,.0f} "
-            f"B a token told, 3 x {hidden:,} x {size} B: {verdict}")
+    return (f"  features, {pipelined.RUNS[label]}: a Commit {f['commit_bytes']:,.0f} B median "
+            f"({f['commit_bytes_max']:,} B at most, {f['commits']} Commits), a Start {f['start_bytes']:,.0f} B median; "
+            f"{f['bytes_per_token']:,.0f} B a token told, 3 x {hidden:,} x {size} B: {verdict}")
 
 
 def tables(runs: dict[str, list[Record]], row: int) -> dict:

@@ -54,7 +54,8 @@ def read_record(line: str) -> Record | None:
     if raw.get("kind") != "decode":
         return None
     return Record(raw["decoder"], raw["prompt_id"], raw["token_ids"], raw["seconds"], raw["phases"],
-                  raw.get("prompt_tokens", 0), tuple(raw.get("accept_lengths", ())), tuple(raw.get("feature_bytes", ())))
+                  raw.get("prompt_tokens", 0), tuple(raw.get("accept_lengths", ())),
+                  tuple(raw.get("feature_bytes", ())))
 
 
 def decoder_names() -> list[str]:

@@ -192,7 +192,7 @@ def test_check_without_cuda_stops_at_once_saying_why(tmp_path):
 @pytest.mark.slow
 def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
     done = subprocess.run([CHECK_SH, "--rehearse", "--out", str(tmp_path)], capture_output=True, text=True,
-                          timeout=900, env=offline_env(PYTHON=sys.executable))
+                          timeout=1200, env=offline_env(PYTHON=sys.executable))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((tmp_path / "check.json").read_text())
     assert report["status"] == dict.fromkeys(["environment", "gpu tests", "parity", "latency", "pipelined",
