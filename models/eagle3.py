@@ -12,7 +12,8 @@ id d + d2t[d].
 Cache layout as models.hf's: K and V are (1, kv_heads, S, head_dim), physical slot 0 a scratch slot, logical
 slot s at physical s + 1. A pass names its rows' positions and slots, and what each row sees: the slots
 [0, prefix) and the columns its `vis` row marks. On CUDA each bucket of row counts is one captured graph over
-the whole cache (HeadRunner.capture); on the CPU passes run eagerly over the used slots.
+the whole cache (HeadRunner.capture); on the CPU passes run eagerly over the used slots, or, rehearsing the
+graphs, padded to their buckets over the whole cache as a replay runs them.
 """
 
 from __future__ import annotations
@@ -187,7 +188,9 @@ class HeadRunner:
 
     row_inputs: tuple[str, ...] = ("hidden",)
 
-    def __init__(self, head: Eagle3Head, capacity: int, *, graphs: bool = True) -> None:
+    def __init__(self, head: Eagle3Head, capacity: int, *, graphs: bool = True, rehearse: bool = False) -> None:
+        """graphs: capture a graph per bucket on CUDA; with `rehearse`, on the CPU too, where capture() keeps
+        each bucket's padded inputs and passes replay them eagerly (the GPU check's rehearsal)."""
         cfg = head.cfg
         self.head, self.capacity = head, capacity
         self.device, self.dtype = head.device, head.dtype
@@ -199,7 +202,7 @@ class HeadRunner:
         self.v = torch.zeros_like(self.k)
         self.outputs: torch.Tensor | None = None  # (n, H) the last pass's layer outputs, valid until the next
         self.graphs: dict[int, tuple] = {}  # bucket -> (graph, static inputs, static outputs)
-        if graphs and self.device.type == "cuda":
+        if graphs and (self.device.type == "cuda" or rehearse):
             self.capture()
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
@@ -261,8 +264,8 @@ class HeadRunner:
     # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
 
     @classmethod
-    def build(cls, model: Eagle3Head, capacity: int, *, graphs: bool) -> ModelRunner:
-        return cls(model, capacity, graphs=graphs)
+    def build(cls, model: Eagle3Head, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
+        return cls(model, capacity, graphs=graphs, rehearse=rehearse)
 
     @staticmethod
     def cache_bytes(model: Eagle3Head, capacity: int) -> int:

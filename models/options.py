@@ -46,6 +46,10 @@ class ModelOptions:
         "help": "CPU threads of target passes while the drafter is idle (tree passes, ar); 0: every core "
                 "this process may use"})
     graphs: bool = field(default=True, metadata={"help": "do not capture CUDA graphs (eager passes)"})
+    rehearse_graphs: bool = field(default=False, metadata={
+        "help": "on the CPU, run every pass in the shape it takes on CUDA, eagerly: padded to the sizes graphs are "
+                "captured at, and an EAGLE-3 head's (without --no-graphs) through its captured buckets (the GPU "
+                "check's rehearsal)"})
     tune_linears: bool = field(default=True, metadata={
         "help": "on the CPU, run every float32 linear layer through torch's stock kernel (default: the fastest "
                 "kernel for each weight shape and row count, timed at load; the weight copies it keeps take "
@@ -72,6 +76,9 @@ class ModelOptions:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError("device", f"must be cpu or cuda[:N], got {self.device!r}")
+        if self.rehearse_graphs and self.device != "cpu":
+            raise ConfigError("rehearse_graphs", f"rehearses on the CPU the passes CUDA graphs replay; on "
+                                                 f"{self.device} the graphs themselves run")
         check_int("threads", self.threads, 1)
         check_int("solo_threads", self.solo_threads, 0)
         check_int("max_context", self.max_context, 16)
