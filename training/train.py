@@ -31,7 +31,7 @@ HEAD_DTYPE = torch.float16  # the written head's weights (models.eagle3 casts th
 class Schedule:
     epochs: int = 4
     batch: int = 4  # answers per optimizer step
-    lr: float = 1e-3
+    lr: float = 1.5e-3
     warmup: int = 30  # optimizer steps
     min_lr: float = 0.1  # the cosine decay's floor, as a share of lr
     clip: float = 1.0  # gradient norm
