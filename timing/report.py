@@ -192,8 +192,8 @@ def _pass_table(s: Setting, options: ReportOptions) -> list[str]:
     out = [f"| tokens per target pass | a | b | a over b | {options.confidence:.0%} interval | prompts |",
            "|---|---|---|---|---|---|"]
     for (a, b), g in s.pass_gains.items():
-        out.append(f"| {a} over {b} | {g.speed_a:.3f} | {g.speed_b:.3f} | {percent(g.gain)} | {g.interval_text()} | "
-                   f"{g.n_prompts} |")
+        out.append(f"| {a} over {b}, per pass | {g.speed_a:.3f} | {g.speed_b:.3f} | {percent(g.gain)} | "
+                   f"{g.interval_text()} | {g.n_prompts} |")
     return out + [""]
 
 
