@@ -54,7 +54,8 @@ def _sizes(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
 
 def _restricted(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
     lines = []
-    for m in (*RESTRICTED, len(rv.full["draft"][0])):
+    pool = len(rv.full["draft"][0])
+    for m in (*RESTRICTED, *([pool] if pool not in RESTRICTED else [])):  # the whole pool once
         name = (lambda r: r) if m not in RESTRICTED else (lambda r, m=m: f"restricted-{m}:{r}")
         shares = avg.share(name("root"), name("draft"), name("oracle"))
         advantage = avg.per_round(name("oracle")) - avg.per_round(name("draft"))

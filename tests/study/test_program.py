@@ -283,6 +283,8 @@ def test_values_json_has_the_paper_tables_kinds(recorded, capsys):
         if d == deepest:
             assert v == value[t, "oracle", b]
     assert {s["rule"] for s in by("size")} == set(SIZES)
+    keys = [(r["temperature"], r["candidates"], r["budget"]) for r in by("restricted")]
+    assert len(keys) == len(set(keys))  # the whole pool once, however many candidates it holds
     for r in by("restricted"):
         if r["candidates"] >= 20:  # the mock pool holds 20 candidates: restricted to it, nothing changes
             assert r["oracle_advantage"] == pytest.approx(value[r["temperature"], "oracle", r["budget"]]
