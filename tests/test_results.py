@@ -24,14 +24,15 @@ SOURCE = re.compile(r"from `([\w.-]+\.jsonl?)`")
 CITATION = re.compile(r"^`([\w-]+)((?: [\w-]+=\S+)*): ([\w ]+)`$")
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+(?:\.(\d+))?)(?:e([+-]?\d+))?(%?)")
 TEMPERATURE = re.compile(r"\bT = (\d+(?:\.\d+)?)\b")
-QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-cover")  # the sections whose every table quotes its JSON
+QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-cover", "cpu-smollm2-values")  # every table quotes its JSON
 
 
 def sections(text: str) -> dict[str, str]:
-    """Each `## \\`FOLDER/\\`` section's text, by folder."""
-    found = list(SECTION.finditer(text))
-    ends = [m.start() for m in found[1:]] + [len(text)]
-    return {m.group(1): text[m.start():end] for m, end in zip(found, ends)}
+    """Each `## \\`FOLDER/\\`` section's text (to the next heading of its level), by folder."""
+    headings = list(re.finditer(r"^## ", text, re.M))
+    ends = [m.start() for m in headings[1:]] + [len(text)]
+    return {m.group(1): text[h.start():end] for h, end in zip(headings, ends)
+            if (m := SECTION.match(text, h.start()))}
 
 
 def tables(section: str) -> list[list[list[str]]]:
