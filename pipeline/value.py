@@ -198,5 +198,13 @@ def pearl_exceeds(s: Scored, cap: int) -> np.ndarray:
     return np.cumsum(out)[1:]
 
 
+def pearl_top1_exceeds(s: Scored, cap: int) -> np.ndarray:
+    """(N,) the probability that `pearl-top1`'s tree at pre-draw budgets 1..N holds more than `cap` nodes: X1
+    the drafter's top first token u, kept with more than cap - 1 of its descendants."""
+    u = top1(s.pool)
+    below = int(np.count_nonzero((s.pool.top == u) & (s.pool.depth > 1)))
+    return s.edge[u] * (np.minimum(np.arange(1, len(s.pool) + 1), 1 + below) > cap)
+
+
 SIZES = {"draft": sizes_fixed, "root": sizes_fixed, "oracle": sizes_fixed, "root-draw": sizes_root_draw,
          "oracle-draw": sizes_root_draw, "pearl": sizes_pearl, "pearl-top1": sizes_pearl_top1}
