@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{options.threads} thread(s); medians over {options.rounds} rounds, IQR in brackets")
     print(f"{'drafter':<42}{'pool':<8}{'candidates':>11}{'median ms':>11}{'IQR ms':>22}")
     for pool_name, config in POOLS.items():
-        for name, make, w in (("EAGLE-3 head " + options.head, lambda: HeadDrafter(head.runner(capacity), config), width),
+        for name, make, w in (("EAGLE-3 head " + options.head, lambda: HeadDrafter(head.runner(capacity), config),
+                               width),
                               ("int8 drafter " + INT8, lambda: Drafter(int8.runner(capacity), config), 0)):
             samples = time_rounds(make(), options, w, np.random.default_rng(0))
             s = {k: 1e3 * v for k, v in spread(samples).items()}

@@ -7,10 +7,10 @@ In one run on the same prompts: (1) per-pass latencies of the target and drafter
 threads they get when deployed (the drafter one; the target one while the drafter works, every core for
 verification and ar); (2) every decoder of the pipelined pair through launch/pair.sh, with median
 per-phase round times; (3) transformers' `generate` on the target and its assisted generation with the
-int8 drafter as `assistant_model` (whatever the pair's drafter), greedy, on every core, with torch's stock linear kernels, and
-`generate` again with the linear kernels tuned at load (models.cpu_linear), as the pair runs them; (4) how
-often a standalone drafter agrees with the target (a head's agreement is its tau). Speeds are summed tokens over summed seconds. The last line
-of the output is one JSON document.
+int8 drafter as `assistant_model` (whatever the pair's drafter), greedy, on every core, with torch's stock
+linear kernels, and `generate` again with the linear kernels tuned at load (models.cpu_linear), as the pair
+runs them; (4) how often a standalone drafter agrees with the target (a head's agreement is its tau). Speeds
+are summed tokens over summed seconds. The last line of the output is one JSON document.
 """
 
 from __future__ import annotations
@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     decoders = split_list(options.decoders)
     target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]), options.drafter)
-    records = pair_run(prompts, options.max_new_tokens, options.budget, decoders, options.drafter, POOLS[options.pool])
+    records = pair_run(prompts, options.max_new_tokens, options.budget, decoders, options.drafter,
+                       POOLS[options.pool])
     baselines, kernels = transformers_baselines(prompts, options.max_new_tokens)
     agreement = None if is_head_spec(options.drafter) else drafter_agreement(records, prompts, options.drafter)
     same = all(r.token_ids == ar.token_ids for r in records for ar in records

@@ -31,7 +31,7 @@ from models.eagle3_config import HEAD_KEYS, HeadConfig, HeadError, OPTIONAL_KEYS
 from models.kv_plan import aligned_slots, cache_bytes
 from models.runner import ModelRunner, RowInputs, check_rows
 
-HEAD_LINEARS = tuple(k for k in HEAD_KEYS if k.endswith("proj.weight") or k in ("fc.weight", "lm_head.weight"))
+HEAD_LINEARS = tuple(k for k in HEAD_KEYS if "norm" not in k)  # fc, the attention and MLP projections, lm_head
 HEAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 80, 128)  # rows a captured head pass is padded to (a level's feed)
 SPAN_STEP = 64  # eager passes attend over the used slots rounded up to this
 
@@ -111,7 +111,7 @@ class Eagle3Head:
     def quantize(self) -> None:
         """Run every linear layer as a dynamic int8 product (int8 weights per output channel, activations
         quantized per pass), on the CPU: a pass of a few rows is bound by reading the weights, and int8 reads
-        a quarter of float32's bytes (4 to 10x faster on the default head's shapes). Drafts change; what a
+        a quarter of float32's bytes (the default head's pools grow about 6x faster: results/README.md). Drafts change; what a
         decoder emits does not (verification is the target's)."""
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 

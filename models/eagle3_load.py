@@ -69,18 +69,16 @@ def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], 
         cfg = HeadConfig.from_dict(HEAD_SHAPES[name])
         cfg.check_target(target.hidden, target.vocab, target.layers)
         embed = torch.randn(cfg.vocab, cfg.hidden, generator=torch.Generator().manual_seed(1)) * 0.02
-        head = random_head(cfg, embed, options.device, dtype)
-        if quantized:
-            head.quantize()
-        return head, HeadRunner, target.tokenizer, f"{spec} seed=0"
-    directory = head_dir(spec)
-    cfg, weights = read_head(directory)
-    cfg.check_target(target.hidden, target.vocab, target.layers)
-    embed = None if "embed_tokens.weight" in weights else target.embedding()
-    head = Eagle3Head.build(cfg, weights, embed, options.device, dtype)
+        head, revision = random_head(cfg, embed, options.device, dtype), f"{spec} seed=0"
+    else:
+        directory = head_dir(spec)
+        cfg, weights = read_head(directory)
+        cfg.check_target(target.hidden, target.vocab, target.layers)
+        embed = None if "embed_tokens.weight" in weights else target.embedding()
+        head, revision = Eagle3Head.build(cfg, weights, embed, options.device, dtype), revision_of(str(directory))
     if quantized:
         head.quantize()
-    return head, HeadRunner, target.tokenizer, revision_of(str(directory))
+    return head, HeadRunner, target.tokenizer, revision
 
 
 def target_side(spec: str, embedded: Callable[[], Path], allow_download: bool = False) -> TargetSide:

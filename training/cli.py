@@ -69,7 +69,8 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar) -> list:
     for s in range(math.ceil(len(prompts) / args.shard)):
         path = shard_path(args.work, s)
         chunk = range(s * args.shard, min(len(prompts), (s + 1) * args.shard))
-        if not path.exists() or len(read_shard(path)) != len(chunk):  # a last shard of another prompt count
+        kept = read_shard(path) if path.exists() else []
+        if len(kept) != len(chunk):  # not written yet, or a last shard of another prompt count
             got = {}
             for sample in (False, True):  # even prompts greedy, odd ones sampled at T = 1
                 picked = [j for j in chunk if j % 2 == int(sample)]
@@ -78,8 +79,9 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar) -> list:
                     out = answer_batch(model, ids, sample=sample, max_new=args.max_new, end_ids=end_ids,
                                        pad_id=pad, layers=layers, seed=args.seed * 100_003 + s)
                     got.update(zip(picked, out))
-            write_shard(path, [got[j] for j in chunk])
-        answers.extend(read_shard(path))
+            kept = [got[j] for j in chunk]
+            write_shard(path, kept)
+        answers.extend(kept)
         bar.update(len(chunk))
     return answers
 

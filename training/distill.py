@@ -11,11 +11,12 @@ written; a shard is the same for the same seed.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from evaluation.paths import replace_atomically
 
 STORE_DTYPE = torch.bfloat16  # features and hidden states on disk (the target's activations exceed float16)
 
@@ -112,9 +113,8 @@ def shard_path(work: Path, index: int) -> Path:
 
 def write_shard(path: Path, answers: list[Answer]) -> None:
     """Atomically: a killed write leaves no shard."""
-    partial = path.with_suffix(f".partial-{os.getpid()}")
-    torch.save([a.to_dict() for a in answers], partial)
-    os.replace(partial, path)
+    with replace_atomically(path) as partial:
+        torch.save([a.to_dict() for a in answers], partial)
 
 
 def read_shard(path: Path) -> list[Answer]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from evaluation.paths import replace_atomically
 from models.eagle3 import Eagle3Head, rotary
 from models.eagle3_config import HEAD_KEYS, HeadConfig, shapes_of
 from training.distill import Answer
@@ -162,9 +162,8 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
 
 
 def _save(path: Path, state: dict) -> None:
-    partial = path.with_suffix(f".partial-{os.getpid()}")
-    torch.save(state, partial)
-    os.replace(partial, path)
+    with replace_atomically(path) as partial:
+        torch.save(state, partial)
 
 
 def write_head(out: Path, config: dict, weights: dict, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
