@@ -209,7 +209,7 @@ def _decoder_stats(decoder: str, mine: list[DecodeRecord], index: dict[str, int]
     column = lambda name: [x for r in mine for x in getattr(r, name) or ()]  # noqa: E731
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
     return DecoderStats(decoder, sorted({r.budget for r in mine}, key=str), len(mine), tokens, seconds,
-                        sum(r.target_passes for r in mine), rounds, dict(Counter(column("budgets"))),
+                        int(passes.sum()), rounds, dict(Counter(column("budgets"))),
                         _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
                         np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64),
                         cut_counts(mine), prefill, *load_of(mine), passes)

@@ -15,7 +15,7 @@ import numpy as np
 
 from evaluation.stats import resample_counts
 from pipeline.select import root_order, top1
-from pipeline.value import SIZES, Curve, Scored, pearl_exceeds, pearl_top1_exceeds, value_depth
+from pipeline.value import SIZES, Curve, Scored, pearl_exceeds, pearl_top1_exceeds, top1_kept, value_depth
 
 RESTRICTED = (59, 100, 200, 400)  # M: every rule restricted to the M highest-ranked candidates (and the pool)
 RESTRICTED_RULES = ("draft", "root", "oracle")
@@ -61,10 +61,8 @@ def top1_sizes(s: Scored) -> dict[str, np.ndarray]:
     drafter's most probable first token u (the paper splits the trees by the kind of draw): m(u) times the
     nodes kept after that draw. `root-draw` and `pearl-top1` keep u with up to B - 1 of its descendants,
     `pearl` u with its descendants among `draft`'s first B candidates."""
-    u = top1(s.pool)
-    n = len(s.pool)
-    below = int(np.count_nonzero((s.pool.top == u) & (s.pool.depth > 1)))
-    beneath = s.edge[u] * np.minimum(np.arange(1, n + 1), 1 + below)
+    u, kept = top1_kept(s)
+    beneath = s.edge[u] * kept
     inside = (s.pool.top[s.draft] == u) & (s.pool.depth[s.draft] > 1)
     return {"top1-size:root-draw": beneath, "top1-size:pearl-top1": beneath.copy(),
             "top1-size:pearl": s.edge[u] * (1.0 + np.cumsum(inside))}
