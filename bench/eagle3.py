@@ -1,15 +1,16 @@
 """python -m bench.eagle3: an EAGLE-3 head's pool growth on the CPU beside the int8 drafter's, per round.
 
-    .venv/bin/python -m bench.eagle3 [--rounds 30] [--context 256] [--accepted 3] [--threads 1]
+    .venv/bin/python -m bench.eagle3 [--rounds 30] [--context 256] [--accepted 3] [--threads 1] [--head SPEC]
 
-A random head of the default target's shape (random:eagle3-smollm2-135m: hidden 576, 9 heads, 3 KV heads,
-draft vocabulary 32,000, fusing three layer inputs of SmolLM2-135M's 30) and the embedded int8 drafter
+A head over the default target (`--head`: by default a random one of its shape, random:eagle3-smollm2-135m:
+hidden 576, 9 heads, 3 KV heads, draft vocabulary 32,000, fusing three layer inputs of SmolLM2-135M's 30; or
+the trained smollm2:eagle3, with :int8 for its dynamic int8 linear layers) and the embedded int8 drafter
 (smollm2:int8) each start on the same random context, then answer `--rounds` Commits of `--accepted` + 1
 random tokens: the head its rows for them from random features of the target's width (3 x 576 float32, what
 the target would send), the int8 drafter its prefill of them; then each grows the round's pool. A round is
 timed from the Commit to the pool, at the CPU pool (top-k 10, depth 4, expand 3: 100 candidates) and at the
-paper's (10, 8, 10: 710). The head's weights are random, so its pools are meaningless; its arithmetic and
-its pass sizes are a public head's at this shape. Drafters run with `--threads` intra-op threads, as the
+paper's (10, 8, 10: 710). A random head's pools are meaningless; its arithmetic and its pass sizes are a
+public head's at this shape. Drafters run with `--threads` intra-op threads, as the
 drafter process does beside its target. The last line is one JSON document: medians and quartiles in ms.
 """
 
@@ -37,6 +38,8 @@ class Eagle3Options:
     context: int = field(default=256, metadata={"help": "tokens of the context both drafters start on"})
     accepted: int = field(default=3, metadata={"help": "accepted tokens a round commits (and the bonus token)"})
     threads: int = field(default=1, metadata={"help": "intra-op CPU threads of the drafters"})
+    head: str = field(default=HEAD, metadata={"help": "the EAGLE-3 head over the default target (smollm2:eagle3, "
+                                                      "smollm2:eagle3:int8, eagle3:PATH, ...)"})
 
     def __post_init__(self) -> None:
         for name in ("rounds", "context", "threads"):
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(options.threads)
     start_load = load_average()
-    head = load(ModelOptions(model=HEAD, head_target="smollm2"), "drafter")
+    head = load(ModelOptions(model=options.head, head_target="smollm2"), "drafter")
     int8 = load(ModelOptions(model=INT8), "drafter")
     width = 3 * head.model.cfg.target_hidden  # a token's features: three layer inputs of the target
     capacity = options.context + (options.warmup + options.rounds) * (options.accepted + 1) + PoolConfig().n_expanded + 8
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{options.threads} thread(s); medians over {options.rounds} rounds, IQR in brackets")
     print(f"{'drafter':<42}{'pool':<8}{'candidates':>11}{'median ms':>11}{'IQR ms':>22}")
     for pool_name, config in POOLS.items():
-        for name, make, w in (("EAGLE-3 head " + HEAD, lambda: HeadDrafter(head.runner(capacity), config), width),
+        for name, make, w in (("EAGLE-3 head " + options.head, lambda: HeadDrafter(head.runner(capacity), config),
+                               width),
                               ("int8 drafter " + INT8, lambda: Drafter(int8.runner(capacity), config), 0)):
             samples = time_rounds(make(), options, w, np.random.default_rng(0))
             s = {k: 1e3 * v for k, v in spread(samples).items()}

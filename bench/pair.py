@@ -1,16 +1,16 @@
 """python -m bench.pair: the default pair on this machine: per-pass latencies, every decoder, and transformers.
 
 python -m bench.pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
-                     [--budget B|auto] [--decoders LIST]
+                     [--budget B|auto] [--decoders LIST] [--drafter SPEC] [--pool cpu|paper]
 
 In one run on the same prompts: (1) per-pass latencies of the target and drafter runners with the
 threads they get when deployed (the drafter one; the target one while the drafter works, every core for
 verification and ar); (2) every decoder of the pipelined pair through launch/pair.sh, with median
 per-phase round times; (3) transformers' `generate` on the target and its assisted generation with the
-same int8 drafter as `assistant_model`, greedy, on every core, with torch's stock linear kernels, and
-`generate` again with the linear kernels tuned at load (models.cpu_linear), as the pair runs them; (4) how
-often the int8 drafter agrees with the target. Speeds are summed tokens over summed seconds. The last line
-of the output is one JSON document.
+int8 drafter as `assistant_model` (whatever the pair's drafter), greedy, on every core, with torch's stock
+linear kernels, and `generate` again with the linear kernels tuned at load (models.cpu_linear), as the pair
+runs them; (4) how often a standalone drafter agrees with the target (a head's agreement is its tau). Speeds
+are summed tokens over summed seconds. The last line of the output is one JSON document.
 """
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ import numpy as np
 from bench.common import bench_parser, close, command_line, refuse
 from evaluation.prompts import STRATA, gather
 from evaluation.record import DecodeRecord
-from models.options import EMBEDDED_POOL, ModelOptions
+from models.kernel_cache import processor
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, is_head_spec
 from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, split_list
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from programs.options import PromptOptions, check_decoders
 
 ROOT = Path(__file__).resolve().parents[1]
+POOLS = {"cpu": EMBEDDED_POOL, "paper": PoolConfig()}
 
 
 def median_ms(fn, reps: int = 15) -> float:
@@ -43,8 +45,9 @@ def median_ms(fn, reps: int = 15) -> float:
     return 1e3 * timed(fn, reps)
 
 
-def pass_latencies(prompt_ids: list[int]) -> dict:
-    """Median ms of each pass of the default pair's target and drafter, with their deployed threads."""
+def pass_latencies(prompt_ids: list[int], drafter_spec: str) -> dict:
+    """Median ms of each pass of the default pair's target and drafter, with their deployed threads (a head's
+    rounds are bench.eagle3's: they need the target's features)."""
     import torch
 
     from bench.passes import bushy_tree
@@ -54,7 +57,6 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
 
     options = ModelOptions()
     target_model = load(options, "target")
-    drafter_model = load(ModelOptions(model="smollm2:int8"), "drafter")
     target = Target(target_model.runner(1024), options.cpu_threads)
     target.prefill(prompt_ids[:-1])
     solo = options.cpu_threads[1]
@@ -67,6 +69,9 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
             median_ms(lambda: target.tree_pass(bushy_tree(8), prompt_ids[-1])),
         f"target tree pass B=59, {solo} threads": median_ms(lambda: target.tree_pass(bushy_tree(59), None), reps=5),
     }
+    if is_head_spec(drafter_spec):
+        return out
+    drafter_model = load(ModelOptions(model=drafter_spec), "drafter")
     torch.set_num_threads(options.threads)  # the drafter's
     one = drafter_model.runner(1024)
     one_target = Target(one)
@@ -86,8 +91,8 @@ def pass_latencies(prompt_ids: list[int]) -> dict:
     return out
 
 
-def drafter_agreement(records: list[DecodeRecord], prompts: list[str]) -> dict:
-    """How often the int8 drafter's argmax is the target's, and the target's argmax is in the drafter's
+def drafter_agreement(records: list[DecodeRecord], prompts: list[str], drafter_spec: str) -> dict:
+    """How often a standalone drafter's argmax is the target's, and the target's argmax is in the drafter's
     top 10, along the target's own greedy outputs (the `ar` decodes), teacher-forced."""
     import torch
 
@@ -95,7 +100,7 @@ def drafter_agreement(records: list[DecodeRecord], prompts: list[str]) -> dict:
 
     cores = ModelOptions().cpu_threads[1]
     target = load(ModelOptions(tune_linears=False), "target")  # rows, not speed: no kernels to time
-    drafter = load(ModelOptions(model="smollm2:int8"), "drafter")
+    drafter = load(ModelOptions(model=drafter_spec), "drafter")
     torch.set_num_threads(cores)
     top1 = top10 = positions = 0
     for r in records:
@@ -113,9 +118,11 @@ def drafter_agreement(records: list[DecodeRecord], prompts: list[str]) -> dict:
     return {"top1": top1 / positions, "target_argmax_in_drafter_top10": top10 / positions, "positions": positions}
 
 
-def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list[str]) -> list[DecodeRecord]:
+def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list[str], drafter: str,
+             pool: PoolConfig) -> list[DecodeRecord]:
     cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", ",".join(decoders), "--max-new-tokens", str(max_new),
-           "--budget", str(budget), "--json"]
+           "--budget", str(budget), "--json", "--target", EMBEDDED, "--drafter", drafter,
+           "--pool-topk", str(pool.topk), "--pool-depth", str(pool.depth), "--pool-expand", str(pool.expand)]
     for p in [prompts[0]] + prompts:  # the first prompt again as a warm-up, dropped below
         cmd += ["--prompt", p]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
@@ -175,6 +182,11 @@ class PairOptions:
     budget: int | str = field(default=8, metadata={"metavar": "B|auto", "parse": "budget"})
     decoders: str = field(default=",".join(DECODERS), metadata={
         "help": "decoders of the pair run, ar among them (default: all)", "metavar": "LIST"})
+    drafter: str = field(default=DEFAULT_DRAFTER, metadata={
+        "help": "the pair's drafter beside the default target (smollm2:int8, smollm2:eagle3:int8, ...)",
+        "metavar": "SPEC"})
+    pool: str = field(default="cpu", metadata={"help": "the pair's pool: cpu (10, 4, 3) or paper (10, 8, 10)",
+                                               "metavar": "cpu|paper"})
 
     def __post_init__(self) -> None:
         check_int("limit", self.limit, 1)
@@ -183,6 +195,8 @@ class PairOptions:
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_budget("budget", self.budget)
         decoders = check_decoders("decoders", self.decoders)
+        if self.pool not in POOLS:
+            raise ConfigError("pool", f"must be {' or '.join(POOLS)}, got {self.pool!r}")
         if "ar" not in decoders or len(decoders) < 2:
             raise ConfigError("decoders", "must hold ar and at least one other decoder (the ratios compare them)")
 
@@ -209,20 +223,26 @@ def main(argv: list[str] | None = None) -> int:
 
     decoders = split_list(options.decoders)
     target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
-    latencies = pass_latencies(target_tok.prompt_ids(prompts[0]))
-    records = pair_run(prompts, options.max_new_tokens, options.budget, decoders)
+    latencies = pass_latencies(target_tok.prompt_ids(prompts[0]), options.drafter)
+    records = pair_run(prompts, options.max_new_tokens, options.budget, decoders, options.drafter,
+                       POOLS[options.pool])
     baselines, kernels = transformers_baselines(prompts, options.max_new_tokens)
-    agreement = drafter_agreement(records, prompts)
+    agreement = None if is_head_spec(options.drafter) else drafter_agreement(records, prompts, options.drafter)
+    same = all(r.token_ids == ar.token_ids for r in records for ar in records
+               if ar.decoder == "ar" and ar.prompt_id == r.prompt_id)
     print(f"\nper-pass latency, median ms ({len(target_tok.prompt_ids(prompts[0]))}-token prompt)")
     for name, ms in latencies.items():
         print(f"  {name:<56}{ms:8.1f}")
     speeds, ratios = decoder_speeds(records, options, baselines, kernels, len(prompts))
-    print(f"\nint8 drafter along the target's greedy outputs ({agreement['positions']} positions): top-1 "
-          f"agreement {agreement['top1']:.2f}, target argmax in drafter top 10 "
-          f"{agreement['target_argmax_in_drafter_top10']:.2f}")
+    if agreement:
+        print(f"\n{options.drafter} along the target's greedy outputs ({agreement['positions']} positions): top-1 "
+              f"agreement {agreement['top1']:.2f}, target argmax in drafter top 10 "
+              f"{agreement['target_argmax_in_drafter_top10']:.2f}")
+    print(f"every decoder's output equals ar's on every prompt: {'yes' if same else 'NO'}")
     close({"latency_ms": latencies, "decoders": speeds, "transformers": baselines, "ratios": ratios,
-           "linear_kernels": kernels, "drafter_agreement": agreement, "prompts": len(prompts),
-           "max_new_tokens": options.max_new_tokens, "budget": options.budget})
+           "linear_kernels": kernels, "drafter": options.drafter, "pool": options.pool, "drafter_agreement": agreement,
+           "outputs_equal_ar": same, "prompts": len(prompts), "max_new_tokens": options.max_new_tokens,
+           "budget": options.budget, "cpu": processor()})
     return 0
 
 

@@ -7,10 +7,11 @@ included) and token ids, the output (ids and text, at most `max_new_tokens` toke
 `stop_reason` the stop string or stop token id that matched, else None; `stop` which of the four, as
 pipeline.result's FINISHES), how many tokens the last round produced beyond the limit, its time, per-round
 columns (accept lengths with the bonus token, accepted tree nodes, depths tried, tree sizes, the budget each
-round ran with (0: a plain round), phase times), and how busy the machine was: its load average over the
-last minute as the decode started and as it ended (`load_average`), beside the CPUs the process may use
-(`cpus`). Multi-turn prompts give one record per turn (target_proc.conversation decodes them in one
-conversation with the decoder's own earlier answers).
+round ran with (0: a plain round), phase times, the bytes of the target's features its pool's request carried
+to an EAGLE-3 drafter), and how busy the machine was: its load average over the last minute as the decode
+started and as it ended (`load_average`), beside the CPUs the process may use (`cpus`). Multi-turn prompts
+give one record per turn (target_proc.conversation decodes them in one conversation with the decoder's own
+earlier answers).
 
 DecodeRecord is that record as a type: programs build it by name and read it by attribute; `to_json` gives
 the JSON object every file holds and `from_json` reads any schema the project has written, each in one
@@ -114,6 +115,7 @@ class DecodeRecord:
     pool_depths: list[int] | None = None
     drafter_window: int | None = None
     held_rows: list[int] | None = None
+    feature_bytes: list[int] | None = None  # per round: the target's features its pool's request carried
     prompt_token_ids: list[int] | None = None
     load_average: list[float] | None = None  # as the decode started and as it ended
     cpus: int | None = None
@@ -127,7 +129,7 @@ class DecodeRecord:
         if self.finish_reason not in ("stop", "length"):
             raise ValueError(f"`finish_reason` must be stop or length, got {self.finish_reason!r}")
         if self.schema == SCHEMA:
-            lacking = [f.name for f in dataclasses.fields(self) if f.name not in ("stop_reason", "sweep", "bench")
+            lacking = [f.name for f in dataclasses.fields(self) if f.name not in _OPTIONAL
                        and getattr(self, f.name) is None]
             if lacking:
                 raise ValueError(f"a schema {SCHEMA} record needs {', '.join(f'`{n}`' for n in lacking)}")
@@ -216,6 +218,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         ahead_seconds=[r.ahead_seconds for r in rounds],
         cut_pools=config.cut_pools, cut_weigh=config.cut_weigh, pool_depths=[r.pool_depth for r in rounds],
         drafter_window=config.drafter_window, held_rows=[int(r.held_row) for r in rounds],
+        feature_bytes=[r.feature_bytes for r in rounds],
         load_average=list(load_average), cpus=len(os.sched_getaffinity(0)),
         finished=time.time(),
     )
@@ -228,14 +231,17 @@ _ORDER = ("schema", "prompt_id", "category", "turn", "decoder", "temperature", "
           "prompt_token_ids", "new_tokens", "token_ids", "text", "finish_reason", "stop_reason", "overshoot", "stop",
           "seconds", "prefill_seconds", "tokens_per_second", "rounds", "target_passes", "accept_lengths", "accepted",
           "tried", "tree_sizes", "available", "budgets", "phases", "lend_cores", "ahead", "ahead_hits",
-          "ahead_seconds", "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows", "load_average",
-          "cpus", "finished")
+          "ahead_seconds", "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows", "feature_bytes",
+          "load_average", "cpus", "finished")
 _PLACES = frozenset({"kind", "schema", "grid_budget", "position", "warmup", "shard", "bench_budget", "bench_variant"})
 _SINCE_3 = frozenset({"stop_strings", "stop_token_ids", "prompt", "finish_reason", "stop_reason"})
-# Written only where known: schema 4 has them all; earlier records as the code of their day wrote them.
+# Written only where known: schema 4 has them all (`feature_bytes` since it was added); earlier records as the
+# code of their day wrote them.
 _ADDED = frozenset({"top_k", "top_p", "min_p", "budgets", "lend_cores", "ahead", "ahead_hits", "ahead_seconds",
                     "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows", "prompt_token_ids",
-                    "load_average", "cpus"})
+                    "load_average", "cpus", "feature_bytes"})
+# None in a schema 4 record too: no stop matched, no sweep or benchmark ran it, a column added while 4 stood.
+_OPTIONAL = frozenset({"stop_reason", "sweep", "bench", "feature_bytes"})
 
 
 def _int(v: object) -> bool:
@@ -321,6 +327,7 @@ _V3_REQUIRED = {**_V2_REQUIRED, "top_k": _int, "top_p": _num, "min_p": _num, "st
 _V3_ADDED = {"lend_cores": _bool, "ahead": _bool, "ahead_hits": _ints, "ahead_seconds": _nums, "cut_pools": _bool,
              "cut_weigh": _bool, "pool_depths": _ints, "drafter_window": _int, "held_rows": _ints}
 _V4_REQUIRED = {**_V3_REQUIRED, **_V3_ADDED, "prompt_token_ids": _ints, "load_average": _nums, "cpus": _int}
+_V4_ADDED = {"feature_bytes": _ints}
 
 
 def _v2(r: _Reader) -> dict:
@@ -336,8 +343,9 @@ def _v3(r: _Reader) -> dict:
 
 
 def _v4(r: _Reader) -> dict:
-    """Schema 4: every field, the prompt's token ids and the machine's load among them."""
-    fields = r.fields(_V4_REQUIRED, {}, "stop_reason")
+    """Schema 4: every field, the prompt's token ids and the machine's load among them; the features' bytes as
+    they were added."""
+    fields = r.fields(_V4_REQUIRED, _V4_ADDED, "stop_reason")
     if len(fields["load_average"]) != 2:
         raise ValueError(f"{r.where}: `load_average` must be two numbers, got {fields['load_average']!r}")
     return {**fields, "stop_reason": r.take("stop_reason", _stop, null=True)}

@@ -75,6 +75,7 @@ class DecoderStats:
     load: tuple[float, int] | None = None  # the highest load average at a decode's start or end, and the CPUs
     #                                        the process might use; None where no record says (schema 3)
     loaded_decodes: int = 0  # decodes that started or ended under load (evaluation.cautions)
+    passes_by_prompt: np.ndarray | None = None  # (n_prompts,) target passes after the prefills, as `tokens`
 
     def ahead_summary(self) -> dict | None:
         """Drafting ahead over the rounds that tried it: the share whose pool was grown ahead (hit rate), and
@@ -127,6 +128,8 @@ class Setting:
     decoders: dict[str, DecoderStats]
     gains: dict[tuple[str, str], GainResult] = field(default_factory=dict)
     cautions: list[Caution] = field(default_factory=list)  # why some gains measure noise (evaluation.cautions)
+    # tokens per target pass, a over b, with the speed gains' resamples (GainResult's speeds are tokens per pass)
+    pass_gains: dict[tuple[str, str], GainResult] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -180,30 +183,36 @@ def records_at(records: Sequence[DecodeRecord], temperature: float, budget, cate
 
 def with_gains(setting: Setting, *, n_resamples: int, confidence_level: float, rng: int) -> Setting:
     """The setting with the paired gains of every comparison among its decoders (none from fewer than two
-    prompts, or over a baseline with no tokens) and the cautions that go with them."""
+    prompts, or over a baseline with no tokens), in speed and, where every prompt made target passes after its
+    prefill, in tokens per pass; and the cautions that go with them."""
     stats = setting.decoders
     pairs = comparisons(list(stats))
     if pairs and len(setting.prompt_ids) >= 2 and all(stats[b].tokens.sum() > 0 for _, b in pairs):
-        setting.gains = paired_gains({d: s.tokens for d, s in stats.items()},
-                                     {d: s.seconds for d, s in stats.items()}, pairs,
+        tokens = {d: s.tokens for d, s in stats.items()}
+        setting.gains = paired_gains(tokens, {d: s.seconds for d, s in stats.items()}, pairs,
                                      n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+        passes = {d: s.passes_by_prompt for d, s in stats.items()}
+        if all(p is not None and (p > 0).all() for p in passes.values()):
+            setting.pass_gains = paired_gains(tokens, passes, pairs, n_resamples=n_resamples,
+                                              confidence_level=confidence_level, rng=rng)
     setting.cautions = cautions(stats, setting.prompt_ids, pairs)
     return setting
 
 
 def _decoder_stats(decoder: str, mine: list[DecodeRecord], index: dict[str, int], speed_tokens: str) -> DecoderStats:
-    tokens, seconds, prefill = np.zeros(len(index)), np.zeros(len(index)), np.zeros(len(index))
+    tokens, seconds, prefill, passes = (np.zeros(len(index)) for _ in range(4))
     for r in mine:
         tokens[index[r.prompt_id]] += counted_tokens(r, speed_tokens)
         seconds[index[r.prompt_id]] += r.seconds
         prefill[index[r.prompt_id]] += r.prefill_seconds
+        passes[index[r.prompt_id]] += r.target_passes
     column = lambda name: [x for r in mine for x in getattr(r, name) or ()]  # noqa: E731
     rounds = round_stats(column("accept_lengths"), column("accepted"), column("tried"), column("tree_sizes"))
     return DecoderStats(decoder, sorted({r.budget for r in mine}, key=str), len(mine), tokens, seconds,
-                        sum(r.target_passes for r in mine), rounds, dict(Counter(column("budgets"))),
+                        int(passes.sum()), rounds, dict(Counter(column("budgets"))),
                         _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
                         np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64),
-                        cut_counts(mine), prefill, *load_of(mine))
+                        cut_counts(mine), prefill, *load_of(mine), passes)
 
 
 def load_of(records: Sequence[DecodeRecord]) -> tuple[tuple[float, int] | None, int]:
@@ -270,4 +279,8 @@ def as_json(s: Setting) -> dict:
                                  "standard_error": g.standard_error,
                                  "cautions": [c.kind for c in s.cautions if c.concerns((a, b))]}
                       for (a, b), g in s.gains.items()},
+            "pass_gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
+                                      "high": g.high if g.has_interval else None, "prompts": g.n_prompts,
+                                      "tokens_per_pass": g.speed_a, "baseline_tokens_per_pass": g.speed_b}
+                           for (a, b), g in s.pass_gains.items()},
             "cautions": [c.as_json() for c in s.cautions]}

@@ -96,7 +96,8 @@ class Tally:
                             tuple(sum(x) for x in zip((0, 0, 0.0), *(s.ahead for s in mine))),
                             cut=tuple(sum(x) for x in zip((0, 0), *(s.cut for s in mine))),
                             prefill=np.array([s.prefill for s in mine], float), load=_peak(s.load for s in mine),
-                            loaded_decodes=sum(s.loaded for s in mine))
+                            loaded_decodes=sum(s.loaded for s in mine),
+                            passes_by_prompt=np.array([s.passes for s in mine], float))
 
 
 def _peak(loads) -> tuple[float, int] | None:

@@ -7,6 +7,7 @@
     launch/pair.sh drafter [options]       a drafter alone, serving target after target (a second host)
     launch/pair.sh keys [options]          print this host's CURVE public key; authorize a target's key
     launch/pair.sh pool [options]          print the pool a drafter grows after raw token ids
+    launch/pair.sh train-head [options]    train an EAGLE-3 head for a target (resumable)
 
 Options are parsed and checked once here, from the same dataclasses the processes use, then forwarded:
 model options to each side (--target / --drafter name the models), pool, decoding, prompt and connection
@@ -38,7 +39,7 @@ from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
 from models.present import check_present
-from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions, for_target
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, for_target
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
@@ -57,7 +58,7 @@ TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m t
 SWEEP_ABOUT = ("Run a timing sweep with its own drafter: every prompt with every decoder, temperature and budget "
                "of the grid, one record per decode appended to --out DIR as it ends (rerun the command to resume; "
                "--shard I/N runs one part); launch/pair.sh report DIR reports it.")
-COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys", "pool")  # the first word of a route's command line
+COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys", "pool", "train-head")  # the first word of a route's command line
 
 
 @dataclass(slots=True)
@@ -80,8 +81,8 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
         usage=None if mode == "sweep" else f"launch/pair.sh [{'|'.join(COMMANDS)}] [options]",
         description=(SWEEP_ABOUT if mode == "sweep" else "Run the target and drafter processes as a pair.")
                     + " With no model options, the embedded "
-                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {EMBEDDED}{INT8_SUFFIX}. "
-                    "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys|pool --help.",
+                    f"default pair: target {EMBEDDED} (SmolLM2-135M-Instruct), drafter {DEFAULT_DRAFTER}. "
+                    "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys|pool|train-head --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
                f"embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, {EMBEDDED_POOL.expand}"
@@ -186,7 +187,7 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
     embedded = ns.target is None and ns.drafter is None
     if embedded:
-        ns.target, ns.drafter = EMBEDDED, EMBEDDED + INT8_SUFFIX
+        ns.target, ns.drafter = EMBEDDED, DEFAULT_DRAFTER
     elif remote_drafter or (ns.drafter is None and ns.target == "mock"):
         ns.drafter = "mock"  # with --drafter-at, a placeholder: no drafter starts here
     elif ns.drafter is None or ns.target is None:
@@ -360,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         from programs import keys_program
 
         return keys_program.main(argv[1:], prog="launch/pair.sh keys")
+    if argv[:1] == ["train-head"]:  # one process: the target answers, then the head trains
+        from training import cli
+
+        return cli.main(argv[1:], prog="launch/pair.sh train-head")
     if argv[:1] == ["pool"]:  # both models in this process: no pair to start
         from programs import pool_program
 

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from evaluation.output import DecodeOutput, StreamChunk
 from evaluation.record import DecodeRecord
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, for_target
+from models.options import DEFAULT_DRAFTER, EMBEDDED, ModelOptions, for_target
 from pipeline.config import ConfigError, InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from launch.children import PY, Children, drafter_command
@@ -109,7 +109,7 @@ class Pair:
         _check_spec("target", target)
         if drafter is not None:
             _check_spec("drafter", drafter)
-        drafter = drafter or (EMBEDDED + INT8_SUFFIX if target == EMBEDDED else target)
+        drafter = drafter or (DEFAULT_DRAFTER if target == EMBEDDED else target)
         self.target_options = _model_options("target_options", target, target_options)
         self.drafter_options = for_target(_model_options("drafter_options", drafter, drafter_options), target)
         self.pool = _pool(pool) or default_pool(self.target_options)

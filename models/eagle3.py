@@ -12,23 +12,26 @@ id d + d2t[d].
 Cache layout as models.hf's: K and V are (1, kv_heads, S, head_dim), physical slot 0 a scratch slot, logical
 slot s at physical s + 1. A pass names its rows' positions and slots, and what each row sees: the slots
 [0, prefix) and the columns its `vis` row marks. On CUDA each bucket of row counts is one captured graph over
-the whole cache (HeadRunner.capture); on the CPU passes run eagerly over the used slots.
+the whole cache (HeadRunner.capture); on the CPU passes run eagerly over the used slots, or, rehearsing the
+graphs, padded to their buckets over the whole cache as a replay runs them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.eagle3_config import HeadConfig, HeadError, OPTIONAL_KEYS, shapes_of
+from models.eagle3_config import HEAD_KEYS, HeadConfig, HeadError, OPTIONAL_KEYS, shapes_of
 from models.kv_plan import aligned_slots, cache_bytes
 from models.runner import ModelRunner, RowInputs, check_rows
 
+HEAD_LINEARS = tuple(k for k in HEAD_KEYS if "norm" not in k)  # fc, the attention and MLP projections, lm_head
 HEAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 80, 128)  # rows a captured head pass is padded to (a level's feed)
 SPAN_STEP = 64  # eager passes attend over the used slots rounded up to this
 
@@ -83,6 +86,7 @@ class Eagle3Head:
     ids: torch.Tensor  # (Vd,) int64 target id of each draft id
     inv_freq: torch.Tensor
     rope_scale: float
+    int8: dict = field(default_factory=dict)  # key -> a dynamic int8 linear replacing F.linear(x, w[key])
 
     @classmethod
     def build(cls, cfg: HeadConfig, weights: dict, embed: torch.Tensor | None, device, dtype) -> Eagle3Head:
@@ -104,13 +108,35 @@ class Eagle3Head:
     def device(self) -> torch.device:
         return self.embed.device
 
+    def quantize(self) -> None:
+        """Run every linear layer as a dynamic int8 product (int8 weights per output channel, activations
+        quantized per pass), on the CPU: a pass of a few rows is bound by reading the weights, and int8 reads
+        a quarter of float32's bytes (the default head's pools grow about 6x faster: results/README.md). Drafts change; what a
+        decoder emits does not (verification is the target's)."""
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        if self.device.type != "cpu":
+            raise HeadError("dynamic int8 quantization of a head runs on the CPU only")
+        for key in HEAD_LINEARS:
+            w = self.w[key].float()
+            linear = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
+            linear.weight = torch.nn.Parameter(w, requires_grad=False)
+            with warnings.catch_warnings():  # torch announces the API's move to torchao on every call
+                warnings.simplefilter("ignore")
+                self.int8[key] = quantize_dynamic(torch.nn.Sequential(linear),
+                                                  {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)[0]
+
+    def linear(self, key: str, x: torch.Tensor) -> torch.Tensor:
+        q = self.int8.get(key)
+        return F.linear(x, self.w[key]) if q is None else q(x.float()).to(x.dtype)
+
     @property
     def dtype(self) -> torch.dtype:
         return self.embed.dtype
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """(n, 3T) target features, low to high -> (n, H) hidden (fc)."""
-        return F.linear(features.to(self.dtype), self.w["fc.weight"])
+        return self.linear("fc.weight", features.to(self.dtype))
 
     def layer(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
               attend) -> torch.Tensor:
@@ -122,20 +148,20 @@ class Eagle3Head:
         n = tokens.shape[0]
         emb = rms_norm(self.embed[tokens], w["midlayer.input_layernorm.weight"], cfg.rms_eps)
         x = torch.cat([emb, rms_norm(hidden, w["midlayer.hidden_norm.weight"], cfg.rms_eps)], -1)  # (n, 2H)
-        q = F.linear(x, w["midlayer.self_attn.q_proj.weight"]).view(1, n, cfg.heads, cfg.head_dim).transpose(1, 2)
-        k = F.linear(x, w["midlayer.self_attn.k_proj.weight"]).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        v = F.linear(x, w["midlayer.self_attn.v_proj.weight"]).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        q = self.linear("midlayer.self_attn.q_proj.weight", x).view(1, n, cfg.heads, cfg.head_dim).transpose(1, 2)
+        k = self.linear("midlayer.self_attn.k_proj.weight", x).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        v = self.linear("midlayer.self_attn.v_proj.weight", x).view(1, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
         q, k = apply_rope(q, positions, self.inv_freq, self.rope_scale), apply_rope(k, positions, self.inv_freq,
                                                                                       self.rope_scale)
         out = attend(q, k, v).transpose(1, 2).reshape(n, cfg.heads * cfg.head_dim)
-        h = hidden + F.linear(out, w["midlayer.self_attn.o_proj.weight"])
+        h = hidden + self.linear("midlayer.self_attn.o_proj.weight", out)
         y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], cfg.rms_eps)
-        y = F.silu(F.linear(y, w["midlayer.mlp.gate_proj.weight"])) * F.linear(y, w["midlayer.mlp.up_proj.weight"])
-        return h + F.linear(y, w["midlayer.mlp.down_proj.weight"])
+        y = F.silu(self.linear("midlayer.mlp.gate_proj.weight", y)) * self.linear("midlayer.mlp.up_proj.weight", y)
+        return h + self.linear("midlayer.mlp.down_proj.weight", y)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(n, H) layer outputs -> (n, Vd) float32 logits over the draft vocabulary."""
-        return F.linear(rms_norm(hidden, self.w["norm.weight"], self.cfg.rms_eps), self.w["lm_head.weight"]).float()
+        return self.linear("lm_head.weight", rms_norm(hidden, self.w["norm.weight"], self.cfg.rms_eps)).float()
 
 
 def random_head(cfg: HeadConfig, embed: torch.Tensor, device, dtype, seed: int = 0) -> Eagle3Head:
@@ -162,7 +188,9 @@ class HeadRunner:
 
     row_inputs: tuple[str, ...] = ("hidden",)
 
-    def __init__(self, head: Eagle3Head, capacity: int, *, graphs: bool = True) -> None:
+    def __init__(self, head: Eagle3Head, capacity: int, *, graphs: bool = True, rehearse: bool = False) -> None:
+        """graphs: capture a graph per bucket on CUDA; with `rehearse`, on the CPU too, where capture() keeps
+        each bucket's padded inputs and passes replay them eagerly (the GPU check's rehearsal)."""
         cfg = head.cfg
         self.head, self.capacity = head, capacity
         self.device, self.dtype = head.device, head.dtype
@@ -174,7 +202,7 @@ class HeadRunner:
         self.v = torch.zeros_like(self.k)
         self.outputs: torch.Tensor | None = None  # (n, H) the last pass's layer outputs, valid until the next
         self.graphs: dict[int, tuple] = {}  # bucket -> (graph, static inputs, static outputs)
-        if graphs and self.device.type == "cuda":
+        if graphs and (self.device.type == "cuda" or rehearse):
             self.capture()
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
@@ -236,8 +264,8 @@ class HeadRunner:
     # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
 
     @classmethod
-    def build(cls, model: Eagle3Head, capacity: int, *, graphs: bool) -> ModelRunner:
-        return cls(model, capacity, graphs=graphs)
+    def build(cls, model: Eagle3Head, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
+        return cls(model, capacity, graphs=graphs, rehearse=rehearse)
 
     @staticmethod
     def cache_bytes(model: Eagle3Head, capacity: int) -> int:

@@ -18,7 +18,7 @@ import torch
 
 from pipeline.config import ConfigError
 
-from models.options import HEAD_PREFIX as PREFIX, HEAD_RANDOM_PREFIX as RANDOM_PREFIX
+from models.options import HEAD_PREFIX as PREFIX, HEAD_RANDOM_PREFIX as RANDOM_PREFIX, head_path_spec
 DEFAULT_ROPE_THETA = 10000.0  # the reference's rotary base when a config names none
 
 # Weight names in the reference's layout -> what they hold (H: hidden, T: target hidden, Vd: draft vocab)
@@ -123,8 +123,9 @@ def shapes_of(cfg: HeadConfig) -> dict[str, tuple[int, ...]]:
 
 
 def head_dir(spec: str) -> Path:
-    """The directory of `eagle3:PATH`: PATH itself, or a model id's snapshot in the local Hugging Face cache."""
-    path = spec.removeprefix(PREFIX)
+    """The directory of `eagle3:PATH`: PATH itself, or a model id's snapshot in the local Hugging Face cache
+    (and of smollm2:eagle3, the head trained for the embedded default)."""
+    path = head_path_spec(spec).removeprefix(PREFIX)
     if os.path.isdir(path):
         return Path(path)
     try:

@@ -1,6 +1,7 @@
 """Load an EAGLE-3 drafter: `eagle3:PATH` (a head directory or a model id in the local Hugging Face cache),
 `random:eagle3-SHAPE` (a random head of a public head's shapes) or `eagle3:mock` (the mock drafter as a head
-over the mock target's features).
+over the mock target's features); `:int8` after any of them runs the head's linear layers as dynamic int8
+products on the CPU (Eagle3Head.quantize).
 
 A head drafts in its target's vocabulary with its target's tokenizer, and takes its target's token embedding
 where its checkpoint holds none: the drafter process is told the target (`head_target`, which the launcher
@@ -44,8 +45,11 @@ def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], 
     """An EAGLE-3 drafter -> (its model: an Eagle3Head or a MockHead, its runner class, its target's tokenizer,
     what its weights are). embedded: the embedded default's checkpoint directory (converted once); revision_of: what a
     checkpoint directory's weights are (models.load hands both in)."""
-    spec = options.model
+    spec = options.model.removesuffix(INT8_SUFFIX)
+    quantized = options.model.endswith(INT8_SUFFIX)  # the head's linear layers as dynamic int8 (CPU)
     if spec == MOCK_HEAD:
+        if quantized:
+            raise HeadError(f"{options.model!r}: the mock head has no linear layers to quantize")
         from models.mock import MockHead, MockHeadRunner, MockModel
         from models.tokenizers import MockTokenizer
 
@@ -65,13 +69,16 @@ def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], 
         cfg = HeadConfig.from_dict(HEAD_SHAPES[name])
         cfg.check_target(target.hidden, target.vocab, target.layers)
         embed = torch.randn(cfg.vocab, cfg.hidden, generator=torch.Generator().manual_seed(1)) * 0.02
-        return random_head(cfg, embed, options.device, dtype), HeadRunner, target.tokenizer, f"{spec} seed=0"
-    directory = head_dir(spec)
-    cfg, weights = read_head(directory)
-    cfg.check_target(target.hidden, target.vocab, target.layers)
-    embed = None if "embed_tokens.weight" in weights else target.embedding()
-    head = Eagle3Head.build(cfg, weights, embed, options.device, dtype)
-    return head, HeadRunner, target.tokenizer, revision_of(str(directory))
+        head, revision = random_head(cfg, embed, options.device, dtype), f"{spec} seed=0"
+    else:
+        directory = head_dir(spec)
+        cfg, weights = read_head(directory)
+        cfg.check_target(target.hidden, target.vocab, target.layers)
+        embed = None if "embed_tokens.weight" in weights else target.embedding()
+        head, revision = Eagle3Head.build(cfg, weights, embed, options.device, dtype), revision_of(str(directory))
+    if quantized:
+        head.quantize()
+    return head, HeadRunner, target.tokenizer, revision
 
 
 def target_side(spec: str, embedded: Callable[[], Path], allow_download: bool = False) -> TargetSide:

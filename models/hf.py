@@ -291,7 +291,10 @@ class HFRunner:
     # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
 
     @classmethod
-    def build(cls, model, capacity: int, *, graphs: bool) -> ModelRunner:
+    def build(cls, model, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
+        """rehearse: CUDA's pass sizes and span ladder on any device, graphs or not (on the CPU, eagerly)."""
+        if rehearse:
+            return cls(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS, attend="ladder")
         return cls(model, capacity, graphs=graphs)
 
     @staticmethod

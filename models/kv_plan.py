@@ -10,7 +10,8 @@ from pathlib import Path
 
 from models import shapes
 from models.cache_root import embedded_dir
-from models.options import EMBEDDED, HEAD_PREFIX, HEAD_RANDOM_PREFIX, INT8_SUFFIX, ModelOptions, is_head_spec
+from models.options import (EMBEDDED, HEAD_PREFIX, HEAD_RANDOM_PREFIX, INT8_SUFFIX, ModelOptions, head_path_spec,
+                            is_head_spec)
 
 SLOT_ALIGN = 128  # physical cache slots are a multiple of this (models.hf's runner allocates them so)
 MOCK_SLOT_BYTES = 64  # a mock cache slot: a list entry, a 16-byte digest object and an int64 position
@@ -63,7 +64,8 @@ def feature_row_bytes(options: ModelOptions) -> int:
 
 def _config(spec: str) -> dict | None:
     """The text config of a model spec as a dict, or None where there is none to read here. An EAGLE-3 head's
-    (eagle3:PATH, random:eagle3-SHAPE) is its own config: one layer."""
+    (eagle3:PATH, random:eagle3-SHAPE, smollm2:eagle3) is its own config: one layer."""
+    spec = head_path_spec(spec)
     if spec.startswith(HEAD_RANDOM_PREFIX):
         cfg = shapes.HEAD_SHAPES.get(spec[len(HEAD_RANDOM_PREFIX):])
         return None if cfg is None else {**cfg, "num_hidden_layers": 1}

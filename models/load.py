@@ -45,6 +45,7 @@ class Loaded:
     graphs: bool
     revision: str  # what the weights are: a hub snapshot, a digest of the checkpoint's files, or a recipe
     linear_kernels: dict = field(default_factory=dict)  # shape -> CPU linear kernel per row class (cpu_linear)
+    rehearse: bool = False  # on the CPU, passes in their CUDA shapes (ModelOptions.rehearse_graphs)
 
     @property
     def identity(self) -> dict:
@@ -86,7 +87,7 @@ class Loaded:
         return "hidden" in getattr(self.kind, "row_inputs", ())
 
     def runner(self, capacity: int) -> ModelRunner:
-        return self.kind.build(self.model, capacity, graphs=self.graphs)
+        return self.kind.build(self.model, capacity, graphs=self.graphs, rehearse=self.rehearse)
 
 
 def load(options: ModelOptions, role: str) -> Loaded:
@@ -110,12 +111,13 @@ def load(options: ModelOptions, role: str) -> Loaded:
     dtype = _dtype(options)
     if is_head_spec(spec):
         head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision)
-        return Loaded(options.model, head, kind, tokenizer, options.graphs, revision)
+        return Loaded(options.model, head, kind, tokenizer, options.graphs, revision,
+                      rehearse=options.rehearse_graphs)
     if spec.startswith(shapes.PREFIX):
         model = shapes.random_model(spec[len(shapes.PREFIX):], options.device, dtype)
         tokenizer = MockTokenizer(model.config.vocab_size)
         return Loaded(options.model, model, HFRunner, tokenizer, options.graphs, f"{spec} seed=0",
-                      _tune(model, options))
+                      _tune(model, options), rehearse=options.rehearse_graphs)
     model, tokenizer, path = _load_hf(spec, dtype, options.allow_download)
     if options.model.endswith(INT8_SUFFIX):
         from torch.ao.quantization import quantize_dynamic
@@ -126,7 +128,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
     model = model.to(options.device).eval()
     log.info("loaded %s in %.1f s", options.model, time.perf_counter() - t0)
     return Loaded(options.model, model, HFRunner, HFTokenizer(tokenizer, model.generation_config), options.graphs,
-                  checkpoint_revision(path), _tune(model, options))
+                  checkpoint_revision(path), _tune(model, options), rehearse=options.rehearse_graphs)
 
 
 def load_tokenizer(options: ModelOptions) -> HFTokenizer | MockTokenizer:

@@ -125,9 +125,9 @@ class MockRunner:
     # -- the class as a loader holds it (models.runner.RunnerKind) --------------------------------------
 
     @classmethod
-    def build(cls, model: MockModel, capacity: int, *, graphs: bool) -> ModelRunner:
+    def build(cls, model: MockModel, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
         assert not graphs, "a mock runner captures no graphs"  # models.load never asks it to
-        return cls(model, capacity)
+        return cls(model, capacity)  # nor rehearses any: its passes have no shapes to pad
 
     @staticmethod
     def cache_bytes(model: MockModel, capacity: int) -> int:
@@ -198,8 +198,8 @@ class MockHeadRunner:
         pass
 
     @classmethod
-    def build(cls, model: MockHead, capacity: int, *, graphs: bool) -> ModelRunner:
-        return cls(model, capacity)
+    def build(cls, model: MockHead, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
+        return cls(model, capacity)  # no cache, no graphs: nothing to capture or rehearse
 
     @staticmethod
     def cache_bytes(model: MockHead, capacity: int) -> int:

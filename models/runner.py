@@ -47,8 +47,10 @@ class ModelRunner(Protocol):
 class RunnerKind(Protocol):
     """A runner class as a loader holds it: the runner of a model, and what its model's cache costs."""
 
-    def build(self, model, capacity: int, *, graphs: bool) -> ModelRunner:
-        """`model` with a static cache of `capacity` slots (CUDA graphs captured where `graphs` and possible)."""
+    def build(self, model, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
+        """`model` with a static cache of `capacity` slots (CUDA graphs captured where `graphs` and possible).
+        rehearse: on the CPU, every pass in the shape it takes on CUDA, run eagerly (a runner without graphs
+        ignores it)."""
         ...
 
     def cache_bytes(self, model, capacity: int) -> int:

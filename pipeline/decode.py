@@ -155,12 +155,14 @@ class Step:
         """The accepted tree tokens, then the continuation."""
         return (self.tree.token[self.accepted].tolist() if self.accepted else []) + [self.continuation]
 
-    def round(self, budget: int) -> Round:
+    def round(self, budget: int, feature_bytes: int = 0) -> Round:
+        """The round's record; feature_bytes: what the request for its pool carried of the target's features."""
         tree_size = len(self.tree) if self.tree is not None else 0
         pool_depth = int(self.pool.depth.max()) if self.pool is not None and len(self.pool) else 0
         return Round(accepted=len(self.accepted), tree_size=tree_size, emitted=len(self.accepted) + 1,
                      phases=self.phases, available=self.available, tried=self.tried, budget=budget,
-                     ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=pool_depth, held_row=self.held)
+                     ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=pool_depth, held_row=self.held,
+                     feature_bytes=feature_bytes if self.pool is not None else 0)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -191,7 +193,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     policy.prefilled(feed, len(history) - 1, prefill_seconds)
     while True:
         step = rounds.run(history[-1], budget)
-        log.append(step.round(budget))
+        log.append(step.round(budget, feed.feature_bytes))  # the last request asked for this round's pool
         policy.observe(step.on_path, budget, step.phases, feed)
         passes += step.passes
         emitted = step.emitted

@@ -12,11 +12,14 @@ class DrafterFeed:
     the drafter starts on the context's last `window` tokens and is told every token after them.
 
     A drafter that takes the target's features (an EAGLE-3 head) is told, with each token but the context's
-    last, that token's features: `features(start, stop)` gives those of committed positions [start, stop)."""
+    last, that token's features: `features(start, stop)` gives those of committed positions [start, stop).
+    `feature_bytes` is what the last request's features frame held: the bytes of the array it hands the
+    drafter, which a Start or Commit sends as they are (0 without features)."""
 
     def __init__(self, drafter, window: int = 0, features: Callable[[int, int], object] | None = None) -> None:
         self.drafter, self.window, self.features = drafter, window, features
         self.told, self.previous, self.missed = 0, None, 0
+        self.feature_bytes = 0
 
     def start_tokens(self, context: int) -> int:
         """How many tokens the drafter's prefill takes when it starts on `context` tokens."""
@@ -33,7 +36,11 @@ class DrafterFeed:
 
     def _features(self, start: int, stop: int) -> tuple:
         """(the features of committed positions [start, stop),) for a drafter that takes them, else ()."""
-        return () if self.features is None else (self.features(start, stop),)
+        if self.features is None:
+            return ()
+        rows = self.features(start, stop)  # (stop - start, F) in the target's dtype
+        self.feature_bytes = rows.numel() * rows.element_size()
+        return (rows,)
 
     def waiting(self) -> bool:
         """Whether the drafter is still growing its first pool (the prefill then leaves it its cores)."""

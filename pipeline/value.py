@@ -173,12 +173,18 @@ def sizes_pearl(s: Scored) -> np.ndarray:
     return 1.0 + np.cumsum(np.where(deep, s.edge[s.pool.top[s.draft]], 0.0))
 
 
+def top1_kept(s: Scored) -> tuple[int, np.ndarray]:
+    """(the drafter's top first token u, (N,) the nodes a tree of u and up to B - 1 of its descendants keeps at
+    budgets 1..N): what `pearl-top1` and `root-draw` keep when the draw X1 is u."""
+    u = top1(s.pool)
+    below = int(np.count_nonzero((s.pool.top == u) & (s.pool.depth > 1)))
+    return u, np.minimum(np.arange(1, len(s.pool) + 1), 1 + below)
+
+
 def sizes_pearl_top1(s: Scored) -> np.ndarray:
     """(N,) expected nodes of `pearl-top1`: the drafter's top first token with up to B - 1 descendants when X1
     is that token, X1 alone otherwise."""
-    u = top1(s.pool)
-    below = int(np.count_nonzero((s.pool.top == u) & (s.pool.depth > 1)))
-    kept = np.minimum(np.arange(1, len(s.pool) + 1), 1 + below)
+    u, kept = top1_kept(s)
     return s.edge[u] * kept + (1.0 - s.edge[u])
 
 
@@ -196,6 +202,13 @@ def pearl_exceeds(s: Scored, cap: int) -> np.ndarray:
     position = np.flatnonzero(s.pool.depth[s.draft] > 1)[at]  # its position in the whole draft order
     np.add.at(out, position + 1, s.edge[tops[grouped][starts[has]]])
     return np.cumsum(out)[1:]
+
+
+def pearl_top1_exceeds(s: Scored, cap: int) -> np.ndarray:
+    """(N,) the probability that `pearl-top1`'s tree at pre-draw budgets 1..N holds more than `cap` nodes: X1
+    the drafter's top first token u, kept with more than cap - 1 of its descendants."""
+    u, kept = top1_kept(s)
+    return s.edge[u] * (kept > cap)
 
 
 SIZES = {"draft": sizes_fixed, "root": sizes_fixed, "oracle": sizes_fixed, "root-draw": sizes_root_draw,

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from models.options import EMBEDDED, EMBEDDED_POOL, INT8_SUFFIX, ModelOptions
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions
 from pipeline.config import ConfigError, PoolConfig
 from programs.cli import (EXIT_OK, Parser, add_log_level, add_options, flags_of, from_options, parse_token_ids,
                           run_program, setup_logging)
@@ -26,8 +26,8 @@ def build_parser(prog: str) -> Parser:
     parser = Parser(prog=prog, description="Print the pool a drafter grows after raw token ids (no chat template).")
     parser.add_argument("--target", metavar="SPEC", default=EMBEDDED,
                         help=f"the target (an EAGLE-3 drafter takes its features; default {EMBEDDED})")
-    parser.add_argument("--drafter", metavar="SPEC", default=EMBEDDED + INT8_SUFFIX,
-                        help=f"the drafter, as launch/pair.sh names one (default {EMBEDDED}{INT8_SUFFIX})")
+    parser.add_argument("--drafter", metavar="SPEC", default=DEFAULT_DRAFTER,
+                        help=f"the drafter, as launch/pair.sh names one (default {DEFAULT_DRAFTER})")
     parser.add_argument("--prompt-ids", metavar="IDS", required=True, help="the committed context: ids, comma-separated")
     flags_of(parser)["prompt_ids"] = "--prompt-ids"
     parser.add_argument("--device", default="cpu", help="torch device of both models (default: cpu)")

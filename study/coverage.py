@@ -20,12 +20,12 @@ under sampled-leaf stopping X1 is a leaf, emitted as the continuation, covered (
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from evaluation.rounds import RecordedDecode
-from study.values import BUDGETS, VALUED, by_temperature
+from study.values import BUDGETS, VALUED, Averages, by_temperature
 from pipeline.pool import ROOT
 from pipeline.select import descendants_order, root_order, top1
 from pipeline.value import Scored
@@ -303,7 +303,8 @@ def round_coverage(s: Scored, budgets: Sequence[int], *, rules: Sequence[str] = 
 @dataclass(slots=True)
 class CoverageTable:
     """The mean figures per round (all rounds pooled) of one temperature's recorded rounds: a RoundCoverage's
-    arrays averaged, rules by `rules`, scored sets by `scored`, stopping rules by STOPPINGS."""
+    arrays averaged, rules by `rules`, scored sets by `scored`, stopping rules by STOPPINGS; and each prompt's
+    sums of them, for intervals over resampled prompts."""
 
     temperature: float
     budgets: np.ndarray  # (K,) the budgets reported (capped by the largest pool)
@@ -314,12 +315,32 @@ class CoverageTable:
     value: np.ndarray  # (R, S, P, K)
     shortfall: np.ndarray  # (R, S, P, K)
     added: np.ndarray  # (R, S, K)
+    # (Q,) each prompt's rounds, prompts in study.values.PerRound.of's order (so resamples pair with its figures)
+    prompt_rounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    prompt_sums: dict[str, np.ndarray] = field(default_factory=dict)  # figure -> (Q, *its shape) each prompt's sum
 
     def at(self, rule: str, scored: str, stopping: str, budget: int) -> tuple[float, float, float]:
         """(coverage, value, shortfall) of one cell."""
         i, j = self.rules.index(rule), self.scored.index(scored)
         p, k = list(STOPPINGS).index(stopping), self.budgets.tolist().index(budget)
         return float(self.coverage[i, j, p, k]), float(self.value[i, j, p, k]), float(self.shortfall[i, j, p, k])
+
+    def intervals(self, *, n_resamples: int = 2000, confidence: float = 0.95,
+                  seed: int = 0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each figure (FIGURES) -> its paired prompt-bootstrap interval's (low, high) ends, shaped as the figure:
+        the mean per round over resampled prompts, every cell with the same resamples."""
+        q = len(self.prompt_rounds)
+        avg = Averages.of_totals({name: sums.reshape(q, -1) for name, sums in self.prompt_sums.items()},
+                                 self.prompt_rounds, n_resamples=n_resamples, confidence=confidence, seed=seed)
+        out = {}
+        for name in FIGURES:
+            ends = np.array([(e.low, e.high) for e in avg.mean(name)])  # (cells, 2)
+            shape = getattr(self, name).shape
+            out[name] = (ends[:, 0].reshape(shape), ends[:, 1].reshape(shape))
+        return out
+
+
+FIGURES = tuple(f.name for f in fields(RoundCoverage))  # coverage, value, shortfall, added
 
 
 def coverage_tables(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS, *, top: int = SCORED_TOP,
@@ -330,14 +351,25 @@ def coverage_tables(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = 
     for temperature, found in by_temperature(decodes).items():
         kept = reported_budgets(found, budgets)
         sums = [0.0, 0.0, 0.0, 0.0]
+        prompts: dict[str, int] = {}
+        by_prompt: list[list[np.ndarray]] = []  # each prompt's sums of FIGURES
+        prompt_rounds: list[int] = []
         rounds = 0
         for d in found:
+            q = prompts.setdefault(str(d.key["prompt_id"]), len(prompts))
             for rnd in d.rounds:
                 figures = round_coverage(rnd.scored(), kept, rules=rules, top=top, frontier=frontier)
-                sums = [total + getattr(figures, f.name) for total, f in zip(sums, fields(RoundCoverage))]
+                arrays = [getattr(figures, name) for name in FIGURES]
+                sums = [total + x for total, x in zip(sums, arrays)]
+                if q == len(by_prompt):
+                    by_prompt.append([np.zeros_like(x) for x in arrays])
+                    prompt_rounds.append(0)
+                by_prompt[q] = [total + x for total, x in zip(by_prompt[q], arrays)]
+                prompt_rounds[q] += 1
                 rounds += 1
         out.append(CoverageTable(temperature, kept, rules, scored_names(top, frontier), rounds,
-                                 *(total / rounds for total in sums)))
+                                 *(total / rounds for total in sums), np.array(prompt_rounds, np.float64),
+                                 {name: np.stack([p[i] for p in by_prompt]) for i, name in enumerate(FIGURES)}))
     return out
 
 

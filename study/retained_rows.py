@@ -11,8 +11,9 @@ round of a decode has none). Over those rounds:
 - address match: the emitted address itself was scored (a matched row is there).
 Per kind of row (ROWS): its availability (the share of those rounds holding at least one such row), and over
 the rows pooled (every row weighs the same) its mean and median total variation from the next root row and the
-share whose argmax agrees with it. `own-root` is the decoder's own root row against the measurement pass's
-(D.3), over every round of a decoder with a root pass.
+share whose argmax agrees with it. `own-root` is the root row of the decode's own pass (a root pass, or a tree
+pass that verifies the root with its tree) against the measurement pass's, over every round whose decode
+computed it: the same row from batches of other sizes (D.3 compares a one-token root pass with the tree pass).
 """
 
 from __future__ import annotations

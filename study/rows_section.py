@@ -29,7 +29,7 @@ PAPER_ROWS = {"matched": "mean TV below 0.01 in every run, median below 0.0004",
               "token-only-off-path": "below the on-path rows' mean TV in every run",
               "cache": "Table 26 (not in the text)", "same-token": "Table 26 (not in the text)",
               "preceding": "Table 26 (not in the text)",
-              "own-root": "argmax agreement 98.6% to 99.6%, mean TV 0.0041 to 0.0129 (D.3, PEARL-style runs)"}
+              "own-root": "none: D.3 compares other passes (a one-token root pass against the tree pass)"}
 PAPER_MATCHES = ("token matches in the previous tree are frequent but do not guarantee an exact row for the next "
                  "root (Section 5.3; the rates are in Table 22, not in the text)")
 PAPER_CONTROLS = ("root stays above both rerankers; rows recovers at most 29% of root's gain over draft at B = 8 "
@@ -65,6 +65,7 @@ class Rows:
         for at in self.temperatures:
             t = at.study.values.temperature
             if at.rows is not None:
+                lines += [_match_line(t, at.rows, name, e) for name, e in at.rows.matches().items()]
                 lines += [_row_line(t, at.rows.agreement(row)) for row in ROWS]
             lines += _control_lines(t, at.study, at.values)
             for name in RERANKERS:
@@ -100,6 +101,11 @@ def rows_section(data: ValuesInput) -> Rows:
         temperatures.append(RowsAt(rows if rows.eligible else None, study, Averages(study.values, **data.resampling),
                                    Averages(study.figures, **data.resampling)))
     return Rows(data, temperatures)
+
+
+def _match_line(t: float, rows: RowStudy, match: str, e: Estimate) -> dict:
+    return {"kind": "matches", "temperature": t, "rounds": rows.eligible, "match": match, "share": number(e.value),
+            "share_low": number(e.low), "share_high": number(e.high)}
 
 
 def _row_line(t: float, a: RowAgreement) -> dict:
@@ -198,8 +204,10 @@ def _agreements(rows: RowStudy, level: str) -> list[str]:
             out.append(f"| {name} | {_share(a.available)} | {a.rows} | {_tv(a.mean_tv)} | {_tv(a.median_tv)} | "
                        f"{_share(a.agreement)} | {PAPER_ROWS[name]} |")
         out.append("")
-    return out + ["The preceding row's probability of the continuation is zeroed before it is compared; own-root "
-                  "counts every round of a decoder with a root pass.", ""]
+    return out + ["The preceding row's probability of the continuation is zeroed before it is compared. own-root is "
+                  "the root row of the decode's own pass (a decoder without a root pass computes it in its tree "
+                  "pass, with its tree) against the measurement pass's (with the pool's expanded candidates), in every "
+                  "round whose decode computed it: the same row from batches of other sizes.", ""]
 
 
 def _calibrated(study: FirstFactors, avg: Averages, picks: list[int], ks: list[int], data: ValuesInput) -> list[str]:

@@ -17,7 +17,7 @@ from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group, group_order
 from study.values import VALUED, Agreement, Averages, RoundValues, agreement, evaluate, reach
 from study.options import ValuesOptions
-from study import tables
+from study import table_lines, tables
 from study.section import ValuesInput, est, pct, share
 
 EMITTED = ("draft", "root", "root-draw", "pearl")  # Table 8 counts the continuation too
@@ -40,7 +40,7 @@ class Selection:
     def json_lines(self) -> list[dict]:
         return [line for rv, avg in zip(self.tables, self.averages)
                 for line in _json_lines(rv, avg, agreement(rv, self.options.confidence))
-                + tables.json_lines(rv, avg)]
+                + table_lines.json_lines(rv, avg)]
 
     def markdown(self) -> list[str]:
         lines = ["", "## Selection rules at shared contexts", ""]
@@ -125,6 +125,10 @@ def _json_lines(rv: RoundValues, avg: Averages, agreements: Sequence[Agreement])
             for k, budget in enumerate(rv.budgets.tolist()):
                 lines.append({"kind": "cut", "temperature": rv.temperature, "rule": rule, "budget": budget,
                               "levels": level + 1, "rounds": rv.rounds, "value_per_round": float(means[level, k])})
+    if rv.record_seconds.any():
+        lines.append({"kind": "recording", "temperature": rv.temperature, "rounds": rv.rounds,
+                      "median_ms": 1000 * float(np.median(rv.record_seconds)),
+                      "mean_ms": 1000 * float(rv.record_seconds.mean())})
     for a in agreements:
         lines.append({"kind": "agreement", "temperature": rv.temperature, "decoder": a.decoder, "budget": a.budget,
                       "rounds": a.rounds, "realized_per_round": a.realized, "value_per_round": a.expected,

@@ -1,20 +1,22 @@
 """The paper's selection tables from one temperature's recorded rounds, each beside the paper's figures: Table 2
 and 9 (gains over draft, the share of the oracle's advantage that root and depth-two selection recover), Figure 2
-and Figure 5 (every depth), Table 8 (emitted tokens), Table 10 (tasks weighted equally), Table 11 (restricted
-pools), Tables 12 and 18 (root-draw against the stronger PEARL baseline and a PEARL matched in tree size), Table
-13 (budgets that reach each other's value), Table 15 (the first-token and entropy splits), Table 20 (late rounds)
-and Table 29 (the matched cap); and their JSON lines (`depth`, `restricted`, `matched`, `size`)."""
+and Figure 5 (every depth), Table 8 (emitted tokens), Table 10 (tasks weighted equally, and each task), Table 11
+(restricted pools), Table 12 (root-draw against the stronger PEARL variant, and that variant matched in tree
+size, the trees split by the kind of draw), Table 13 (budgets that reach each other's value), Table 15 (the
+first-token and entropy splits), Table 20 (late rounds) and Table 29 (the matched cap). Their JSON lines are
+study.table_lines'."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from study.selection import (EXCEEDS, RESTRICTED, entropy_quintiles, match_pearl, matched_cap, reach_budgets,
-                                  stratified_counts, task_weighted_gain)
+from study.selection import EXCEEDS, RESTRICTED, Matched, match_pearl, matched_cap, reach_budgets
+from study.splits import QUINTILES, TASK_PAIRS, FirstTokenSplit, each_task, first_token_split, task_weighted
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group
 from study.values import Averages, Estimate, PerRound, RoundValues
-from pipeline.value import SIZES
 from study.section import est, pct, share
 
 # The paper's figures, as its text gives them (ranges over its runs), printed beside this run's.
@@ -33,11 +35,15 @@ PAPER = {
     "Table 12": "root-draw over PEARL up to +14.2% at B = 8 and +7.0% at B = 59; pearl-top1 below PEARL by 0.5-1.5% "
                 "at B = 8 and 6.7-9.1% at B = 59; trees 6.6-7.4 against 4.1-5.8 nodes at B = 8, 42-52 against 26-38 "
                 "at B = 59; matched in size (PEARL raised to 10.4-14.0 and 81-96 candidates, whose trees pass B in "
-                "40-56% and 38-53% of rounds) root-draw still gains up to +4.8% at B = 8 and +2.4% at B = 59",
+                "40-56% and 38-53% of rounds) root-draw still gains up to +4.8% at B = 8 and +2.4% at B = 59; the draw "
+                "is the drafter's most probable first token in 52-76% of rounds; at B = 8 the raised trees hold "
+                "9.2-11.2 nodes after it and 2.1-2.4 after another first-level token, root-draw's 8 after either; at "
+                "B = 59 66-74 and 12-15, root-draw's 59 and 39-49",
     "Table 13": "draft needs 11-22 nodes to reach root's value at B = 8; root reaches draft's with 4-7",
     "Table 15": "where the first tokens agree, rows through depth two recover 45-62% of the oracle's advantage at "
                 "B = 59; the rounds where they differ carry a larger share of the root gain than of the rounds; the "
-                "upper two entropy quintiles carry 1.6-12.8 times the gain of the lower two",
+                "upper two entropy quintiles carry 1.6-12.8 times the gain of the lower two; under greedy decoding the "
+                "mean root gain rises from each quintile to the next in every run",
     "Table 18": "at an online run's own contexts root-draw gains 1.0-2.4% over the size-matched PEARL at B = 59, "
                 "against 0.9-2.4% at the recorded contexts",
     "Table 20": "whole-output gains within 0.3 points of the default-length runs at B = 59 and 1.1 at B = 8",
@@ -116,15 +122,23 @@ def table_8(rv: RoundValues, avg: Averages) -> list[str]:
 
 
 def table_10(rv: RoundValues, avg: Averages) -> list[str]:
-    """Each task weighted the same, prompts resampled within each task; and each task's own gains."""
-    groups = np.array([category_group(c) for c in rv.categories])
-    counts = stratified_counts(groups, min(1000, avg.counts.shape[0]), 1)
-    out = ["#### Table 10: every task weighted the same (prompts resampled within each task)", "",
-           *_head("budget", "root over draft", "root-draw over draft", "root-draw over pearl")]
-    pairs = (("root", "draft"), ("root-draw", "draft"), ("root-draw", "pearl"))
-    gains = [task_weighted_gain(avg.totals[a], avg.totals[b], avg.rounds, groups, counts, avg.tail) for a, b in pairs]
+    """Every task weighted the same, prompts resampled within each task; and each task's own gains."""
+    weighted = task_weighted(rv, avg)
+    said = "" if weighted.resamples == avg.counts.shape[0] else \
+        f", {weighted.resamples} resamples rather than the {avg.counts.shape[0]} above"
+    names = [f"{a} over {b}" for a, b in TASK_PAIRS]
+    out = [f"#### Table 10: every task weighted the same (prompts resampled within each task{said})", "",
+           *_head("budget", *names)]
     for b, k in picks(rv):
-        out.append(_row([b, *(est(Estimate(g[0][k], g[1][k], g[2][k])) for g in gains)]))
+        out.append(_row([b, *(est(weighted.gains[pair][k]) for pair in TASK_PAIRS)]))
+    tasks = each_task(rv, avg)
+    out += ["", f"Each task's own gains ({tasks[0].resamples} resamples of its prompts; no interval below "
+                f"{MIN_INTERVAL_PROMPTS} prompts):", "",
+            *_head("task", "prompts", "rounds", *(f"{name} B = {b}" for name in names for b, _ in picks(rv)))]
+    for t in tasks:
+        cell = est if t.has_interval else (lambda e: f"{pct(e.value)} (no interval)")
+        out.append(_row([t.task, t.prompts, t.rounds, *(cell(t.gains[pair][k]) for pair in TASK_PAIRS
+                                                         for _, k in picks(rv))]))
     return out + ["", paper("Table 10"), ""]
 
 
@@ -146,62 +160,108 @@ def stronger_pearl(avg: Averages) -> list[str]:
     return ["pearl" if p >= t else "pearl-top1" for p, t in zip(avg.per_round("pearl"), avg.per_round("pearl-top1"))]
 
 
+def matched(rv: RoundValues, avg: Averages) -> dict[int, Matched]:
+    """At each budget of EXCEEDS reported, the stronger PEARL variant raised until its mean tree is root-draw's."""
+    stronger, budgets = stronger_pearl(avg), rv.budgets.tolist()
+    return {b: match_pearl(rv.full, avg.rounds, avg.counts, b, avg.tail, stronger[budgets.index(b)])
+            for b in EXCEEDS if b in budgets}
+
+
 def table_12(rv: RoundValues, avg: Averages) -> list[str]:
-    stronger = stronger_pearl(avg)
-    out = ["#### Tables 12 and 18: root-draw against the stronger PEARL baseline, expected tree sizes, and a PEARL "
-           "whose pre-draw budget is raised until its mean tree is root-draw's (matched in every resample)", "",
+    stronger, raised = stronger_pearl(avg), matched(rv, avg)
+    out = ["#### Table 12: root-draw against the stronger PEARL variant at each budget, expected tree sizes, and "
+           "that variant with its pre-draw budget raised until its mean tree is root-draw's (matched in every "
+           "resample)", "",
            *_head("budget", "stronger", "root-draw over it", "pearl-top1 over pearl", "nodes: root-draw", "pearl",
-                  "PEARL raised to", "root-draw over it", "its trees past B")]
+                  "pearl-top1", "stronger raised to", "root-draw over it", "its trees past B")]
     for b, k in picks(rv):
-        m = match_pearl(rv.full, avg.rounds, avg.counts, b, avg.tail) if b in EXCEEDS else None
-        gain = avg.gain("root-draw", stronger[k])[k]
-        cells = [b, stronger[k], est(gain), est(avg.gain("pearl-top1", "pearl")[k]),
-                 f"{avg.per_round('size:root-draw')[k]:.1f}", f"{avg.per_round('size:pearl')[k]:.1f}"]
+        m = raised.get(b)
+        cells = [b, stronger[k], est(avg.gain("root-draw", stronger[k])[k]), est(avg.gain("pearl-top1", "pearl")[k]),
+                 *(f"{avg.per_round(f'size:{rule}')[k]:.1f}" for rule in ("root-draw", "pearl", "pearl-top1"))]
         cells += [f"{m.raised:.1f}", est(Estimate(m.gain, m.low, m.high)), pct(m.exceeds, 0, sign=False)] if m else \
             ["—"] * 3
         out.append(_row(cells))
+    if raised:
+        out += ["", "The trees by the kind of draw: X1 the drafter's most probable first token, or another "
+                    "first-level token (mean nodes after each; the raised variant as matched above):", "",
+                *_head("budget", "X1 the drafter's top first token", "raised variant after it", "after another",
+                       "root-draw after it", "after another")]
+        for b, m in raised.items():
+            out.append(_row([b, pct(m.top1_share, 1, sign=False), *(_nodes(x) for x in (
+                m.after_top1, m.after_other, m.root_draw_after_top1, m.root_draw_after_other))]))
     return out + ["", paper("Table 12"), paper("Table 18") + " These tables are at the recorded contexts; an online "
-                  "run scoring each tree's 160 best descendants was not made.", ""]
+                  "run scoring each tree's 160 best descendants (Table 18) was not made.", ""]
+
+
+def _nodes(x: float) -> str:
+    return f"{x:.1f}" if np.isfinite(x) else "—"
+
+
+def reaches(rv: RoundValues, avg: Averages, budget: int) -> dict[tuple[str, str], tuple[int | None, float, float]]:
+    """Table 13 at `budget`: (rule, target) -> the smallest budget at which rule's value reaches target's, and
+    its interval (searched again in every resample; beyond the pool is its size + 1)."""
+    return {(rule, target): reach_budgets(rv.full, avg.rounds, avg.counts, rule, target, budget, avg.tail)
+            for rule, target in (("draft", "root"), ("root", "draft"))}
 
 
 def table_13(rv: RoundValues, avg: Averages) -> list[str]:
     n = rv.full["draft"].shape[1]
     out = [f"#### Table 13: the budget at which one rule reaches the other's value (every budget up to {n} searched, "
            f"and again in every resample)", "", *_head("at", "draft reaches root's value at", "root reaches draft's at")]
+    text = lambda x: str(int(x)) if x <= n else f"beyond {n}"  # noqa: E731
     for b, _ in picks(rv):
         cells = [f"B = {b}"]
-        for rule, target in (("draft", "root"), ("root", "draft")):
-            got, low, high = reach_budgets(rv.full, avg.rounds, avg.counts, rule, target, b, avg.tail)
-            text = lambda x: str(int(x)) if x <= n else f"beyond {n}"  # noqa: E731
+        for got, low, high in reaches(rv, avg, b).values():
             cells.append(f"{got or 'never'} [{text(low)}, {text(high)}]")
         out.append(_row(cells))
     return out + ["", paper("Table 13"), ""]
 
 
-def table_15(rv: RoundValues, avg: Averages) -> list[str]:
+def table_15_budgets(rv: RoundValues) -> list[tuple[int, int]]:
+    """The (budget, column) pairs Table 15 is given at: B = 8 and 59, when the root row's entropy was recorded."""
     if not np.isfinite(rv.entropy).all() or 59 not in rv.budgets.tolist():
+        return []
+    return picks(rv)
+
+
+def table_15(rv: RoundValues, avg: Averages) -> list[str]:
+    budgets = table_15_budgets(rv)
+    if not budgets:
         return ["#### Table 15: not recorded (the root row's argmax and entropy came with schema 2)", ""]
+    splits = first_token_split(rv, avg, budgets)
     out = ["#### Table 15: rounds where the drafter's most probable first token is the target's, and the root gain "
-           "by quintile of the root row's entropy", "",
+           "(root's value less draft's) by quintile of the root row's entropy (the quintiles taken over all rounds "
+           "and held fixed in the resamples)", "",
            *_head("budget", "rounds agreeing", "their share of the root gain", "depth two's share of the oracle's "
-                  "advantage there", "mean root gain by entropy quintile, lowest first", "upper two over lower two")]
-    agree, quintile = rv.first_agree, _quintile(rv.entropy)
-    for b, k in picks(rv):
-        gain, advantage, depth2 = (rv.values[n][:, k] - rv.values["draft"][:, k] for n in ("root", "oracle", "depth-2"))
-        means, _ = entropy_quintiles(rv.entropy, gain)
-        lower, upper = gain[quintile <= 1].sum(), gain[quintile >= 3].sum()
-        out.append(_row([b, pct(agree.mean(), 1, False), _ratio(gain[agree].sum(), gain.sum()),
-                         _ratio(depth2[agree].sum(), advantage[agree].sum()), ", ".join(f"{m:+.4f}" for m in means),
-                         f"{upper / lower:.2f}" if lower > 0 else "—"]))
+                  "advantage there", "upper two quintiles' root gain over the lower two's")]
+    for f in splits:
+        out.append(_row([f.budget, est_share(f.agreeing), est_share(f.root_gain_share), est_share(f.depth_two_share),
+                         _times(f.upper_over_lower)]))
+    out += ["", *_head("budget", *(f"quintile {q + 1}" for q in range(QUINTILES)),
+                       "rises from each quintile to the next")]
+    for f in splits:
+        out.append(_row([f.budget, *(f"{e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}]" for e in f.quintile_gain),
+                         _rises(f)]))
     return out + ["", paper("Table 15"), ""]
 
 
-def _ratio(num: float, den: float) -> str:
-    return pct(num / den, 1, False) if den > 0 else "—"
+def est_share(e: Estimate) -> str:
+    """A share with one decimal and its interval."""
+    return "—" if not np.isfinite(e.value) else \
+        f"{pct(e.value, 1, sign=False)} [{pct(e.low, 1, sign=False)}, {pct(e.high, 1, sign=False)}]"
 
 
-def _quintile(entropy: np.ndarray) -> np.ndarray:
-    return np.searchsorted(np.quantile(entropy, [0.2, 0.4, 0.6, 0.8]), entropy, side="left")
+def _times(e: Estimate) -> str:
+    return "—" if not np.isfinite(e.value) else f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]"
+
+
+def _rises(f: FirstTokenSplit) -> str:
+    """Whether the mean root gain rises at every step; where not, each step that falls, with its interval."""
+    if f.rises:
+        return "yes"
+    falls = [f"{q + 1} to {q + 2}: {e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}]" for q, e in enumerate(f.rise)
+             if e.value <= 0]
+    return "no, quintile " + "; ".join(falls)
 
 
 def table_20(rv: RoundValues, avg: Averages) -> list[str]:
@@ -222,39 +282,37 @@ def table_20(rv: RoundValues, avg: Averages) -> list[str]:
     return out + ["", paper("Table 20"), ""]
 
 
-def table_29(rv: RoundValues, avg: Averages) -> list[str]:
-    n = rv.full["draft"].shape[1]
-    cap = matched_cap(rv.full, avg.rounds, 59) if n >= 59 else None
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """Table 29 from recorded rounds: root-draw's cap lowered to the smallest whose mean expected tree reaches
+    PEARL's at `budget`, and its value over PEARL's there (the cap held fixed in the resamples)."""
+
+    budget: int
+    cap: int
+    root_draw_size: float
+    pearl_size: float
+    gain: Estimate
+
+
+def lowered_cap(rv: RoundValues, avg: Averages, budget: int = 59) -> Cap | None:
+    """Table 29's cap and gain, or None where the pools are smaller than `budget` or no cap reaches PEARL's tree."""
+    cap = matched_cap(rv.full, avg.rounds, budget) if rv.full["draft"].shape[1] >= budget else None
     if cap is None:
-        return ["#### Table 29: not given (no root-draw cap reaches PEARL's tree at B = 59 in these pools)", ""]
+        return None
     r = avg.rounds.sum()
     mean = lambda name, b: rv.full[name][:, b - 1].sum() / r  # noqa: E731
-    boot = (avg.counts @ rv.full["root-draw"][:, cap - 1]) / (avg.counts @ rv.full["pearl"][:, 58]) - 1
+    boot = (avg.counts @ rv.full["root-draw"][:, cap - 1]) / (avg.counts @ rv.full["pearl"][:, budget - 1]) - 1
     low, high = np.quantile(boot, [avg.tail, 1 - avg.tail])
-    gain = mean("root-draw", cap) / mean("pearl", 59) - 1
+    gain = mean("root-draw", cap) / mean("pearl", budget) - 1
+    return Cap(budget, cap, mean("size:root-draw", cap), mean("size:pearl", budget),
+               Estimate(float(gain), float(low), float(high)))
+
+
+def table_29(rv: RoundValues, avg: Averages) -> list[str]:
+    c = lowered_cap(rv, avg)
+    if c is None:
+        return ["#### Table 29: not given (no root-draw cap reaches PEARL's tree at B = 59 in these pools)", ""]
     return ["#### Table 29: root-draw's cap lowered to the smallest whose mean expected tree reaches PEARL's at "
-            "B = 59", "", f"Cap {cap}: root-draw's trees hold {mean('size:root-draw', cap):.1f} nodes on average "
-            f"against PEARL's {mean('size:pearl', 59):.1f}; its expected acceptance is {est(Estimate(gain, low, high))} "
-            f"over PEARL's at B = 59 (the cap held fixed in the resamples).", paper("Table 29"), ""]
-
-
-def json_lines(rv: RoundValues, avg: Averages) -> list[dict]:
-    base = {"temperature": rv.temperature, "rounds": rv.rounds}
-    budgets = rv.budgets.tolist()
-    lines = [{"kind": "depth", **base, "budget": b, "depth": d, "value_per_round": float(avg.per_round(f"depth-{d}")[k])}
-             for d in range(1, rv.depth + 1) for k, b in enumerate(budgets)]
-    lines += [{"kind": "size", **base, "rule": rule, "budget": b, "expected_nodes": float(avg.per_round(f"size:{rule}")[k])}
-              for rule in SIZES for k, b in enumerate(budgets)]
-    for m in (*RESTRICTED, len(rv.full["draft"][0])):
-        name = (lambda r: r) if m not in RESTRICTED else (lambda r, m=m: f"restricted-{m}:{r}")
-        for k, b in enumerate(budgets):
-            s = avg.share(name("root"), name("draft"), name("oracle"))[k]
-            lines.append({"kind": "restricted", **base, "candidates": m, "budget": b,
-                          "oracle_advantage": float(avg.per_round(name("oracle"))[k] - avg.per_round(name("draft"))[k]),
-                          "root_share": None if not np.isfinite(s.value) else s.value})
-    for b in (b for b in EXCEEDS if b in budgets):
-        m = match_pearl(rv.full, avg.rounds, avg.counts, b, avg.tail)
-        lines.append({"kind": "matched", **base, "budget": b, "raised_budget": m.raised, "pearl_size": m.pearl_size,
-                      "root_draw_size": m.root_draw_size, "gain": m.gain, "gain_low": m.low, "gain_high": m.high,
-                      "exceeds_share": m.exceeds})
-    return lines
+            "B = 59", "", f"Cap {c.cap}: root-draw's trees hold {c.root_draw_size:.1f} nodes on average against "
+            f"PEARL's {c.pearl_size:.1f}; its expected acceptance is {est(c.gain)} over PEARL's at B = 59 (the cap "
+            f"held fixed in the resamples).", paper("Table 29"), ""]

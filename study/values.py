@@ -136,7 +136,7 @@ class _Collect:
         self.prompts: dict[str, int] = {}
         self.categories: list[str] = []
         self.rows: dict[str, list[np.ndarray]] = {}
-        self.full: dict[str, list[np.ndarray]] = {name: [] for name in FULL}  # per round, reduced per prompt below
+        self.full: dict[str, list[np.ndarray]] = {name: [] for name in FULL}  # each prompt's sum, in prompt order
         self.per_round: dict[str, list] = {name: [] for name in ("prompt", "off_pool", "seconds", "position",
                                                                   "first_agree", "entropy")}
         self.by_depth: dict[str, list[np.ndarray]] = {name: [] for name in CUT_RULES}
@@ -168,7 +168,10 @@ class _Collect:
             curve = padded(curve, self.largest)
             self.rows.setdefault(name, []).append(curve[self.kept - 1])
             if name in self.full:
-                self.full[name].append(curve)
+                sums = self.full[name]
+                if prompt == len(sums):
+                    sums.append(np.zeros(self.largest))
+                sums[prompt] += curve
         if self.cut_levels:
             for name, values in cut_values(scored, self.kept, curves).items():
                 self.by_depth[name].append(values)
@@ -181,7 +184,7 @@ class _Collect:
     def result(self, temperature: float) -> RoundValues:
         r = self.per_round
         prompt = np.array(r["prompt"], np.int64)
-        full = {name: _by_prompt(np.array(v), prompt, len(self.prompts)) for name, v in self.full.items()}
+        full = {name: np.stack(v) for name, v in self.full.items()}  # (P, N)
         settings = {k: {name: np.array(v) for name, v in s.items()} for k, s in self.settings.items() if s["realized"]}
         return RoundValues(temperature=temperature, budgets=self.kept, prompt=prompt, prompts=list(self.prompts),
                            categories=self.categories, values={name: np.array(v) for name, v in self.rows.items()},
@@ -264,15 +267,33 @@ class Averages:
         at[chosen] = np.arange(len(chosen))
         keep = at[rv.prompt] >= 0
         where = at[rv.prompt[keep]]
-        self.n_prompts, self.budgets = len(chosen), rv.budgets
-        self.rounds = np.bincount(where, minlength=len(chosen)).astype(np.float64)  # (P,)
+        totals = {name: _by_prompt(v[keep], where, len(chosen)) for name, v in rv.values.items()}  # (P, K)
+        off_pool = getattr(rv, "off_pool", np.zeros(len(rv.prompt)))
+        self._start(totals, np.bincount(where, minlength=len(chosen)), rv.budgets, n_resamples, confidence, seed)
+        self.off_pool = _by_prompt(off_pool[keep, None], where, len(chosen))[:, 0]
+
+    @classmethod
+    def of_totals(cls, totals: dict[str, np.ndarray], rounds: np.ndarray, *, n_resamples: int = 2000,
+                  confidence: float = 0.95, seed: int = 0) -> Averages:
+        """Averages of figures already summed by prompt: totals name -> (P, K), rounds (P,) the rounds of each
+        prompt, in the prompt order of PerRound.of (so that the resamples are those of the other figures of the
+        same rounds)."""
+        out = cls.__new__(cls)
+        columns = next(iter(totals.values())).shape[1]
+        out._start(dict(totals), rounds, np.arange(columns), n_resamples, confidence, seed)
+        out.off_pool = np.zeros(len(out.rounds))
+        return out
+
+    def _start(self, totals: dict[str, np.ndarray], rounds: np.ndarray, budgets: np.ndarray, n_resamples: int,
+               confidence: float, seed: int) -> None:
+        self.totals, self.budgets = totals, budgets
+        self.rounds = np.asarray(rounds, np.float64)  # (P,)
         if np.any(self.rounds == 0):
             raise InputError("a prompt without recorded rounds")
-        self.totals = {name: _by_prompt(v[keep], where, len(chosen)) for name, v in rv.values.items()}  # (P, K)
-        off_pool = getattr(rv, "off_pool", np.zeros(len(rv.prompt)))
-        self.off_pool = _by_prompt(off_pool[keep, None], where, len(chosen))[:, 0]
-        self.counts = prompt_resamples(len(chosen), n_resamples, seed)
+        self.n_prompts = len(self.rounds)
+        self.counts = prompt_resamples(self.n_prompts, n_resamples, seed)
         self.tail = (1 - confidence) / 2
+        self.resampling = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)  # the same resamples again
 
     def per_round(self, rule: str) -> np.ndarray:
         """(K,) mean value per round, rounds pooled."""
@@ -298,6 +319,19 @@ class Averages:
         """Per column, the sum of one figure over rounds and prompts over another's, with its interval."""
         return self._ratio(self.totals[num], self.totals[den])
 
+    def mean(self, name: str) -> list[Estimate]:
+        """Per column, the mean of a figure per round (rounds pooled), with its interval."""
+        return self._ratio(self.totals[name], self.rounds[:, None])
+
+    def difference(self, a: tuple[str, str], b: tuple[str, str]) -> list[Estimate]:
+        """Per column, ratio a minus ratio b (each a (numerator, denominator) of figures' sums, as `ratio`),
+        with its interval from the same resamples."""
+        (na, da), (nb, db) = ([self.totals[name] for name in pair] for pair in (a, b))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            point = na.sum(0) / da.sum(0) - nb.sum(0) / db.sum(0)
+            boot = (self.counts @ na) / (self.counts @ da) - (self.counts @ nb) / (self.counts @ db)
+        return self._interval(point, boot)
+
     def off_pool_share(self) -> Estimate:
         """The expected share of rounds whose draw X1 is not on the pool's first level."""
         num, den = self.off_pool[:, None], self.rounds[:, None]
@@ -312,6 +346,10 @@ class Averages:
         with np.errstate(divide="ignore", invalid="ignore"):
             point = num.sum(0) / den.sum(0) - shift
             boot = (self.counts @ num) / (self.counts @ den) - shift  # (n_resamples, K)
+        return self._interval(point, boot)
+
+    def _interval(self, point: np.ndarray, boot: np.ndarray) -> list[Estimate]:
+        """Per column, the point (K,) with the percentile interval of its resamples (n_resamples, K)."""
         boot[~np.isfinite(boot)] = np.nan  # a resample whose denominator is 0 (no advantage to share) says nothing
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a column of such resamples: no interval

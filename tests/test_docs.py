@@ -19,7 +19,7 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 MAX_README_LINES = 150
 PACKAGES = ("pipeline", "protocol", "models", "evaluation", "target_proc", "drafter_proc", "programs", "study",
-            "timing", "launch", "bench")
+            "training", "timing", "launch", "bench")
 OURS = (*PACKAGES, "tests", "results", "docs")  # a backticked path under one of these must exist
 FOREIGN = {"evaluation/speed.py"}  # paths in Spec-Bench's repository, which the pages name as such
 
@@ -67,10 +67,11 @@ def program_flags() -> set[str]:
     from bench.__main__ import BENCHMARKS
     from programs import drafter_program, keys_program
     from timing import export, matched, report, values
+    from training import cli as training_cli
 
     parsers = [launch.pair.build_parser("decode"), launch.pair.build_parser("sweep"), drafter_program.build_parser(),
                keys_program.build_parser("keys"), report.build_parser(), values.build_parser(),
-               export.build_parser(), matched.build_parser()]
+               export.build_parser(), matched.build_parser(), training_cli.build_parser("train-head")]
     parsers += [import_module(f"bench.{name}").build_parser() for name in BENCHMARKS]
     flags = {option for parser in parsers for action in parser._actions for option in action.option_strings}
     sources = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]

@@ -1,6 +1,7 @@
 """The packages import downward only: pure rules and the wire at the bottom, the programs above them.
 
-    pipeline -> protocol -> models -> evaluation -> target_proc, drafter_proc -> programs -> study -> timing -> launch
+    pipeline -> protocol -> models -> evaluation -> target_proc, drafter_proc -> programs -> study, training -> timing
+    -> launch
     -> bench
 
 (a package may import those left of it, never those right of it; target_proc and drafter_proc never import
@@ -17,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [("pipeline",), ("protocol",), ("models",), ("evaluation",), ("target_proc", "drafter_proc"), ("programs",),
-          ("study",), ("timing",), ("launch",), ("bench",)]
+          ("study", "training"), ("timing",), ("launch",), ("bench",)]
 LEVEL = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
 

@@ -177,11 +177,24 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
             out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{percent(g.gain)} | {g.interval_text()} | {g.n_prompts} | "
                        f"{flags} |")
         out.append("")
+        out += _pass_table(s, options)
     elif len(s.decoders) > 1:
         out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
     out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
             "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
     return out
+
+
+def _pass_table(s: Setting, options: ReportOptions) -> list[str]:
+    """Tokens per target pass of each comparison (the machine's speed aside), on the speed gains' resamples."""
+    if not s.pass_gains:
+        return []
+    out = [f"| tokens per target pass | a | b | a over b | {options.confidence:.0%} interval | prompts |",
+           "|---|---|---|---|---|---|"]
+    for (a, b), g in s.pass_gains.items():
+        out.append(f"| {a} over {b}, per pass | {g.speed_a:.3f} | {g.speed_b:.3f} | {percent(g.gain)} | "
+                   f"{g.interval_text()} | {g.n_prompts} |")
+    return out + [""]
 
 
 def _round_tables(s: Setting) -> list[str]:

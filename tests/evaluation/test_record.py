@@ -14,7 +14,7 @@ from evaluation.record import SCHEMA, DecodeRecord, SweepPlace, UnreadSchema
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 COMMITTED = sorted(p for p in RESULTS.rglob("*.jsonl") if p.name.startswith("records") or "-t1" in p.name)
 SINCE_3 = ("prompt", "finish_reason", "stop_reason", "stop_strings", "stop_token_ids")
-SINCE_4 = ("prompt_token_ids", "load_average", "cpus")
+SINCE_4 = ("prompt_token_ids", "load_average", "cpus", "feature_bytes")
 IN_3 = ("lend_cores", "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows")  # added as 3 stood
 
 
@@ -69,6 +69,20 @@ def test_fields_added_while_a_schema_stood_may_be_absent(make_record):
         "budgets", "top_k", "top_p", "min_p", "ahead", "ahead_hits", "ahead_seconds")} | {"schema": 2}
     record = DecodeRecord.from_json(obj)
     assert record.budgets is None and record.ahead_hits is None and record.to_json() == obj
+
+
+def test_the_features_bytes_added_while_schema_4_stood_read_with_or_without_them(make_record):
+    sent = make_record("p/0", "draft", feature_bytes=[3072, 768])
+    obj = sent.to_json()
+    assert list(obj)[list(obj).index("held_rows") + 1] == "feature_bytes"
+    assert DecodeRecord.from_json(obj) == sent
+    before = {k: v for k, v in obj.items() if k != "feature_bytes"}  # written before the column
+    assert DecodeRecord.from_json(before).feature_bytes is None and DecodeRecord.from_json(before).to_json() == before
+    with pytest.raises(ValueError, match=r"^f:2: `feature_bytes` must be a list of integers"):
+        DecodeRecord.from_json(obj | {"feature_bytes": [1.5]}, "f:2")
+    with pytest.raises(ValueError, match=r"^f:2: `feature_bytes` is not a field of a schema 3 record$"):
+        DecodeRecord.from_json({k: v for k, v in obj.items() if k not in SINCE_4} | {"schema": 3,
+                                                                                  "feature_bytes": [768]}, "f:2")
 
 
 def test_schema_1_and_unknown_schemas_are_refused(make_record):

@@ -190,3 +190,21 @@ def test_gains_count_the_tokens_delivered_unless_the_papers_count_is_named(make_
     gain = analyse(recs, 0.0, 8).gains[("draft", "ar")].gain
     assert gain == pytest.approx(by_hand)
     assert analyse(recs, 0.0, 8, speed_tokens="round").gains[("draft", "ar")].gain > gain + 0.01
+
+
+def test_tokens_per_pass_gains_are_paired_gains_on_the_speed_gains_resamples(make_record):
+    """Each comparison's tokens per target pass (after the prefills) over its baseline's, a over b - 1, with the
+    interval of the same resampled prompts as the speed gains: the pass counts stand where the seconds do."""
+    rng = np.random.default_rng(5)
+    recs = [dataclasses.replace(r, target_passes=int(rng.integers(5, 20))) for r in sweep_records(make_record, 8)]
+    s = analyse(recs, 0.0, 8, n_resamples=400, rng=7)
+    ids = sorted({r.prompt_id for r in recs})
+    per = lambda d, field: np.array([sum(getattr(r, field) for r in recs if r.decoder == d and r.prompt_id == p)  # noqa: E731
+                                     for p in ids], float)
+    tokens, passes = ({d: per(d, f) for d in DECODERS} for f in ("new_tokens", "target_passes"))
+    assert s.pass_gains == paired_gains(tokens, passes, comparisons(DECODERS), n_resamples=400, rng=7)
+    g = s.pass_gains["root", "draft"]
+    assert g.speed_a == pytest.approx(tokens["root"].sum() / passes["root"].sum()) == s.decoders["root"].tokens_per_pass
+    assert as_json(s)["pass_gains"]["root/draft"]["gain"] == g.gain
+    none = [dataclasses.replace(r, target_passes=0) if r.prompt_id == "p/0" and r.decoder == "pearl" else r for r in recs]
+    assert analyse(none, 0.0, 8).pass_gains == {} and analyse(none, 0.0, 8).gains  # no pass: no tokens per pass

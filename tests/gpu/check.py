@@ -1,5 +1,5 @@
-"""The GPU check: environment, the GPU tests, graph/eager parity, per-pass latencies, pipelined decodes,
-recorded rounds.
+"""The GPU check: environment, the GPU tests, graph/eager parity, per-pass latencies, pipelined decodes, a
+pipelined pair with an EAGLE-3 head, recorded rounds.
 
 Run it through tests/gpu/check.sh, which picks and prepares the interpreter and keeps the overall time:
   python -P -m tests.gpu.check [--rehearse] [--out DIR] [--timeout S] [--gpus 0|0,1]
@@ -34,8 +34,8 @@ import torch
 
 from models.cuda_env import cuda_driver, cuda_report, describe
 from models.hf import aligned_slots
-from models.shapes import SHAPES, random_model
-from tests.gpu import children, passes, pipelined, recorded
+from models.shapes import HEAD_SHAPES, SHAPES, random_model
+from tests.gpu import children, eagle3_pair, passes, pipelined, recorded
 from tests.gpu.children import child_env, child_seconds, run_reporting_child, write_result
 from tests.gpu.section import Budget, OutOfTime, Section
 
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAILED, EXIT_NO_CUDA, EXIT_OUT_OF_TIME = 1, 2, 124
 FINISH = 5.0  # seconds kept from the sections for the goals and the summary
 # Sections with two processes of the pair on one GPU, which a compute mode admitting one context refuses.
-TWO_PROCESS = ("pipelined", "recorded rounds")
+TWO_PROCESS = ("pipelined", "eagle-3 pair", "recorded rounds")
 # Kineto tears CUPTI down after each profile by default on recent CUDA, and starting it again after a graph
 # capture has crashed or hung: the profiler's children keep it up (a user's own setting wins).
 CHILD_SETTINGS = {"TEARDOWN_CUPTI": "0"}
@@ -60,6 +60,8 @@ class Plan:
     latency_rows: tuple[int, ...] = (1, 8, 60, 72)
     target: str = "llama-3.1-8b"
     drafter: str = "llama-3.2-1b"
+    head: str = "llama-3.1-8b"  # the EAGLE-3 pair's drafter: random:eagle3-HEAD (models.shapes.HEAD_SHAPES) over target
+    head_decoders: tuple[str, ...] = ("draft", "root")  # EAGLE-3's rule, and a rule with a root pass
     gpus: str | None = None  # --gpus of the pipelined decodes; None: on the CPU
     capacity: int = 2048  # KV slots, the runtime's default --max-context
     context: int = 512  # committed tokens before each timed pass
@@ -70,20 +72,23 @@ class Plan:
     # Each section's part of the time: about the seconds it takes on one H200, a cold first load of the CUDA
     # libraries in the GPU tests' (the first kernels) included.
     shares: dict = field(default_factory=lambda: {"environment": 20, "gpu tests": 75, "parity": 45, "latency": 60,
-                                                  "pipelined": 150, "recorded rounds": 70})
+                                                  "pipelined": 150, "eagle-3 pair": 90, "recorded rounds": 70})
 
     def __post_init__(self) -> None:
         if not self.shares or any(not seconds > 0 for seconds in self.shares.values()):
             raise ValueError(f"`shares` must give every section a positive part, got {self.shares}")
+        if self.head not in HEAD_SHAPES:
+            raise ValueError(f"`head` must be a random head's shape ({', '.join(HEAD_SHAPES)}), got {self.head!r}")
 
 
 # The rehearsal's parts: about the seconds each took on an idle 2-core CPU.
 REHEARSAL = Plan(device="cpu", parity_shapes=("tiny",), latency_shapes=("tiny", "tiny"), target="tiny",
-                 drafter="tiny", capacity=512, context=64, reps=3, max_new_tokens=12, prompts=Plan().prompts[:1],
+                 drafter="tiny", head="tiny", capacity=512, context=64, reps=3, max_new_tokens=12,
+                 prompts=Plan().prompts[:1],
                  shares={"environment": 10, "gpu tests": 10, "parity": 35, "latency": 15, "pipelined": 60,
-                         "recorded rounds": 45})
+                         "eagle-3 pair": 40, "recorded rounds": 45})
 ISOLATED = ("environment", "parity", "latency")  # sections that use the device: each in a child process
-TIMEOUT = {False: 400.0, True: 880.0}  # default --timeout, by --rehearse: check.sh's window less its start-up
+TIMEOUT = {False: 490.0, True: 1080.0}  # default --timeout, by --rehearse: check.sh's window less its start-up
 
 
 def share(shares: dict, name: str, to_run: list[str], left: float) -> float:
@@ -258,7 +263,8 @@ def latency_figure(tables: dict) -> str | None:
 
 
 SECTIONS = (("environment", environment), ("gpu tests", gpu_tests), ("parity", parity), ("latency", latency),
-            ("pipelined", pipelined.section), ("recorded rounds", recorded.section))
+            ("pipelined", pipelined.section), ("eagle-3 pair", eagle3_pair.section),
+            ("recorded rounds", recorded.section))
 
 
 # -- goals, running, main ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check in one go, offline: environment, the GPU tests, graph/eager parity, per-pass latencies of
-# random Llama-3.2-1B and Llama-3.1-8B shapes, a pipelined decode of every decoder, and decodes recorded at
-# the paper's pool with the values program on them. Everything it prints, from its first line, goes to
+# random Llama-3.2-1B and Llama-3.1-8B shapes, a pipelined decode of every decoder, a pipelined pair whose
+# drafter is a random EAGLE-3 head of the Llama-3.1-8B head's shapes, and decodes recorded at the paper's pool
+# with the values program on them. Everything it prints, from its first line, goes to
 # DIR/check.log too; DIR/check.json holds every section's figures as they are measured, so a crash, a hang
 # or the end of the time keeps what the finished (and the cut) sections measured.
 #
@@ -10,8 +11,8 @@
 #                                            when not given) into .whl/, which then travels with the checkout
 #   tests/gpu/check.sh --prepare [--out DIR] only choose and prepare the interpreter, print it
 #
-# --timeout S: the whole check ends within S seconds, its start-up included (default 420, a window of seven
-# minutes; 900 when rehearsing). The sections share what start-up leaves, each its part of the time still to
+# --timeout S: the whole check ends within S seconds, its start-up included (default 510, a window of eight
+# and a half minutes; 1100 when rehearsing). The sections share what start-up leaves, each its part of the time still to
 # come, so a section that ends early leaves its time to the later ones; a shorter S (--timeout 240) runs
 # every section shorter. DIR defaults to runs/gpu-check-TIME.
 # --rehearse runs every section on the CPU with tiny shapes (same code, other device and shapes).
@@ -63,7 +64,7 @@ logged() {
 }
 
 # a CPU rehearsal spends no borrowed device time: it may take longer on a loaded machine
-budget=${budget:-$((rehearse ? 900 : 420))}
+budget=${budget:-$((rehearse ? 1100 : 510))}
 [[ $budget =~ ^[1-9][0-9]*$ ]] || { say "--timeout takes whole seconds, got '$budget'"; exit 2; }
 PACKED=(pyzmq pytest iniconfig packaging pluggy pygments)  # pyzmq, and pytest with its requirements
 GRACE=5  # seconds between the outer timeout's SIGTERM and its SIGKILL, and before it for the report

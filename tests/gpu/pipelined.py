@@ -37,6 +37,8 @@ class Record:
     seconds: float
     phases: dict[str, list[float]]  # seconds per round, by phase name
     prompt_tokens: int = 0
+    accept_lengths: tuple[int, ...] = ()  # per round: tokens committed
+    feature_bytes: tuple[int, ...] = ()  # per round: what its pool's request carried of the target's features
 
     @property
     def rounds(self) -> int:
@@ -52,7 +54,8 @@ def read_record(line: str) -> Record | None:
     if raw.get("kind") != "decode":
         return None
     return Record(raw["decoder"], raw["prompt_id"], raw["token_ids"], raw["seconds"], raw["phases"],
-                  raw.get("prompt_tokens", 0))
+                  raw.get("prompt_tokens", 0), tuple(raw.get("accept_lengths", ())),
+                  tuple(raw.get("feature_bytes", ())))
 
 
 def decoder_names() -> list[str]:
@@ -62,9 +65,11 @@ def decoder_names() -> list[str]:
 
 
 def launch_command(target: str, drafter: str, gpus: str | None, prompts: tuple[str, ...], max_new: int,
-                   graphs: bool) -> list[str]:
+                   graphs: bool, decoders: Sequence[str] = ()) -> list[str]:
+    """The launcher's command line for random models of shapes `target` and `drafter` (every decoder unless
+    `decoders` names some)."""
     cmd = [sys.executable, "-P", "-m", "launch", "--target", f"random:{target}", "--drafter", f"random:{drafter}",
-           "--decoders", ",".join(decoder_names()), "--max-new-tokens", str(max_new), "--json"]
+           "--decoders", ",".join(decoders or decoder_names()), "--max-new-tokens", str(max_new), "--json"]
     for text in prompts:
         cmd += ["--prompt", text]
     if gpus is not None:

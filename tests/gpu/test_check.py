@@ -116,7 +116,7 @@ def test_preparation_without_wheels_stops_with_one_clear_line_also_in_the_log(tm
     assert str(tmp_path / "none") in said[-1] and str(project / ".whl") in said[-1] and "--pack FOLDER" in said[-1]
     assert "shared" not in done.stderr  # no folder of this machine's is named: the user names one
     log = (out / "check.log").read_text().splitlines()
-    assert log == said and log[0].endswith(f"tests/gpu/check.sh --prepare --out {out} (the whole check within 420 s)")
+    assert log == said and log[0].endswith(f"tests/gpu/check.sh --prepare --out {out} (the whole check within 510 s)")
 
 
 @pytest.mark.parametrize("where", [".whl", "$SPECPAIR_WHEELS"])
@@ -192,11 +192,11 @@ def test_check_without_cuda_stops_at_once_saying_why(tmp_path):
 @pytest.mark.slow
 def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
     done = subprocess.run([CHECK_SH, "--rehearse", "--out", str(tmp_path)], capture_output=True, text=True,
-                          timeout=900, env=offline_env(PYTHON=sys.executable))
+                          timeout=1200, env=offline_env(PYTHON=sys.executable))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((tmp_path / "check.json").read_text())
     assert report["status"] == dict.fromkeys(["environment", "gpu tests", "parity", "latency", "pipelined",
-                                              "recorded rounds"], "passed")
+                                              "eagle-3 pair", "recorded rounds"], "passed")
     assert sum(r["seconds"] for r in report["sections"].values()) < report["timeout_s"]
     rounds = report["sections"]["recorded rounds"]
     assert rounds["rounds"] > 0 and not rounds["disagree"] and not rounds["without_agreement"]
@@ -210,10 +210,14 @@ def test_rehearsal_runs_every_section_on_the_cpu(tmp_path):
     assert list(section["decoders"]) == pipelined.decoder_names() == list(section["decoders_no_graphs"])
     assert section["outputs_differ"] == [] and section["partings"] == []
     assert all(f"{d} " in done.stdout for d in section["decoders"])  # a live line per decode
-    assert done.stdout.strip().splitlines()[-6:] == check.summary_lines(report)  # the output ends in the summary
+    head = report["sections"]["eagle-3 pair"]  # the head's padded buckets against its plain passes
+    assert head["head_graphs"] == {"graphs": 9, "no-graphs": 0} and head["outputs_differ"] == head["problems"] == []
+    assert head["features"]["graphs"]["bytes_per_token"] == 3 * 64 * 4 and head["features"]["graphs"]["commits"] > 0
+    assert done.stdout.strip().splitlines()[-7:] == check.summary_lines(report)  # the output ends in the summary
     log = (tmp_path / "check.log").read_text()
     assert log.startswith("check: ") and "tests/gpu/check.sh --rehearse --out" in log.splitlines()[0]
-    assert all(line in log for line in done.stdout.splitlines()[-6:]) and "== 5/6 pipelined" in log
+    assert all(line in log for line in done.stdout.splitlines()[-7:]) and "== 5/7 pipelined" in log
+    assert "== 6/7 eagle-3 pair" in log
     assert sorted(p.name for p in tmp_path.iterdir()) == ["check.json", "check.log", "rounds", "values.jsonl"]
 
 

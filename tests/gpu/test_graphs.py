@@ -1,5 +1,5 @@
-"""CUDA graph replay gives the rows and greedy outputs of eager passes; models that cannot be captured
-run eagerly; attention runs in the backend chosen for it (skipped without CUDA)."""
+"""CUDA graph replay gives the rows and greedy outputs of eager passes, an EAGLE-3 head's too; models that
+cannot be captured run eagerly; attention runs in the backend chosen for it (skipped without CUDA)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import pytest
 import torch
 
 from drafter_proc.drafter import Drafter
+from models.eagle3 import HEAD_BUCKETS, HeadRunner, random_head
+from models.eagle3_config import HeadConfig
 from models.hf import CUDA_BUCKETS, CUDA_SDPA_BACKENDS, HFRunner, aligned_slots, graph_spans
-from models.shapes import random_model
+from models.shapes import HEAD_SHAPES, random_model
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.settings import DecodeConfig
+from pipeline.tree import ancestor_matrix
 from target_proc.target import Target
 from tests.gpu.margins import explained, first_parting, relative_margin
 from tests.gpu.passes import TOLERANCE, parity, runner_pair, sdpa_backend, watch_replays
@@ -107,6 +110,43 @@ def test_greedy_decoding_with_graphs_equals_without_but_at_near_ties(model):
             eager.prefill(prefix[:-1])
             margin = relative_margin(eager.root_pass(prefix[-1]), a[at], b[at])
             assert explained(margin, TOLERANCE[torch.bfloat16]), (decoder, budget, at, margin)
+
+
+def head_rows(runner: HeadRunner, features: torch.Tensor, trees: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(logits, layer outputs) of a head's passes: its committed rows for `features` (n, 3T), then a tree step
+    of each tree (every node a row below the last committed one, attending to its ancestors)."""
+    n = features.shape[0]
+    slots = np.arange(n)
+    gen = torch.Generator().manual_seed(2)
+    out = []
+
+    def run(*args, hidden):
+        logits = runner.forward(*args, rows={"hidden": hidden})
+        out.append((logits.clone(), runner.outputs.clone()))  # a replay's rows are its graph's until the next
+
+    run(np.arange(1, n + 1), slots, slots, 0, slots, np.tril(np.ones((n, n), bool)), hidden=runner.fuse(features))
+    for tree in trees:
+        vis = ancestor_matrix(tree.parent)
+        cols = n + np.arange(len(tree))
+        hidden = torch.randn(len(tree), runner.head.cfg.hidden, generator=gen).to(runner.device, runner.dtype)
+        run(tree.token, n - 1 + vis.sum(1), cols, n, cols, vis, hidden=hidden)
+    return out
+
+
+def test_head_graph_rows_equal_eager_rows_for_every_bucket():
+    """An EAGLE-3 head captures one graph per pass size over its whole cache: the committed rows' pass and a tree
+    step of each size replay them, and give the rows and outputs of its unpadded eager passes."""
+    cfg = HeadConfig.from_dict(HEAD_SHAPES["tiny"])
+    embed = torch.randn(cfg.vocab, cfg.hidden, generator=torch.Generator().manual_seed(1)) * 0.02
+    head = random_head(cfg, embed, "cuda:0", torch.bfloat16)
+    graphed, eager = HeadRunner(head, 256, graphs=True), HeadRunner(head, 256, graphs=False)
+    assert sorted(graphed.graphs) == sorted(HEAD_BUCKETS) and not eager.graphs
+    rng = np.random.default_rng(3)
+    features = torch.randn(40, 3 * cfg.target_hidden, generator=torch.Generator().manual_seed(4)).to("cuda:0",
+                                                                                                    torch.bfloat16)
+    trees = [random_tree(rng, n) for n in sorted(set(HEAD_BUCKETS) | {3, 10, 50}) if 40 + n <= 256]
+    for at, (a, b) in enumerate(zip(head_rows(graphed, features, trees), head_rows(eager, features, trees))):
+        assert close(a[0], b[0]) and close(a[1], b[1]), f"pass {at}: {len(b[0])} rows"
 
 
 def test_host_reading_rope_runs_eagerly_instead_of_failing_capture():

@@ -228,11 +228,11 @@ def test_a_cuda_device_without_cuda_is_a_usage_error_of_the_process(caplog):
 def test_a_misspelt_command_is_named_with_the_commands_there_are(capsys):
     assert usage_error(capsys, "reprot", "runs/x") == (
         "launch/pair.sh: error: unknown command 'reprot' (did you mean 'report'?): the commands are sweep, report, "
-        "matched, export, values, drafter, keys, pool, or options alone to decode")
+        "matched, export, values, drafter, keys, pool, train-head, or options alone to decode")
     with pytest.raises(SystemExit):
         plan(["--help"])
     assert capsys.readouterr().out.startswith(
-        "usage: launch/pair.sh [sweep|report|matched|export|values|drafter|keys|pool] [options]")
+        "usage: launch/pair.sh [sweep|report|matched|export|values|drafter|keys|pool|train-head] [options]")
 
 
 def test_the_sweeps_help_describes_the_sweep(capsys):

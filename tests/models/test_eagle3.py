@@ -12,7 +12,7 @@ import torch
 
 from drafter_proc.head import HeadDrafter
 from models.eagle3 import Eagle3Head, HeadRunner
-from models.eagle3_config import HeadConfig, HeadError, read_head
+from models.eagle3_config import HEAD_KEYS, HeadConfig, HeadError, read_head
 from models.hf import HFRunner
 from pipeline.config import PoolConfig
 from tests.models.eagle3_heads import (TARGET_LAYERS, head_config, head_weights, reference_path, small_target,
@@ -172,6 +172,45 @@ def test_a_head_directory_loads_over_a_random_target_with_its_embedding(tmp_path
     assert torch.equal(loaded.model.embed, target_embedding)
     assert loaded.identity["dtype"] == "float32" and loaded.identity["revision"].startswith("files:")
     assert loaded.kv_bytes(100) == 2 * 2 * 16 * 4 * 128  # K and V, 2 KV heads of 16, 128 aligned slots
+
+
+def test_an_int8_head_drafts_what_its_float_head_drafts_to_quantization_error(tmp_path):
+    """`:int8` runs every linear layer of the head as a dynamic int8 product on the CPU: the rows stay within
+    a few percent of float32's and the top draft tokens mostly agree."""
+    from models.load import load
+    from models.options import ModelOptions
+
+    cfg = head_config(vocab_size=512, draft_vocab_size=100, eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 1]})
+    directory = write_head(tmp_path / "head", cfg, head_weights(cfg))
+    plain, quantized = (load(ModelOptions(model=f"eagle3:{directory}{suffix}", head_target="random:tiny"), "drafter")
+                        for suffix in ("", ":int8"))
+    assert set(quantized.model.int8) == {k for k in HEAD_KEYS if "norm" not in k}  # fc, the projections, lm_head
+    assert quantized.identity["dtype"] == "qint8 linear layers" and not plain.model.int8
+    g = torch.Generator().manual_seed(0)
+    tokens, feats = torch.randint(0, 512, (6,), generator=g), torch.randn(6, 3 * 64, generator=g)
+
+    def rows(head):
+        hidden = head.fuse(feats)
+        out = head.layer(tokens, hidden, torch.arange(6), lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+            q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True))
+        return head.logits(out)
+
+    with torch.no_grad():
+        want, got = rows(plain.model), rows(quantized.model)
+    assert float((got - want).norm() / want.norm()) < 0.05
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.8
+    with pytest.raises(HeadError, match="the mock head has no linear layers to quantize"):
+        load(ModelOptions(model="eagle3:mock:int8"), "drafter")
+
+
+def test_the_embedded_heads_name_resolves_to_its_directory():
+    from models.options import EMBEDDED_HEAD_DIR, ModelOptions, for_target, head_path_spec, is_head_spec
+
+    assert is_head_spec("smollm2:eagle3") and is_head_spec("smollm2:eagle3:int8") and not is_head_spec("smollm2:int8")
+    assert head_path_spec("smollm2:eagle3:int8") == f"eagle3:{EMBEDDED_HEAD_DIR}"
+    assert (EMBEDDED_HEAD_DIR / "config.json").is_file() and (EMBEDDED_HEAD_DIR / "model.safetensors").is_file()
+    assert for_target(ModelOptions(model="smollm2:eagle3"), "smollm2").head_target == "smollm2"
+    assert (EMBEDDED_HEAD_DIR / "model.safetensors").stat().st_size <= 20_000_000
 
 
 def test_a_head_is_refused_without_its_target_or_over_another(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from models.load import load
 from models.options import ModelOptions
 from models.passes import prefill
 from models.runner import ModelRunner
+from pipeline.config import ConfigError
 
 SPECS = ("mock", "random:tiny")
 
@@ -47,3 +50,25 @@ def test_the_loaded_model_says_its_cache_cost_and_vocabulary_through_its_runner_
     assert loaded.kv_bytes(200) == 2 * loaded.kv_bytes(100) > 0
     assert loaded.vocab_size == loaded.runner(8).vocab_size
     assert loaded.identity["dtype"] == "float32" and loaded.identity["device"] == "cpu"
+
+
+def test_a_rehearsal_runs_the_cpus_passes_in_their_cuda_shapes():
+    """--rehearse-graphs: the target pads to the CUDA pass sizes over the span ladder, graphs or not; a head with
+    graphs keeps a padded pass per captured bucket, which its passes then run through, and without them does not."""
+    from models.eagle3 import HEAD_BUCKETS
+    from models.hf import CUDA_BUCKETS
+
+    target = load(ModelOptions(model="random:tiny", tune_linears=False, rehearse_graphs=True), "target").runner(256)
+    plain = runner_of("random:tiny", 256)
+    assert target.buckets == CUDA_BUCKETS and len(target.spans) > 1 and not target.graphs
+    assert plain.buckets != CUDA_BUCKETS and plain.spans is None
+    head = ModelOptions(model="random:eagle3-tiny", head_target="random:tiny", rehearse_graphs=True)
+    assert sorted(load(head, "drafter").runner(64).graphs) == sorted(HEAD_BUCKETS)
+    assert not load(replace(head, graphs=False), "drafter").runner(64).graphs
+    assert not load(replace(head, rehearse_graphs=False), "drafter").runner(64).graphs
+
+
+def test_a_rehearsal_of_the_graphs_is_refused_on_a_gpu():
+    with pytest.raises(ConfigError, match=r"^`rehearse_graphs` rehearses on the CPU the passes CUDA graphs replay; "
+                                          r"on cuda:0 the graphs themselves run$"):
+        ModelOptions(model="random:tiny", device="cuda:0", rehearse_graphs=True)

@@ -47,14 +47,18 @@ def exact_edges(model: MockModel, context: list[int], rnd) -> np.ndarray:
     return edge
 
 
+@pytest.fixture
+def ticking_clock(monkeypatch):
+    """A clock that moves 1 ms a read: budget auto learns from the rounds' timings, and with the wall clock a
+    busy machine would time the two runs apart (the measurement runs between reads, and moves no timing)."""
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 1e-3)
+
+
 @pytest.mark.parametrize("decoder", SPECULATIVE)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("budget", [3, "auto"])
-def test_recording_leaves_the_decode_unchanged(mock_pair, decoder, temperature, budget, monkeypatch):
-    # Budget auto sizes each round from the rounds' timings: a clock that ticks a millisecond a reading
-    # times every phase alike in both decodes, so that their choices, like their outputs, may be compared.
-    ticks = itertools.count()
-    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 1e-3)
+def test_recording_leaves_the_decode_unchanged(mock_pair, decoder, temperature, budget, ticking_clock):
     pair = mock_pair(VOCAB, 4, 1.0, POOL)
     config = DecodeConfig(decoder, temperature, budget, MAX_NEW, budget_max=8)
     for prompt in PROMPTS:

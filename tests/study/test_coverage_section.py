@@ -27,9 +27,12 @@ def test_values_json_has_every_coverage_figure(recorded, capsys):
     assert len(coverage) == 2 * len(VALUED) * 4 * 5 * 4
     cells = {(c["temperature"], c["rule"], c["budget"], c["scored"], c["stopping"]): c for c in coverage}
     for (t, rule, b, scored, stopping), c in cells.items():
-        assert set(c) == {"kind", "temperature", "rule", "budget", "scored", "stopping", "rounds", "coverage", "value",
-                          "shortfall", "added"}
+        figures = ("coverage", "value", "shortfall", "added")
+        assert set(c) == {"kind", "temperature", "rule", "budget", "scored", "stopping", "rounds", *figures,
+                          *(f"{name}_{end}" for name in figures for end in ("low", "high"))}
         assert 0.0 <= c["coverage"] <= 1.0 + 1e-9 and c["shortfall"] >= c["coverage"] - 1e-9
+        for name in figures:  # a paired prompt-bootstrap interval around each figure
+            assert c[f"{name}_low"] - 1e-12 <= c[name] <= c[f"{name}_high"] + 1e-12, name
         assert c["coverage"] == cells[t, rule, b, "frontier", stopping]["coverage"] if scored == "pool" else True
         if (scored, stopping) == ("tree", "exhaustive"):
             assert c["coverage"] == 0.0
@@ -37,8 +40,10 @@ def test_values_json_has_every_coverage_figure(recorded, capsys):
     assert {(h["temperature"], h["budget"], h["scored"]) for h in held} == \
            set(itertools.product((0.0, 1.0), (1, 4, 8, POOL), ("top-100", "pool")))
     for h in held:
-        assert set(h) == {"kind", "temperature", "budget", "scored", "rounds", "held_share", "gain_over_draft",
-                          "gain_low", "gain_high", "decoder_gain_over_draft", "decoder_gain_low", "decoder_gain_high"}
+        assert set(h) == {"kind", "temperature", "budget", "scored", "rounds", "held_share", "held_share_low",
+                          "held_share_high", "gain_over_draft", "gain_low", "gain_high", "decoder_gain_over_draft",
+                          "decoder_gain_low", "decoder_gain_high"}
+        assert h["held_share_low"] - 1e-12 <= h["held_share"] <= h["held_share_high"] + 1e-12
         assert h["decoder_gain_low"] - 1e-12 <= h["decoder_gain_over_draft"] <= h["decoder_gain_high"] + 1e-12
         assert 0.0 <= h["held_share"] < 1.0  # each decode's first round holds nothing
         if h["gain_over_draft"] is not None:
@@ -52,9 +57,9 @@ def test_report_shows_the_papers_coverage_tables(recorded, tmp_path):
     for temperature in ("0", "1"):
         assert f"### T = {temperature}: stopping rules and scored sets (Table 1), draft's tree" in text
     assert text.count("(Table 21)") == 2 and text.count("Without a root pass (D.10)") == 2
-    assert "| exhaustive | tree | 0.000 |" in text
-    for paper in ("12-17%", "28-35% (380-418 candidates)", "41-56% of rounds; +4.9% to +10.1%"):
+    for paper in ("12-17%", "28-35% (380-418 candidates)", "| 41-56% |", "| +4.9% to +10.1% |"):
         assert paper in text
+    assert "| exhaustive | tree | 0.000 [0.000, 0.000] |" in text  # every cell with its interval
 
 
 def address_node(pool: Pool, tokens) -> int | None:

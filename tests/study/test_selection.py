@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from study.selection import (EXCEEDS, FULL, RESTRICTED, entropy_quintiles, first_agrees, match_pearl,
-                                  matched_cap, padded, reach_budgets, round_curves)
+from study.selection import (EXCEEDS, FULL, PEARLS, RESTRICTED, entropy_quintiles, first_agrees, match_pearl,
+                             matched_cap, padded, reach_budgets, round_curves, top1_sizes)
 from study.values import VALUED, prompt_resamples
 from pipeline.config import PoolConfig
 from pipeline.pool import ROOT, grow_pool
 from pipeline.select import select_pearl, select_pearl_top1, select_root_draw
-from pipeline.value import SIZES, Scored, pearl_exceeds, value_oracle, value_root
+from pipeline.select import top1
+from pipeline.value import SIZES, Scored, pearl_exceeds, pearl_top1_exceeds, value_oracle, value_root
 
 CONFIGS = [PoolConfig(4, 3, 2), PoolConfig(5, 4, 3), PoolConfig(10, 3, 10)]
 
@@ -69,8 +70,13 @@ def test_expected_sizes_and_pearls_overflow_by_brute_force(config, seed, greedy)
             assert SIZES[rule](s)[b - 1] == pytest.approx(want, abs=1e-12), (rule, b)
         assert SIZES["draft"](s)[b - 1] == b
         for cap in (1, 2, 4):
-            want = sum(p for x1, p in _draws(s) if len(select_pearl(s.pool, b, x1)) > cap)
-            assert pearl_exceeds(s, cap)[b - 1] == pytest.approx(want, abs=1e-12), (cap, b)
+            for exceeds, select in ((pearl_exceeds, select_pearl), (pearl_top1_exceeds, select_pearl_top1)):
+                want = sum(p for x1, p in _draws(s) if len(select(s.pool, b, x1)) > cap)
+                assert exceeds(s, cap)[b - 1] == pytest.approx(want, abs=1e-12), (exceeds.__name__, cap, b)
+        top = int(s.pool.token[top1(s.pool)])  # the trees counted only after a draw of the drafter's top token
+        for rule, select in selectors.items():
+            want = sum(p * len(select(s.pool, b, x1)) for x1, p in _draws(s) if x1 == top)
+            assert top1_sizes(s)[f"top1-size:{rule}"][b - 1] == pytest.approx(want, abs=1e-12), (rule, b)
 
 
 @pytest.mark.parametrize("config,seed,greedy", ROUNDS[:8])
@@ -108,15 +114,29 @@ def test_the_matched_pearl_has_root_draws_expected_size():
     full = _full(rounds, prompt, n)
     per_prompt = np.bincount(prompt).astype(float)
     counts = prompt_resamples(6, 300, 0)
+    mean = lambda name, at: full[name][:, at - 1].sum() / 24  # noqa: E731
     for budget in EXCEEDS:
-        m = match_pearl(full, per_prompt, counts, budget, 0.025)
-        assert m.pearl_size == pytest.approx(m.root_draw_size, abs=0.01)
-        assert m.raised >= budget and m.low <= m.gain <= m.high
-        b = min(int(m.raised), n - 1)  # its value mixes the two whole budgets around the raised one
-        lam = b + 1 - m.raised
-        mean = lambda name, at: full[name][:, at - 1].sum() / 24  # noqa: E731
-        pearl = lam * mean("pearl", b) + (1 - lam) * mean("pearl", b + 1)
-        assert m.gain == pytest.approx(mean("root-draw", budget) / pearl - 1, rel=1e-9)
+        for baseline in PEARLS:
+            m = match_pearl(full, per_prompt, counts, budget, 0.025, baseline)
+            if mean(f"size:{baseline}", n) < mean("size:root-draw", budget) * (1 - 1e-9):  # no budget makes it as large
+                assert baseline == "pearl-top1" and np.isnan([m.raised, m.gain, m.low, m.high]).all()
+                continue
+            assert m.baseline == baseline and m.pearl_size == pytest.approx(m.root_draw_size, abs=0.01)
+            assert m.raised >= budget and m.low <= m.gain <= m.high
+            b = min(int(m.raised), n - 1)  # its value mixes the two whole budgets around the raised one
+            lam = b + 1 - m.raised
+            raised = lambda name: lam * mean(name, b) + (1 - lam) * mean(name, b + 1)  # noqa: E731
+            assert m.gain == pytest.approx(mean("root-draw", budget) / raised(baseline) - 1, rel=1e-9)
+            assert m.exceeds == pytest.approx(raised(f"exceeds-{budget}:{baseline}"))
+            # the trees by the kind of draw add up to the whole: X1 the top token, another, off the first level
+            top, off = mean("draw:top1", 1), mean("draw:off", 1)
+            assert m.top1_share == pytest.approx(top)
+            for whole, after, other in ((m.pearl_size, m.after_top1, m.after_other),
+                                        (m.root_draw_size, m.root_draw_after_top1, m.root_draw_after_other)):
+                assert top * after + (1 - top - off) * other + off == pytest.approx(whole)
+            assert m.root_draw_after_top1 <= budget and m.root_draw_after_other <= budget
+            if baseline == "pearl-top1":  # it keeps the drawn token alone after any other draw
+                assert m.after_other == pytest.approx(1.0)
     cap = matched_cap(full, per_prompt, 8)
     size = lambda name, at: full[name][:, at - 1].sum() / 24  # noqa: E731
     assert size("size:root-draw", cap) >= size("size:pearl", 8) > size("size:root-draw", cap - 1)

@@ -168,3 +168,14 @@ def test_a_gain_among_decoders_that_did_the_same_work_is_never_printed_bare(make
     assert "| ⚠ +90.0% [" in row
     (gain,) = [line for line in text.splitlines() if line.startswith("| draft over ar |")]
     assert gain.startswith("| draft over ar | ⚠ +90.0% |") and gain.endswith("| same work |")
+
+
+def test_each_comparison_is_given_in_tokens_per_target_pass_with_its_interval(make_record):
+    from evaluation.summary import analyse
+    from timing.options import ReportOptions
+
+    records = [make_record(f"p/{i}", d, tokens=40 + i, tree_sizes=(3,) * (10 if d == "draft" else 8))
+               for i in range(6) for d in ("draft", "cover")]
+    text = "\n".join(report._setting(analyse(records, 0.0, 8), ReportOptions(), 2))
+    (row,) = [line for line in text.splitlines() if line.startswith("| cover over draft, per pass |")]
+    assert row.startswith("| cover over draft, per pass | 5.312 | 4.250 | +25.0% | [+25.0%, +25.0%] | 6 |")

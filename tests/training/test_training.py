@@ -1,0 +1,150 @@
+"""The head training program: its prompts, draft vocabulary, training-time test (the runtime's and the
+reference's arithmetic, step by step), and a whole run: deterministic, resumable, loadable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.eagle3_config import HeadConfig
+from tests.models.eagle3_heads import VOCAB, head_config, head_weights, reference_path, small_target, target_features
+from training import cli
+from training.prompts import training_prompts
+from training.train import Schedule, build_head, train
+from training.ttt import unrolled_loss, unrolled_rows
+from training.vocab import draft_vocab
+
+SPEC_BENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "spec_bench" / "question.jsonl"
+
+
+def test_prompts_are_distinct_the_same_for_a_seed_and_another_for_another():
+    a, b = training_prompts(300, 0), training_prompts(300, 0)
+    assert a == b and len(set(a)) == 300
+    assert training_prompts(300, 1) != a
+
+
+@pytest.mark.skipif(not SPEC_BENCH.is_file(), reason="Spec-Bench's questions are not beside this checkout")
+def test_no_prompt_is_an_evaluated_question():
+    from evaluation.prompts import load_prompts
+
+    evaluated = {p.text.strip() for p in load_prompts(f"spec-bench:{SPEC_BENCH}")} | {
+        p.text.strip() for p in load_prompts("builtin")}
+    turns = {t.strip() for line in SPEC_BENCH.read_text().splitlines() for t in json.loads(line)["turns"]}
+    assert not (set(training_prompts(2000, 0)) & (evaluated | turns))
+
+
+def test_draft_vocabulary_is_the_most_used_ids_sorted_with_ties_to_the_lower_id():
+    counts = torch.tensor([0, 5, 1, 5, 0, 9, 1, 0])
+    d2t, t2d, covered = draft_vocab(counts, 4)
+    assert (torch.arange(4) + d2t).tolist() == [1, 2, 3, 5]  # 9, 5, 5, then the lower of the two 1s
+    assert t2d.tolist() == [False, True, True, True, False, True, False, False]
+    assert covered == pytest.approx(20 / 21)
+    with pytest.raises(ValueError, match="`draft_vocab` must be between 1 and"):
+        draft_vocab(counts, 9)
+
+
+def _head(seed=1):
+    cfg = head_config()
+    w = head_weights(cfg, seed=seed)
+    target = small_target()
+    embed = target.get_input_embeddings().weight.detach()
+    from training.train import Target
+
+    t = Target(cfg, embed, target.get_output_embeddings().weight.detach(), target.get_decoder().norm.weight.detach(),
+               (2, 4, 5))
+    head = build_head(t, HeadConfig.from_dict(cfg), {k: v for k, v in w.items() if k not in ("d2t", "t2d")}, w["d2t"])
+    return cfg, w, target, embed, head
+
+
+def test_each_unrolled_step_is_the_reference_drafting_that_deep_after_each_position():
+    """Step k, row i = the reference's row after committed tokens 0 .. i + 1 and the path of the answer's own
+    next k tokens: the training-time test drafts what the runtime will draft."""
+    cfg, w, target, embed, head = _head()
+    tokens = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(3))
+    feats = target_features(target, tokens.tolist())
+    ids = torch.arange(cfg["draft_vocab_size"]) + w["d2t"]
+    with torch.no_grad():
+        steps = list(unrolled_rows(head, tokens, feats[:-1], 4))
+    for k, logits in enumerate(steps):
+        for i in range(len(tokens) - 2 - k):
+            context, path = tokens[: i + 2].tolist(), tokens[i + 2: i + 2 + k].tolist()
+            want = reference_path(cfg, w, embed, feats, context, path)[-1][ids]
+            torch.testing.assert_close(logits[i], want, atol=2e-4, rtol=1e-4)
+
+
+def test_the_loss_scores_only_answer_rows_whose_target_top_is_drafted():
+    cfg, w, target, embed, head = _head()
+    tokens = torch.randint(0, VOCAB, (12,), generator=torch.Generator().manual_seed(4))
+    n, vd = len(tokens), cfg["draft_vocab_size"]
+    rows = torch.randn(n - 1, vd)
+    top = torch.arange(cfg["draft_vocab_size"])[rows.argmax(-1)] + w["d2t"][rows.argmax(-1)]
+    t2d = w["t2d"].clone()
+    scores = unrolled_loss(head, rows, tokens, 6, feats := target_features(target, tokens.tolist())[:-1], top,
+                           t2d, 3, 0.8)
+    assert scores.rows == [n - 6] * 3  # every step scores the answer's tokens 6 .. n - 1, each from a row k + 2 back
+    whole = unrolled_loss(head, rows, tokens, 1, feats, top, t2d, 3, 0.8)
+    assert whole.rows == [n - 2, n - 3, n - 4]  # from token 2 on, step k has n - 2 - k rows to draft from
+    t2d[top[7]] = False  # the target's top after token 7 is no longer drafted: that row is not scored
+    assert unrolled_loss(head, rows, tokens, 6, feats, top, t2d, 3, 0.8).rows[0] == n - 7
+
+
+def _run(work: Path, out: Path, *extra: str) -> int:
+    return cli.main(["--target", "random:tiny", "--work", str(work), "--out", str(out), "--prompts", "6",
+                     "--max-new", "12", "--shard", "4", "--draft-vocab", "64", "--epochs", "2", "--batch", "2",
+                     "--save-every", "1", *extra])
+
+
+def test_a_run_is_deterministic_and_writes_a_head_the_runtime_loads(tmp_path):
+    assert _run(tmp_path / "w1", tmp_path / "h1") == 0
+    assert _run(tmp_path / "w2", tmp_path / "h2") == 0
+    first = (tmp_path / "h1" / "model.safetensors").read_bytes()
+    assert first == (tmp_path / "h2" / "model.safetensors").read_bytes()
+    report = json.loads((tmp_path / "h1" / "training.json").read_text())
+    assert report["data"]["prompts"] == 6 and len(report["curve"]) == 6 and (tmp_path / "h1" / "loss.png").is_file()
+
+    from models.load import load
+    from models.options import ModelOptions
+
+    loaded = load(ModelOptions(model=f"eagle3:{tmp_path / 'h1'}", head_target="random:tiny"), "drafter")
+    assert loaded.model.cfg.draft_vocab == 64 and loaded.model.w["fc.weight"].dtype == torch.float32
+
+
+def test_a_killed_run_resumes_to_the_weights_of_an_unbroken_one(tmp_path, monkeypatch):
+    assert _run(tmp_path / "whole", tmp_path / "h-whole") == 0
+    real = train
+
+    def killed(*args, **kw):
+        def stop(done, total, row):
+            if done == 3:
+                raise KeyboardInterrupt
+        return real(*args[:-1], stop)
+
+    monkeypatch.setattr(cli, "train", lambda *a: killed(*a))
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "broken", tmp_path / "h-broken")
+    monkeypatch.setattr(cli, "train", real)
+    (tmp_path / "broken" / "answers-0001.pt").unlink()  # a shard lost too: answered again, the same
+    assert _run(tmp_path / "broken", tmp_path / "h-broken") == 0
+    assert ((tmp_path / "h-whole" / "model.safetensors").read_bytes()
+            == (tmp_path / "h-broken" / "model.safetensors").read_bytes())
+
+
+def test_bad_arguments_and_a_foreign_checkpoint_are_refused_in_one_line(tmp_path, capsys):
+    assert cli.main(["--work", str(tmp_path), "--out", str(tmp_path / "h"), "--prompts", "0"]) == 2
+    assert "`prompts`" in capsys.readouterr().err
+    assert cli.main(["--work", str(tmp_path), "--out", str(tmp_path / "h"), "--lr", "-1"]) == 2
+    assert "`lr` must be positive" in capsys.readouterr().err
+    assert _run(tmp_path / "w", tmp_path / "h") == 0
+    assert _run(tmp_path / "w", tmp_path / "h", "--lr", "0.01") == 2
+    assert "another schedule or data; delete it" in capsys.readouterr().err
+    assert _run(tmp_path / "w", tmp_path / "h", "--max-new", "20") == 2  # the kept answers were answered otherwise
+    assert "holds answers of" in capsys.readouterr().err and (tmp_path / "w" / "answers-0000.pt").exists()
+
+
+def test_the_learning_rate_warms_up_then_decays_to_its_floor():
+    s = Schedule(lr=1.0, warmup=10, min_lr=0.1)
+    assert s.lr_at(0, 100) == pytest.approx(0.1) and s.lr_at(9, 100) == pytest.approx(1.0)
+    assert s.lr_at(99, 100) == pytest.approx(0.1, abs=1e-3) and s.lr_at(55, 100) < s.lr_at(20, 100)

@@ -1,0 +1,182 @@
+"""`launch/pair.sh train-head`: train an EAGLE-3 head for a target, in one resumable command.
+
+    launch/pair.sh train-head --target smollm2 --work runs/train-head --out HEAD_DIR
+
+Stages, each resumed where a killed run left it: the target answers the training prompts (shards in WORK),
+the draft vocabulary is counted from the answers, the head is trained (checkpoints in WORK), and the head is
+written to OUT with `training.json` (the command, the data, the times and the loss curve) and `loss.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import torch
+
+from training.distill import answer_batch, read_shard, shard_path, write_shard
+from training.prompts import training_prompts
+from training.train import Schedule, Target, head_config, train, write_head
+from training.vocab import answer_counts, draft_vocab
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Train an EAGLE-3 head for a target by self-distillation "
+                                "(resumable: run the same command again after a kill).")
+    p.add_argument("--target", default="smollm2", help="the target: 'smollm2', random:SHAPE or a checkpoint "
+                   "directory (default: %(default)s)")
+    p.add_argument("--work", type=Path, required=True, help="where answers and checkpoints are kept (resumes here)")
+    p.add_argument("--out", type=Path, required=True, help="the head's directory, read by --drafter eagle3:OUT")
+    p.add_argument("--prompts", type=int, default=480, help="training prompts (default: %(default)s)")
+    p.add_argument("--max-new", type=int, default=256, help="answer tokens at most (default: %(default)s)")
+    p.add_argument("--shard", type=int, default=16, help="prompts answered per batch and file (default: %(default)s)")
+    p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
+    for f in fields(Schedule):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                       help=f"(default: %(default)s)")
+    return p
+
+
+def load_target(spec: str):
+    """-> (transformers model, tokenizer) in float32 on the CPU."""
+    from models.load import load
+    from models.options import ModelOptions
+
+    loaded = load(ModelOptions(model=spec, dtype="float32", device="cpu", graphs=False), "target")
+    return loaded.model.eval(), loaded.tokenizer
+
+
+def target_of(model, config: dict) -> Target:
+    from models.eagle3_config import HeadConfig
+
+    layers = HeadConfig.from_dict(config).feature_layers(model.config.get_text_config().num_hidden_layers)
+    return Target(config, model.get_input_embeddings().weight.detach(),
+                  model.get_output_embeddings().weight.detach(), model.get_decoder().norm.weight.detach(), layers)
+
+
+def distill(model, tokenizer, prompts: list[str], args, layers, bar) -> list:
+    """Every shard of answers, written where missing."""
+    end_ids = tuple(sorted(tokenizer.eos))
+    pad = getattr(getattr(tokenizer, "tok", None), "pad_token_id", None)
+    pad = end_ids[0] if pad is None else pad
+    answers = []
+    for s in range(math.ceil(len(prompts) / args.shard)):
+        path = shard_path(args.work, s)
+        chunk = range(s * args.shard, min(len(prompts), (s + 1) * args.shard))
+        kept = read_shard(path) if path.exists() else []
+        if len(kept) != len(chunk):  # not written yet, or a last shard of another prompt count
+            got = {}
+            for sample in (False, True):  # even prompts greedy, odd ones sampled at T = 1
+                picked = [j for j in chunk if j % 2 == int(sample)]
+                if picked:
+                    ids = [tokenizer.chat_ids([prompts[j]]) for j in picked]
+                    out = answer_batch(model, ids, sample=sample, max_new=args.max_new, end_ids=end_ids,
+                                       pad_id=pad, layers=layers, seed=args.seed * 100_003 + s)
+                    got.update(zip(picked, out))
+            kept = [got[j] for j in chunk]
+            write_shard(path, kept)
+        answers.extend(kept)
+        bar.update(len(chunk))
+    return answers
+
+
+def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head") -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
+        if args.prompts < 1 or args.max_new < 2 or args.shard < 1:
+            raise ValueError(f"`prompts`, `shard` must be at least 1 and `max-new` at least 2 (got {args.prompts}, "
+                             f"{args.shard}, {args.max_new})")
+        prompts = training_prompts(args.prompts, args.seed)
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.work.mkdir(parents=True, exist_ok=True)
+    recipe = {"target": args.target, "seed": args.seed, "shard": args.shard, "max_new": args.max_new}
+    manifest = args.work / "answers.json"  # what the shards answer: a resume must answer the same way
+    if manifest.exists() and json.loads(manifest.read_text()) != recipe:
+        print(f"{prog}: error: {args.work} holds answers of {manifest.read_text().strip()}, not of {json.dumps(recipe)}; "
+              f"give another --work or delete it", file=sys.stderr)
+        return 2
+    manifest.write_text(json.dumps(recipe))
+    times_path = args.work / "times.json"
+    times = json.loads(times_path.read_text()) if times_path.exists() else {}
+    model, tokenizer = load_target(args.target)
+    vocab = model.config.get_text_config().vocab_size
+    config = head_config(model.config, args.draft_vocab)
+    target = target_of(model, config)
+
+    t0 = time.perf_counter()
+    with tqdm(total=len(prompts), desc="answers", unit="prompt", file=sys.stderr) as bar:
+        answers = distill(model, tokenizer, prompts, args, target.layers, bar)
+    times["answers_s"] = times.get("answers_s", 0.0) + time.perf_counter() - t0
+    times_path.write_text(json.dumps(times))
+    counts = answer_counts(answers, vocab)
+    try:
+        d2t, t2d, covered = draft_vocab(counts, args.draft_vocab)
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    tokens = sum(len(a.tokens) - a.start for a in answers)
+    print(f"[train-head] {len(answers)} answers, {tokens} answer tokens; the draft vocabulary of {args.draft_vocab} "
+          f"covers {covered:.1%} of them", file=sys.stderr)
+
+    with tqdm(desc="training", unit="step", file=sys.stderr) as bar:
+        def progress(done, total, row):
+            bar.total = total
+            bar.n = done
+            bar.set_postfix(loss=f"{row['loss']:.3f}", top1=f"{row['top1'][0] or 0:.2f}", refresh=False)
+            bar.refresh()
+
+        try:
+            weights, curve = train(answers, target, d2t, t2d, schedule, args.work, progress)
+        except ValueError as e:  # a checkpoint of another run
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
+    times["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
+    times_path.write_text(json.dumps(times))
+    write_head(args.out, config, weights, d2t, t2d)
+    report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
+              "data": {"prompts": len(prompts), "prompt_seed": args.seed, "answers_greedy": (len(prompts) + 1) // 2,
+                       "answers_sampled_t1": len(prompts) // 2, "answer_tokens": tokens,
+                       "max_new": args.max_new, "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered},
+              "schedule": asdict(schedule), "seconds": times, "threads": torch.get_num_threads(),
+              "curve": curve}
+    (args.out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
+    plot_curve(curve, args.out / "loss.png")
+    print(f"[train-head] wrote {args.out} (load it with --drafter eagle3:{args.out})", file=sys.stderr)
+    return 0
+
+
+def plot_curve(curve: list[dict], path: Path) -> None:
+    """The loss and the first step's top-1 agreement per optimizer step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    steps = [r["step"] for r in curve]
+    a.plot(steps, [r["loss"] for r in curve], lw=0.8)
+    a.set(xlabel="optimizer step", ylabel="weighted loss", title="training loss")
+    for k in range(len(curve[0]["top1"]) if curve else 0):
+        b.plot(steps, [r["top1"][k] if k < len(r["top1"]) else None for r in curve], lw=0.8, label=f"step {k + 1}")
+    b.set(xlabel="optimizer step", ylabel="top-1 = target's top", title="agreement per drafting step")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Self-distillation data: the target's own answers to the training prompts, with what the head learns from.
+
+For each prompt the target answers (greedily for even prompts, sampled at T = 1 for odd ones: the head meets
+both kinds of context), and the same passes keep, for every token but the last, the inputs of the layers
+the head fuses (its features, as models.hf keeps them for the wire) and the target's final normed hidden
+state, from which the trainer scores the target's next-token distribution over the draft vocabulary.
+
+Shards of prompts are written one file each, atomically, so a killed run resumes at the first shard not
+written; a shard is the same for the same seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from evaluation.paths import replace_atomically
+
+STORE_DTYPE = torch.bfloat16  # features and hidden states on disk (the target's activations exceed float16)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One chat-templated prompt and the target's answer. tokens: (n,) int64, the answer from `start`;
+    features: (n - 1, 3T) and last: (n - 1, T) for tokens 0 .. n - 2 (STORE_DTYPE); argmax: (n - 1,) the
+    target's most likely next token after each."""
+
+    tokens: torch.Tensor
+    start: int
+    features: torch.Tensor
+    last: torch.Tensor
+    argmax: torch.Tensor
+
+    def __post_init__(self) -> None:
+        n = len(self.tokens)
+        if not 0 < self.start < n or not len(self.features) == len(self.last) == len(self.argmax) == n - 1:
+            raise ValueError(f"an answer of {n} tokens from {self.start} with {len(self.features)} feature rows, "
+                             f"{len(self.last)} hidden rows and {len(self.argmax)} argmax rows")
+
+    def to_dict(self) -> dict:
+        return {"tokens": self.tokens, "start": self.start, "features": self.features, "last": self.last,
+                "argmax": self.argmax}
+
+
+class Recorder:
+    """Forward hooks on a transformers causal LM: the inputs of `layers` and the final norm's output of every
+    pass, in call order, as (B, n, H) tensors."""
+
+    def __init__(self, model, layers: tuple[int, ...]) -> None:
+        from models.hf import decoder_layers
+
+        decoder = decoder_layers(model)
+        self.inputs: list[list[torch.Tensor]] = [[] for _ in layers]
+        self.outputs: list[torch.Tensor] = []
+        self.handles = [decoder[i].register_forward_pre_hook(
+            lambda module, args, kwargs, j=j: self.inputs[j].append((args[0] if args else kwargs["hidden_states"])
+                                                                    .detach()), with_kwargs=True)
+            for j, i in enumerate(layers)]
+        self.handles.append(model.get_decoder().norm.register_forward_hook(
+            lambda module, args, out: self.outputs.append(out.detach())))
+
+    def take(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> ((B, P, layers * H) features, (B, P, H) final hidden) over the passes so far, then forget them."""
+        features = torch.cat([torch.cat(calls, 1) for calls in self.inputs], -1)
+        last = torch.cat(self.outputs, 1)
+        self.inputs = [[] for _ in self.inputs]
+        self.outputs = []
+        return features, last
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+@torch.inference_mode()
+def answer_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int, end_ids: tuple[int, ...],
+                 pad_id: int, layers: tuple[int, ...], seed: int) -> list[Answer]:
+    """The target's answers to `prompts` (chat-templated ids) in one left-padded generate call."""
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p):] = torch.tensor(p)
+        mask[b, width - len(p):] = 1
+    recorder = Recorder(model, layers)
+    try:
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=sample,
+                             temperature=1.0 if sample else None, top_k=0 if sample else None,
+                             top_p=1.0 if sample else None, eos_token_id=list(end_ids), pad_token_id=pad_id)
+        features, last = recorder.take()
+    finally:
+        recorder.close()
+    head = model.get_output_embeddings().weight
+    answers = []
+    for b, p in enumerate(prompts):
+        new = out[b, width:].tolist()
+        ends = [i for i, t in enumerate(new) if t in end_ids]
+        new = new[: ends[0] + 1] if ends else new
+        n = len(p) + len(new)
+        rows = slice(width - len(p), width - len(p) + n - 1)
+        h = last[b, rows]
+        answers.append(Answer(torch.tensor(p + new), len(p), features[b, rows].to(STORE_DTYPE),
+                              h.to(STORE_DTYPE), (h @ head.T).argmax(-1).int()))
+    return answers
+
+
+def shard_path(work: Path, index: int) -> Path:
+    return work / f"answers-{index:04d}.pt"
+
+
+def write_shard(path: Path, answers: list[Answer]) -> None:
+    """Atomically: a killed write leaves no shard."""
+    with replace_atomically(path) as partial:
+        torch.save([a.to_dict() for a in answers], partial)
+
+
+def read_shard(path: Path) -> list[Answer]:
+    try:
+        rows = torch.load(path, weights_only=True)
+        return [Answer(**row) for row in rows]
+    except Exception as e:  # a file that is not a shard this program wrote
+        raise ValueError(f"{path}: not a training shard ({type(e).__name__}: {e}); delete it to write it again")\
+            from None

@@ -1,0 +1,180 @@
+"""The training loop: a head for a target, from the distilled answers, written where `eagle3:PATH` reads it.
+
+The head starts where the target's own output layer is: lm_head holds the target's output rows of the draft
+vocabulary, norm the target's final norm, and fc passes the highest fused layer through, so the first
+steps already draft roughly what the target would say one token earlier; the decoder layer starts at the
+reference's scale. AdamW with a linear warm-up and a cosine decay; each optimizer step averages the
+gradients of `batch` answers. A checkpoint (weights, optimizer, the step) is written atomically every
+`save_every` steps: a killed run resumes from it and ends where an unbroken run would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from evaluation.paths import replace_atomically
+from models.eagle3 import Eagle3Head, rotary
+from models.eagle3_config import HEAD_KEYS, HeadConfig, shapes_of
+from training.distill import Answer
+from training.ttt import unrolled_loss
+
+HEAD_DTYPE = torch.float16  # the written head's weights (models.eagle3 casts them to the runtime's dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    epochs: int = 4
+    batch: int = 4  # answers per optimizer step
+    lr: float = 1.5e-3
+    warmup: int = 30  # optimizer steps
+    min_lr: float = 0.1  # the cosine decay's floor, as a share of lr
+    clip: float = 1.0  # gradient norm
+    steps: int = 5  # drafting steps unrolled (the reference unrolls 7; the CPU pool drafts 4 deep)
+    decay: float = 0.8  # step k's loss weight is decay ** k (the reference's)
+    seed: int = 0
+    save_every: int = 25
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch", "steps", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be at least 1, not {getattr(self, name)}")
+        if not self.lr > 0 or not 0 < self.decay <= 1 or not 0 <= self.min_lr <= 1:
+            raise ValueError(f"`lr` must be positive, `decay` in (0, 1] and `min_lr` in [0, 1] (got {self.lr}, "
+                             f"{self.decay}, {self.min_lr})")
+
+    def lr_at(self, step: int, total: int) -> float:
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        done = (step - self.warmup) / max(1, total - self.warmup)
+        return self.lr * (self.min_lr + (1 - self.min_lr) * 0.5 * (1 + math.cos(math.pi * min(1.0, done))))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What the head takes from its target: shapes, the token embedding, the output layer and final norm."""
+
+    config: dict  # the head's config.json (models.eagle3_config.HeadConfig.from_dict reads it)
+    embed: torch.Tensor  # (V, T)
+    output: torch.Tensor  # (V, T) the target's lm_head
+    norm: torch.Tensor  # (T,)
+    layers: tuple[int, int, int]  # the target layers whose inputs the head fuses
+
+
+def head_config(target_cfg, draft_vocab: int) -> dict:
+    """A one-layer head of the target's own shapes (config.json in the reference's layout)."""
+    t = target_cfg.get_text_config()
+    head_dim = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
+    rope = getattr(t, "rope_parameters", None) or {}
+    layers = t.num_hidden_layers
+    reference = (2, layers // 2, layers - 3)
+    named = {} if layers > 3 else {"eagle_config": {"eagle_aux_hidden_state_layer_ids":  # too few for the reference's
+                                                     [min(max(i, 0), layers - 1) for i in reference]}}
+    return {**named, "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+            "hidden_size": t.hidden_size, "num_attention_heads": t.num_attention_heads,
+            "num_key_value_heads": t.num_key_value_heads, "head_dim": head_dim,
+            "intermediate_size": t.intermediate_size, "rms_norm_eps": t.rms_norm_eps,
+            "rope_theta": float(rope.get("rope_theta", getattr(t, "rope_theta", 10000.0))),
+            "max_position_embeddings": t.max_position_embeddings, "vocab_size": t.vocab_size,
+            "draft_vocab_size": draft_vocab, "hidden_act": "silu", "torch_dtype": "float16"}
+
+
+def initial_weights(target: Target, cfg: HeadConfig, d2t: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    ids = d2t + torch.arange(len(d2t))
+    w = {}
+    for key, shape in shapes_of(cfg).items():
+        if key in HEAD_KEYS:
+            w[key] = torch.ones(shape) if len(shape) == 1 else torch.randn(shape, generator=gen) * 0.02
+    w["lm_head.weight"] = target.output[ids].float().clone()
+    w["norm.weight"] = target.norm.float().clone()
+    t = cfg.target_hidden
+    w["fc.weight"][:, 2 * t:] += torch.eye(cfg.hidden, t)  # the highest layer passes through
+    return w
+
+
+def build_head(target: Target, cfg: HeadConfig, weights: dict, d2t: torch.Tensor) -> Eagle3Head:
+    inv, scale = rotary(cfg, "cpu")
+    return Eagle3Head(cfg, weights, target.embed.float(), d2t + torch.arange(len(d2t)), inv, scale)
+
+
+def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.Tensor, schedule: Schedule,
+          work: Path, progress=None) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """Train from the checkpoint in `work` (or from the start) to the end of the schedule -> (weights, the
+    loss curve: one row per optimizer step). progress(done, total, row) is called after each step."""
+    cfg = HeadConfig.from_dict(target.config)
+    ids = d2t + torch.arange(len(d2t))
+    output_rows = target.output[ids].float()  # (Vd, T) the target's logits over the draft vocabulary
+    per_epoch = math.ceil(len(answers) / schedule.batch)
+    total = per_epoch * schedule.epochs
+    checkpoint = work / "checkpoint.pt"
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=True)
+        if state["schedule"] != asdict(schedule) or state["answers"] != len(answers):
+            raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to "
+                             f"train from the start")
+        weights = {k: v.requires_grad_(True) for k, v in state["weights"].items()}
+        curve, step = state["curve"], state["step"]
+    else:
+        weights = {k: v.requires_grad_(True) for k, v in initial_weights(target, cfg, d2t, schedule.seed).items()}
+        curve, step = [], 0
+    head = build_head(target, cfg, weights, d2t)
+    optimizer = torch.optim.AdamW(list(weights.values()), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    if checkpoint.exists():
+        optimizer.load_state_dict(state["optimizer"])
+    t2d = t2d.bool()
+    while step < total:
+        epoch, at = divmod(step, per_epoch)
+        order = torch.randperm(len(answers), generator=torch.Generator().manual_seed(schedule.seed * 1000 + epoch))
+        batch = order[at * schedule.batch: (at + 1) * schedule.batch].tolist()
+        for group in optimizer.param_groups:
+            group["lr"] = schedule.lr_at(step, total)
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum, rows, hits = 0.0, [0] * schedule.steps, [0] * schedule.steps
+        for a in (answers[j] for j in batch):
+            scores = unrolled_loss(head, a.last.float() @ output_rows.T, a.tokens, a.start, a.features.float(),
+                                   a.argmax, t2d, schedule.steps, schedule.decay)
+            (scores.loss / len(batch)).backward()
+            loss_sum += float(scores.loss.detach())
+            for k, (r, h) in enumerate(zip(scores.rows, scores.hits)):
+                rows[k] += r
+                hits[k] += h
+        norm = torch.nn.utils.clip_grad_norm_(list(weights.values()), schedule.clip)
+        optimizer.step()
+        step += 1
+        row = {"step": step, "epoch": epoch, "loss": loss_sum / len(batch), "lr": schedule.lr_at(step - 1, total),
+               "grad_norm": float(norm), "top1": [h / r if r else None for h, r in zip(hits, rows)],
+               "seconds": time.perf_counter() - t0}
+        curve.append(row)
+        if progress:
+            progress(step, total, row)
+        if step % schedule.save_every == 0 or step == total:
+            _save(checkpoint, {"weights": {k: v.detach() for k, v in weights.items()},
+                               "optimizer": optimizer.state_dict(), "curve": curve, "step": step,
+                               "schedule": asdict(schedule), "answers": len(answers)})
+    return {k: v.detach() for k, v in weights.items()}, curve
+
+
+def _save(path: Path, state: dict) -> None:
+    with replace_atomically(path) as partial:
+        torch.save(state, partial)
+
+
+def write_head(out: Path, config: dict, weights: dict, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
+    """config.json and model.safetensors in the reference's layout (16-bit weights, d2t int64, t2d bool)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: weights[k].to(HEAD_DTYPE).contiguous() for k in HEAD_KEYS}
+    big = [k for k, v in tensors.items() if not torch.isfinite(v).all()]
+    if big:
+        raise ValueError(f"the head's weights {big} do not fit {HEAD_DTYPE} (training diverged?)")
+    tensors["d2t"], tensors["t2d"] = d2t.long().contiguous(), t2d.bool().contiguous()
+    save_file(tensors, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
