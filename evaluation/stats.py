@@ -35,6 +35,7 @@ class GainResult:
     speed_a: float  # tokens per second, summed over prompts
     speed_b: float
     n_prompts: int
+    lowest: float = float("nan")  # the lowest prompt's own gain (its speed under A over its speed under B, - 1)
 
     @property
     def has_interval(self) -> bool:
@@ -108,6 +109,8 @@ def _gains(tokens: dict[str, np.ndarray], seconds: dict[str, np.ndarray], pairs:
     counts = resample_counts(rng, n_resamples, n_prompts)  # (R, n)
     boot_speed = (counts @ tok) / (counts @ sec)  # (R, k); seconds > 0, so no resample divides by zero
     speed = {name: _speed(tokens[name], seconds[name]) for name in names}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        own = tok / sec  # (n, k) each prompt's own speed
     tail = (1.0 - confidence_level) / 2.0
     out = {}
     for a, b in pairs:
@@ -116,9 +119,12 @@ def _gains(tokens: dict[str, np.ndarray], seconds: dict[str, np.ndarray], pairs:
             boot_gain = boot_speed[:, col[a]] / boot_speed[:, col[b]] - 1.0  # (R,)
         low, high = np.quantile(boot_gain, [tail, 1.0 - tail])
         standard_error = float(np.std(boot_gain, ddof=1)) if n_resamples > 1 else float("nan")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_prompt = own[:, col[a]] / own[:, col[b]] - 1.0  # (n,) nan where B emitted no token
+        lowest = float(np.nanmin(per_prompt)) if np.isfinite(per_prompt).any() else float("nan")
         out[a, b] = GainResult(gain=speed[a] / speed[b] - 1.0, low=float(low), high=float(high),
                                standard_error=standard_error, speed_a=speed[a], speed_b=speed[b],
-                               n_prompts=n_prompts)
+                               n_prompts=n_prompts, lowest=lowest)
     return out
 
 

@@ -277,6 +277,7 @@ def as_json(s: Setting) -> dict:
             "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
                                  "high": g.high if g.has_interval else None, "prompts": g.n_prompts,
                                  "standard_error": g.standard_error,
+                                 "lowest_prompt": g.lowest if np.isfinite(g.lowest) else None,
                                  "cautions": [c.kind for c in s.cautions if c.concerns((a, b))]}
                       for (a, b), g in s.gains.items()},
             "pass_gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,

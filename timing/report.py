@@ -171,11 +171,12 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
                 *(f"- ⚠ {c.kind}: {c.message}." for c in s.cautions), ""]
     out += _decoder_table(s) + _round_tables(s)
     if s.gains:
-        out += [f"| gain | estimate | {options.confidence:.0%} interval | prompts | caution |", "|---|---|---|---|---|"]
+        out += [f"| gain | estimate | {options.confidence:.0%} interval | lowest prompt | prompts | caution |",
+                "|---|---|---|---|---|---|"]
         for (a, b), g in s.gains.items():
             flags = ", ".join(c.kind for c in s.cautions if c.concerns((a, b))) or "—"
-            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{percent(g.gain)} | {g.interval_text()} | {g.n_prompts} | "
-                       f"{flags} |")
+            out.append(f"| {a} over {b} | {_flagged(s, (a, b))}{percent(g.gain)} | {g.interval_text()} | "
+                       f"{percent(g.lowest)} | {g.n_prompts} | {flags} |")
         out.append("")
         out += _pass_table(s, options)
     elif len(s.decoders) > 1:

@@ -136,6 +136,17 @@ def test_all_pairs_share_one_resample():
     assert both["c", "b"] == paired_gain(ta, sc, tb, sb, n_resamples=400, rng=17)
 
 
+def test_lowest_is_the_slowest_prompts_own_gain():
+    # Prompt speeds under A: 20, 30, 10; under B: 10, 20, 10 -> own gains +100%, +50%, 0%; the third prompt
+    # emitted nothing under B in a fourth column of the sums, which has no gain of its own.
+    tokens_a, seconds_a = np.array([40.0, 30.0, 10.0, 5.0]), np.array([2.0, 1.0, 1.0, 1.0])
+    tokens_b, seconds_b = np.array([40.0, 30.0, 10.0, 0.0]), np.array([4.0, 1.5, 1.0, 1.0])
+    g = paired_gain(tokens_a, seconds_a, tokens_b, seconds_b, n_resamples=50, rng=0)
+    assert g.lowest == pytest.approx(0.0)
+    g = paired_gain(tokens_b[:2], seconds_b[:2], tokens_a[:2], seconds_a[:2], n_resamples=50, rng=0)
+    assert g.lowest == pytest.approx(-0.5)  # the first prompt: 10 against 20 tok/s
+
+
 def test_result_is_frozen(data):
     result = paired_gain(*data, n_resamples=50, rng=0)
     assert isinstance(result, GainResult)
