@@ -118,6 +118,9 @@ class RecordedDecode:
     key: dict  # prompt_id, category, turn, decoder, temperature, budget, seed (+ a sweep's grid_budget, warmup...)
     rounds: list[RecordedRound]
     prompt_tokens: int = -1  # tokens of the context the decode continued (-1: not recorded)
+    # (len(rounds),) bool: each round held its root's exact row from the pass before (`cover`), joined from the
+    # decode's record (evaluation.held_rows; the payload does not hold it); None: no record says
+    held: np.ndarray | None = None
 
 
 # -- the chunk payload --------------------------------------------------------------------------------------

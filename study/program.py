@@ -20,8 +20,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from evaluation.held_rows import held_rows
 from evaluation.paths import output_dir
-from evaluation.record import DecodeRecord
+from evaluation.record import DecodeRecord, record_key
+from evaluation.rounds import decode_key
 from evaluation.rounds_check import timed_keys
 from evaluation.rounds_file import ends_early, load_rounds, records_beside
 from pipeline.config import InputError
@@ -56,7 +58,8 @@ def output_directory(runs: Sequence[str], options: ValuesOptions) -> Path:
 def load(runs: Sequence[str], options: ValuesOptions,
          records: Mapping[Path, Sequence[DecodeRecord]] | None = None) -> ValuesInput:
     """The decodes of every rounds file of `runs` (`records`: each records file's records, by resolved path, to
-    tell a file cut short on a chunk boundary); damage is logged, one line each, and kept for the report."""
+    tell a file cut short on a chunk boundary and which rounds held their root's row); damage is logged, one line
+    each, and kept for the report."""
     data = ValuesInput(list(runs), options)
     for found in load_rounds(runs):
         data.provenance = data.provenance or found.provenance
@@ -67,6 +70,9 @@ def load(runs: Sequence[str], options: ValuesOptions,
             data.damage.append(cut)
     for d in data.damage:
         log.warning("%s", d)
+    by_key = {record_key(r): r for listed in (records or {}).values() for r in listed}
+    for d in data.decodes:  # which rounds held their root's row (`cover`): the records say, the rounds do not
+        d.held = held_rows(by_key.get(decode_key(d.key)), d.rounds)
     return data
 
 

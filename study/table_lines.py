@@ -3,7 +3,7 @@ every estimate with its interval as `NAME`, `NAME_low` and `NAME_high` (null whe
 
 Kinds: `depth`, `size`, `restricted`, `matched` (Figures 2 and 5, Tables 11 and 12), `draw` (the draw X1),
 `emitted` (Table 8), `stronger` (Table 12), `tasks` and `task` (Table 10), `reach` (Table 13), `first-token` and
-`entropy-quintile` (Table 15), `late` (Table 20) and `cap` (Table 29)."""
+`entropy-quintile` (Table 15), `late` (Table 20), `held-row` (Table 27) and `cap` (Table 29)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pipeline.value import SIZES
 from study.section import number
 from study.selection import RESTRICTED
 from study.splits import QUINTILES, TASK_PAIRS, TaskGains, each_task, first_token_split, task_weighted
-from study.tables import LATE, lowered_cap, matched, reaches, stronger_pearl, table_15_budgets
+from study.covered_rounds import RULES as COVERED_RULES, covered_rounds
+from study.tables import LATE, lowered_cap, matched, own_budget, reaches, stronger_pearl, table_15_budgets
 from study.values import Averages, Estimate, RoundValues
 
 EMITTED_PAIRS = (("root", "draft"), ("root-draw", "pearl"))  # Table 8's gains in emitted tokens
@@ -23,7 +24,7 @@ def json_lines(rv: RoundValues, avg: Averages) -> list[dict]:
     base = {"temperature": rv.temperature, "rounds": rv.rounds}
     lines = _depth(rv, avg, base) + _sizes(rv, avg, base) + _restricted(rv, avg, base) + _matched(rv, avg, base)
     lines += _draw(avg, base) + _emitted(rv, avg, base) + _stronger(rv, avg, base) + _tasks(rv, avg, base)
-    lines += _reach(rv, avg, base) + _first_token(rv, avg, base) + _late(rv, base)
+    lines += _reach(rv, avg, base) + _first_token(rv, avg, base) + _late(rv, base) + _held_row(rv, avg, base)
     return lines + _cap(rv, avg, base)
 
 
@@ -155,6 +156,22 @@ def _late(rv: RoundValues, base: dict) -> list[dict]:
     late = rv.position >= LATE
     return [{"kind": "late", **base, "from_token": LATE, "late_rounds": int(late.sum()),
              "late_prompts": len(set(rv.prompt[late].tolist()))}]
+
+
+def _held_row(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
+    lines = []
+    for c in covered_rounds(rv, avg):
+        own = own_budget(rv, c.budget)
+        for k, b in enumerate(rv.budgets.tolist()):
+            line = {"kind": "held-row", **base, "decoder": c.decoder, "recorded_budget": c.budget, "budget": b,
+                    "own_budget": b == own, "setting_rounds": c.rounds, "held_rounds": c.held_rounds,
+                    **estimate("held_share", c.held_share)}
+            for rule in COVERED_RULES:
+                line.update(estimate(f"{rule.replace('-', '_')}_value", c.values[rule][k]))
+            for rule, gains in c.gains.items():
+                line.update(estimate(_pair(rule, "draft"), gains[k]))
+            lines.append(line)
+    return lines
 
 
 def _cap(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:

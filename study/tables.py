@@ -3,8 +3,8 @@ and 9 (gains over draft, the share of the oracle's advantage that root and depth
 and Figure 5 (every depth), Table 8 (emitted tokens), Table 10 (tasks weighted equally, and each task), Table 11
 (restricted pools), Table 12 (root-draw against the stronger PEARL variant, and that variant matched in tree
 size, the trees split by the kind of draw), Table 13 (budgets that reach each other's value), Table 15 (the
-first-token and entropy splits), Table 20 (late rounds) and Table 29 (the matched cap). Their JSON lines are
-study.table_lines'."""
+first-token and entropy splits), Table 20 (late rounds), Table 27 (selection in the covering decoder's rounds
+that hold a covered row) and Table 29 (the matched cap). Their JSON lines are study.table_lines'."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from study.covered_rounds import RULES as COVERED_RULES, covered_rounds
 from study.selection import EXCEEDS, RESTRICTED, Matched, match_pearl, matched_cap, reach_budgets
 from study.splits import QUINTILES, TASK_PAIRS, FirstTokenSplit, each_task, first_token_split, task_weighted
 from evaluation.stats import MIN_INTERVAL_PROMPTS
@@ -47,6 +48,8 @@ PAPER = {
     "Table 18": "at an online run's own contexts root-draw gains 1.0-2.4% over the size-matched PEARL at B = 59, "
                 "against 0.9-2.4% at the recorded contexts",
     "Table 20": "whole-output gains within 0.3 points of the default-length runs at B = 59 and 1.1 at B = 8",
+    "Table 27": "the covering decoder emits fewer tokens for each target pass than EAGLE-3's decoder at both "
+                "budgets, although selection improves in the rounds that hold the root row",
     "Table 29": "root-draw's cap lowered to 40-43 nodes matches PEARL's mean tree at B = 59; its expected acceptance "
                 "there is 1.1-2.5% above PEARL's",
 }
@@ -78,7 +81,7 @@ def tables(rv: RoundValues, avg: Averages) -> list[str]:
     if len({category_group(c) for c in rv.categories}) > 1:
         out += table_10(rv, avg)
     out += table_11(rv, avg) + table_12(rv, avg) + table_13(rv, avg) + table_15(rv, avg) + table_20(rv, avg)
-    return out + table_29(rv, avg)
+    return out + table_27(rv, avg) + table_29(rv, avg)
 
 
 def table_2_9(rv: RoundValues, avg: Averages) -> list[str]:
@@ -280,6 +283,43 @@ def table_20(rv: RoundValues, avg: Averages) -> list[str]:
         out.append(_row([b, late_est(late_avg.gain("root", "draft")[k]), est(avg.gain("root", "draft")[k]),
                          late_est(late_avg.gain("root-draw", "draft")[k])]))
     return out + ["", paper("Table 20"), ""]
+
+
+def own_budget(rv: RoundValues, budget: str) -> int | None:
+    """A recording setting's budget as a reported one is (capped by the pools); None for budget auto."""
+    return min(int(budget), rv.full["draft"].shape[1]) if budget.isdigit() else None
+
+
+def own_columns(rv: RoundValues, budget: str) -> list[tuple[int, int]]:
+    """(budget, column) of a recording setting's own budget where it is reported, else picks(rv): B = 8 and 59
+    (a setting at budget auto, or at a budget not reported)."""
+    budgets, own = rv.budgets.tolist(), own_budget(rv, budget)
+    return [(own, budgets.index(own))] if own in budgets else picks(rv)
+
+
+def table_27(rv: RoundValues, avg: Averages) -> list[str]:
+    found = covered_rounds(rv, avg)
+    if not found:
+        return ["#### Table 27: not given (no round held a covered row: these are not the covering decoder's "
+                "rounds, or their records predate `held_rows`)", ""]
+    out = ["#### Table 27: selection in the rounds of the covering decoder (`cover`) that hold a covered row, its "
+           "root's exact row scored by the pass before (at the leaf it stopped at); each rule's expected accepted "
+           "tokens per round there, from the round's measurement pass (`root-draw` is what `cover` keeps there)", "",
+           *_head("setting", "budget", "rounds holding the row", "their share", *(f"{r} there" for r in COVERED_RULES),
+                  "root over draft there", "root-draw over draft there")]
+    for c in found:
+        for b, k in own_columns(rv, c.budget):
+            out.append(_row([f"{c.decoder} at B = {c.budget}", b, f"{c.held_rounds} of {c.rounds}",
+                             est_share(c.held_share), *(_tokens(c.values[r][k]) for r in COVERED_RULES),
+                             est(c.gains["root"][k]), est(c.gains["root-draw"][k])]))
+    return out + ["", "Values under exhaustive traversal, as in every table here; `cover` walks its tree with "
+                      "sampled-leaf stopping, which accepts one token fewer in a round that stops at a leaf (Table 1). "
+                      "Table 27's own figure, tokens per target pass against `draft`'s, is the report's "
+                      "(`launch/pair.sh report`) of the same sweep.", paper("Table 27"), ""]
+
+
+def _tokens(e: Estimate) -> str:
+    return "—" if not np.isfinite(e.value) else f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,10 @@ class RoundValues:
     position: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (R,) output tokens before it
     entropy: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (R,) the root row's (nan: not recorded)
     first_agree: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (R,) drafter's top first = target's
+    # (R,) the round held its root's exact row from the pass before (`cover`; False where no record says)
+    held: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    recorded: list[tuple[str, str]] = field(default_factory=list)  # the settings (decoder, budget) recorded along
+    recorded_in: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (R,) index into `recorded`
     depth: int = 0  # the deepest pool
 
     @property
@@ -138,7 +142,8 @@ class _Collect:
         self.rows: dict[str, list[np.ndarray]] = {}
         self.full: dict[str, list[np.ndarray]] = {name: [] for name in FULL}  # each prompt's sum, in prompt order
         self.per_round: dict[str, list] = {name: [] for name in ("prompt", "off_pool", "seconds", "position",
-                                                                  "first_agree", "entropy")}
+                                                                  "first_agree", "entropy", "held", "recorded_in")}
+        self.recorded: dict[tuple[str, str], int] = {}  # each recording setting's index, in the order first read
         self.by_depth: dict[str, list[np.ndarray]] = {name: [] for name in CUT_RULES}
         self.settings: dict[tuple[str, str], dict] = {}
 
@@ -147,11 +152,15 @@ class _Collect:
         if pid not in self.prompts:
             self.prompts[pid] = len(self.prompts)
             self.categories.append(str(d.key.get("category", "")))
-        setting = self.settings.setdefault((d.key["decoder"], str(d.key.get("grid_budget", d.key["budget"]))),
-                                           {"realized": [], "expected": [], "prompt": [], "predicted": []})
+        name = (d.key["decoder"], str(d.key.get("grid_budget", d.key["budget"])))
+        setting = self.settings.setdefault(name, {"realized": [], "expected": [], "prompt": [], "predicted": []})
+        recorded_in = self.recorded.setdefault(name, len(self.recorded))
         own = VALUED.get(d.key["decoder"])
-        for rnd in d.rounds:
+        held = d.held if d.held is not None else np.zeros(len(d.rounds), bool)
+        for rnd, holds in zip(d.rounds, held, strict=True):
             curves = self.round(rnd, self.prompts[pid])
+            self.per_round["held"].append(bool(holds))
+            self.per_round["recorded_in"].append(recorded_in)
             if own is not None and rnd.budget > 0:
                 setting["realized"].append(rnd.accepted)
                 setting["expected"].append(float(curves[d.key["decoder"]].at([rnd.budget])[0]))
@@ -192,7 +201,9 @@ class _Collect:
                            off_pool=np.array(r["off_pool"]), settings=settings, record_seconds=np.array(r["seconds"]),
                            by_depth={name: _padded(v) for name, v in self.by_depth.items() if v}, full=full,
                            position=np.array(r["position"], np.int64), entropy=np.array(r["entropy"], np.float64),
-                           first_agree=np.array(r["first_agree"], bool), depth=self.depth)
+                           first_agree=np.array(r["first_agree"], bool), held=np.array(r["held"], bool),
+                           recorded=list(self.recorded), recorded_in=np.array(r["recorded_in"], np.int64),
+                           depth=self.depth)
 
 
 def cut_values(scored: Scored, budgets: np.ndarray, whole: dict[str, Curve]) -> dict[str, np.ndarray]:

@@ -59,13 +59,14 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
                      tokens: int = 10, seconds: float = 1.0, warmup: bool = False, category: str = "c",
                      tree_sizes=(3, 4), accepted=(1, 2), available=None, turn: int = 0, overshoot: int = 0,
                      grid_budget=None, budgets=None, phases=None, ahead_hits=None, ahead_seconds=None,
-                     pool_depths=None, load_average=(0.5, 0.5), cpus=2, prefill_seconds=0.1, feature_bytes=None):
+                     pool_depths=None, load_average=(0.5, 0.5), cpus=2, prefill_seconds=0.1, feature_bytes=None,
+                     held_rows=None):
     """A decode record (evaluation.record.DecodeRecord) with made-up numbers, as summaries and reports read,
     placed in a sweep where `grid_budget` or `warmup` is given. budgets: each round's budget (default: the
     budget, 8 under auto); phases: {phase: per-round seconds} (default: 1 ms each); ahead_hits, ahead_seconds:
     drafting ahead per round (default: not tried); pool_depths: per round, with cut pools (default: whole pools
     of 3 levels, not cut); feature_bytes: per round, sent to an EAGLE-3 drafter (default: none, a standalone
-    drafter's)."""
+    drafter's); held_rows: per round, 1 where it held its root's row (`cover`; default: none held)."""
     from evaluation.record import DecodeRecord, SweepPlace
     from pipeline.result import PHASES
 
@@ -85,7 +86,7 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
         ahead_seconds=list(ahead_seconds) if ahead_seconds is not None else [0.0] * n,
         cut_pools=pool_depths is not None, cut_weigh=False,
         pool_depths=list(pool_depths) if pool_depths is not None else [3 if decoder != "ar" else 0] * n,
-        drafter_window=0, held_rows=[0] * n,
+        drafter_window=0, held_rows=list(held_rows) if held_rows is not None else [0] * n,
         feature_bytes=list(feature_bytes) if feature_bytes is not None else [0] * n,
         load_average=list(load_average), cpus=cpus, finished=0.0,
         sweep=None if grid_budget is None and not warmup else

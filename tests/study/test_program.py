@@ -15,10 +15,13 @@ import pytest
 from evaluation.rounds import RecordedRound
 from evaluation.rounds_file import load_rounds, round_files, rounds_path
 from pipeline.pool import Pool
+from programs.cli import build
+from study.options import ValuesOptions
+from study.program import load
 from study.values import VALUED, Averages, evaluate
 from timing.record_store import load_records
 from tests.study.conftest import GRID, json_lines
-from timing.values import main
+from timing.values import main, run_records
 from tests.timing.killed import DiesAfter, Killed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +59,7 @@ def test_values_json_has_every_rule_budget_and_setting(recorded, capsys):
         assert not a["disagrees"]
         if a["temperature"] == 0.0:  # greedy verification is deterministic: exactly its value
             assert a["realized_per_round"] == pytest.approx(a["value_per_round"], abs=1e-9)
+    assert not [line for line in lines if line["kind"] == "held-row"]  # no covering decoder: no Table 27
 
 
 def figures(lines: list[dict]) -> list[str]:
@@ -87,6 +91,7 @@ def test_report_and_figure(recorded, tmp_path, capsys):
     assert "## T = 0:" in text and "## T = 1:" in text
     assert "Share of the oracle's advantage over draft that root recovers" in text
     assert "draft reaches root's value at B = 8" in text and "by category" in text
+    assert text.count("#### Table 27: not given (no round held a covered row") == 2  # draft and root-draw's rounds
     assert (tmp_path / "values.png").stat().st_size > 10_000
 
 
@@ -107,6 +112,11 @@ def test_the_documented_command_leaves_a_committed_study_as_it_is(tmp_path, caps
     assert len(refusal) == 1 and f"{run} holds values.md, values.png already" in refusal[0]
     assert "--out NEW_DIR" in refusal[0] and "--overwrite" in refusal[0]
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # byte for byte, nothing added
+
+
+def test_a_recording_whose_records_predate_held_rows_reads_without_them():
+    data = load([str(COMMITTED)], build(ValuesOptions), run_records([str(COMMITTED)]))
+    assert data.decodes and all(d.held is None for d in data.decodes)
 
 
 def test_a_packed_committed_rounds_file_reads_as_the_unpacked_one(tmp_path):
