@@ -60,11 +60,16 @@ def target_of(model, config: dict) -> Target:
                   model.get_output_embeddings().weight.detach(), model.get_decoder().norm.weight.detach(), layers)
 
 
-def distill(model, tokenizer, prompts: list[str], args, layers, bar) -> list:
-    """Every shard of answers, written where missing."""
+def ends_and_pad(tokenizer) -> tuple[tuple[int, ...], int]:
+    """The ids that end an answer, and the id that pads a batch's shorter prompts (the first end without one)."""
     end_ids = tuple(sorted(tokenizer.eos))
     pad = getattr(getattr(tokenizer, "tok", None), "pad_token_id", None)
-    pad = end_ids[0] if pad is None else pad
+    return end_ids, end_ids[0] if pad is None else pad
+
+
+def distill(model, tokenizer, prompts: list[str], args, layers, bar) -> list:
+    """Every shard of answers, written where missing."""
+    end_ids, pad = ends_and_pad(tokenizer)
     answers = []
     for s in range(math.ceil(len(prompts) / args.shard)):
         path = shard_path(args.work, s)

@@ -148,3 +148,53 @@ def test_the_learning_rate_warms_up_then_decays_to_its_floor():
     s = Schedule(lr=1.0, warmup=10, min_lr=0.1)
     assert s.lr_at(0, 100) == pytest.approx(0.1) and s.lr_at(9, 100) == pytest.approx(1.0)
     assert s.lr_at(99, 100) == pytest.approx(0.1, abs=1e-3) and s.lr_at(55, 100) < s.lr_at(20, 100)
+
+
+def test_agreement_counts_each_row_against_the_targets_top_token(tmp_path, capsys):
+    from training import agreement
+    from training.distill import read_shard
+
+    assert _run(tmp_path / "w", tmp_path / "h") == 0
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
+                                 for i, t in enumerate(["Name a color.", "Count to three.", "Say hello."])))
+    assert agreement.main(["--head", str(tmp_path / "h"), "--target", "random:tiny", "--prompts", str(questions),
+                           "--limit", "3", "--max-new", "8", "--steps", "2", "--work", str(tmp_path / "w")]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert report["prompts"] == 3 and report["training_shards"] == 2
+    for name in ("held_out", "training"):
+        r = report[name]
+        assert len(r["rows"]) == 2 and r["rows"][0] == r["rows"][1] > 0  # each answer token, from k + 2 back
+        assert all(0 <= a <= b <= 1 for a, b in zip(r["top1"], r["top3"]))
+
+    # the first step, row by row: the draft after answer token j (j >= start) against the target's top after it
+    from models.eagle3 import Eagle3Head
+    from models.eagle3_config import read_head
+
+    cfg, weights = read_head(tmp_path / "h")
+    model, _ = cli.load_target("random:tiny")
+    head = Eagle3Head.build(cfg, weights, model.get_input_embeddings().weight.detach().float(), "cpu", torch.float32)
+    answers = read_shard(tmp_path / "w" / "answers-0000.pt")
+    rows = hits = 0
+    for a in answers:
+        with torch.inference_mode():
+            first = next(unrolled_rows(head, a.tokens, a.features.float(), 1))  # row i drafts token i + 2
+        for token in range(max(a.start, 2), len(a.tokens)):
+            rows += 1
+            hits += int(head.ids[first[token - 2].argmax()] == a.argmax[token - 1])
+    direct = agreement.agreement(head, answers, 1)
+    assert direct["rows"] == [rows] and direct["top1"][0] == pytest.approx(hits / rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompts", "builtin", "--limit", "0"], "--limit must be at least 1"),
+    ([], "--prompts: name at least one"),
+    (["--prompts", "builtin", "--work", "{tmp}"], "holds no training shard"),
+])
+def test_agreement_refuses_bad_arguments_in_one_line(tmp_path, capsys, args, message):
+    from training import agreement
+
+    with pytest.raises(SystemExit) as exit_:
+        agreement.main(["--head", str(tmp_path), "--target", "random:tiny",
+                        *(a.replace("{tmp}", str(tmp_path)) for a in args)])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
