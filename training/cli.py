@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from training.distill import answer_batch, read_shard, shard_path, write_shard
-from training.prompts import training_prompts
+from training.prompts import context_prompts, training_prompts
 from training.train import Schedule, Target, head_config, train, write_head
 from training.vocab import answer_counts, draft_vocab
 
@@ -34,6 +34,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="the head's directory, read by --drafter eagle3:OUT")
     p.add_argument("--prompts", type=int, default=480, help="training prompts (default: %(default)s)")
     p.add_argument("--max-new", type=int, default=256, help="answer tokens at most (default: %(default)s)")
+    p.add_argument("--context-prompts", type=int, default=0, help="prompts more that hand the target its own "
+                   "greedy answers as texts to summarize, question or continue (default: %(default)s)")
     p.add_argument("--shard", type=int, default=16, help="prompts answered per batch and file (default: %(default)s)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
@@ -67,20 +69,28 @@ def ends_and_pad(tokenizer) -> tuple[tuple[int, ...], int]:
     return end_ids, end_ids[0] if pad is None else pad
 
 
-def distill(model, tokenizer, prompts: list[str], args, layers, bar) -> list:
-    """Every shard of answers, written where missing."""
+def passages(answers: list, tokenizer) -> list[str]:
+    """The texts of the greedy answers (the even prompts'), for context prompts: the target's own writing."""
+    end_ids, _ = ends_and_pad(tokenizer)
+    return [tokenizer.decode([t for t in a.tokens[a.start:].tolist() if t not in end_ids]).strip()
+            for a in answers[::2]]
+
+
+def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str = "answers") -> list:
+    """Every shard of answers, written where missing (`kind` names the shards' files)."""
     end_ids, pad = ends_and_pad(tokenizer)
     answers = []
     for s in range(math.ceil(len(prompts) / args.shard)):
-        path = shard_path(args.work, s)
+        path = shard_path(args.work, s, kind)
         chunk = range(s * args.shard, min(len(prompts), (s + 1) * args.shard))
         kept = read_shard(path) if path.exists() else []
-        if len(kept) != len(chunk):  # not written yet, or a last shard of another prompt count
+        asked = [tokenizer.chat_ids([prompts[j]]) for j in chunk]
+        if [a.tokens[: a.start].tolist() for a in kept] != asked:  # not written yet, or of other prompts
             got = {}
             for sample in (False, True):  # even prompts greedy, odd ones sampled at T = 1
                 picked = [j for j in chunk if j % 2 == int(sample)]
                 if picked:
-                    ids = [tokenizer.chat_ids([prompts[j]]) for j in picked]
+                    ids = [asked[j - chunk.start] for j in picked]
                     out = answer_batch(model, ids, sample=sample, max_new=args.max_new, end_ids=end_ids,
                                        pad_id=pad, layers=layers, seed=args.seed * 100_003 + s)
                     got.update(zip(picked, out))
@@ -95,9 +105,9 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     args = build_parser(prog).parse_args(argv)
     try:
         schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
-        if args.prompts < 1 or args.max_new < 2 or args.shard < 1:
-            raise ValueError(f"`prompts`, `shard` must be at least 1 and `max-new` at least 2 (got {args.prompts}, "
-                             f"{args.shard}, {args.max_new})")
+        if args.prompts < 1 or args.max_new < 2 or args.shard < 1 or args.context_prompts < 0:
+            raise ValueError(f"`prompts`, `shard` must be at least 1, `context-prompts` at least 0 and `max-new` at "
+                             f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
         prompts = training_prompts(args.prompts, args.seed)
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -122,8 +132,15 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     target = target_of(model, config)
 
     t0 = time.perf_counter()
-    with tqdm(total=len(prompts), desc="answers", unit="prompt", file=sys.stderr) as bar:
+    with tqdm(total=len(prompts) + args.context_prompts, desc="answers", unit="prompt", file=sys.stderr) as bar:
         answers = distill(model, tokenizer, prompts, args, target.layers, bar)
+        if args.context_prompts:
+            try:
+                context = context_prompts(passages(answers, tokenizer), args.context_prompts, args.seed)
+            except ValueError as e:
+                print(f"{prog}: error: {e}", file=sys.stderr)
+                return 2
+            answers += distill(model, tokenizer, context, args, target.layers, bar, kind="context")
     times["answers_s"] = times.get("answers_s", 0.0) + time.perf_counter() - t0
     times_path.write_text(json.dumps(times))
     counts = answer_counts(answers, vocab)
@@ -152,8 +169,9 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     times_path.write_text(json.dumps(times))
     write_head(args.out, config, weights, d2t, t2d)
     report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
-              "data": {"prompts": len(prompts), "prompt_seed": args.seed, "answers_greedy": (len(prompts) + 1) // 2,
-                       "answers_sampled_t1": len(prompts) // 2, "answer_tokens": tokens,
+              "data": {"prompts": len(prompts), "context_prompts": args.context_prompts, "prompt_seed": args.seed,
+                       "answers_greedy": (len(prompts) + 1) // 2 + (args.context_prompts + 1) // 2,
+                       "answers_sampled_t1": len(prompts) // 2 + args.context_prompts // 2, "answer_tokens": tokens,
                        "max_new": args.max_new, "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered},
               "schedule": asdict(schedule), "seconds": times, "threads": torch.get_num_threads(),
               "curve": curve}

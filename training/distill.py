@@ -107,8 +107,9 @@ def answer_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int,
     return answers
 
 
-def shard_path(work: Path, index: int) -> Path:
-    return work / f"answers-{index:04d}.pt"
+def shard_path(work: Path, index: int, kind: str = "answers") -> Path:
+    """The file of shard `index` of the training prompts' answers (`kind` "answers") or the context prompts'."""
+    return work / f"{kind}-{index:04d}.pt"
 
 
 def write_shard(path: Path, answers: list[Answer]) -> None:

@@ -3,7 +3,9 @@
 None comes from a set this project evaluates on (Spec-Bench, which holds MT-bench's questions, HumanEval,
 GSM8K): they are written for this program, across the kinds of request those sets hold (writing, role
 play, reasoning, arithmetic, code, extraction, science, humanities, translation, summaries, questions), so
-that the head sees the target answer each kind. The draw is deterministic for a seed.
+that the head sees the target answer each kind. The draw is deterministic for a seed. Context prompts
+(context_prompts) then hand the target its own answers as texts to summarize, question or continue, so that
+the head also sees the target work from a long context it is given.
 """
 
 from __future__ import annotations
@@ -86,6 +88,30 @@ def _reasoning(rng: random.Random) -> str:
         f"If all {rng.choice(ITEMS)} in a box are red and this object is in the box, what color is it? Why?",
         f"{a} arrived before {b} but after {c}. In what order did they arrive?",
         f"A clock shows {rng.randint(1, 11)} o'clock. What time will it show after {rng.randint(13, 40)} hours?"))
+
+
+CONTEXT = ("Summarize the following text in two sentences.\n\n{x}",
+           "Read the text below and answer: what is its main point, and which details support it?\n\n{x}",
+           "List the people, places and things that the following text names.\n\n{x}",
+           "Rewrite the following text in simpler words for a child.\n\n{x}",
+           "Here is a text:\n\n{x}\n\nWrite three questions about it, each with its answer.",
+           "Continue the following text with one more paragraph.\n\n{x}")
+PASSAGE_CHARS = 1200  # a passage's length at most, cut at a word
+
+
+def context_prompts(passages: list[str], count: int, seed: int) -> list[str]:
+    """`count` distinct prompts that hand the target a text to work from, as the summarization, RAG and
+    extraction tasks of the evaluated sets do: each a passage of `passages` (the target's own answers to the
+    training prompts) in a template of CONTEXT, by a seeded draw; the same for the same arguments."""
+    if count < 1:
+        raise ValueError(f"`context-prompts` must be at least 1, not {count}")
+    cut = [p if len(p) <= PASSAGE_CHARS else p[:PASSAGE_CHARS].rsplit(" ", 1)[0] for p in passages]
+    pairs = sorted({(i, t) for i, p in enumerate(cut) if p.strip() for t in range(len(CONTEXT))})
+    if len(pairs) < count:
+        raise ValueError(f"only {len(pairs)} distinct context prompts can be made from {len(passages)} passages; "
+                         f"ask for fewer than {count}")
+    random.Random(seed).shuffle(pairs)  # a larger count draws the same first prompts
+    return [CONTEXT[t].format(x=cut[i]) for i, t in pairs[:count]]
 
 
 def training_prompts(count: int, seed: int) -> list[str]:

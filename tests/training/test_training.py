@@ -198,3 +198,39 @@ def test_agreement_refuses_bad_arguments_in_one_line(tmp_path, capsys, args, mes
         agreement.main(["--head", str(tmp_path), "--target", "random:tiny",
                         *(a.replace("{tmp}", str(tmp_path)) for a in args)])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_context_prompts_hand_the_target_its_answers_and_draw_the_same_first_ones():
+    from training.prompts import CONTEXT, PASSAGE_CHARS, context_prompts
+
+    texts = ["Bees make honey. " * 100, "A short answer.", "   "]
+    six = context_prompts(texts, 6, 0)
+    assert len(set(six)) == 6 and context_prompts(texts, 4, 0) == six[:4] and context_prompts(texts, 6, 1) != six
+    assert all(any(p == t.format(x=x) for t in CONTEXT for x in (texts[1], texts[0][:PASSAGE_CHARS].rsplit(" ", 1)[0]))
+               for p in six)
+    with pytest.raises(ValueError, match="only 12 distinct context prompts"):
+        context_prompts(texts, 13, 0)
+
+
+def test_context_prompts_are_answered_in_shards_of_their_own_and_trained_on(tmp_path):
+    from training.distill import read_shard, write_shard
+
+    assert _run(tmp_path / "w", tmp_path / "h", "--context-prompts", "3") == 0
+    report = json.loads((tmp_path / "h" / "training.json").read_text())
+    assert report["data"]["context_prompts"] == 3 and report["data"]["answers_greedy"] == 3 + 2
+    assert len(report["curve"]) == 2 * 5  # 9 answers, 2 a step, 2 epochs
+    model, tokenizer = cli.load_target("random:tiny")
+    texts = cli.passages(read_shard(tmp_path / "w" / "answers-0000.pt") + read_shard(tmp_path / "w" / "answers-0001.pt"),
+                         tokenizer)
+    context = read_shard(tmp_path / "w" / "context-0000.pt")
+    assert len(context) == 3
+    for a in context:  # each prompt holds one of the greedy answers' texts
+        assert any(t and t[:20] in tokenizer.prompt_text(a.tokens[: a.start].tolist()) for t in texts)
+
+    # a shard that answers other prompts (another --prompts or --seed wrote it) is answered again
+    first = (tmp_path / "w" / "answers-0000.pt").read_bytes()
+    write_shard(tmp_path / "w" / "answers-0000.pt", context[:4])
+    (tmp_path / "w" / "checkpoint.pt").unlink()
+    assert _run(tmp_path / "w", tmp_path / "h2", "--context-prompts", "3") == 0
+    assert (tmp_path / "w" / "answers-0000.pt").read_bytes() == first
+    assert (tmp_path / "h2" / "model.safetensors").read_bytes() == (tmp_path / "h" / "model.safetensors").read_bytes()
