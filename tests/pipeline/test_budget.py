@@ -115,11 +115,17 @@ def test_a_cost_spike_when_speculation_went_off_does_not_stay_frozen():
     for _ in range(15):  # lasting: 300 ms before each tree pass, 5 tokens in 360 ms (14/s)
         auto.observe(half, 8, front=0.3, tree=0.06)
     assert auto.choose() == 0
-    rounds_off = 0
-    while auto.choose() == 0 and rounds_off < 100:
-        auto.observe(np.zeros(0, bool), 0, plain=0.04)
-        rounds_off += 1
+    rounds_off = plain_rounds_until_speculation(auto, 100)
     assert rounds_off < 16 and auto.costs.front < 0.2
+
+
+def plain_rounds_until_speculation(auto: AutoBudget, most: int) -> int:
+    """Plain rounds of 40 ms that `auto` runs before it speculates again (at most `most`)."""
+    rounds = 0
+    while auto.choose() == 0 and rounds < most:
+        auto.observe(np.zeros(0, bool), 0, plain=0.04)
+        rounds += 1
+    return rounds
 
 
 def test_costs_a_long_burst_of_load_made_dear_return_to_the_start_up_timing_in_a_few_hundred_plain_rounds():
@@ -132,11 +138,7 @@ def test_costs_a_long_burst_of_load_made_dear_return_to_the_start_up_timing_in_a
     for _ in range(40):  # every round 450 ms before a tree pass of 600 ms: 5 tokens in a second
         auto.observe(half, 8, front=0.45, tree=0.6)
     assert auto.choose() == 0
-    rounds_off = 0
-    while auto.choose() == 0 and rounds_off < 1000:
-        auto.observe(np.zeros(0, bool), 0, plain=0.04)
-        rounds_off += 1
-    assert 64 < rounds_off < 400
+    assert 64 < plain_rounds_until_speculation(auto, 1000) < 400
 
 
 def test_tree_passes_of_every_size_share_one_scale():
