@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from training.distill import Answer, answer_batch, read_shard, shard_path
-from training.ttt import unrolled_rows
+from training.ttt import scored_rows, unrolled_rows
 
 TOP = 3  # the wider of the two agreements: a tree keeps a few first tokens
 
@@ -33,12 +33,9 @@ def agreement(head, answers: list[Answer], steps: int) -> dict[str, list[float]]
     rows, top1, top3 = [0] * steps, [0] * steps, [0] * steps
     with torch.inference_mode():
         for a in answers:
-            n = len(a.tokens)
-            i = torch.arange(n - 2)
             for k, logits in enumerate(unrolled_rows(head, a.tokens, a.features.float(), steps)):
-                at = i + k + 1  # step k's row i drafts the token after token i + k + 1
-                keep = (at < n - 1) & (at + 1 >= a.start)
-                want = a.argmax[at.clamp(max=n - 2)].long()[keep]
+                row, keep = scored_rows(len(a.tokens), a.start, k, a.tokens.device)
+                want = a.argmax[row].long()[keep]
                 drafted = head.ids[logits[keep].topk(min(TOP, logits.shape[-1]), -1).indices]  # (r, TOP) target ids
                 rows[k] += len(want)
                 top1[k] += int((drafted[:, 0] == want).sum())

@@ -63,6 +63,13 @@ def unrolled_rows(head: Eagle3Head, tokens: torch.Tensor, features: torch.Tensor
         yield head.logits(hidden)
 
 
+def scored_rows(n: int, start: int, k: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Of an answer of n tokens from `start`, step k's rows: -> ((n - 2,) the target row each is scored on,
+    clamped into range, (n - 2,) bool: whether it is scored, inside the answer and before its last token)."""
+    at = torch.arange(n - 2, device=device) + k + 1  # the target row step k's row i is scored on: after token i + k + 1
+    return at.clamp(max=n - 2), (at < n - 1) & (at + 1 >= start)
+
+
 def unrolled_loss(head: Eagle3Head, target_rows: torch.Tensor, tokens: torch.Tensor, start: int,
                   features: torch.Tensor, target_top: torch.Tensor, t2d: torch.Tensor, steps: int,
                   decay: float) -> StepScores:
@@ -72,13 +79,11 @@ def unrolled_loss(head: Eagle3Head, target_rows: torch.Tensor, tokens: torch.Ten
     distribution over the draft vocabulary, weighted decay ** k. Rows past the answer's end, before its start,
     or whose target top token is outside the draft vocabulary are not scored (as in the reference)."""
     n = len(tokens)
-    i = torch.arange(n - 2, device=tokens.device)
     total = torch.zeros(())
     scored, hits = [], []
     for k, logits in enumerate(unrolled_rows(head, tokens, features, steps)):
-        at = i + k + 1  # the target row step k's row i is scored on: after token i + k + 1
-        row = at.clamp(max=n - 2)
-        keep = (at < n - 1) & (at + 1 >= start) & t2d[target_top[row].long()]
+        row, inside = scored_rows(n, start, k, tokens.device)
+        keep = inside & t2d[target_top[row].long()]
         if not bool(keep.any()):
             break
         logp = torch.log_softmax(logits[keep], -1)
