@@ -76,8 +76,10 @@ def passages(answers: list, tokenizer) -> list[str]:
             for a in answers[::2]]
 
 
-def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str = "answers") -> list:
-    """Every shard of answers, written where missing (`kind` names the shards' files)."""
+def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str = "answers",
+            spent=lambda seconds: None) -> list:
+    """Every shard of answers, written where missing (`kind` names the shards' files); `spent` is told the
+    seconds each shard written took, as it is written, so that a killed run keeps the time of what it did."""
     end_ids, pad = ends_and_pad(tokenizer)
     answers = []
     for s in range(math.ceil(len(prompts) / args.shard)):
@@ -86,6 +88,7 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str =
         kept = read_shard(path) if path.exists() else []
         asked = [tokenizer.chat_ids([prompts[j]]) for j in chunk]
         if [a.tokens[: a.start].tolist() for a in kept] != asked:  # not written yet, or of other prompts
+            t0 = time.perf_counter()
             got = {}
             for sample in (False, True):  # even prompts greedy, odd ones sampled at T = 1
                 picked = [j for j in chunk if j % 2 == int(sample)]
@@ -96,6 +99,7 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str =
                     got.update(zip(picked, out))
             kept = [got[j] for j in chunk]
             write_shard(path, kept)
+            spent(time.perf_counter() - t0)
         answers.extend(kept)
         bar.update(len(chunk))
     return answers
@@ -131,18 +135,19 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     config = head_config(model.config, args.draft_vocab)
     target = target_of(model, config)
 
-    t0 = time.perf_counter()
+    def spent(seconds: float) -> None:  # kept after each shard: a kill loses only the shard it interrupts
+        times["answers_s"] = times.get("answers_s", 0.0) + seconds
+        times_path.write_text(json.dumps(times))
+
     with tqdm(total=len(prompts) + args.context_prompts, desc="answers", unit="prompt", file=sys.stderr) as bar:
-        answers = distill(model, tokenizer, prompts, args, target.layers, bar)
+        answers = distill(model, tokenizer, prompts, args, target.layers, bar, spent=spent)
         if args.context_prompts:
             try:
                 context = context_prompts(passages(answers, tokenizer), args.context_prompts, args.seed)
             except ValueError as e:
                 print(f"{prog}: error: {e}", file=sys.stderr)
                 return 2
-            answers += distill(model, tokenizer, context, args, target.layers, bar, kind="context")
-    times["answers_s"] = times.get("answers_s", 0.0) + time.perf_counter() - t0
-    times_path.write_text(json.dumps(times))
+            answers += distill(model, tokenizer, context, args, target.layers, bar, kind="context", spent=spent)
     counts = answer_counts(answers, vocab)
     try:
         d2t, t2d, covered = draft_vocab(counts, args.draft_vocab)

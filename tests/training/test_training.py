@@ -132,6 +132,27 @@ def test_a_killed_run_resumes_to_the_weights_of_an_unbroken_one(tmp_path, monkey
             == (tmp_path / "h-broken" / "model.safetensors").read_bytes())
 
 
+def test_a_run_killed_while_answering_keeps_the_time_of_the_shards_it_wrote(tmp_path, monkeypatch):
+    real, calls = cli.answer_batch, []
+
+    def killed(*args, **kw):  # two batches a shard (greedy, sampled): killed in the second shard
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cli, "answer_batch", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "w", tmp_path / "h")
+    assert (tmp_path / "w" / "answers-0000.pt").exists() and not (tmp_path / "w" / "answers-0001.pt").exists()
+    kept = json.loads((tmp_path / "w" / "times.json").read_text())["answers_s"]
+    assert kept > 0
+    monkeypatch.setattr(cli, "answer_batch", real)
+    assert _run(tmp_path / "w", tmp_path / "h") == 0
+    seconds = json.loads((tmp_path / "h" / "training.json").read_text())["seconds"]
+    assert seconds["answers_s"] > kept and seconds["train_s"] > 0
+
+
 def test_bad_arguments_and_a_foreign_checkpoint_are_refused_in_one_line(tmp_path, capsys):
     assert cli.main(["--work", str(tmp_path), "--out", str(tmp_path / "h"), "--prompts", "0"]) == 2
     assert "`prompts`" in capsys.readouterr().err
