@@ -5,7 +5,8 @@ the file in the folder of the section's heading) and, in each row, the line and 
 `KIND KEY=VALUE ...: FIELD ...`, KIND the line's `kind` and every KEY=VALUE one of its fields (values compare
 as text). Each column headed "T = x" holds the figures at temperature x: its numbers, in order, are the FIELDs
 that hold numbers, as printed (a percentage is the fraction times 100; as many decimals as printed), and a FIELD
-that holds text appears in the cell. A report's JSON document (`report.json`, the last line a report prints) is
+that holds text appears in the cell. A "T = x" heading that names another folder (`` `FOLDER/` ``) quotes the file
+of the same name in that folder: two recordings side by side, each figure from its own. A report's JSON document (`report.json`, the last line a report prints) is
 read as lines too: one per entry of a setting's `decoders`, `gains` and `pass_gains`, of that kind, with the
 setting's `temperature` and `budget` and the entry's `name`."""
 
@@ -24,6 +25,7 @@ SOURCE = re.compile(r"from `([\w.-]+\.jsonl?)`")
 CITATION = re.compile(r"^`([\w-]+)((?: [\w-]+=\S+)*): ([\w ]+)`$")
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+(?:\.(\d+))?)(?:e([+-]?\d+))?(%?)")
 TEMPERATURE = re.compile(r"\bT = (\d+(?:\.\d+)?)\b")
+FOLDER = re.compile(r"`([\w.-]+)/`")
 QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-cover", "cpu-smollm2-values")  # every table quotes its JSON
 
 
@@ -96,11 +98,16 @@ def cell_problems(cell: str, line: dict, fields: list[str]) -> list[str]:
     return problems
 
 
-def check_table(rows: list[list[str]], lines: list[dict], where: str) -> tuple[int, list[str]]:
-    """(figures checked, problems) of one quoting table."""
+def check_table(rows: list[list[str]], lines_of, where: str) -> tuple[int, list[str]]:
+    """(figures checked, problems) of one quoting table; `lines_of(folder)` reads the source's lines in a
+    folder (None: the section's), or None where the file is not committed."""
     head = rows[0]
     temperatures = {i: float(m.group(1)) for i, h in enumerate(head) if (m := TEMPERATURE.search(h))}
+    sources = {i: (m.group(1) if (m := FOLDER.search(head[i])) else None) for i in temperatures}
     problems, checked = [], 0
+    for folder in sorted({f for f in sources.values() if f}):
+        if lines_of(folder) is None:
+            problems.append(f"{where}: `{folder}/` named by a column does not hold the file")
     for row in rows[1:]:
         citation = CITATION.match(row[-1])
         if not citation:
@@ -109,11 +116,14 @@ def check_table(rows: list[list[str]], lines: list[dict], where: str) -> tuple[i
         kind, keys, fields = citation.group(1), dict(k.split("=", 1) for k in citation.group(2).split()), \
             citation.group(3).split()
         for i, t in temperatures.items():
+            lines = lines_of(sources[i]) or []
             found = [line for line in lines if matches(line, kind, keys) and float(line.get("temperature")) == t]
             if len(found) != 1:
                 problems.append(f"{where}: {len(found)} lines are `{row[-1]}` at T = {t:g}")
                 continue
-            problems += [f"{where}, {row[0]} {row[1]}, T = {t:g}: {p}" for p in cell_problems(row[i], found[0], fields)]
+            side = f" (`{sources[i]}/`)" if sources[i] else ""
+            problems += [f"{where}, {row[0]} {row[1]}, T = {t:g}{side}: {p}"
+                         for p in cell_problems(row[i], found[0], fields)]
             checked += 1
     return checked, problems
 
@@ -130,7 +140,16 @@ def check(text: str) -> tuple[int, list[str]]:
             if not source.is_file():
                 problems.append(f"{folder}: {source.name} is not committed")
                 continue
-            n, found = check_table(rows, json_lines(source), f"{folder}/{source.name}")
+
+            read = {None: json_lines(source)}
+
+            def lines_of(other, name=source.name, read=read):
+                if other not in read:
+                    path = RESULTS / other / name
+                    read[other] = json_lines(path) if path.is_file() else None
+                return read[other]
+
+            n, found = check_table(rows, lines_of, f"{folder}/{source.name}")
             checked, problems = checked + n, problems + found
     return checked, problems
 
