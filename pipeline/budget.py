@@ -46,8 +46,8 @@ speculation pays throughout (a run lasts the decode) a switch is nearly free; wh
 two, a switch must pay for itself almost at once. Starting the drafter (before the first round, or later in a
 decode that started plain) is paid once for the rest of the decode, so it is spread over all the rounds left;
 what it adds to the target's prefill follows decodes' prefills, those beside a starting drafter and those
-alone (start-up times the target's prefill on a short scratch prompt, with the drafter idle and only the
-share of cores a drafter at work would leave it).
+alone (start-up times the target's prefill of a scratch prompt alone and beside a standalone drafter's start
+on it, its prefill and first pool, as a decode's first round starts it).
 Any tree is verified exactly, so the choice never changes the output's law.
 """
 

@@ -3,6 +3,12 @@ round, the root pass while the drafter works, tree passes of each candidate size
 beside the drafter, and the drafter's pool after a one-token commit, timed once on a scratch context before
 the first decode that needs them.
 
+The prefill beside a standalone drafter is timed as a decode's first round starts it: the drafter's own
+prefill and first pool running beside the target's, on a scratch prompt of PREFILL tokens. With a drafter as
+costly as the target that is what a long prompt's start costs (1.5x the prefill alone on two CPU cores), which
+the target's prefill on the cores the drafter leaves it, with the drafter idle, does not show on a short prompt:
+a first decode on a long prompt would otherwise pay for the lesson.
+
 The pool is timed here rather than learnt from rounds alone: a round waits for it, and a decode that had to
 speculate to learn what a round costs would pay for the lesson with rounds dearer than plain ones (with a
 drafter as costly as the target, several plain rounds' worth each)."""
@@ -22,6 +28,7 @@ from pipeline.tree import Tree
 from target_proc.target import Target
 
 CONTEXT = 64  # scratch tokens before the timed passes (fewer where the cache is smaller)
+PREFILL = 256  # scratch tokens of the prefill timed beside the drafter's start (fewer where the cache is smaller)
 # What the timing took for the embedded pair on two shared CPU cores at the default --budget-max: 6.2-6.4 s from
 # the command line (`launch/pair.sh sweep`, `launch/pair.sh --budget auto`) at a load average about 1.5, 46 s
 # at about 3 and minutes above (47 s was once seen through the Python API): said before it starts, as a hint.
@@ -63,6 +70,8 @@ def measure(target: Target, cap: int, reps: int = 3, drafter: DrafterClient | No
     out = _measure(target, cap, sizes, reps)
     if drafter is not None:
         out = dataclasses.replace(out, pool=pool_seconds(target, drafter, pool_size, reps))
+        if not takes_features(drafter) and (both := prefill_seconds(target, drafter, pool_size, reps)):
+            out = dataclasses.replace(out, prefill=both[0], prefill_shared=both[1])
     log.info("budget auto: passes timed in %.1f s (a plain pass %.1f ms, the drafter's pool %.1f ms)",
              time.perf_counter() - t0, 1000 * out.plain, 1000 * out.pool)
     return out
@@ -94,6 +103,44 @@ def pool_seconds(target: Target, drafter: DrafterClient, pool_size: int, reps: i
     feed.end()
     target.before_root = 0
     return min(times[1:])  # the fastest, as for the passes (see fastest)
+
+
+def prefill_seconds(target: Target, drafter: DrafterClient, pool_size: int, reps: int) -> tuple[float, float] | None:
+    """Seconds per token of the target's prefill of a scratch prompt, alone and beside a standalone drafter's
+    start on it (its prefill and first pool, as a decode's first round starts it: the target leaves the drafter
+    its cores until the pool is there), the fastest of `reps` of each, interleaved, after one untimed call of
+    each; None where the cache holds no scratch prompt of CONTEXT tokens beside the pool. Leaves the cache to
+    the next prefill and the drafter without a request."""
+    vocab = target.runner.vocab_size
+    n = min(PREFILL, target.capacity - pool_size - 2)
+    if n < CONTEXT or vocab < 2:
+        return None
+    history = [1 + (7 * i) % (vocab - 1) for i in range(n + 1)]
+
+    def alone() -> float:
+        t0 = time.perf_counter()
+        target.prefill(history[:-1])
+        target.synchronize()
+        return time.perf_counter() - t0
+
+    def shared() -> float:
+        t0 = time.perf_counter()
+        feed = DrafterFeed(drafter, 0)
+        feed.ask(history)
+        target.prefill(history[:-1], overlapped=feed.waiting)
+        target.synchronize()
+        seconds = time.perf_counter() - t0
+        drafter.pool()  # untimed: the first round waits for it (its front, not the prefill's)
+        feed.end()
+        return seconds
+
+    alone(), shared()  # untimed
+    best = {"alone": float("inf"), "shared": float("inf")}
+    for _ in range(reps):  # interleaved, the fastest of each (see fastest)
+        best["alone"] = min(best["alone"], alone())
+        best["shared"] = min(best["shared"], shared())
+    target.before_root = 0
+    return best["alone"] / n, best["shared"] / n
 
 
 def _measure(target: Target, cap: int, sizes: list[int], reps: int) -> MeasuredPasses:

@@ -79,9 +79,33 @@ def test_measure_times_the_drafters_pool_and_leaves_it_without_a_request(head):
         inner = Drafter(MockRunner(MockModel(32, 1, 1.0), 256), pool)
     drafter = Timed(LocalDrafter(inner))
     measured = costs.measure(target, 8, reps=2, drafter=drafter, pool_size=pool.size)
-    assert measured.pool > 0 and drafter.requests == 1 + 3  # the start, then reps + 1 commits (the first untimed)
+    # the start, then reps + 1 commits (the first untimed); a standalone drafter is started reps + 1 times more
+    # beside the timed prefill (a head starts after the prefill that computes its features: nothing to time)
+    assert measured.pool > 0 and drafter.requests == 1 + 3 + (0 if head else 3)
     assert not drafter.open and target.before_root == 0
     assert costs_for(False, measured).front == measured.pool  # `draft` waits for the whole pool
     # Without room for a scratch context beside the pool the drafter is not asked: its pool is learnt from rounds.
+    asked = drafter.requests
     small = costs.measure(Target(MockRunner(MockModel(32, 1), 24)), 8, reps=1, drafter=drafter, pool_size=pool.size)
-    assert small.pool == 0 and drafter.requests == 4
+    assert small.pool == 0 and drafter.requests == asked
+
+
+def test_the_prefill_beside_a_standalone_drafter_is_timed_with_the_drafters_start_in_it():
+    import time as clock
+
+    from drafter_proc.drafter import Drafter
+    from pipeline.config import PoolConfig
+    from tests.local_drafter import LocalDrafter
+
+    class Slow(Timed):  # its prefill and first pool take 20 ms more than the mock's
+        def start(self, prompt, *features):
+            clock.sleep(0.02)
+            super().start(prompt, *features)
+
+    pool = PoolConfig(topk=4, depth=3, expand=2)
+    target = Target(MockRunner(MockModel(32, 1), 512))
+    drafter = Slow(LocalDrafter(Drafter(MockRunner(MockModel(32, 1, 1.0), 512), pool)))
+    measured = costs.measure(target, 8, reps=2, drafter=drafter, pool_size=pool.size)
+    tokens = costs.PREFILL  # the scratch prompt: what start() charges per token of the drafter's start
+    assert measured.prefill > 0 and (measured.prefill_shared - measured.prefill) * tokens >= 0.02
+    assert costs_for(True, measured).start(tokens) >= 0.02 and not drafter.open and target.before_root == 0
