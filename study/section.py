@@ -55,6 +55,11 @@ def est(e: Estimate) -> str:
     return f"{pct(e.value)} [{pct(e.low)}, {pct(e.high)}]"
 
 
+def plain(e: Estimate, digits: int) -> str:
+    """An estimate in plain numbers with its interval: 1.99 [1.83, 2.16]."""
+    return f"{e.value:.{digits}f} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
+
+
 def share(e: Estimate) -> str:
     return "—" if not math.isfinite(e.value) else f"{pct(e.value, 0, sign=False)} [{pct(e.low, 0, sign=False)}, " \
                                                    f"{pct(e.high, 0, sign=False)}]"

@@ -49,8 +49,8 @@ def _depth(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
 
 
 def _sizes(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
-    return [{"kind": "size", **base, "rule": rule, "budget": b, "expected_nodes": float(avg.per_round(f"size:{rule}")[k])}
-            for rule in SIZES for k, b in enumerate(rv.budgets.tolist())]
+    return [{"kind": "size", **base, "rule": rule, "budget": b, **estimate("expected_nodes", e)}
+            for rule in SIZES for b, e in zip(rv.budgets.tolist(), avg.mean(f"size:{rule}"))]
 
 
 def _restricted(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
@@ -59,10 +59,10 @@ def _restricted(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
     for m in (*RESTRICTED, *([pool] if pool not in RESTRICTED else [])):  # the whole pool once
         name = (lambda r: r) if m not in RESTRICTED else (lambda r, m=m: f"restricted-{m}:{r}")
         shares = avg.share(name("root"), name("draft"), name("oracle"))
-        advantage = avg.per_round(name("oracle")) - avg.per_round(name("draft"))
+        advantage = avg.mean_difference(name("oracle"), name("draft"))
         for k, b in enumerate(rv.budgets.tolist()):
             lines.append({"kind": "restricted", **base, "candidates": m, "budget": b,
-                          "oracle_advantage": float(advantage[k]), **estimate("root_share", shares[k])})
+                          **estimate("oracle_advantage", advantage[k]), **estimate("root_share", shares[k])})
     return lines
 
 
@@ -84,12 +84,12 @@ def _draw(avg: Averages, base: dict) -> list[dict]:
 def _emitted(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
     lines = []
     for a, b in EMITTED_PAIRS:
-        mine, theirs = avg.per_round(f"emitted:{a}"), avg.per_round(f"emitted:{b}")
+        mine, theirs = avg.mean(f"emitted:{a}"), avg.mean(f"emitted:{b}")
         gains = avg.gain(f"emitted:{a}", f"emitted:{b}")
         for k, budget in enumerate(rv.budgets.tolist()):
             lines.append({"kind": "emitted", **base, "rule": a, "baseline": b, "budget": budget,
-                          "emitted_per_round": float(mine[k]), "baseline_emitted_per_round": float(theirs[k]),
-                          **estimate("gain", gains[k])})
+                          **estimate("emitted_per_round", mine[k]),
+                          **estimate("baseline_emitted_per_round", theirs[k]), **estimate("gain", gains[k])})
     return lines
 
 
@@ -100,8 +100,8 @@ def _stronger(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
     return [{"kind": "stronger", **base, "budget": b, "stronger": stronger[k],
              **estimate("root_draw_over_stronger", over[stronger[k]][k]),
              **estimate("root_draw_over_pearl", over["pearl"][k]), **estimate("pearl_top1_over_pearl", top1[k]),
-             **{f"{rule.replace('-', '_')}_nodes": float(avg.per_round(f"size:{rule}")[k])
-                for rule in ("root-draw", "pearl", "pearl-top1")}}
+             **{k2: v for rule in ("root-draw", "pearl", "pearl-top1")
+                for k2, v in estimate(f"{rule.replace('-', '_')}_nodes", avg.mean(f"size:{rule}")[k]).items()}}
             for k, b in enumerate(rv.budgets.tolist())]
 
 

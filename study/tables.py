@@ -18,7 +18,7 @@ from study.splits import QUINTILES, TASK_PAIRS, FirstTokenSplit, each_task, firs
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group
 from study.values import Averages, Estimate, PerRound, RoundValues
-from study.section import est, pct, share
+from study.section import est, pct, plain, share
 
 # The paper's figures, as its text gives them (ranges over its runs), printed beside this run's.
 PAPER = {
@@ -117,7 +117,7 @@ def table_8(rv: RoundValues, avg: Averages) -> list[str]:
            *_head("budget", "draft", "root", "root-draw", "pearl", "root over draft (emitted)", "(accepted)",
                   "root-draw over pearl (emitted)", "(accepted)")]
     for b, k in picks(rv):
-        emitted = [f"{avg.per_round(f'emitted:{r}')[k]:.2f}" for r in ("draft", "root", "root-draw", "pearl")]
+        emitted = [plain(avg.mean(f"emitted:{r}")[k], 2) for r in ("draft", "root", "root-draw", "pearl")]
         out.append(_row([b, *emitted, est(avg.gain("emitted:root", "emitted:draft")[k]),
                          est(avg.gain("root", "draft")[k]), est(avg.gain("emitted:root-draw", "emitted:pearl")[k]),
                          est(avg.gain("root-draw", "pearl")[k])]))
@@ -153,8 +153,8 @@ def table_11(rv: RoundValues, avg: Averages) -> list[str]:
            *_head("M", "oracle's advantage over draft (tokens)", "root's share of it")]
     for m in (*RESTRICTED, "pool"):
         name = (lambda r: r) if m == "pool" else (lambda r, m=m: f"restricted-{m}:{r}")
-        advantage = avg.per_round(name("oracle"))[k] - avg.per_round(name("draft"))[k]
-        out.append(_row([m, f"{advantage:.3f}", share(avg.share(name("root"), name("draft"), name("oracle"))[k])]))
+        advantage = avg.mean_difference(name("oracle"), name("draft"))[k]
+        out.append(_row([m, plain(advantage, 3), share(avg.share(name("root"), name("draft"), name("oracle"))[k])]))
     return out + ["", paper("Table 11"), ""]
 
 
@@ -180,7 +180,7 @@ def table_12(rv: RoundValues, avg: Averages) -> list[str]:
     for b, k in picks(rv):
         m = raised.get(b)
         cells = [b, stronger[k], est(avg.gain("root-draw", stronger[k])[k]), est(avg.gain("pearl-top1", "pearl")[k]),
-                 *(f"{avg.per_round(f'size:{rule}')[k]:.1f}" for rule in ("root-draw", "pearl", "pearl-top1"))]
+                 *(plain(avg.mean(f"size:{rule}")[k], 1) for rule in ("root-draw", "pearl", "pearl-top1"))]
         cells += [f"{m.raised:.1f}", est(Estimate(m.gain, m.low, m.high)), pct(m.exceeds, 0, sign=False)] if m else \
             ["—"] * 3
         out.append(_row(cells))

@@ -334,6 +334,10 @@ class Averages:
         """Per column, the mean of a figure per round (rounds pooled), with its interval."""
         return self._ratio(self.totals[name], self.rounds[:, None])
 
+    def mean_difference(self, a: str, b: str) -> list[Estimate]:
+        """Per column, the mean per round of figure a less figure b (rounds pooled), with its interval."""
+        return self._ratio(self.totals[a] - self.totals[b], self.rounds[:, None])
+
     def difference(self, a: tuple[str, str], b: tuple[str, str]) -> list[Estimate]:
         """Per column, ratio a minus ratio b (each a (numerator, denominator) of figures' sums, as `ratio`),
         with its interval from the same resamples."""

@@ -26,7 +26,7 @@ CITATION = re.compile(r"^`([\w-]+)((?: [\w-]+=\S+)*): ([\w ]+)`$")
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+(?:\.(\d+))?)(?:e([+-]?\d+))?(%?)")
 TEMPERATURE = re.compile(r"\bT = (\d+(?:\.\d+)?)\b")
 FOLDER = re.compile(r"`([\w.-]+)/`")
-QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-cover", "cpu-smollm2-values")  # every table quotes its JSON
+QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-eagle3-paper-pool", "cpu-smollm2-cover", "cpu-smollm2-values")  # every table quotes its JSON
 
 
 def sections(text: str) -> dict[str, str]:
@@ -167,6 +167,17 @@ def test_a_changed_figure_is_caught(old, new):
     assert old in text
     checked, problems = check(text.replace(old, new, 1))
     assert problems and "T = 0" in problems[0]
+
+
+def test_a_changed_figure_of_a_side_column_is_caught_against_its_own_folder():
+    text = README.read_text(encoding="utf-8")
+    section = sections(text)["cpu-smollm2-eagle3-paper-pool"]
+    row = next(line for line in section.splitlines() if "| root over draft, B = 8 |" in line)
+    cells = row.split(" | ")
+    assert "`cpu-smollm2-paper-pool/`" in section and cells[4] == "+20.1% [+16.6%, +24.1%]"  # int8, T = 0
+    changed = " | ".join(cells[:4] + ["+20.2% [+16.6%, +24.1%]"] + cells[5:])
+    checked, problems = check(text.replace(row, changed, 1))
+    assert len(problems) == 1 and "(`cpu-smollm2-paper-pool/`)" in problems[0] and "T = 0" in problems[0]
 
 
 def test_a_figure_is_compared_as_printed():

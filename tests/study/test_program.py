@@ -299,6 +299,12 @@ def test_values_json_has_the_paper_tables_kinds(recorded, capsys):
         if r["candidates"] >= 20:  # the mock pool holds 20 candidates: restricted to it, nothing changes
             assert r["oracle_advantage"] == pytest.approx(value[r["temperature"], "oracle", r["budget"]]
                                                           - value[r["temperature"], "draft", r["budget"]])
+    # every per-round mean beside its interval: the oracle's advantage, emitted tokens, tree sizes
+    for kind, name in (("restricted", "oracle_advantage"), ("emitted", "emitted_per_round"),
+                       ("emitted", "baseline_emitted_per_round"), ("size", "expected_nodes"),
+                       ("stronger", "root_draw_nodes"), ("stronger", "pearl_nodes")):
+        for r in by(kind):
+            assert r[f"{name}_low"] - 1e-12 <= r[name] <= r[f"{name}_high"] + 1e-12, (kind, name, r)
     matched = by("matched")
     assert {m["budget"] for m in matched} == {8}  # 59 is beyond the pool here: capped to 20, not reported
     for m in matched:
