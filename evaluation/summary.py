@@ -265,6 +265,16 @@ def _phase_matrix(records: Sequence[DecodeRecord]) -> np.ndarray:
     return np.stack(columns, axis=1) if records else np.zeros((0, len(PHASES)))
 
 
+def phase_ms(st: DecoderStats) -> dict:
+    """The median round (`round_ms`, target side) and each phase's median over rounds (`PHASE_ms`, None where the
+    decoder never runs it) in milliseconds, as the report's decoder table prints them; none from a running tally."""
+    if st.phases is None:
+        return {}
+    rounds = st.round_seconds
+    return {"round_ms": 1000 * float(np.median(rounds)) if len(rounds) else None,
+            **{f"{p}_ms": None if (m := st.phase_median(p)) is None else 1000 * m for p in PHASES}}
+
+
 def as_json(s: Setting) -> dict:
     """A setting's numbers as one JSON object: speeds, the field's metrics and gains with intervals."""
     return {"temperature": s.temperature, "budget": s.budget, "category": s.category, "prompts": len(s.prompt_ids),
@@ -272,7 +282,7 @@ def as_json(s: Setting) -> dict:
                              "seconds": float(st.seconds.sum()), "tokens_per_second": st.speed,
                              "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json(),
                              **({"budget_shares": st.budget_shares()} if "auto" in st.budgets else {}),
-                             **(st.ahead_summary() or {}), **(st.cut_summary() or {})}
+                             **(st.ahead_summary() or {}), **(st.cut_summary() or {}), **phase_ms(st)}
                          for d, st in s.decoders.items()},
             "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
                                  "high": g.high if g.has_interval else None, "prompts": g.n_prompts,

@@ -208,3 +208,18 @@ def test_tokens_per_pass_gains_are_paired_gains_on_the_speed_gains_resamples(mak
     assert as_json(s)["pass_gains"]["root/draft"]["gain"] == g.gain
     none = [dataclasses.replace(r, target_passes=0) if r.prompt_id == "p/0" and r.decoder == "pearl" else r for r in recs]
     assert analyse(none, 0.0, 8).pass_gains == {} and analyse(none, 0.0, 8).gains  # no pass: no tokens per pass
+
+
+def test_the_json_gives_each_decoders_median_round_and_phases_in_ms(make_record):
+    tree = {"draft": [0.002, 0.004, 0.006], "root": [0.010, 0.020, 0.030], "tree": [0.0, 0.040, 0.050]}
+    records = [make_record("p1", "root", tree_sizes=(0, 3, 4), accepted=(0, 1, 2), phases=tree),
+               make_record("p1", "ar", tree_sizes=(0, 0, 0), accepted=(0, 0, 0),
+                           phases={"root": [0.010] * 3, **{p: [0.0] * 3 for p in ("draft", "wait", "select", "tree",
+                                                                                     "commit")}})]
+    got = as_json(analyse(records, 0.0, 8))["decoders"]
+    root = got["root"]
+    assert root["root_ms"] == pytest.approx(20.0) and root["tree_ms"] == pytest.approx(40.0)  # medians of rounds
+    assert root["draft_ms"] == pytest.approx(4.0) and root["commit_ms"] == pytest.approx(1.0)
+    # a round is the target side's phases one after another (the drafter's run beside the root pass)
+    assert root["round_ms"] == pytest.approx(1000 * (0.020 + 0.001 + 0.001 + 0.040 + 0.001))
+    assert got["ar"]["tree_ms"] is None and got["ar"]["round_ms"] == pytest.approx(10.0)  # never runs a tree pass
