@@ -20,7 +20,7 @@ import pytest
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 README = RESULTS / "README.md"
-SECTION = re.compile(r"^## `([\w.-]+)/`", re.M)
+SECTION = re.compile(r"^## `([\w./-]+)/`", re.M)
 SOURCE = re.compile(r"from `([\w.-]+\.jsonl?)`")
 CITATION = re.compile(r"^`([\w-]+)((?: [\w-]+=\S+)*): ([\w ]+)`$")
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+(?:\.(\d+))?)(?:e([+-]?\d+))?(%?)")
