@@ -13,12 +13,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 
 from evaluation.record import DecodeRecord
 from evaluation.stats import percent
 from evaluation.summary import (DELIVERED, PAPER_ROUND, Setting, analyse, as_json, category_group, group_order,
-                                settings_of)
+                                phase_ms, settings_of)
 from pipeline.config import InputError
 from pipeline.result import PHASES
 from programs.cli import files_program, run_files_program
@@ -236,14 +235,14 @@ def _decoder_table(s: Setting) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for d, st in s.decoders.items():
         name = d if st.budgets == [s.budget] or d == "ar" else f"{d} (cap {', '.join(map(str, st.budgets))})"
-        rounds = st.round_seconds
+        ms = phase_ms(st)
         gain = s.gains.get((d, "ar"))
         cells = [name, f"{st.speed:.1f}", "—" if gain is None else _gain(s, (d, "ar"), gain),
                  f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
                  f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
                  " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
-                 f"{1000 * float(np.median(rounds)):.2f}" if len(rounds) else "—"]
-        cells += [_ms(st.phase_median(p)) for p in PHASES]
+                 _ms(ms["round_ms"])]
+        cells += [_ms(ms[f"{p}_ms"]) for p in PHASES]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -276,5 +275,5 @@ def _flagged(s: Setting, pair: tuple[str, str]) -> str:
     return "⚠ " if any(c.concerns(pair) for c in s.cautions) else ""
 
 
-def _ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{1000 * seconds:.2f}"
+def _ms(ms: float | None) -> str:
+    return "—" if ms is None else f"{ms:.2f}"
