@@ -13,7 +13,6 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-
 from evaluation.record import DecodeRecord
 from evaluation.stats import percent
 from evaluation.summary import (DELIVERED, PAPER_ROUND, Setting, analyse, as_json, category_group, group_order,
