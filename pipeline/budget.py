@@ -24,7 +24,8 @@ would call for another try). Where the setting's rounds showed speculation payin
 switched it off) the decode soon tries it again; where they showed it losing it stays off: the anchor
 forgets them only by `LINGER` a plain round (a decode of a few hundred plain rounds tries again) and, across
 decodes, by `RECALL` a decode, the later the more rounds had shown it losing. Each try costs a round dearer
-than a plain one, so tries must be rare for a decode never to fall much below plain decoding.
+than a plain one, so tries must be rare for a decode never to fall much below plain decoding: a ledger
+(AutoBudget.ledger) keeps what tries lost within TRY_SHARE of plain rounds' time.
 
 `front` is what a steady speculative round spends before its tree pass (the root pass and the wait for the
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
@@ -77,6 +78,7 @@ LINGER = 1 / 128  # per plain round, the weight that what the setting's rounds s
 SPIKE = 2.0  # a round's timing counts as at most this multiple of the estimate it moves
 ROOT_RATE = 0.05  # weight of a speculative round's root pass (scaled) in the plain cost: a plain round's is
                   # COST_RATE, the root pass, which runs beside the drafter, is a less direct witness
+TRY_SHARE = 1 / 32  # the share of plain rounds' time that speculation may lose to plain decoding by trying
 
 
 def candidate_sizes(cap: int) -> tuple[int, ...]:
@@ -246,11 +248,13 @@ class AutoBudget:
     shown_seen: np.ndarray = field(init=False)  # decodes' and this one's, fading by LINGER a plain round
     run: float = field(init=False)  # mean rounds a run of speculative rounds lasted (inf: none ended yet)
     streak: int = field(init=False, default=0)  # speculative rounds since the last plain one
+    balance: float = field(init=False)  # seconds tries may still lose before speculation is tried again (ledger)
 
     def __post_init__(self, experience: Experience | None) -> None:
         self.sizes = candidate_sizes(self.cap)
         self.prior = prior(self.cap)
         self.run = math.inf if experience is None else experience.run
+        self.balance = 0.0 if experience is None else experience.balance
         self.hits, self.seen = np.zeros(self.cap), np.zeros(self.cap)
         self.total_hits, self.total_seen = np.zeros(self.cap), np.zeros(self.cap)
         self.shown_hits = np.zeros(self.cap) if experience is None else experience.hits.copy()
@@ -279,7 +283,10 @@ class AutoBudget:
         discounted by MARGIN. switch: seconds the
         drafter's catch-up would cost (PassCosts.switch; 0 while speculation is on), spread over the rounds
         it would serve: the mean run, at most the rounds that `left` tokens take; start: seconds starting
-        the drafter would cost (PassCosts.start), spread over the rounds that `left` tokens take."""
+        the drafter would cost (PassCosts.start), spread over the rounds that `left` tokens take. While the
+        ledger is in debt (`balance` below 0) speculation is not switched on: see `ledger`."""
+        if self.streak == 0 and self.balance < 0:
+            return 0
         tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
         rounds = np.maximum(1.0, left / tokens)
         extra = switch / np.minimum(self.run, rounds) + start / rounds
@@ -297,6 +304,7 @@ class AutoBudget:
         `root`, a speculative round's root pass with its commit (what a plain round's pass would be)."""
         n = len(on_path)
         assert n <= max(b, 1) and n <= self.cap, (n, b)
+        self.ledger(on_path, b, front, tree, plain, caught_up)
         keep = 1 - (DECAY if b else FORGET * self.founded)
         self.hits *= keep
         self.seen *= keep
@@ -322,6 +330,30 @@ class AutoBudget:
             seconds, missed = caught_up
             c.catch_up += COST_RATE * (capped(max(0.0, seconds - c.front) / missed, c.catch_up) - c.catch_up)
 
+    def ledger(self, on_path: np.ndarray, b: int, front: float | None, tree: float | None, plain: float | None,
+               caught_up: tuple[float, int] | None) -> None:
+        """Keep the account of what tries of speculation saved: a try (the first round of a run of speculative
+        rounds, which pays the drafter's catch-up) adds what its tokens would have cost in plain rounds less
+        what it took (its wait and its tree pass, at most SPIKE times their estimates once a catch-up has
+        been timed; the estimates where untimed), a plain round TRY_SHARE of what it took. A try that loses puts the account in debt, and
+        speculation stays off until plain rounds have paid it back: what tries lose stays within TRY_SHARE of
+        plain decoding's time (and one try), however often the estimates call for one (a drafter as costly as
+        the target on a shared machine, whose slow moments make plain rounds look dear), while tries that paid
+        leave the decode free to try again at once after a dip. The later rounds of a run are the estimates'
+        to judge: they switch speculation off when it stops paying."""
+        c = self.costs
+        if not b:
+            self.balance += TRY_SHARE * (c.plain if plain is None else plain)
+            return
+        if self.streak:
+            return
+        missed = 0 if caught_up is None else caught_up[1]
+        wait = caught_up[0] if caught_up is not None else front
+        took = (c.front if wait is None else wait) + (c.tree_pass(b) if tree is None else tree)
+        if c.catch_up or not missed:  # a catch-up not yet timed has no estimate to cap it
+            took = capped(took, c.round(b) + c.switch(missed))
+        self.balance += c.plain * (1 + int(on_path.sum())) - took
+
     def end_run(self) -> None:
         """A run of speculative rounds ended (a plain round, or the decode's end): fold its length in."""
         if self.streak:
@@ -344,6 +376,8 @@ class Experience:
     hits: np.ndarray = field(init=False)
     seen: np.ndarray = field(init=False)
     run: float = math.inf  # mean rounds a run of speculative rounds lasted (AutoBudget.run)
+    balance: float = 0.0  # the ledger a decode starts from (AutoBudget.ledger): the last one's debt in full,
+                          # what it saved at RECALL
 
     def __post_init__(self) -> None:
         self.hits = np.zeros(self.cap)
@@ -357,6 +391,7 @@ class Experience:
         """Fold a finished decode's rounds in (the decodes before it weigh RECALL as much as they did)."""
         decode.end_run()
         self.run = decode.run
+        self.balance = decode.balance * (RECALL if decode.balance > 0 else 1.0)
         self.hits = RECALL * self.hits + decode.total_hits
         self.seen = RECALL * self.seen + decode.total_seen
 

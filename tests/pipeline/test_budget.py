@@ -11,7 +11,7 @@ import torch
 
 from models.mock import EOS
 from pipeline.budget import (COST_RATE, DECAY, EXPERIENCE, FORGET, LINGER, MARGIN, PRIOR_WEIGHT, RECALL, ROOT_RATE,
-                             RUN_RATE, SPIKE, AutoBudget, AutoPolicy, Experience, MeasuredPasses, PassCosts,
+                             RUN_RATE, SPIKE, TRY_SHARE, AutoBudget, AutoPolicy, Experience, MeasuredPasses, PassCosts,
                              SessionBudgets, candidate_sizes, costs_for, prior, ranks_on_path)
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
@@ -199,6 +199,45 @@ def test_a_decode_that_stopped_speculating_tries_again():
     assert 16 < rounds_off < 64
 
 
+def test_a_try_that_loses_keeps_speculation_off_until_plain_rounds_pay_it_back():
+    """The estimates call for speculation (an optimistic prior), but the decode's one try (after 20 plain
+    rounds, the drafter catching up on them) lost: 2 tokens in 330 ms against plain rounds of 40 ms. No try
+    comes before plain rounds have paid the loss back at TRY_SHARE of their time, then one does."""
+    auto = AutoBudget(costs(plain=40, front=45), 8)
+    auto.prior[:] = 0.9
+    for _ in range(20):
+        auto.observe(np.zeros(0, bool), 0, plain=0.04)
+    credit = 20 * TRY_SHARE * 0.04
+    assert auto.balance == pytest.approx(credit) and auto.choose() == 8
+    auto.observe(np.arange(8) < 1, 8, tree=0.06, caught_up=(0.27, 20))  # 2 tokens in 330 ms
+    debt = 0.33 - 2 * auto.costs.plain - credit
+    assert auto.balance == pytest.approx(-debt)
+    auto.observe(np.zeros(0, bool), 0, plain=0.04)  # the run ends
+    owed = math.ceil(debt / (TRY_SHARE * 0.04))  # plain rounds that pay it back, the one above included
+    assert plain_rounds_until_speculation(auto, 1000) == owed - 1
+
+
+def test_a_try_timed_in_a_moment_of_load_costs_the_ledger_at_most_spike_times_its_estimate():
+    auto = AutoBudget(costs(plain=40, front=45), 8)
+    auto.observe(np.arange(8) < 4, 8, front=3.0, tree=6.0)  # 5 tokens in seconds where a round takes 105 ms
+    assert auto.balance == pytest.approx(5 * 0.04 - SPIKE * 0.105)
+
+
+def test_the_ledger_passes_a_decodes_debt_to_the_next_in_full_and_what_it_saved_at_recall():
+    experience = Experience(8)
+    losing = AutoBudget(costs(), 8, experience)
+    losing.observe(np.zeros(8, bool), 8, front=0.045, tree=0.06)  # 1 token in 105 ms: 65 ms lost
+    experience.learn(losing)
+    assert experience.balance == pytest.approx(-0.065)
+    following = AutoBudget(costs(), 8, experience)
+    assert following.balance == pytest.approx(-0.065) and following.choose() == 0  # it starts plain
+    for _ in range(100):  # pays back
+        following.observe(np.zeros(0, bool), 0, plain=0.04)
+    following.observe(np.full(8, True), 8, front=0.045, tree=0.06)  # 9 tokens in 105 ms: 255 ms saved
+    experience.learn(following)
+    assert experience.balance == pytest.approx(RECALL * (100 * TRY_SHARE * 0.04 - 0.065 + 0.255))
+
+
 def test_after_a_dip_the_settings_prior_decides_whether_speculation_comes_back():
     """A few rounds that accept nothing switch speculation off in any setting. Where the setting's earlier
     decodes showed speculation paying, the decode tries again within a few plain rounds; where they showed
@@ -238,10 +277,13 @@ def test_a_session_prior_learns_from_earlier_decodes_and_forgets_when_they_show_
         second.observe(np.zeros(0, bool), 0, plain=0.04)
         assert second.choose() == 0
     # Decodes that verify nothing make the session forget a little (RECALL) of what the earlier ones
-    # showed: the prior goes back toward the optimistic one, and speculation is tried again.
+    # showed: the prior goes back toward the optimistic one, and speculation is tried again (their plain
+    # rounds paid back what the first decode's try lost: see the ledger's tests).
     tries = 0
-    while AutoBudget(costs(), 8, experience).choose() == 0:
-        experience.learn(AutoBudget(costs(), 8, experience))
+    while (plain := AutoBudget(costs(), 8, experience)).choose() == 0:
+        for _ in range(64):
+            plain.observe(np.zeros(0, bool), 0, plain=0.04)
+        experience.learn(plain)
         tries += 1
     assert 0 < tries < 30
 
