@@ -45,8 +45,10 @@ target's (`start`), after plain rounds the drafter ingests the tokens it missed 
 speculative runs have lasted (a running mean, `run`), at most as many as the rest of the decode takes. Where
 speculation pays throughout (a run lasts the decode) a switch is nearly free; where runs end after a round or
 two, a switch must pay for itself almost at once. Starting the drafter (before the first round, or later in a
-decode that started plain) is paid once for the rest of the decode, so it is spread over all the rounds left;
-what it adds to the target's prefill follows decodes' prefills, those beside a starting drafter and those
+decode that started plain) is spread the same way, over at least START_ROUNDS: it serves the rest of the
+decode only where speculation lasts, and where the setting's runs end after a few rounds (a drafter as costly
+as the target, whose start beside a long prompt's prefill costs more than its few rounds gain) a long prompt's
+decode starts plain; what it adds to the target's prefill follows decodes' prefills, those beside a starting drafter and those
 alone (start-up times the target's prefill of a scratch prompt alone and beside a standalone drafter's start
 on it, its prefill and first pool, as a decode's first round starts it).
 Any tree is verified exactly, so the choice never changes the output's law.
@@ -78,6 +80,8 @@ LINGER = 1 / 128  # per plain round, the weight that what the setting's rounds s
 SPIKE = 2.0  # a round's timing counts as at most this multiple of the estimate it moves
 ROOT_RATE = 0.05  # weight of a speculative round's root pass (scaled) in the plain cost: a plain round's is
                   # COST_RATE, the root pass, which runs beside the drafter, is a less direct witness
+START_ROUNDS = 8  # the rounds a start of the drafter is spread over at least, however short the runs: the
+                  # decode's later runs use the drafter it started, and one unlucky round must not price it out
 TRY_SHARE = 1 / 32  # the share of plain rounds' time that speculation may lose to plain decoding by trying
 
 
@@ -283,13 +287,13 @@ class AutoBudget:
         discounted by MARGIN. switch: seconds the
         drafter's catch-up would cost (PassCosts.switch; 0 while speculation is on), spread over the rounds
         it would serve: the mean run, at most the rounds that `left` tokens take; start: seconds starting
-        the drafter would cost (PassCosts.start), spread over the rounds that `left` tokens take. While the
+        the drafter would cost (PassCosts.start), spread the same way over at least START_ROUNDS. While the
         ledger is in debt (`balance` below 0) speculation is not switched on: see `ledger`."""
         if self.streak == 0 and self.balance < 0:
             return 0
         tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
         rounds = np.maximum(1.0, left / tokens)
-        extra = switch / np.minimum(self.run, rounds) + start / rounds
+        extra = (switch / np.minimum(self.run, rounds) + start / np.minimum(max(self.run, START_ROUNDS), rounds))
         extra[0] = 0.0  # sizes[0] is 0: a plain round switches nothing on
         rates = tokens / (np.array([self.costs.round(b) for b in self.sizes]) + extra)
         rates[1:] /= 1 + MARGIN  # speculation must promise more than plain decoding to be worth its spread
