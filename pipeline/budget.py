@@ -48,9 +48,9 @@ two, a switch must pay for itself almost at once. Starting the drafter (before t
 decode that started plain) is spread the same way, over at least START_ROUNDS: it serves the rest of the
 decode only where speculation lasts, and where the setting's runs end after a few rounds (a drafter as costly
 as the target, whose start beside a long prompt's prefill costs more than its few rounds gain) a long prompt's
-decode starts plain; what it adds to the target's prefill follows decodes' prefills, those beside a starting drafter and those
-alone (start-up times the target's prefill of a scratch prompt alone and beside a standalone drafter's start
-on it, its prefill and first pool, as a decode's first round starts it).
+decode starts plain; what it adds to the target's prefill follows decodes' prefills, those beside a starting
+drafter and those alone (start-up times the target's prefill of a scratch prompt alone and beside a
+standalone drafter's start on it, its prefill and first pool, as a decode's first round starts it).
 Any tree is verified exactly, so the choice never changes the output's law.
 """
 
@@ -293,7 +293,7 @@ class AutoBudget:
             return 0
         tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
         rounds = np.maximum(1.0, left / tokens)
-        extra = (switch / np.minimum(self.run, rounds) + start / np.minimum(max(self.run, START_ROUNDS), rounds))
+        extra = switch / np.minimum(self.run, rounds) + start / np.minimum(max(self.run, START_ROUNDS), rounds)
         extra[0] = 0.0  # sizes[0] is 0: a plain round switches nothing on
         rates = tokens / (np.array([self.costs.round(b) for b in self.sizes]) + extra)
         rates[1:] /= 1 + MARGIN  # speculation must promise more than plain decoding to be worth its spread
@@ -339,12 +339,12 @@ class AutoBudget:
         """Keep the account of what tries of speculation saved: a try (the first round of a run of speculative
         rounds, which pays the drafter's catch-up) adds what its tokens would have cost in plain rounds less
         what it took (its wait and its tree pass, at most SPIKE times their estimates once a catch-up has
-        been timed; the estimates where untimed), a plain round TRY_SHARE of what it took. A try that loses puts the account in debt, and
-        speculation stays off until plain rounds have paid it back: what tries lose stays within TRY_SHARE of
-        plain decoding's time (and one try), however often the estimates call for one (a drafter as costly as
-        the target on a shared machine, whose slow moments make plain rounds look dear), while tries that paid
-        leave the decode free to try again at once after a dip. The later rounds of a run are the estimates'
-        to judge: they switch speculation off when it stops paying."""
+        been timed; the estimates where untimed), a plain round TRY_SHARE of what it took. A try that loses
+        puts the account in debt, and speculation stays off until plain rounds have paid it back: what tries
+        lose stays within TRY_SHARE of plain decoding's time (and one try), however often the estimates call
+        for one (a drafter as costly as the target on a shared machine, whose slow moments make plain rounds
+        look dear), while tries that paid leave the decode free to try again at once after a dip. The later
+        rounds of a run are the estimates' to judge: they switch speculation off when it stops paying."""
         c = self.costs
         if not b:
             self.balance += TRY_SHARE * (c.plain if plain is None else plain)

@@ -11,8 +11,9 @@ import torch
 
 from models.mock import EOS
 from pipeline.budget import (COST_RATE, DECAY, EXPERIENCE, FORGET, LINGER, MARGIN, PRIOR_WEIGHT, RECALL, ROOT_RATE,
-                             RUN_RATE, SPIKE, START_ROUNDS, TRY_SHARE, AutoBudget, AutoPolicy, Experience, MeasuredPasses, PassCosts,
-                             SessionBudgets, candidate_sizes, costs_for, prior, ranks_on_path)
+                             RUN_RATE, SPIKE, START_ROUNDS, TRY_SHARE, AutoBudget, AutoPolicy, Experience,
+                             MeasuredPasses, PassCosts, SessionBudgets, candidate_sizes, costs_for, prior,
+                             ranks_on_path)
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
 from pipeline.rules import RULES, SPECULATIVE
