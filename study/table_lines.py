@@ -13,7 +13,8 @@ from study.section import number
 from study.selection import RESTRICTED
 from study.splits import QUINTILES, TASK_PAIRS, TaskGains, each_task, first_token_split, task_weighted
 from study.covered_rounds import RULES as COVERED_RULES, covered_rounds
-from study.tables import LATE, lowered_cap, matched, own_budget, reaches, stronger_pearl, table_15_budgets
+from study.tables import (LATE, LATE_RULES, late_rounds, lowered_cap, matched, own_budget, reaches, stronger_pearl,
+                          table_15_budgets)
 from study.values import Averages, Estimate, RoundValues
 
 EMITTED_PAIRS = (("root", "draft"), ("root-draw", "pearl"))  # Table 8's gains in emitted tokens
@@ -24,7 +25,7 @@ def json_lines(rv: RoundValues, avg: Averages) -> list[dict]:
     base = {"temperature": rv.temperature, "rounds": rv.rounds}
     lines = _depth(rv, avg, base) + _sizes(rv, avg, base) + _restricted(rv, avg, base) + _matched(rv, avg, base)
     lines += _draw(avg, base) + _emitted(rv, avg, base) + _stronger(rv, avg, base) + _tasks(rv, avg, base)
-    lines += _reach(rv, avg, base) + _first_token(rv, avg, base) + _late(rv, base) + _held_row(rv, avg, base)
+    lines += _reach(rv, avg, base) + _first_token(rv, avg, base) + _late(rv, avg, base) + _held_row(rv, avg, base)
     return lines + _cap(rv, avg, base)
 
 
@@ -152,10 +153,19 @@ def _first_token(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
     return lines
 
 
-def _late(rv: RoundValues, base: dict) -> list[dict]:
-    late = rv.position >= LATE
-    return [{"kind": "late", **base, "from_token": LATE, "late_rounds": int(late.sum()),
-             "late_prompts": len(set(rv.prompt[late].tolist()))}]
+def _late(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
+    t = late_rounds(rv, avg)
+    if t is None:
+        return [{"kind": "late", **base, "from_token": LATE, "late_rounds": 0, "late_prompts": 0}]
+    lines = []
+    for i, b in enumerate(t.budgets):
+        line = {"kind": "late", **base, "budget": b, "from_token": LATE, "late_rounds": t.rounds,
+                "late_prompts": t.prompts, "outputs": t.outputs}
+        for rule in LATE_RULES:
+            line.update(estimate(f"{_pair(rule, 'draft')}_late", t.late[rule][i]))
+            line.update(estimate(_pair(rule, "draft"), t.whole[rule][i]))
+        lines.append(line)
+    return lines
 
 
 def _held_row(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
