@@ -164,6 +164,8 @@ def _late(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
         for rule in LATE_RULES:
             line.update(estimate(f"{_pair(rule, 'draft')}_late", t.late[rule][i]))
             line.update(estimate(_pair(rule, "draft"), t.whole[rule][i]))
+            line.update(estimate(f"{_pair(rule, 'draft')}_before", t.default_length[rule][i]))
+            line.update(estimate(f"{_pair(rule, 'draft')}_whole_less_before", t.whole_less_default[rule][i]))
         lines.append(line)
     return lines
 

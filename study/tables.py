@@ -279,6 +279,8 @@ class LateRounds:
     budgets: list[int]
     late: dict[str, list[Estimate]]  # "root", "root-draw": the gain over draft in late rounds
     whole: dict[str, list[Estimate]]  # the same over every round
+    default_length: dict[str, list[Estimate]]  # over the rounds that start before LATE (greedy: a LATE-token run's)
+    whole_less_default: dict[str, list[Estimate]]  # whole less default_length, paired by prompt
 
 
 LATE_RULES = ("root", "root-draw")
@@ -292,12 +294,29 @@ def late_rounds(rv: RoundValues, avg: Averages) -> LateRounds | None:
     kept = np.unique(rv.prompt[late])
     sub = PerRound(rv.temperature, rv.budgets, np.searchsorted(kept, rv.prompt[late]), [rv.prompts[i] for i in kept],
                    [rv.categories[i] for i in kept], {n: rv.values[n][late] for n in ("draft", *LATE_RULES)})
-    late_avg = Averages(sub, n_resamples=avg.counts.shape[0], confidence=1 - 2 * avg.tail)
+    resampling = dict(n_resamples=avg.counts.shape[0], confidence=1 - 2 * avg.tail)
+    late_avg = Averages(sub, **resampling)
+    n = len(rv.prompts)
+    totals = {}  # every prompt's sums over its early rounds and over all of them, resampled as `avg` is
+    for name in ("draft", *LATE_RULES):
+        for part, keep in (("early", ~late), ("all", np.ones_like(late))):
+            totals[f"{name}:{part}"] = np.zeros((n, rv.values[name].shape[1]))
+            np.add.at(totals[f"{name}:{part}"], rv.prompt[keep], rv.values[name][keep])
+    parts = Averages.of_totals(totals, np.bincount(rv.prompt, minlength=n), **resampling,
+                               seed=avg.resampling["seed"])
     cols = picks(rv)
     bare = (lambda e: e) if len(kept) >= MIN_INTERVAL_PROMPTS else (lambda e: Estimate(e.value, np.nan, np.nan))
-    return LateRounds(int(late.sum()), len(kept), len(rv.prompts), [b for b, _ in cols],
-                      {r: [bare(late_avg.gain(r, "draft")[k]) for _, k in cols] for r in LATE_RULES},
-                      {r: [avg.gain(r, "draft")[k] for _, k in cols] for r in LATE_RULES})
+    return LateRounds(
+        int(late.sum()), len(kept), n, [b for b, _ in cols],
+        {r: [bare(late_avg.gain(r, "draft")[k]) for _, k in cols] for r in LATE_RULES},
+        {r: [avg.gain(r, "draft")[k] for _, k in cols] for r in LATE_RULES},
+        {r: [_less_one(parts.ratio(f"{r}:early", "draft:early")[k]) for _, k in cols] for r in LATE_RULES},
+        {r: [parts.difference((f"{r}:all", "draft:all"), (f"{r}:early", "draft:early"))[k] for _, k in cols]
+         for r in LATE_RULES})
+
+
+def _less_one(e: Estimate) -> Estimate:
+    return Estimate(e.value - 1, e.low - 1, e.high - 1)
 
 
 def table_20(rv: RoundValues, avg: Averages) -> list[str]:
@@ -306,12 +325,21 @@ def table_20(rv: RoundValues, avg: Averages) -> list[str]:
         return [f"#### Table 20: no late round (none starts with {LATE} or more output tokens: the runs' limit)", ""]
     cell = est if t.prompts >= MIN_INTERVAL_PROMPTS else (lambda e: pct(e.value))
     out = [f"#### Table 20: late rounds (starting with {LATE} or more output tokens: {t.rounds} rounds, in "
-           f"{t.prompts} of {t.outputs} outputs) against whole outputs", "",
-           *_head("budget", "root over draft, late", "whole outputs", "root-draw over draft, late", "whole outputs")]
+           f"{t.prompts} of {t.outputs} outputs) against whole outputs and against the rounds before the "
+           f"{LATE}th token (under greedy decoding, what a run limited to {LATE} tokens records)", "",
+           *_head("budget", "rule over draft", "late rounds", "whole outputs", f"before token {LATE}",
+                  "whole less before (points)")]
     for i, b in enumerate(t.budgets):
-        out.append(_row([b, cell(t.late["root"][i]), est(t.whole["root"][i]), cell(t.late["root-draw"][i]),
-                         est(t.whole["root-draw"][i])]))
+        for r in LATE_RULES:
+            out.append(_row([b, r, cell(t.late[r][i]), est(t.whole[r][i]), est(t.default_length[r][i]),
+                             _points(t.whole_less_default[r][i])]))
     return out + ["", paper("Table 20"), ""]
+
+
+def _points(e: Estimate) -> str:
+    """A difference of two gains in percentage points, with its interval."""
+    point = lambda x: f"{100 * x:+.2f}" if np.isfinite(x) else "—"  # noqa: E731
+    return f"{point(e.value)} [{point(e.low)}, {point(e.high)}]"
 
 
 def own_budget(rv: RoundValues, budget: str) -> int | None:

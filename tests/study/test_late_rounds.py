@@ -1,6 +1,7 @@
 """Table 20's late rounds: the rounds that start with LATE or more output tokens give root's and root-draw's gains
-over draft as their values do (rounds pooled), beside the whole outputs' gains; intervals come from enough prompts
-only, and a recording limited to LATE tokens says it has no late round."""
+over draft as their values do (rounds pooled), beside the whole outputs' gains, the gains over the rounds before
+token LATE and the difference of the two, paired by prompt; late intervals come from enough prompts only, and a
+recording limited to LATE tokens says it has no late round."""
 
 from __future__ import annotations
 
@@ -51,12 +52,14 @@ def test_late_rounds_give_their_own_gains_beside_the_whole_outputs(values):
     for rule, name in (("root", "root_over_draft"), ("root-draw", "root_draw_over_draft")):
         assert line[f"{name}_late"] == pytest.approx(direct_gain(rv, late, rule)[k])
         assert line[name] == pytest.approx(direct_gain(rv, np.ones(rv.rounds, bool), rule)[k])
-        for field in (f"{name}_late", name):
+        assert line[f"{name}_before"] == pytest.approx(direct_gain(rv, ~late, rule)[k])
+        assert line[f"{name}_whole_less_before"] == pytest.approx(line[name] - line[f"{name}_before"])
+        for field in (f"{name}_late", name, f"{name}_before", f"{name}_whole_less_before"):
             assert line[f"{field}_low"] <= line[field] <= line[f"{field}_high"]
     assert line["root_over_draft_late"] != pytest.approx(line["root_over_draft"])  # not the whole outputs again
     text = "\n".join(table_20(rv, Averages(rv, n_resamples=200)))
-    assert f"{int(late.sum())} rounds, in {line['late_prompts']} of {len(rv.prompts)} outputs" in text
-    assert text.count("[") == 4  # every cell with its interval
+    assert f"{int(late.sum())} rounds, in {line['late_prompts']} of {len(rv.prompts)} outputs)" in text
+    assert text.count("[") == 8  # every cell with its interval, two rules at one budget
 
 
 def test_late_rounds_of_too_few_prompts_have_no_interval(values):
@@ -66,7 +69,7 @@ def test_late_rounds_of_too_few_prompts_have_no_interval(values):
     assert line["root_over_draft_late"] is not None and line["root_over_draft_late_low"] is None
     assert line["root_over_draft_low"] is not None  # the whole outputs' interval, from every prompt
     text = "\n".join(table_20(rv, Averages(rv, n_resamples=200)))
-    assert text.count("[") == 2  # the whole outputs' cells only
+    assert text.count("[") == 6  # all but the late rounds' cells
 
 
 def test_a_recording_limited_to_late_tokens_has_no_late_round(values):
