@@ -26,7 +26,8 @@ CITATION = re.compile(r"^`([\w-]+)((?: [\w-]+=\S+)*): ([\w ]+)`$")
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+(?:\.(\d+))?)(?:e([+-]?\d+))?(%?)")
 TEMPERATURE = re.compile(r"\bT = (\d+(?:\.\d+)?)\b")
 FOLDER = re.compile(r"`([\w.-]+)/`")
-QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-eagle3-paper-pool", "cpu-smollm2-cover", "cpu-smollm2-values")  # every table quotes its JSON
+QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-eagle3-paper-pool", "cpu-smollm2-eagle3-late", "cpu-smollm2-cover",
+           "cpu-smollm2-values")  # every table quotes its JSON
 
 
 def sections(text: str) -> dict[str, str]:
