@@ -17,7 +17,7 @@ from study.selection import EXCEEDS, RESTRICTED, Matched, match_pearl, matched_c
 from study.splits import QUINTILES, TASK_PAIRS, FirstTokenSplit, each_task, first_token_split, task_weighted
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group
-from study.values import Averages, Estimate, PerRound, RoundValues
+from study.values import Averages, Estimate, PerRound, RoundValues, by_prompt
 from study.section import est, pct, plain, share
 
 # The paper's figures, as its text gives them (ranges over its runs), printed beside this run's.
@@ -297,11 +297,9 @@ def late_rounds(rv: RoundValues, avg: Averages) -> LateRounds | None:
     resampling = dict(n_resamples=avg.counts.shape[0], confidence=1 - 2 * avg.tail)
     late_avg = Averages(sub, **resampling)
     n = len(rv.prompts)
-    totals = {}  # every prompt's sums over its early rounds and over all of them, resampled as `avg` is
-    for name in ("draft", *LATE_RULES):
-        for part, keep in (("early", ~late), ("all", np.ones_like(late))):
-            totals[f"{name}:{part}"] = np.zeros((n, rv.values[name].shape[1]))
-            np.add.at(totals[f"{name}:{part}"], rv.prompt[keep], rv.values[name][keep])
+    # every prompt's sums over its early rounds and over all of them, resampled as `avg` is
+    totals = {f"{name}:{part}": by_prompt(rv.values[name][keep], rv.prompt[keep], n)
+              for name in ("draft", *LATE_RULES) for part, keep in (("early", ~late), ("all", slice(None)))}
     parts = Averages.of_totals(totals, np.bincount(rv.prompt, minlength=n), **resampling,
                                seed=avg.resampling["seed"])
     cols = picks(rv)

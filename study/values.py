@@ -278,10 +278,10 @@ class Averages:
         at[chosen] = np.arange(len(chosen))
         keep = at[rv.prompt] >= 0
         where = at[rv.prompt[keep]]
-        totals = {name: _by_prompt(v[keep], where, len(chosen)) for name, v in rv.values.items()}  # (P, K)
+        totals = {name: by_prompt(v[keep], where, len(chosen)) for name, v in rv.values.items()}  # (P, K)
         off_pool = getattr(rv, "off_pool", np.zeros(len(rv.prompt)))
         self._start(totals, np.bincount(where, minlength=len(chosen)), rv.budgets, n_resamples, confidence, seed)
-        self.off_pool = _by_prompt(off_pool[keep, None], where, len(chosen))[:, 0]
+        self.off_pool = by_prompt(off_pool[keep, None], where, len(chosen))[:, 0]
 
     @classmethod
     def of_totals(cls, totals: dict[str, np.ndarray], rounds: np.ndarray, *, n_resamples: int = 2000,
@@ -373,7 +373,7 @@ class Averages:
                                                                               np.atleast_1d(high))]
 
 
-def _by_prompt(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
+def by_prompt(values: np.ndarray, where: np.ndarray, n: int) -> np.ndarray:
     """(n, K) sums of (R, K) round values by prompt."""
     out = np.zeros((n, values.shape[1]))
     np.add.at(out, where, values)
