@@ -102,6 +102,7 @@ class DecodeRecord:
     prompt: str = ""
     stop_strings: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool | None = None
     top_k: int | None = None
     top_p: float | None = None
     min_p: float | None = None
@@ -202,7 +203,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         prompt_id=prompt_id, category=category, turn=turn,
         decoder=config.decoder, temperature=config.temperature, top_k=config.top_k,
         top_p=config.top_p, min_p=config.min_p, stop_strings=list(config.stop),
-        stop_token_ids=list(config.stop_token_ids), budget=config.budget,
+        stop_token_ids=list(config.stop_token_ids), ignore_eos=config.ignore_eos, budget=config.budget,
         seed=config.seed, max_new_tokens=config.max_new_tokens, prompt=prompt,
         prompt_tokens=len(prompt_token_ids), prompt_token_ids=[int(t) for t in prompt_token_ids],
         new_tokens=len(result.tokens), token_ids=list(result.tokens), text=text,
@@ -227,21 +228,21 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
 # ---- reading: one function per schema ------------------------------------------------------------------------
 
 _ORDER = ("schema", "prompt_id", "category", "turn", "decoder", "temperature", "top_k", "top_p", "min_p",
-          "stop_strings", "stop_token_ids", "budget", "seed", "max_new_tokens", "prompt", "prompt_tokens",
-          "prompt_token_ids", "new_tokens", "token_ids", "text", "finish_reason", "stop_reason", "overshoot", "stop",
-          "seconds", "prefill_seconds", "tokens_per_second", "rounds", "target_passes", "accept_lengths", "accepted",
-          "tried", "tree_sizes", "available", "budgets", "phases", "lend_cores", "ahead", "ahead_hits",
-          "ahead_seconds", "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows", "feature_bytes",
-          "load_average", "cpus", "finished")
+          "stop_strings", "stop_token_ids", "ignore_eos", "budget", "seed", "max_new_tokens", "prompt",
+          "prompt_tokens", "prompt_token_ids", "new_tokens", "token_ids", "text", "finish_reason", "stop_reason",
+          "overshoot", "stop", "seconds", "prefill_seconds", "tokens_per_second", "rounds", "target_passes",
+          "accept_lengths", "accepted", "tried", "tree_sizes", "available", "budgets", "phases", "lend_cores",
+          "ahead", "ahead_hits", "ahead_seconds", "cut_pools", "cut_weigh", "pool_depths", "drafter_window",
+          "held_rows", "feature_bytes", "load_average", "cpus", "finished")
 _PLACES = frozenset({"kind", "schema", "grid_budget", "position", "warmup", "shard", "bench_budget", "bench_variant"})
 _SINCE_3 = frozenset({"stop_strings", "stop_token_ids", "prompt", "finish_reason", "stop_reason"})
-# Written only where known: schema 4 has them all (`feature_bytes` since it was added); earlier records as the
-# code of their day wrote them.
+# Written only where known: schema 4 has them all (`feature_bytes` and `ignore_eos` since they were added);
+# earlier records as the code of their day wrote them.
 _ADDED = frozenset({"top_k", "top_p", "min_p", "budgets", "lend_cores", "ahead", "ahead_hits", "ahead_seconds",
                     "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows", "prompt_token_ids",
-                    "load_average", "cpus", "feature_bytes"})
+                    "load_average", "cpus", "feature_bytes", "ignore_eos"})
 # None in a schema 4 record too: no stop matched, no sweep or benchmark ran it, a column added while 4 stood.
-_OPTIONAL = frozenset({"stop_reason", "sweep", "bench", "feature_bytes"})
+_OPTIONAL = frozenset({"stop_reason", "sweep", "bench", "feature_bytes", "ignore_eos"})
 
 
 def _int(v: object) -> bool:
@@ -327,7 +328,7 @@ _V3_REQUIRED = {**_V2_REQUIRED, "top_k": _int, "top_p": _num, "min_p": _num, "st
 _V3_ADDED = {"lend_cores": _bool, "ahead": _bool, "ahead_hits": _ints, "ahead_seconds": _nums, "cut_pools": _bool,
              "cut_weigh": _bool, "pool_depths": _ints, "drafter_window": _int, "held_rows": _ints}
 _V4_REQUIRED = {**_V3_REQUIRED, **_V3_ADDED, "prompt_token_ids": _ints, "load_average": _nums, "cpus": _int}
-_V4_ADDED = {"feature_bytes": _ints}
+_V4_ADDED = {"feature_bytes": _ints, "ignore_eos": _bool}
 
 
 def _v2(r: _Reader) -> dict:

@@ -39,7 +39,7 @@ from target_proc.stops import StopStrings
 # vLLM's SamplingParams fields that the runtime has no use for, each accepted at its vLLM default only (which
 # changes nothing) and refused at any other value, naming it.
 UNSUPPORTED_SAMPLING = {"best_of": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                        "repetition_penalty": 1.0, "ignore_eos": False, "min_tokens": 0, "logprobs": None,
+                        "repetition_penalty": 1.0, "min_tokens": 0, "logprobs": None,
                         "prompt_logprobs": None, "detokenize": True, "bad_words": None, "allowed_token_ids": None,
                         "logits_processors": None, "truncate_prompt_tokens": None, "guided_decoding": None,
                         "spaces_between_special_tokens": True}
@@ -71,6 +71,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # given as a string or a list of them
     stop_token_ids: tuple[int, ...] = ()
     max_tokens: int = 16
+    ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
 
@@ -111,7 +112,7 @@ class SamplingParams:
             self.stop_token_ids = tuple(self.stop_token_ids)
         elif self.stop_token_ids is None:
             self.stop_token_ids = ()
-        for name in ("include_stop_str_in_output", "skip_special_tokens"):
+        for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be True or False, got {getattr(self, name)!r}")
         self.decode_config("ar")  # the shared fields checked as the runtime checks them, under the same names
@@ -120,6 +121,7 @@ class SamplingParams:
         """These parameters as the runtime's DecodeConfig; `seed`: the one a params seed of None takes."""
         return DecodeConfig(decoder, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                             min_p=self.min_p, stop=self.stop, stop_token_ids=self.stop_token_ids,
+                            ignore_eos=self.ignore_eos,
                             max_new_tokens=self.max_tokens, seed=seed if self.seed is None else self.seed,
                             **runtime)
 

@@ -172,12 +172,13 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
            stop_check: StopCheck | None = None) -> DecodeResult:
     """One decode of `prompt` (token ids, at least one) by `config`'s rule: the paper's round until the limit.
 
-    The output ends at its first `eos` token or `config.stop_token_ids` token, or at the token from which
-    `stop_check` (the caller's stop strings, checked on the text) says it ends, that token included; the
-    round that reaches it is the last, and the tokens it verified after that stop are dropped, as after an
-    end-of-sequence token. Stopping changes no law: a decode stops at the same token whatever its rule.
-    Budgets: pipeline.budget's policy (auto: from `costs`, this device's, and `experience`, the setting's
-    earlier decodes). Phases end in a host read; `sync_phases` also waits for each commit (a sync a round).
+    The output ends at its first `eos` token (unless `config.ignore_eos`) or `config.stop_token_ids` token,
+    or at the token from which `stop_check` (the caller's stop strings, checked on the text) says it ends,
+    that token included; the round that reaches it is the last, and the tokens it verified after that stop
+    are dropped, as after an end-of-sequence token. Stopping changes no law: a decode stops at the same
+    token whatever its rule. Budgets: pipeline.budget's policy (auto: from `costs`, this device's, and
+    `experience`, the setting's earlier decodes). Phases end in a host read; `sync_phases` also waits for
+    each commit (a sync a round).
     `observe` sees each round after its commit (a measurement, left out of the decode's time); `on_tokens`
     gets what each round adds to the output, as it commits it (streaming).
     """
@@ -186,7 +187,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
     rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe)
     feed = DrafterFeed(drafter, config.drafter_window, target.features if takes_features(drafter) else None)
-    stops = _Stops(eos, frozenset(config.stop_token_ids), stop_check)
+    stops = _Stops(frozenset() if config.ignore_eos else eos, frozenset(config.stop_token_ids), stop_check)
     history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
     budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)

@@ -17,8 +17,8 @@ DRAFTING = ("ahead", "lend_cores", "cut_pools", "cut_weigh", "drafter_window")  
 @dataclass(frozen=True, slots=True)
 class DecodeConfig:
     """One decode: which rule, at what temperature and budget, for how long, with which seed, its sampling
-    filters and stops, and how the drafter works with the target (DRAFTING). What each field means on a
-    command line, programs.rule_options says."""
+    filters and stops (`ignore_eos`: the target's end-of-sequence tokens do not end it), and how the drafter
+    works with the target (DRAFTING). What each field means on a command line, programs.rule_options says."""
 
     decoder: str = "draft"
     temperature: float = 0.0
@@ -32,6 +32,7 @@ class DecodeConfig:
     min_p: float = 0.0
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
     lend_cores: bool = False
     cut_pools: bool = False
     cut_weigh: bool = False
@@ -55,7 +56,7 @@ class DecodeConfig:
         self.filters  # checks top_k, top_p and min_p
         object.__setattr__(self, "stop", check_stop_strings("stop", self.stop))
         object.__setattr__(self, "stop_token_ids", check_token_ids("stop_token_ids", self.stop_token_ids))
-        for name in ("ahead", "lend_cores", "cut_pools", "cut_weigh"):
+        for name in ("ignore_eos", "ahead", "lend_cores", "cut_pools", "cut_weigh"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
         if self.cut_weigh and not self.cut_pools:

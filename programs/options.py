@@ -86,8 +86,8 @@ class RunOptions:
     """Decoding"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("temperature", "top_k", "top_p", "min_p", "stop", "stop_token_ids", "budget", "budget_max",
-                  "budget_prior", "max_new_tokens", "seed", "ahead", "lend_cores", "cut_pools",
+        "embed": ("temperature", "top_k", "top_p", "min_p", "stop", "stop_token_ids", "ignore_eos", "budget",
+                  "budget_max", "budget_prior", "max_new_tokens", "seed", "ahead", "lend_cores", "cut_pools",
                   "cut_weigh", "drafter_window"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={

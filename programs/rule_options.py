@@ -42,6 +42,10 @@ OPTIONS: dict[type, tuple[str, dict[str, dict]]] = {
         "stop_token_ids": {
             "help": "end the output at the first of these token ids, as at an end-of-sequence token: the id is the "
                     "output's last, its text left out (comma-separated)", "metavar": "ID,ID", "parse": "token_ids"},
+        "ignore_eos": {
+            "help": "the target's end-of-sequence tokens do not end the output, which runs to --max-new-tokens unless "
+                    "a stop string or stop token id ends it: outputs of one length, so that decoders' speeds compare "
+                    "per prompt at T > 0"},
         "lend_cores": {
             "help": "on the CPU, while the target waits for a pool it tells the drafter, and a drafter sharing its "
                     "CPU takes every core until it sends the pool"},

@@ -134,8 +134,8 @@ def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, 
         argv += ["--stratify", sweep["stratify"]]
     if sweep.get("turns", "first") != "first":
         argv += ["--turns", sweep["turns"]]
-    argv += _changed(DecodeConfig(**{name: sweep[name] for name in DRAFTING if name in sweep}), DecodeConfig(),
-                     skip=())
+    argv += _changed(DecodeConfig(**{name: sweep[name] for name in (*DRAFTING, "ignore_eos") if name in sweep}),
+                     DecodeConfig(), skip=())
     argv += ["--limit-prompts", str(sweep["limit_prompts"]), "--decoders", "pearl,root-draw",
              "--temperatures", ",".join(f"{t:g}" for t in temperatures), "--budgets", str(budget),
              "--budget-overrides", f"root-draw@{budget}={cap}", "--max-new-tokens", str(sweep["max_new_tokens"]),

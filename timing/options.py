@@ -34,8 +34,8 @@ class SweepOptions:
     """Sweep"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("max_new_tokens", "seed", "budget_max", "budget_prior", "ahead", "lend_cores", "cut_pools",
-                  "cut_weigh", "drafter_window"),
+        "embed": ("max_new_tokens", "ignore_eos", "seed", "budget_max", "budget_prior", "ahead", "lend_cores",
+                  "cut_pools", "cut_weigh", "drafter_window"),
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompts", "categories", "limit_prompts", "stratify", "turns")})

@@ -41,7 +41,7 @@ _NOT_COMPARED = (*SHARD_SETTINGS, "speed_tokens")  # how a sweep counts its spee
 _MODEL_NOT_COMPARED = START_SETTINGS
 # Sweep settings added since the first config.json, at their defaults
 _SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "stratify": PromptOptions().stratify,
-                   **{name: getattr(DecodeConfig(), name) for name in DRAFTING}}
+                   "ignore_eos": DecodeConfig().ignore_eos, **{name: getattr(DecodeConfig(), name) for name in DRAFTING}}
 
 
 class ConfigMismatch(InputError):

@@ -85,6 +85,19 @@ def test_the_features_bytes_added_while_schema_4_stood_read_with_or_without_them
                                                                                   "feature_bytes": [768]}, "f:2")
 
 
+def test_ignore_eos_added_while_schema_4_stood_reads_with_or_without_it(make_record):
+    sent = dataclasses.replace(make_record("p/0", "draft"), ignore_eos=True)
+    obj = sent.to_json()
+    assert list(obj)[list(obj).index("stop_token_ids") + 1] == "ignore_eos"
+    assert DecodeRecord.from_json(obj) == sent
+    before = {k: v for k, v in obj.items() if k != "ignore_eos"}  # written before the setting
+    assert DecodeRecord.from_json(before).ignore_eos is None and DecodeRecord.from_json(before).to_json() == before
+    with pytest.raises(ValueError, match=r"^f:2: `ignore_eos` must be true or false, got '1'"):
+        DecodeRecord.from_json(obj | {"ignore_eos": 1}, "f:2")
+    with pytest.raises(ValueError, match=r"^f:2: `ignore_eos` is not a field of a schema 3 record$"):
+        DecodeRecord.from_json({k: v for k, v in obj.items() if k not in SINCE_4} | {"schema": 3}, "f:2")
+
+
 def test_schema_1_and_unknown_schemas_are_refused(make_record):
     obj = make_record("p/0", "draft").to_json()
     with pytest.raises(UnreadSchema, match=r"f:3: a record of schema 1"):

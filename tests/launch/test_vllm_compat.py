@@ -147,6 +147,17 @@ def test_a_stream_yields_cumulative_outputs_ending_with_generates(llm):
     assert len({o.request_id for o in outs}) == 1
 
 
+def test_ignore_eos_runs_each_output_to_max_tokens_through_the_same_draws(llm):
+    prompts = ["x y"] * 8
+    ended, whole = (llm.generate(prompts, [SamplingParams(temperature=1.0, seed=s, max_tokens=40, ignore_eos=ignore)
+                                           for s in range(8)], use_tqdm=False) for ignore in (False, True))
+    assert sum(o.outputs[0].finish_reason == "stop" for o in ended) >= 2  # an end-of-sequence token was sampled
+    for short, long in zip(ended, whole):
+        c = long.outputs[0]
+        assert (len(c.token_ids), c.finish_reason, long.decode_output.record.ignore_eos) == (40, "length", True)
+        assert c.token_ids[: len(short.outputs[0].token_ids)] == short.outputs[0].token_ids
+
+
 def test_the_tokenizer_is_the_targets_and_loads_without_the_model(llm):
     assert isinstance(llm.get_tokenizer(), MockTokenizer)
     assert load_tokenizer(ModelOptions("mock", mock_vocab=32)).vocab_size == 32
@@ -158,7 +169,8 @@ def test_the_tokenizer_is_the_targets_and_loads_without_the_model(llm):
     (dict(best_of=3), r"^`best_of` is not supported here: .* accepts only None, got 3"),
     (dict(presence_penalty=0.5), r"^`presence_penalty` is not supported here: .* accepts only 0.0, got 0.5"),
     (dict(logprobs=1), r"^`logprobs` is not supported here"),
-    (dict(ignore_eos=True), r"^`ignore_eos` is not supported here"),
+    (dict(min_tokens=4), r"^`min_tokens` is not supported here"),
+    (dict(ignore_eos=1), r"^`ignore_eos` must be True or False"),
     (dict(max_tokens=None), r"^`max_tokens` must be a whole number >= 1 \(the runtime has no unbounded decode\)"),
     (dict(max_tokens=0), r"^`max_tokens` must be a whole number >= 1"),
     (dict(max_new_tokens=5), r"^`max_new_tokens` is not a SamplingParams field; the fields are n, temperature, "),

@@ -1,6 +1,7 @@
 """Stop token ids and stop checks (the target side's stop strings) in the round loop: where the output ends,
 how the decode says why, and that stopping changes no law (every decoder stops where `ar` stops: greedy
-outputs equal, and at T = 1 whole outputs follow the law enumerated with the same stops)."""
+outputs equal, and at T = 1 whole outputs follow the law enumerated with the same stops); and `ignore_eos`,
+under which end-of-sequence tokens end nothing, with the same laws."""
 
 from __future__ import annotations
 
@@ -91,6 +92,39 @@ def test_a_stop_beyond_the_limit_leaves_the_limit_as_the_reason(prefix_target, f
     assert result.tokens == [A, B, C] and result.finish == "stop_token_id" and result.overshoot == 0
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_ignore_eos_decodes_past_end_of_sequence_tokens_to_the_limit_and_stop_ids_still_end_it(
+        decoder, prefix_target, fixed_pool_drafter):
+    def run(**settings):  # c, a, b, c, a, b, then end-of-sequence tokens (the target's default row)
+        drafter = fixed_pool_drafter(chain_pool()) if decoder != "ar" else None
+        return decode(chain_target(prefix_target), drafter, [C], DecodeConfig(decoder, 0.0, 3, 10, **settings),
+                      frozenset({EOS}), None)
+
+    ended = run()
+    assert ended.tokens == [A, B, C, A, B, EOS] and ended.finish == "eos"
+    whole = run(ignore_eos=True)
+    assert whole.tokens == ended.tokens + [EOS] * 4 and whole.finish == "limit" and whole.hit_limit
+    stopped = run(ignore_eos=True, stop_token_ids=(EOS,))
+    assert stopped.tokens == ended.tokens and stopped.finish == "stop_token_id"
+    with pytest.raises(ConfigError, match=r"^`ignore_eos` must be true or false, got 1"):
+        DecodeConfig(decoder, ignore_eos=1)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_a_sampled_output_with_ignore_eos_begins_with_the_output_that_ends_at_the_end_of_sequence_token(
+        decoder, mock_pair):
+    """At T = 1 with one sampling stream: the same draws up to the end-of-sequence token, then more."""
+    pair = mock_pair(6, 3, 1.0, PoolConfig(topk=3, depth=3, expand=2))
+    ended = 0
+    for seed in range(12):
+        outputs = [decode(pair.target, pair.drafter if decoder != "ar" else None, [3],
+                          DecodeConfig(decoder, 1.0, 4, 16, ignore_eos=ignore), frozenset({EOS}),
+                          torch.Generator().manual_seed(seed)) for ignore in (False, True)]
+        assert outputs[1].tokens[: len(outputs[0].tokens)] == outputs[0].tokens and len(outputs[1].tokens) == 16
+        ended += outputs[0].finish == "eos"
+    assert ended >= 3  # the end-of-sequence token was met, and passed
+
+
 def test_stops_are_checked_and_normalized_naming_the_setting():
     config = DecodeConfig("ar", stop="###", stop_token_ids=[7, 9])
     assert config.stop == ("###",) and config.stop_token_ids == (7, 9)
@@ -133,20 +167,38 @@ def test_greedy_outputs_with_stops_equal_ar_with_the_same_stops(noise, mock_pair
     assert stopped >= N_PROMPTS  # the stops were met, not the limit
 
 
+def test_greedy_outputs_with_ignore_eos_equal_ar_with_it(mock_pair, greedy):
+    pair = mock_pair(8, 11, 0.5, PoolConfig(topk=4, depth=4, expand=2))
+    rng = np.random.default_rng(5)
+    eos, ended = frozenset({EOS}), 0
+    for _ in range(N_PROMPTS):
+        prompt = rng.integers(1, 8, size=int(rng.integers(1, 8))).tolist()
+        ended += len(greedy(pair.target_model, prompt, 24)) < 24
+        ar = decode(pair.target, None, prompt, DecodeConfig("ar", 0.0, 1, 24, ignore_eos=True), eos, None)
+        assert len(ar.tokens) == 24 and ar.finish == "limit"
+        for decoder in SPECULATIVE:
+            for budget in (1, 8, "auto"):
+                result = decode(pair.target, pair.drafter, prompt,
+                                DecodeConfig(decoder, 0.0, budget, 24, budget_max=8, ignore_eos=True), eos, None,
+                                costs=copy.deepcopy(COSTS))
+                assert result.tokens == ar.tokens, (decoder, budget, prompt)
+    assert ended >= N_PROMPTS // 2  # without ignore_eos most outputs end early
+
+
 # At T = 1: whole outputs with a stop token id and a two-token stop sequence against the law enumerated
 # with the same stops (which is ar's law with them), as tests/pipeline/test_sampling_law does without.
 LAW_VOCAB, HORIZON, STOP_ID, SEQUENCE = 4, 3, 2, [1, 3]
 N_DECODES = 3000
 LAW_CASES = list(DECODERS)
-ALPHA = 1e-3 / len(LAW_CASES)  # family-wise 1e-3 (Bonferroni), fixed before any result was seen
+ALPHA = 1e-3 / (2 * len(LAW_CASES))  # family-wise 1e-3 (Bonferroni), over both settings of ignore_eos
 
 
-def stopped_law(model, softmax) -> dict[tuple[int, ...], float]:
-    """Probability of every output, ended by EOS, STOP_ID, SEQUENCE or the horizon."""
+def stopped_law(model, softmax, ends=(EOS, STOP_ID)) -> dict[tuple[int, ...], float]:
+    """Probability of every output, ended by a token of `ends`, SEQUENCE or the horizon."""
     law: dict[tuple[int, ...], float] = {}
 
     def walk(digest, prefix, prob):
-        if len(prefix) == HORIZON or (prefix and prefix[-1] in (EOS, STOP_ID)) or prefix[-2:] == SEQUENCE:
+        if len(prefix) == HORIZON or (prefix and prefix[-1] in ends) or prefix[-2:] == SEQUENCE:
             law[tuple(prefix)] = prob
             return
         row = softmax(model.logits(digest))
@@ -158,13 +210,14 @@ def stopped_law(model, softmax) -> dict[tuple[int, ...], float]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ignore_eos", [False, True])
 @pytest.mark.parametrize("decoder", LAW_CASES)
-def test_sampled_outputs_with_stops_follow_the_target_law_with_those_stops(decoder, mock_pair, softmax):
+def test_sampled_outputs_with_stops_follow_the_target_law_with_those_stops(decoder, ignore_eos, mock_pair, softmax):
     pair = mock_pair(LAW_VOCAB, 5, 1.0, PoolConfig(topk=3, depth=3, expand=2))
-    law = stopped_law(pair.target_model, softmax)
+    law = stopped_law(pair.target_model, softmax, (STOP_ID,) if ignore_eos else (EOS, STOP_ID))
     assert abs(sum(law.values()) - 1) < 1e-12 and max(law.values()) < 0.5
-    case = LAW_CASES.index(decoder)
-    config = DecodeConfig(decoder, 1.0, 4, HORIZON, seed=case, stop_token_ids=(STOP_ID,))
+    case = LAW_CASES.index(decoder) + len(LAW_CASES) * ignore_eos
+    config = DecodeConfig(decoder, 1.0, 4, HORIZON, seed=case, stop_token_ids=(STOP_ID,), ignore_eos=ignore_eos)
     outcomes = []
     for i in range(N_DECODES):
         generator = torch.Generator().manual_seed(9_000_011 * case + i)

@@ -115,6 +115,21 @@ def test_a_config_written_before_budget_prior_existed_resumes_with_its_default(t
         sweep(mock_session(), make_options(tmp_path, budget_prior="decode", **settings))
 
 
+def test_a_sweep_with_ignore_eos_records_it_and_resumes_only_with_it(tmp_path, mock_session, make_options, sweep):
+    settings = dict(decoders="ar,draft", temperatures="0,1", budgets="8", warmup=0, limit_prompts=2, max_new_tokens=24)
+    path = tmp_path / run_config.CONFIG
+    sweep(mock_session(), make_options(tmp_path / "plain", **settings))
+    config = json.loads((tmp_path / "plain" / run_config.CONFIG).read_text())
+    del config["sweep"]["ignore_eos"]  # a config written before the setting existed: resumed with its default
+    (tmp_path / "plain" / run_config.CONFIG).write_text(json.dumps(config))
+    sweep(mock_session(), make_options(tmp_path / "plain", **settings))
+    store = sweep(mock_session(), make_options(tmp_path, ignore_eos=True, **settings))
+    assert store.records and all(r.ignore_eos and r.new_tokens == 24 for r in store.records)
+    assert json.loads(path.read_text())["sweep"]["ignore_eos"] is True
+    with pytest.raises(run_config.ConfigMismatch, match=r"sweep\.ignore_eos: True here, False now"):
+        sweep(mock_session(), make_options(tmp_path, **settings))
+
+
 def test_a_sweep_refused_before_its_first_record_takes_corrected_settings(tmp_path, mock_session, make_options, sweep):
     with pytest.raises(CapacityError):
         sweep(mock_session(), make_options(tmp_path, max_new_tokens=2000))
