@@ -37,12 +37,16 @@ that a moment in which another process took the cores neither makes speculation 
 makes one tree size look cheaper than the others. A
 plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root pass of
 speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so that a plain
-cost that one slow moment made look dear does not keep speculation on for good. b = 0 rounds do not ask the
-drafter for a pool at all, so speculation switched off costs a plain round. Switching speculation on costs
-more than a steady round: before a decode's first round the drafter's prefill shares the device with the
-target's (`start`), after plain rounds the drafter ingests the tokens it missed before it grows a pool
-(`catch_up`). The catch-up is spread over the rounds it is expected to serve: as many as the setting's
-speculative runs have lasted (a running mean, `run`), at most as many as the rest of the decode takes. Where
+cost that one slow moment made look dear does not keep speculation on for good; `draft`'s rounds, which have no
+root pass, bring it down by their tree passes (the plain pass start-up timed, at the scale they show), so that
+a plain cost learnt on a long prompt's context does not keep a short prompt's decode speculating. A round's
+cost also counts the target's work between rounds, outside the phases (asking the drafter for the next pool,
+with a head's features). b = 0 rounds do not ask the drafter for a pool at all, so speculation switched off
+costs a plain round. Switching speculation on costs more than a steady round: before a decode's first round
+the drafter's prefill shares the device with the target's (`start`), after plain rounds the drafter ingests
+the tokens it missed before it grows a pool (`catch_up`). The catch-up is spread over the rounds it is
+expected to serve: as many as the setting's speculative runs have lasted (a running mean, `run`), at most as
+many as the rest of the decode takes. Where
 speculation pays throughout (a run lasts the decode) a switch is nearly free; where runs end after a round or
 two, a switch must pay for itself almost at once. Starting the drafter (before the first round, or later in a
 decode that started plain) is spread the same way, over at least START_ROUNDS: it serves the rest of the
@@ -168,10 +172,10 @@ class PassCosts:
     scale: float = 1.0  # what tree passes take now over `tree`
     recent: dict[str, deque] = field(default_factory=dict, repr=False)  # "front", "scale" -> timings
     typical: dict[str, float] = field(default_factory=dict, repr=False)  # their medians, once asked
-    timed: dict[str, float] = field(init=False, repr=False)  # "front", "scale" as start-up timed them
+    timed: dict[str, float] = field(init=False, repr=False)  # "front", "scale", "plain" as start-up timed them
 
     def __post_init__(self) -> None:
-        self.timed = {"front": self.front, "scale": self.scale}
+        self.timed = {"front": self.front, "scale": self.scale, "plain": self.plain}
 
     def round(self, b: int) -> float:
         return self.plain if b == 0 else self.front + self.tree_pass(b)
@@ -205,7 +209,11 @@ class PassCosts:
 
     def follow(self, front: float | None, b: int, tree: float | None, root: float | None = None) -> None:
         """A speculative round's timings (None: not a steady one's, or not run); its root pass, scaled by
-        `solo`, moves the plain cost ROOT_RATE of the way."""
+        `solo`, moves the plain cost ROOT_RATE of the way. In a round without one (`draft`'s), the plain pass
+        start-up timed, at the scale the tree pass shows, moves it down only: a plain cost learnt on a longer
+        context (dearer passes) must not keep a short one's decode speculating where plain rounds would be
+        faster, while a slow moment of tree passes (load, or a drafter sharing the device) says nothing of
+        plain rounds, which time themselves."""
         if root is not None:
             self.plain += ROOT_RATE * (capped(self.solo * root, self.plain) - self.plain)
         if front is not None:
@@ -216,6 +224,8 @@ class PassCosts:
             scale = capped(tree / self.tree[b], self.scale)
             self.scale += COST_RATE * (scale - self.scale)
             self._remember("scale", scale)
+            if root is None and (witness := self.timed["plain"] * scale) < self.plain:
+                self.plain += ROOT_RATE * (witness - self.plain)
 
     def relax(self, rate: float) -> None:
         """A plain round: each speculative cost moves `rate` of the way back to its typical value, which itself
@@ -440,7 +450,8 @@ class FixedBudget:
     def prefilled(self, feed: DrafterFeed, tokens: int, seconds: float) -> None:
         pass
 
-    def observe(self, on_path: np.ndarray | None, budget: int, times: Phases, feed: DrafterFeed) -> None:
+    def observe(self, on_path: np.ndarray | None, budget: int, times: Phases, feed: DrafterFeed,
+                outside: float = 0.0) -> None:
         pass
 
     def end(self) -> None:
@@ -473,16 +484,21 @@ class AutoPolicy:
             return self.auto.choose(0.0, left, costs.start(feed.start_tokens(context), late=True))
         return self.auto.choose(costs.switch(feed.missed) if feed.previous == 0 else 0.0, left, 0.0)
 
-    def observe(self, on_path: np.ndarray | None, budget: int, times: Phases, feed: DrafterFeed) -> None:
-        """Feed one round to the estimates: which ranks were accepted, and what the round cost. Its wait for
-        the drafter is a steady one only when the round before speculated too: before the first round the
-        drafter ingests the prompt (a cost of the prefill), after plain ones the tokens it missed (a switch's
-        cost, learnt apart; none when the drafter started only now, its prefill being a start's)."""
-        auto = self.auto
+    def observe(self, on_path: np.ndarray | None, budget: int, times: Phases, feed: DrafterFeed,
+                outside: float = 0.0) -> None:
+        """Feed one round to the estimates: which ranks were accepted, and what the round cost: its phases,
+        and `outside` them the target's work between it and the round before (asking the drafter for its
+        pool, with the target's features for a head: a few ms a round on a CPU, where a head's whole round
+        costs little more than a plain one). Its wait for the drafter is a steady one only when the round
+        before speculated too: before the first round the drafter ingests the prompt (a cost of the
+        prefill), after plain ones the tokens it missed (a switch's cost, learnt apart; none when the drafter
+        started only now, its prefill being a start's)."""
+        auto, outside = self.auto, max(0.0, outside)
         if budget == 0:
-            auto.observe(np.zeros(0, bool), 0, plain=times.seconds("root") + times.seconds("commit"))
+            auto.observe(np.zeros(0, bool), 0, plain=times.seconds("root") + times.seconds("commit") + outside)
             return
-        front = times.seconds("root") + times.seconds("wait") + times.seconds("select") + times.seconds("commit")
+        front = (times.seconds("root") + times.seconds("wait") + times.seconds("select") + times.seconds("commit")
+                 + outside)
         hit = np.zeros(min(budget, auto.cap), bool)  # ranks the tree could not fill count as refused:
         hit[: len(on_path)] = on_path                # a budget buys them only when the pool has them
         root = times.root + times.seconds("commit") if times.root else None  # rules with a root pass

@@ -192,10 +192,16 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)
     policy.prefilled(feed, len(history) - 1, prefill_seconds)
+    mark, observed = time.perf_counter(), rounds.observed
     while True:
         step = rounds.run(history[-1], budget)
+        # The target's seconds since the last round ended beyond this round's phases: the work between rounds
+        # (asking the drafter for this round's pool, with the target's features; choosing its budget).
+        now = time.perf_counter()
+        outside = now - mark - (rounds.observed - observed) - step.phases.on_target()
+        mark, observed = now, rounds.observed
         log.append(step.round(budget, feed.feature_bytes))  # the last request asked for this round's pool
-        policy.observe(step.on_path, budget, step.phases, feed)
+        policy.observe(step.on_path, budget, step.phases, feed, outside)
         passes += step.passes
         emitted = step.emitted
         stop = _extend(out, emitted, stops, config.max_new_tokens, on_tokens)

@@ -34,6 +34,10 @@ class Phases:
         """A phase's seconds, 0 when the round did not run it."""
         return getattr(self, name) or 0.0
 
+    def on_target(self) -> float:
+        """The target's seconds in the round's phases: every phase but the drafter's."""
+        return sum(self.seconds(name) for name in PHASES if name != "draft")
+
 
 PHASES = tuple(f.name for f in fields(Phases))  # draft, root, wait, select, tree, commit
 

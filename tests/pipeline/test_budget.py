@@ -4,6 +4,7 @@ what rounds show, and a decode at any chosen size keeps the target's output."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from pipeline.budget import (COST_RATE, DECAY, EXPERIENCE, FORGET, LINGER, MARGI
                              ranks_on_path)
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
+from pipeline.result import Phases
 from pipeline.rules import RULES, SPECULATIVE
 from pipeline.settings import DecodeConfig
 
@@ -169,6 +171,78 @@ def test_a_plain_cost_inflated_by_one_slow_moment_is_brought_back_by_the_root_pa
 
     assert speculating_rounds(root=None) == 200  # timed by plain rounds alone: trapped
     assert speculating_rounds(root=0.05) < 40  # 0.8 * 50 ms: 40 ms, below the 71 ms a token costs
+
+
+def test_drafts_tree_passes_bring_down_a_plain_cost_learnt_on_a_longer_context_and_never_raise_it():
+    """`draft` has no root pass. Plain rounds of a long prompt taught 50 ms where start-up timed 40, and this
+    short prompt's tree passes run at their start-up timing: each brings the plain cost ROOT_RATE of the way
+    down to 40 ms, and a decode whose rounds bring 1.2 tokens in 45 ms (26.7/s, not 10% above 25/s) stops
+    speculating. A tree pass twice as slow (load) leaves the plain cost alone."""
+    auto = AutoBudget(costs(plain=40, front=3), 8)
+    auto.costs.plain = 0.05
+    auto.prior[:] = [0.2] + [0.0] * 7
+    rounds = 0
+    while auto.choose() > 0 and rounds < 200:
+        auto.observe(np.array([rounds % 5 == 0]), 1, front=0.003, tree=0.042)
+        rounds += 1
+    assert 10 < rounds < 80 and 0.04 < auto.costs.plain < 0.0415
+    slow = AutoBudget(costs(plain=40, front=3), 8)
+    slow.costs.plain = 0.05
+    slow.observe(np.array([True]), 1, front=0.003, tree=0.084)
+    assert slow.costs.plain == 0.05
+
+
+def test_the_work_between_rounds_counts_in_what_a_round_costs():
+    """What the target does outside a round's phases (asking the drafter for the next pool, with features
+    for a head) is part of the round's cost: a steady speculative round's front and a plain round's cost."""
+    class Steady:  # a DrafterFeed after a speculative round
+        previous, missed, told = 8, 0, 10
+
+    policy = AutoPolicy(costs(plain=40, front=45), 8, None)
+    times = Phases(root=None, wait=0.005, select=0.001, tree=0.06, commit=0.001)
+    policy.observe(np.ones(8, bool), 8, times, Steady(), outside=0.02)
+    assert policy.auto.costs.front == pytest.approx(0.045 + COST_RATE * (0.027 - 0.045))
+    Steady.previous = 0
+    policy.observe(None, 0, Phases(root=0.04, commit=0.001), Steady(), outside=0.009)
+    assert policy.auto.costs.plain == pytest.approx(0.04 + COST_RATE * 0.01)
+    policy.observe(None, 0, Phases(root=0.04, commit=0.001), Steady(), outside=-0.001)  # clock noise: none
+    assert policy.auto.costs.plain == pytest.approx(0.042 + COST_RATE * (0.041 - 0.042))
+
+
+class SlowFeed:
+    """The mock pair's drafter, each request taking `seconds` more of the target's time (a head's features
+    sent over a slow link)."""
+
+    def __init__(self, drafter, seconds: float) -> None:
+        self.drafter, self.seconds = drafter, seconds
+
+    def start(self, prompt, *features):
+        time.sleep(self.seconds)
+        self.drafter.start(prompt, *features)
+
+    def commit(self, tokens, *features):
+        time.sleep(self.seconds)
+        self.drafter.commit(tokens, *features)
+
+    def __getattr__(self, name):
+        return getattr(self.drafter, name)
+
+
+def test_a_decode_whose_requests_cost_more_than_speculation_gains_turns_plain(mock_pair, greedy):
+    """The mock's passes take a millisecond or so; a request to the drafter that takes 40 ms more makes a
+    speculative round dearer than the tokens it brings, which only the time outside the phases shows."""
+    pair = mock_pair(64, 4, 0.5, PoolConfig(topk=4, depth=4, expand=2))
+    config = DecodeConfig("draft", 0.0, "auto", 48, 0, 8)
+
+    def share_plain(seconds: float) -> float:
+        c = PassCosts(1 * MS, 1 * MS, {b: 1 * MS for b in candidate_sizes(8) if b})
+        result = decode(pair.target, SlowFeed(pair.drafter, seconds), [3, 4, 5], config, frozenset(), None,
+                        costs=c)
+        assert result.tokens == greedy(pair.target_model, [3, 4, 5], 48)
+        return sum(r.budget == 0 for r in result.rounds) / len(result.rounds)
+
+    assert share_plain(0.04) > 0.6
+    assert share_plain(0.0) < 0.3
 
 
 def test_the_start_up_ratio_of_plain_to_root_pass_scales_the_root_passes():
