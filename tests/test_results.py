@@ -5,10 +5,11 @@ the file in the folder of the section's heading) and, in each row, the line and 
 `KIND KEY=VALUE ...: FIELD ...`, KIND the line's `kind` and every KEY=VALUE one of its fields (values compare
 as text). Each column headed "T = x" holds the figures at temperature x: its numbers, in order, are the FIELDs
 that hold numbers, as printed (a percentage is the fraction times 100; as many decimals as printed), and a FIELD
-that holds text appears in the cell. A "T = x" heading that names another folder (`` `FOLDER/` ``) quotes the file
-of the same name in that folder: two recordings side by side, each figure from its own. A report's JSON document (`report.json`, the last line a report prints) is
-read as lines too: one per entry of a setting's `decoders`, `gains` and `pass_gains`, of that kind, with the
-setting's `temperature` and `budget` and the entry's `name`."""
+that holds text appears in the cell. A "T = x" heading that names another folder (`` `FOLDER/` ``, a path under
+results/) quotes the file of the same name in that folder: two recordings side by side, each figure from its own.
+A report's JSON document (`report.json`, the last line a report prints) is read as lines too: one per entry of a
+setting's `decoders`, `gains` and `pass_gains`, of that kind, with the setting's `temperature` and `budget` and
+the entry's `name`."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ SOURCE = re.compile(r"from `([\w.-]+\.jsonl?)`")
 CITATION = re.compile(r"^`([\w-]+)((?: [\w-]+=\S+)*): ([\w ]+)`$")
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+(?:\.(\d+))?)(?:e([+-]?\d+))?(%?)")
 TEMPERATURE = re.compile(r"\bT = (\d+(?:\.\d+)?)\b")
-FOLDER = re.compile(r"`([\w.-]+)/`")
+FOLDER = re.compile(r"`([\w.-]+(?:/[\w.-]+)*)/`")
 QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-eagle3-paper-pool", "cpu-smollm2-eagle3-late", "cpu-smollm2-cover",
-           "cpu-smollm2-eagle3-cover", "cpu-smollm2-values")  # every table quotes its JSON
+           "cpu-smollm2-eagle3-cover", "cpu-smollm2-values",
+           "cpu-smollm2-auto-drafters/head-whole-t1")  # every table quotes its JSON
 
 
 def sections(text: str) -> dict[str, str]:
