@@ -73,7 +73,8 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
     n = len(tree_sizes)
     return DecodeRecord(
         prompt_id=prompt_id, category=category, turn=turn, decoder=decoder, temperature=temperature, top_k=0,
-        top_p=1.0, min_p=0.0, stop_strings=[], stop_token_ids=[], budget=budget, seed=seed, max_new_tokens=64,
+        top_p=1.0, min_p=0.0, stop_strings=[], stop_token_ids=[], ignore_eos=False, budget=budget, seed=seed,
+        max_new_tokens=64,
         prompt="p" * 5, prompt_tokens=5, prompt_token_ids=[1] * 5, new_tokens=tokens, token_ids=[1] * tokens,
         text="x" * tokens, finish_reason="length", stop_reason=None, overshoot=overshoot, stop="limit",
         seconds=seconds, prefill_seconds=prefill_seconds, tokens_per_second=tokens / seconds, rounds=n,

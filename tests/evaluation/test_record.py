@@ -14,7 +14,7 @@ from evaluation.record import SCHEMA, DecodeRecord, SweepPlace, UnreadSchema
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 COMMITTED = sorted(p for p in RESULTS.rglob("*.jsonl") if p.name.startswith("records") or "-t1" in p.name)
 SINCE_3 = ("prompt", "finish_reason", "stop_reason", "stop_strings", "stop_token_ids")
-SINCE_4 = ("prompt_token_ids", "load_average", "cpus", "feature_bytes")
+SINCE_4 = ("prompt_token_ids", "load_average", "cpus", "feature_bytes", "ignore_eos")
 IN_3 = ("lend_cores", "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows")  # added as 3 stood
 
 
@@ -95,7 +95,8 @@ def test_ignore_eos_added_while_schema_4_stood_reads_with_or_without_it(make_rec
     with pytest.raises(ValueError, match=r"^f:2: `ignore_eos` must be true or false, got '1'"):
         DecodeRecord.from_json(obj | {"ignore_eos": 1}, "f:2")
     with pytest.raises(ValueError, match=r"^f:2: `ignore_eos` is not a field of a schema 3 record$"):
-        DecodeRecord.from_json({k: v for k, v in obj.items() if k not in SINCE_4} | {"schema": 3}, "f:2")
+        DecodeRecord.from_json({k: v for k, v in obj.items() if k not in SINCE_4} | {"schema": 3,
+                                                                                  "ignore_eos": True}, "f:2")
 
 
 def test_schema_1_and_unknown_schemas_are_refused(make_record):
