@@ -21,10 +21,10 @@ import numpy as np
 from evaluation.record import DecodeRecord
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
-from pipeline.settings import DRAFTING, DecodeConfig
+from pipeline.settings import DecodeConfig
 from programs.cli import EXIT_USAGE, files_program, run_files_program, to_argv
 from timing import prog
-from timing.options import MatchedOptions
+from timing.options import SWEEP_DECODE, MatchedOptions
 from timing.record_store import load_records
 from timing.report import merged_config
 
@@ -134,8 +134,8 @@ def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, 
         argv += ["--stratify", sweep["stratify"]]
     if sweep.get("turns", "first") != "first":
         argv += ["--turns", sweep["turns"]]
-    argv += _changed(DecodeConfig(**{name: sweep[name] for name in (*DRAFTING, "ignore_eos") if name in sweep}),
-                     DecodeConfig(), skip=())
+    carried = {name: sweep[name] for name in SWEEP_DECODE if name in sweep}  # the sweep's decode settings
+    argv += _changed(DecodeConfig(**carried), DecodeConfig(), skip=("max_new_tokens", "seed"))  # given below
     argv += ["--limit-prompts", str(sweep["limit_prompts"]), "--decoders", "pearl,root-draw",
              "--temperatures", ",".join(f"{t:g}" for t in temperatures), "--budgets", str(budget),
              "--budget-overrides", f"root-draw@{budget}={cap}", "--max-new-tokens", str(sweep["max_new_tokens"]),

@@ -29,13 +29,18 @@ def temperature_list(text: str) -> list[float]:
         raise ConfigError("temperatures", f"must list distinct finite numbers >= 0, got {text!r}")
     return values
 
+
+# DecodeConfig's fields a sweep takes on its command line (the grid gives the decoder, T and B)
+SWEEP_DECODE = ("max_new_tokens", "ignore_eos", "seed", "budget_max", "budget_prior", "ahead", "lend_cores",
+                "cut_pools", "cut_weigh", "drafter_window")
+
+
 @dataclass(frozen=True, slots=True)
 class SweepOptions:
     """Sweep"""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
-        "embed": ("max_new_tokens", "ignore_eos", "seed", "budget_max", "budget_prior", "ahead", "lend_cores",
-                  "cut_pools", "cut_weigh", "drafter_window"),
+        "embed": SWEEP_DECODE,
         "help": {"seed": "seeds the prompt order, the prompt subset and the first sampling seed"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompts", "categories", "limit_prompts", "stratify", "turns")})

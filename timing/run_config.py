@@ -26,10 +26,10 @@ from evaluation.prompts import Prompt
 from evaluation.run_identity import SHARD_SETTINGS, START_SETTINGS
 from models.options import ModelOptions
 from pipeline.config import InputError, PoolConfig
-from pipeline.settings import DRAFTING, DecodeConfig
+from pipeline.settings import DecodeConfig
 from programs.cli import option_values
 from programs.options import PromptOptions
-from timing.options import SweepOptions
+from timing.options import SWEEP_DECODE, SweepOptions
 from timing.record_store import read_records, shard_files
 
 log = logging.getLogger("timing")
@@ -39,9 +39,9 @@ CONFIG = "config.json"
 # the CPU kernels again at a start (what they are is the start's): the same a rounds file's run id leaves out.
 _NOT_COMPARED = (*SHARD_SETTINGS, "speed_tokens")  # how a sweep counts its speeds: the records keep both counts
 _MODEL_NOT_COMPARED = START_SETTINGS
-# Sweep settings added since the first config.json, at their defaults
-_SWEEP_DEFAULTS = {"budget_prior": DecodeConfig().budget_prior, "stratify": PromptOptions().stratify,
-                   "ignore_eos": DecodeConfig().ignore_eos, **{name: getattr(DecodeConfig(), name) for name in DRAFTING}}
+# Sweep settings at their defaults, for a config.json written before one existed
+_SWEEP_DEFAULTS = {"stratify": PromptOptions().stratify,
+                   **{name: getattr(DecodeConfig(), name) for name in SWEEP_DECODE}}
 
 
 class ConfigMismatch(InputError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,32 +72,21 @@ def test_fields_added_while_a_schema_stood_may_be_absent(make_record):
     assert record.budgets is None and record.ahead_hits is None and record.to_json() == obj
 
 
-def test_the_features_bytes_added_while_schema_4_stood_read_with_or_without_them(make_record):
-    sent = make_record("p/0", "draft", feature_bytes=[3072, 768])
+@pytest.mark.parametrize("name, value, after, bad, refusal", [
+    ("feature_bytes", [3072, 768], "held_rows", [1.5], "must be a list of integers"),
+    ("ignore_eos", True, "stop_token_ids", 1, "must be true or false, got '1'"),
+])
+def test_fields_added_while_schema_4_stood_read_with_or_without_them(make_record, name, value, after, bad, refusal):
+    sent = dataclasses.replace(make_record("p/0", "draft"), **{name: value})
     obj = sent.to_json()
-    assert list(obj)[list(obj).index("held_rows") + 1] == "feature_bytes"
+    assert list(obj)[list(obj).index(after) + 1] == name
     assert DecodeRecord.from_json(obj) == sent
-    before = {k: v for k, v in obj.items() if k != "feature_bytes"}  # written before the column
-    assert DecodeRecord.from_json(before).feature_bytes is None and DecodeRecord.from_json(before).to_json() == before
-    with pytest.raises(ValueError, match=r"^f:2: `feature_bytes` must be a list of integers"):
-        DecodeRecord.from_json(obj | {"feature_bytes": [1.5]}, "f:2")
-    with pytest.raises(ValueError, match=r"^f:2: `feature_bytes` is not a field of a schema 3 record$"):
-        DecodeRecord.from_json({k: v for k, v in obj.items() if k not in SINCE_4} | {"schema": 3,
-                                                                                  "feature_bytes": [768]}, "f:2")
-
-
-def test_ignore_eos_added_while_schema_4_stood_reads_with_or_without_it(make_record):
-    sent = dataclasses.replace(make_record("p/0", "draft"), ignore_eos=True)
-    obj = sent.to_json()
-    assert list(obj)[list(obj).index("stop_token_ids") + 1] == "ignore_eos"
-    assert DecodeRecord.from_json(obj) == sent
-    before = {k: v for k, v in obj.items() if k != "ignore_eos"}  # written before the setting
-    assert DecodeRecord.from_json(before).ignore_eos is None and DecodeRecord.from_json(before).to_json() == before
-    with pytest.raises(ValueError, match=r"^f:2: `ignore_eos` must be true or false, got '1'"):
-        DecodeRecord.from_json(obj | {"ignore_eos": 1}, "f:2")
-    with pytest.raises(ValueError, match=r"^f:2: `ignore_eos` is not a field of a schema 3 record$"):
-        DecodeRecord.from_json({k: v for k, v in obj.items() if k not in SINCE_4} | {"schema": 3,
-                                                                                  "ignore_eos": True}, "f:2")
+    before = {k: v for k, v in obj.items() if k != name}  # written before the field
+    assert getattr(DecodeRecord.from_json(before), name) is None and DecodeRecord.from_json(before).to_json() == before
+    with pytest.raises(ValueError, match=rf"^f:2: `{name}` {re.escape(refusal)}"):
+        DecodeRecord.from_json(obj | {name: bad}, "f:2")
+    with pytest.raises(ValueError, match=rf"^f:2: `{name}` is not a field of a schema 3 record$"):
+        DecodeRecord.from_json({k: v for k, v in obj.items() if k not in SINCE_4} | {"schema": 3, name: value}, "f:2")
 
 
 def test_schema_1_and_unknown_schemas_are_refused(make_record):
