@@ -20,9 +20,11 @@ from pathlib import Path
 import torch
 
 from training.distill import answer_batch, read_shard, shard_path, write_shard
-from training.prompts import context_prompts, training_prompts
+from training.prompts import EVALUATED, context_prompts, source_prompts, training_prompts
 from training.train import Schedule, Target, head_config, train, write_head
 from training.vocab import answer_counts, draft_vocab
+
+TEMPLATED = 480  # training prompts made from templates, unless --prompts says otherwise
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -32,11 +34,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    "directory (default: %(default)s)")
     p.add_argument("--work", type=Path, required=True, help="where answers and checkpoints are kept (resumes here)")
     p.add_argument("--out", type=Path, required=True, help="the head's directory, read by --drafter eagle3:OUT")
-    p.add_argument("--prompts", type=int, default=480, help="training prompts (default: %(default)s)")
+    p.add_argument("--prompts", type=int, help=f"training prompts (default: {TEMPLATED} made from templates, or "
+                   "every prompt of --prompt-source)")
+    p.add_argument("--prompt-source", action="append", default=[], metavar="SOURCE", help="train on these "
+                   "prompts (their first user turns), not on the templated ones: a .jsonl file of {\"prompt\": "
+                   "TEXT} lines or a file of one prompt a line, as sweeps read them; repeatable")
     p.add_argument("--max-new", type=int, default=256, help="answer tokens at most (default: %(default)s)")
     p.add_argument("--context-prompts", type=int, default=0, help="prompts more that hand the target its own "
                    "greedy answers as texts to summarize, question or continue (default: %(default)s)")
-    p.add_argument("--shard", type=int, default=16, help="prompts answered per batch and file (default: %(default)s)")
+    p.add_argument("--shard", type=int, default=64, help="prompts answered per file, half of them (the greedy ones, "
+                   "then the sampled ones) to a batch (default: %(default)s)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
     for f in fields(Schedule):
@@ -109,13 +116,18 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     args = build_parser(prog).parse_args(argv)
     try:
         schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
-        if args.prompts < 1 or args.max_new < 2 or args.shard < 1 or args.context_prompts < 0:
+        if min(1 if args.prompts is None else args.prompts, args.shard) < 1 or args.max_new < 2 or args.context_prompts < 0:
             raise ValueError(f"`prompts`, `shard` must be at least 1, `context-prompts` at least 0 and `max-new` at "
                              f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
-        prompts = training_prompts(args.prompts, args.seed)
+        prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
+                   else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    for source in args.prompt_source:
+        if source.startswith(EVALUATED):
+            print(f"[train-head] warning: {source}'s prompts are among those sweeps evaluate on: a head trained on "
+                  f"them is measured on what it learnt", file=sys.stderr)
     from tqdm import tqdm
 
     if args.threads:
@@ -174,7 +186,8 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     times_path.write_text(json.dumps(times))
     write_head(args.out, config, weights, d2t, t2d)
     report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
-              "data": {"prompts": len(prompts), "context_prompts": args.context_prompts, "prompt_seed": args.seed,
+              "data": {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],
+                       "context_prompts": args.context_prompts, "prompt_seed": args.seed, "shard": args.shard,
                        "answers_greedy": (len(prompts) + 1) // 2 + (args.context_prompts + 1) // 2,
                        "answers_sampled_t1": len(prompts) // 2 + args.context_prompts // 2, "answer_tokens": tokens,
                        "max_new": args.max_new, "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered},

@@ -5,7 +5,8 @@ GSM8K): they are written for this program, across the kinds of request those set
 play, reasoning, arithmetic, code, extraction, science, humanities, translation, summaries, questions), so
 that the head sees the target answer each kind. The draw is deterministic for a seed. Context prompts
 (context_prompts) then hand the target its own answers as texts to summarize, question or continue, so that
-the head also sees the target work from a long context it is given.
+the head also sees the target work from a long context it is given. A user's own prompts (source_prompts,
+files as sweeps read them) take the templates' place.
 """
 
 from __future__ import annotations
@@ -137,3 +138,22 @@ def training_prompts(count: int, seed: int) -> list[str]:
     if len(seen) < count:
         raise ValueError(f"only {len(seen)} distinct training prompts can be made; ask for fewer than {count}")
     return list(seen)
+
+
+EVALUATED = ("builtin", "humaneval", "spec-bench:")  # sources whose prompts this project's sweeps evaluate on
+
+
+def source_prompts(sources: list[str], count: int | None) -> list[str]:
+    """The first user turns of `sources` (as sweeps read them: a .jsonl file of {"prompt": TEXT}, a file of one
+    prompt a line, ...) in order, each text once, the first `count` of them (None: all). Raises ValueError
+    (evaluation.prompts' PromptError for a source that cannot be read) naming the problem."""
+    from evaluation.prompts import load_prompts
+
+    texts = list(dict.fromkeys(p.text for source in sources for p in load_prompts(source)))
+    if count is not None:
+        if count < 1:
+            raise ValueError(f"`prompts` must be at least 1, not {count}")
+        if len(texts) < count:
+            raise ValueError(f"{', '.join(sources)} hold{'s' if len(sources) == 1 else ''} {len(texts)} distinct "
+                             f"prompts, fewer than the {count} asked for")
+    return texts[:count]

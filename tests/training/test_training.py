@@ -12,6 +12,7 @@ import torch
 from models.eagle3_config import HeadConfig
 from tests.models.eagle3_heads import VOCAB, head_config, head_weights, reference_path, small_target, target_features
 from training import cli
+from evaluation.prompts import BUILTIN
 from training.prompts import training_prompts
 from training.train import Schedule, build_head, train
 from training.ttt import unrolled_loss, unrolled_rows
@@ -91,10 +92,10 @@ def test_the_loss_scores_only_answer_rows_whose_target_top_is_drafted():
     assert unrolled_loss(head, rows, tokens, 6, feats, top, t2d, 3, 0.8).rows[0] == n - 7
 
 
-def _run(work: Path, out: Path, *extra: str) -> int:
-    return cli.main(["--target", "random:tiny", "--work", str(work), "--out", str(out), "--prompts", "6",
-                     "--max-new", "12", "--shard", "4", "--draft-vocab", "64", "--epochs", "2", "--batch", "2",
-                     "--save-every", "1", *extra])
+def _run(work: Path, out: Path, *extra: str, prompts: int | None = 6) -> int:
+    return cli.main(["--target", "random:tiny", "--work", str(work), "--out", str(out),
+                     *(["--prompts", str(prompts)] if prompts else []), "--max-new", "12", "--shard", "4",
+                     "--draft-vocab", "64", "--epochs", "2", "--batch", "2", "--save-every", "1", *extra])
 
 
 def test_a_run_is_deterministic_and_writes_a_head_the_runtime_loads(tmp_path):
@@ -255,3 +256,41 @@ def test_context_prompts_are_answered_in_shards_of_their_own_and_trained_on(tmp_
     assert _run(tmp_path / "w", tmp_path / "h2", "--context-prompts", "3") == 0
     assert (tmp_path / "w" / "answers-0000.pt").read_bytes() == first
     assert (tmp_path / "h2" / "model.safetensors").read_bytes() == (tmp_path / "h" / "model.safetensors").read_bytes()
+
+
+def test_a_users_prompt_files_take_the_templates_place_in_order_each_text_once(tmp_path, capsys):
+    from training.distill import read_shard
+
+    lines = tmp_path / "mine.txt"
+    lines.write_text("Tell me about tides.\n\nName three rivers.\nTell me about tides.\n")
+    rows = tmp_path / "more.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ("Why is snow white?", "Count to five.")))
+    sources = ["--prompt-source", str(lines), "--prompt-source", str(rows)]
+    assert _run(tmp_path / "w", tmp_path / "h", *sources, prompts=3) == 0
+    report = json.loads((tmp_path / "h" / "training.json").read_text())
+    assert report["data"]["prompts"] == 3 and report["data"]["prompt_sources"] == [str(lines), str(rows)]
+    _, tokenizer = cli.load_target("random:tiny")
+    asked = [a.tokens[: a.start].tolist() for a in read_shard(tmp_path / "w" / "answers-0000.pt")]
+    first = ("Tell me about tides.", "Name three rivers.", "Why is snow white?")
+    assert asked == [tokenizer.chat_ids([t]) for t in first]
+    capsys.readouterr()
+
+    # without --prompts every distinct prompt; a source this project evaluates on is used, with a warning
+    assert _run(tmp_path / "w2", tmp_path / "h2", *sources, "--prompt-source", "builtin", prompts=None) == 0
+    assert "warning: builtin's prompts are among those sweeps evaluate on" in capsys.readouterr().err
+    assert json.loads((tmp_path / "h2" / "training.json").read_text())["data"]["prompts"] == 4 + len(BUILTIN)
+
+
+@pytest.mark.parametrize("content, extra, message", [
+    ("One prompt.\n", ["--prompts", "2"], "holds 1 distinct prompts, fewer than the 2 asked for"),
+    ('{"text": "no prompt field"}\n', [], ':1: needs a non-empty string "prompt"'),
+    (None, [], "prompt file"),
+])
+def test_a_prompt_source_that_cannot_serve_is_refused_in_one_line(tmp_path, capsys, content, extra, message):
+    path = tmp_path / ("p.jsonl" if content and content.startswith("{") else "p.txt")
+    if content is not None:
+        path.write_text(content)
+    assert cli.main(["--target", "random:tiny", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "h"),
+                     "--prompt-source", str(path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not (tmp_path / "w").exists()
