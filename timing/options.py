@@ -54,7 +54,11 @@ class SweepOptions:
                 "comma-separated (e.g. root-draw@59=41 for the matched-size run)", "metavar": "LIST"})
     num_seeds: int = field(default=1, metadata={
         "help": "at T > 0, decode with sampling seeds S..S+N-1 (greedy decodes do not depend on the seed, "
-                "so T = 0 runs with S alone)"})
+                "so T = 0 runs with S alone, unless --greedy-repeats)"})
+    greedy_repeats: int = field(default=1, metadata={
+        "help": "at T = 0, decode each prompt N times (recorded under seeds S..S+N-1; the same output each "
+                "time): reports sum a prompt's decodes, so one slow moment weighs 1/N in its gain",
+        "metavar": "N"})
     out: str = field(default="", metadata={
         "help": "output directory: records and config.json; rerun to resume", "metavar": "DIR",
         "required": True})
@@ -78,6 +82,7 @@ class SweepOptions:
         if self.speed_tokens not in SPEED_TOKENS:
             raise ConfigError("speed_tokens", f"must be one of {', '.join(SPEED_TOKENS)}, got {self.speed_tokens!r}")
         check_int("num_seeds", self.num_seeds, 1)
+        check_int("greedy_repeats", self.greedy_repeats, 1)
         for parsed in ("temperature_list", "budget_list", "overrides", "shard_index"):
             getattr(self, parsed)  # each parsing property raises the ConfigError naming its field
         if not self.out:
@@ -142,7 +147,7 @@ class SweepOptions:
         return self.overrides.get((decoder, budget), budget)
 
     def seeds(self, temperature: float) -> list[int]:
-        return [self.seed] if temperature == 0 else list(range(self.seed, self.seed + self.num_seeds))
+        return list(range(self.seed, self.seed + (self.greedy_repeats if temperature == 0 else self.num_seeds)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ CONFIG = "config.json"
 _NOT_COMPARED = (*SHARD_SETTINGS, "speed_tokens")  # how a sweep counts its speeds: the records keep both counts
 _MODEL_NOT_COMPARED = START_SETTINGS
 # Sweep settings at their defaults, for a config.json written before one existed
-_SWEEP_DEFAULTS = {"stratify": PromptOptions().stratify,
+_SWEEP_DEFAULTS = {"stratify": PromptOptions().stratify, "greedy_repeats": 1,
                    **{name: getattr(DecodeConfig(), name) for name in SWEEP_DECODE}}
 
 

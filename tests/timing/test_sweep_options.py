@@ -29,6 +29,7 @@ def test_defaults_are_the_papers_grid():
     ("warmup", -2, "`warmup` must be a non-negative integer"),
     ("max_new_tokens", 0, "`max_new_tokens` must be a positive integer"),
     ("num_seeds", 0, "`num_seeds` must be a positive integer"),
+    ("greedy_repeats", 0, "`greedy_repeats` must be a positive integer"),
     ("seed", -1, "`seed` must be a non-negative integer"),
     ("decoders", "draft,nope", "`decoders` must list distinct names"),
     ("decoders", "draft,draft", "`decoders` must list distinct names"),
@@ -58,9 +59,11 @@ def test_budget_overrides_replace_the_cap_where_named():
     assert o.overrides == {("root-draw", 59): 41, ("pearl", 59): 60}
 
 
-def test_greedy_settings_run_one_seed():
+def test_greedy_settings_run_one_seed_unless_repeated():
     o = build(SweepOptions, out="x", seed=3, num_seeds=2)
     assert o.seeds(0.0) == [3] and o.seeds(1.0) == [3, 4]
+    o = build(SweepOptions, out="x", seed=3, num_seeds=2, greedy_repeats=3)
+    assert o.seeds(0.0) == [3, 4, 5] and o.seeds(1.0) == [3, 4]
 
 
 def test_usage_error_names_the_option(capsys):

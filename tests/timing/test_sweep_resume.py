@@ -130,6 +130,33 @@ def test_a_sweep_with_ignore_eos_records_it_and_resumes_only_with_it(tmp_path, m
         sweep(mock_session(), make_options(tmp_path, **settings))
 
 
+def test_greedy_repeats_decode_each_prompt_again_to_the_same_output_and_reports_sum_them(
+        tmp_path, mock_session, make_options, sweep):
+    from evaluation.summary import analyse
+
+    settings = dict(decoders="ar,draft", temperatures="0,1", budgets="8", warmup=0, limit_prompts=2, max_new_tokens=12)
+    config = tmp_path / run_config.CONFIG
+    store = sweep(mock_session(), make_options(tmp_path, greedy_repeats=3, **settings))
+    greedy = [r for r in store.records if r.temperature == 0]
+    assert len(greedy) == 2 * 2 * 3 and len(store.records) - len(greedy) == 2 * 2  # T = 1: one seed
+    outputs = {}
+    for r in greedy:
+        outputs.setdefault((r.prompt_id, r.decoder), set()).add(tuple(r.token_ids))
+    assert all(len(o) == 1 for o in outputs.values()) and {r.seed for r in greedy} == {0, 1, 2}
+    setting = analyse(store.records, 0.0, 8)
+    assert setting.seeds == [0, 1, 2] and len(setting.prompt_ids) == 2
+    draft = sum(r.seconds for r in greedy if r.decoder == "draft")
+    assert setting.decoders["draft"].seconds.sum() == pytest.approx(draft)
+
+    with pytest.raises(run_config.ConfigMismatch, match=r"sweep\.greedy_repeats: 3 here, 1 now"):
+        sweep(mock_session(), make_options(tmp_path, **settings))
+    sweep(mock_session(), make_options(tmp_path / "once", **settings))
+    old = json.loads((tmp_path / "once" / run_config.CONFIG).read_text())
+    del old["sweep"]["greedy_repeats"]  # a config written before the setting existed: resumed with its default
+    (tmp_path / "once" / run_config.CONFIG).write_text(json.dumps(old))
+    sweep(mock_session(), make_options(tmp_path / "once", **settings))
+
+
 def test_a_sweep_refused_before_its_first_record_takes_corrected_settings(tmp_path, mock_session, make_options, sweep):
     with pytest.raises(CapacityError):
         sweep(mock_session(), make_options(tmp_path, max_new_tokens=2000))
