@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     args = build_parser(prog).parse_args(argv)
     try:
         schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
-        if min(1 if args.prompts is None else args.prompts, args.shard) < 1 or args.max_new < 2 or args.context_prompts < 0:
+        counts = (1 if args.prompts is None else args.prompts, args.shard)  # --prompts: None means all or 480
+        if min(counts) < 1 or args.max_new < 2 or args.context_prompts < 0:
             raise ValueError(f"`prompts`, `shard` must be at least 1, `context-prompts` at least 0 and `max-new` at "
                              f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
         prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
