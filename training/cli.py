@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from models.options import DTYPES
 from training.distill import answer_batch, read_shard, shard_path, write_shard
 from training.prompts import EVALUATED, context_prompts, source_prompts, training_prompts
 from training.train import Schedule, Target, head_config, train, write_head
@@ -46,18 +47,27 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    "then the sampled ones) to a batch (default: %(default)s)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
+    p.add_argument("--device", default="cpu", help="where the target answers and the head trains: cpu, cuda or "
+                   "cuda:N (default: %(default)s; a run is bit-for-bit deterministic on the CPU)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="the target's dtype while it answers (auto: "
+                   "float32 on the CPU, bfloat16 on a GPU; the head trains in float32)")
     for f in fields(Schedule):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
                        help=f"(default: %(default)s)")
     return p
 
 
-def load_target(spec: str):
-    """-> (transformers model, tokenizer) in float32 on the CPU."""
+def answer_dtype(device: str, dtype: str = "auto") -> str:
+    """The target's dtype while it answers: `dtype`, or for auto float32 on the CPU and bfloat16 on a GPU."""
+    return dtype if dtype != "auto" else "float32" if device == "cpu" else "bfloat16"
+
+
+def load_target(spec: str, device: str = "cpu", dtype: str = "auto"):
+    """-> (transformers model, tokenizer) on `device`, in answer_dtype's dtype."""
     from models.load import load
     from models.options import ModelOptions
 
-    loaded = load(ModelOptions(model=spec, dtype="float32", device="cpu", graphs=False), "target")
+    loaded = load(ModelOptions(model=spec, dtype=answer_dtype(device, dtype), device=device, graphs=False), "target")
     return loaded.model.eval(), loaded.tokenizer
 
 
@@ -65,8 +75,9 @@ def target_of(model, config: dict) -> Target:
     from models.eagle3_config import HeadConfig
 
     layers = HeadConfig.from_dict(config).feature_layers(model.config.get_text_config().num_hidden_layers)
-    return Target(config, model.get_input_embeddings().weight.detach(),
-                  model.get_output_embeddings().weight.detach(), model.get_decoder().norm.weight.detach(), layers)
+    return Target(config, *(w.detach().cpu() for w in (model.get_input_embeddings().weight,
+                                                        model.get_output_embeddings().weight,
+                                                        model.get_decoder().norm.weight)), layers)
 
 
 def ends_and_pad(tokenizer) -> tuple[tuple[int, ...], int]:
@@ -122,6 +133,10 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
                              f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
         prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
                    else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
+        if not (args.device == "cpu" or args.device.startswith("cuda")):
+            raise ValueError(f"`device` must be cpu, cuda or cuda:N, not {args.device!r}")
+        if args.device != "cpu" and not torch.cuda.is_available():
+            raise ValueError(f"`device` {args.device}: torch sees no GPU here (run on the CPU with --device cpu)")
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -134,16 +149,22 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     if args.threads:
         torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
-    recipe = {"target": args.target, "seed": args.seed, "shard": args.shard, "max_new": args.max_new}
+    args.dtype = answer_dtype(args.device, args.dtype)
+    recipe = {"target": args.target, "seed": args.seed, "shard": args.shard, "max_new": args.max_new,
+              "dtype": args.dtype}
     manifest = args.work / "answers.json"  # what the shards answer: a resume must answer the same way
-    if manifest.exists() and json.loads(manifest.read_text()) != recipe:
+    if manifest.exists() and {"dtype": "float32", **json.loads(manifest.read_text())} != recipe:  # older: float32
         print(f"{prog}: error: {args.work} holds answers of {manifest.read_text().strip()}, not of {json.dumps(recipe)}; "
               f"give another --work or delete it", file=sys.stderr)
         return 2
     manifest.write_text(json.dumps(recipe))
     times_path = args.work / "times.json"
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
-    model, tokenizer = load_target(args.target)
+    try:
+        model, tokenizer = load_target(args.target, args.device, args.dtype)
+    except ValueError as e:  # a target that cannot be loaded (models.load names the problem)
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     vocab = model.config.get_text_config().vocab_size
     config = head_config(model.config, args.draft_vocab)
     target = target_of(model, config)
@@ -179,7 +200,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
             bar.refresh()
 
         try:
-            weights, curve = train(answers, target, d2t, t2d, schedule, args.work, progress)
+            weights, curve = train(answers, target, d2t, t2d, schedule, args.work, progress, device=model.device)
         except ValueError as e:  # a checkpoint of another run
             print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
@@ -193,6 +214,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
                        "answers_sampled_t1": len(prompts) // 2 + args.context_prompts // 2, "answer_tokens": tokens,
                        "max_new": args.max_new, "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered},
               "schedule": asdict(schedule), "seconds": times, "threads": torch.get_num_threads(),
+              "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
               "curve": curve}
     (args.out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
     plot_curve(curve, args.out / "loss.png")

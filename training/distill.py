@@ -77,13 +77,15 @@ class Recorder:
 @torch.inference_mode()
 def answer_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int, end_ids: tuple[int, ...],
                  pad_id: int, layers: tuple[int, ...], seed: int) -> list[Answer]:
-    """The target's answers to `prompts` (chat-templated ids) in one left-padded generate call."""
+    """The target's answers to `prompts` (chat-templated ids) in one left-padded generate call, on the model's
+    device; the answers are kept on the CPU."""
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for b, p in enumerate(prompts):
         ids[b, width - len(p):] = torch.tensor(p)
         mask[b, width - len(p):] = 1
+    ids, mask = ids.to(model.device), mask.to(model.device)
     recorder = Recorder(model, layers)
     try:
         torch.manual_seed(seed)
@@ -102,8 +104,8 @@ def answer_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int,
         n = len(p) + len(new)
         rows = slice(width - len(p), width - len(p) + n - 1)
         h = last[b, rows]
-        answers.append(Answer(torch.tensor(p + new), len(p), features[b, rows].to(STORE_DTYPE),
-                              h.to(STORE_DTYPE), (h @ head.T).argmax(-1).int()))
+        answers.append(Answer(torch.tensor(p + new), len(p), features[b, rows].to("cpu", STORE_DTYPE),
+                              h.to("cpu", STORE_DTYPE), (h @ head.T).argmax(-1).int().cpu()))
     return answers
 
 

@@ -57,7 +57,8 @@ class Schedule:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What the head takes from its target: shapes, the token embedding, the output layer and final norm."""
+    """What the head takes from its target: shapes, the token embedding, the output layer and final norm (on the
+    CPU, whatever the target's device)."""
 
     config: dict  # the head's config.json (models.eagle3_config.HeadConfig.from_dict reads it)
     embed: torch.Tensor  # (V, T)
@@ -98,36 +99,38 @@ def initial_weights(target: Target, cfg: HeadConfig, d2t: torch.Tensor, seed: in
     return w
 
 
-def build_head(target: Target, cfg: HeadConfig, weights: dict, d2t: torch.Tensor) -> Eagle3Head:
-    inv, scale = rotary(cfg, "cpu")
-    return Eagle3Head(cfg, weights, target.embed.float(), d2t + torch.arange(len(d2t)), inv, scale)
+def build_head(target: Target, cfg: HeadConfig, weights: dict, d2t: torch.Tensor, device="cpu") -> Eagle3Head:
+    """The head over `weights` (trained in place: they must be on `device`)."""
+    inv, scale = rotary(cfg, device)
+    ids = (d2t + torch.arange(len(d2t))).to(device)
+    return Eagle3Head(cfg, weights, target.embed.to(device, torch.float32), ids, inv, scale)
 
 
 def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.Tensor, schedule: Schedule,
-          work: Path, progress=None) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    """Train from the checkpoint in `work` (or from the start) to the end of the schedule -> (weights, the
-    loss curve: one row per optimizer step). progress(done, total, row) is called after each step."""
+          work: Path, progress=None, device="cpu") -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """Train from the checkpoint in `work` (or from the start) to the end of the schedule, on `device` ->
+    (weights on the CPU, the loss curve: one row per optimizer step). progress(done, total, row) is called
+    after each step. The answers stay on the CPU; each is moved to `device` for its step."""
     cfg = HeadConfig.from_dict(target.config)
     ids = d2t + torch.arange(len(d2t))
-    output_rows = target.output[ids].float()  # (Vd, T) the target's logits over the draft vocabulary
+    output_rows = target.output[ids].to(device, torch.float32)  # (Vd, T): the target's logits over the draft vocab
     per_epoch = math.ceil(len(answers) / schedule.batch)
     total = per_epoch * schedule.epochs
     checkpoint = work / "checkpoint.pt"
     if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=True)
+        state = torch.load(checkpoint, weights_only=True, map_location="cpu")
         if state["schedule"] != asdict(schedule) or state["answers"] != len(answers):
             raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to "
                              f"train from the start")
-        weights = {k: v.requires_grad_(True) for k, v in state["weights"].items()}
-        curve, step = state["curve"], state["step"]
+        start, curve, step = state["weights"], state["curve"], state["step"]
     else:
-        weights = {k: v.requires_grad_(True) for k, v in initial_weights(target, cfg, d2t, schedule.seed).items()}
-        curve, step = [], 0
-    head = build_head(target, cfg, weights, d2t)
+        start, curve, step = initial_weights(target, cfg, d2t, schedule.seed), [], 0
+    weights = {k: v.to(device).requires_grad_(True) for k, v in start.items()}
+    head = build_head(target, cfg, weights, d2t, device)
     optimizer = torch.optim.AdamW(list(weights.values()), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.0)
     if checkpoint.exists():
-        optimizer.load_state_dict(state["optimizer"])
-    t2d = t2d.bool()
+        optimizer.load_state_dict(state["optimizer"])  # its state moves to the weights' device
+    t2d = t2d.bool().to(device)
     while step < total:
         epoch, at = divmod(step, per_epoch)
         order = torch.randperm(len(answers), generator=torch.Generator().manual_seed(schedule.seed * 1000 + epoch))
@@ -138,8 +141,9 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
         optimizer.zero_grad(set_to_none=True)
         loss_sum, rows, hits = 0.0, [0] * schedule.steps, [0] * schedule.steps
         for a in (answers[j] for j in batch):
-            scores = unrolled_loss(head, a.last.float() @ output_rows.T, a.tokens, a.start, a.features.float(),
-                                   a.argmax, t2d, schedule.steps, schedule.decay)
+            scores = unrolled_loss(head, a.last.to(device, torch.float32) @ output_rows.T, a.tokens.to(device),
+                                   a.start, a.features.to(device, torch.float32), a.argmax.to(device), t2d,
+                                   schedule.steps, schedule.decay)
             (scores.loss / len(batch)).backward()
             loss_sum += float(scores.loss.detach())
             for k, (r, h) in enumerate(zip(scores.rows, scores.hits)):
@@ -155,10 +159,10 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
         if progress:
             progress(step, total, row)
         if step % schedule.save_every == 0 or step == total:
-            _save(checkpoint, {"weights": {k: v.detach() for k, v in weights.items()},
+            _save(checkpoint, {"weights": {k: v.detach().cpu() for k, v in weights.items()},
                                "optimizer": optimizer.state_dict(), "curve": curve, "step": step,
                                "schedule": asdict(schedule), "answers": len(answers)})
-    return {k: v.detach() for k, v in weights.items()}, curve
+    return {k: v.detach().cpu() for k, v in weights.items()}, curve
 
 
 def _save(path: Path, state: dict) -> None:

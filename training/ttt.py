@@ -79,7 +79,7 @@ def unrolled_loss(head: Eagle3Head, target_rows: torch.Tensor, tokens: torch.Ten
     distribution over the draft vocabulary, weighted decay ** k. Rows past the answer's end, before its start,
     or whose target top token is outside the draft vocabulary are not scored (as in the reference)."""
     n = len(tokens)
-    total = torch.zeros(())
+    total = torch.zeros((), device=tokens.device)
     scored, hits = [], []
     for k, logits in enumerate(unrolled_rows(head, tokens, features, steps)):
         row, inside = scored_rows(n, start, k, tokens.device)

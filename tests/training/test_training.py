@@ -121,9 +121,9 @@ def test_a_killed_run_resumes_to_the_weights_of_an_unbroken_one(tmp_path, monkey
         def stop(done, total, row):
             if done == 3:
                 raise KeyboardInterrupt
-        return real(*args[:-1], stop)
+        return real(*args[:-1], stop, **kw)
 
-    monkeypatch.setattr(cli, "train", lambda *a: killed(*a))
+    monkeypatch.setattr(cli, "train", killed)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "broken", tmp_path / "h-broken")
     monkeypatch.setattr(cli, "train", real)
@@ -164,6 +164,28 @@ def test_bad_arguments_and_a_foreign_checkpoint_are_refused_in_one_line(tmp_path
     assert "another schedule or data; delete it" in capsys.readouterr().err
     assert _run(tmp_path / "w", tmp_path / "h", "--max-new", "20") == 2  # the kept answers were answered otherwise
     assert "holds answers of" in capsys.readouterr().err and (tmp_path / "w" / "answers-0000.pt").exists()
+
+
+@pytest.mark.parametrize("device, message", [
+    ("tpu", "`device` must be cpu, cuda or cuda:N, not 'tpu'"),
+    pytest.param("cuda", "`device` cuda: torch sees no GPU here", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="a GPU is here")),
+])
+def test_a_device_that_cannot_serve_is_refused_in_one_line(tmp_path, capsys, device, message):
+    assert _run(tmp_path / "w", tmp_path / "h", "--device", device) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not (tmp_path / "w").exists()
+
+
+def test_answers_made_in_another_dtype_are_not_resumed(tmp_path, capsys):
+    assert _run(tmp_path / "w", tmp_path / "h", "--epochs", "1") == 0
+    manifest = json.loads((tmp_path / "w" / "answers.json").read_text())
+    assert manifest["dtype"] == "float32"
+    del manifest["dtype"]  # a manifest written before the dtype was kept: its answers were float32's
+    (tmp_path / "w" / "answers.json").write_text(json.dumps(manifest))
+    assert _run(tmp_path / "w", tmp_path / "h", "--epochs", "1") == 0
+    assert _run(tmp_path / "w", tmp_path / "h", "--epochs", "1", "--dtype", "bfloat16") == 2
+    assert '"dtype": "bfloat16"' in capsys.readouterr().err
 
 
 def test_the_learning_rate_warms_up_then_decays_to_its_floor():

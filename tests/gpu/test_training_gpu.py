@@ -1,0 +1,35 @@
+"""The head training program on a GPU: the target answers there in bfloat16, the head trains there, and the
+head it writes loads in the runtime; the checkpoint it leaves resumes on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from training import cli
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def _run(work, out, device: str, *extra: str) -> int:
+    return cli.main(["--target", "random:tiny", "--work", str(work), "--out", str(out), "--prompts", "6",
+                     "--max-new", "12", "--shard", "4", "--draft-vocab", "64", "--epochs", "2", "--batch", "2",
+                     "--save-every", "1", "--device", device, *extra])
+
+
+def test_a_head_trained_on_the_gpu_loads_and_its_checkpoint_resumes_on_the_cpu(tmp_path):
+    assert _run(tmp_path / "w", tmp_path / "h", "cuda") == 0
+    report = json.loads((tmp_path / "h" / "training.json").read_text())
+    assert report["device"].startswith("cuda") and report["dtype"] == "bfloat16"
+    assert all(torch.isfinite(torch.tensor(row["loss"])) for row in report["curve"])
+
+    from models.load import load
+    from models.options import ModelOptions
+
+    loaded = load(ModelOptions(model=f"eagle3:{tmp_path / 'h'}", head_target="random:tiny"), "drafter")
+    assert loaded.model.cfg.draft_vocab == 64
+    # the answers were made in bfloat16: the CPU resumes them only in the same dtype, and trains on
+    assert _run(tmp_path / "w", tmp_path / "h-cpu", "cpu") == 2
+    assert _run(tmp_path / "w", tmp_path / "h-cpu", "cpu", "--dtype", "bfloat16") == 0
