@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from models.options import DTYPES
 from training.distill import Answer, answer_batch, read_shard, shard_path
 from training.ttt import scored_rows, unrolled_rows
 
@@ -31,11 +32,13 @@ TOP = 3  # the wider of the two agreements: a tree keeps a few first tokens
 def agreement(head, answers: list[Answer], steps: int) -> dict[str, list[float]]:
     """Per drafting step over `answers`' rows from each answer's start: {"rows", "top1", "top3"} (shares)."""
     rows, top1, top3 = [0] * steps, [0] * steps, [0] * steps
+    dev = head.device
     with torch.inference_mode():
         for a in answers:
-            for k, logits in enumerate(unrolled_rows(head, a.tokens, a.features.float(), steps)):
-                row, keep = scored_rows(len(a.tokens), a.start, k, a.tokens.device)
-                want = a.argmax[row].long()[keep]
+            tokens = a.tokens.to(dev)
+            for k, logits in enumerate(unrolled_rows(head, tokens, a.features.to(dev, torch.float32), steps)):
+                row, keep = scored_rows(len(tokens), a.start, k, dev)
+                want = a.argmax.to(dev)[row].long()[keep]
                 drafted = head.ids[logits[keep].topk(min(TOP, logits.shape[-1]), -1).indices]  # (r, TOP) target ids
                 rows[k] += len(want)
                 top1[k] += int((drafted[:, 0] == want).sum())
@@ -56,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=3, help="drafting steps unrolled (default: %(default)s)")
     p.add_argument("--work", type=Path, help="a training's work directory: its first shards' answers scored too")
     p.add_argument("--shards", type=int, default=2, help="of --work's shards, how many (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="where the target answers and the head drafts: cpu, cuda or "
+                   "cuda:N (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="the target's dtype (auto: float32 on the CPU, "
+                   "bfloat16 on a GPU; the head drafts in float32)")
     return p
 
 
@@ -64,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from models.eagle3 import Eagle3Head
     from models.eagle3_config import read_head
     from programs.options import PromptOptions
-    from training.cli import ends_and_pad, load_target
+    from training.cli import check_device, ends_and_pad, load_target
 
     p = build_parser()
     args = p.parse_args(argv)
@@ -76,17 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.work is not None and not shard_path(args.work, 0).is_file():
         p.error(f"--work: {args.work} holds no training shard ({shard_path(args.work, 0).name})")
     try:
+        check_device(args.device)
         cfg, weights = read_head(args.head)
         texts = [q.text for q in gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit,
                                                       stratify=args.stratify), 0)][: args.limit]
     except (OSError, ValueError) as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
-    model, tokenizer = load_target(args.target)
+    model, tokenizer = load_target(args.target, args.device, args.dtype)
     text_config = model.config.get_text_config()
     cfg.check_target(text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers)
     embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()
-    head = Eagle3Head.build(cfg, weights, embed, "cpu", torch.float32)
+    head = Eagle3Head.build(cfg, weights, embed, model.device, torch.float32)
     ends, pad = ends_and_pad(tokenizer)
     answers = answer_batch(model, [tokenizer.chat_ids([t]) for t in texts], sample=False, max_new=args.max_new,
                            end_ids=ends, pad_id=pad, layers=cfg.feature_layers(text_config.num_hidden_layers), seed=0)

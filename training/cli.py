@@ -57,6 +57,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def check_device(device: str) -> None:
+    """Raise ValueError naming the problem where `device` is not one the target can run on here."""
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise ValueError(f"`device` must be cpu, cuda or cuda:N, not {device!r}")
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"`device` {device}: torch sees no GPU here (run on the CPU with --device cpu)")
+
+
 def answer_dtype(device: str, dtype: str = "auto") -> str:
     """The target's dtype while it answers: `dtype`, or for auto float32 on the CPU and bfloat16 on a GPU."""
     return dtype if dtype != "auto" else "float32" if device == "cpu" else "bfloat16"
@@ -133,10 +141,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
                              f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
         prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
                    else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
-        if not (args.device == "cpu" or args.device.startswith("cuda")):
-            raise ValueError(f"`device` must be cpu, cuda or cuda:N, not {args.device!r}")
-        if args.device != "cpu" and not torch.cuda.is_available():
-            raise ValueError(f"`device` {args.device}: torch sees no GPU here (run on the CPU with --device cpu)")
+        check_device(args.device)
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
-"""The head training program on a GPU: the target answers there in bfloat16, the head trains there, and the
-head it writes loads in the runtime; the checkpoint it leaves resumes on the CPU."""
+"""The head training program on a GPU: the target answers there in bfloat16, the head trains there, the head
+it writes loads in the runtime and is scored there by training.agreement; the checkpoint it leaves resumes on
+the CPU."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def test_a_head_trained_on_the_gpu_loads_and_its_checkpoint_resumes_on_the_cpu(t
 
     loaded = load(ModelOptions(model=f"eagle3:{tmp_path / 'h'}", head_target="random:tiny"), "drafter")
     assert loaded.model.cfg.draft_vocab == 64
+    from training import agreement
+
+    assert agreement.main(["--head", str(tmp_path / "h"), "--target", "random:tiny", "--prompts", "builtin",
+                           "--limit", "2", "--max-new", "8", "--work", str(tmp_path / "w"), "--device", "cuda"]) == 0
     # the answers were made in bfloat16: the CPU resumes them only in the same dtype, and trains on
     assert _run(tmp_path / "w", tmp_path / "h-cpu", "cpu") == 2
     assert _run(tmp_path / "w", tmp_path / "h-cpu", "cpu", "--dtype", "bfloat16") == 0

@@ -172,9 +172,15 @@ def test_bad_arguments_and_a_foreign_checkpoint_are_refused_in_one_line(tmp_path
         torch.cuda.is_available(), reason="a GPU is here")),
 ])
 def test_a_device_that_cannot_serve_is_refused_in_one_line(tmp_path, capsys, device, message):
+    from training import agreement
+
     assert _run(tmp_path / "w", tmp_path / "h", "--device", device) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "w").exists()
+    assert agreement.main(["--head", str(tmp_path), "--target", "random:tiny", "--prompts", "builtin",
+                           "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 def test_answers_made_in_another_dtype_are_not_resumed(tmp_path, capsys):
