@@ -140,6 +140,7 @@ def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, 
              "--temperatures", ",".join(f"{t:g}" for t in temperatures), "--budgets", str(budget),
              "--budget-overrides", f"root-draw@{budget}={cap}", "--max-new-tokens", str(sweep["max_new_tokens"]),
              "--seed", str(sweep["seed"]), "--num-seeds", str(num_seeds), "--warmup", str(sweep["warmup"]),
+             *(["--greedy-repeats", str(sweep["greedy_repeats"])] if sweep.get("greedy_repeats", 1) > 1 else []),
              "--out", out]
     return shlex.join(argv) + ("" if drafter else "   # SPEC: the drafter was not recorded in config.json")
 

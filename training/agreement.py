@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
-    model, tokenizer = load_target(args.target, args.device, args.dtype)
+    try:
+        model, tokenizer = load_target(args.target, args.device, args.dtype)
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"{p.prog}: error: {args.target} cannot be loaded on {args.device}: {e}", file=sys.stderr)
+        return 2
     text_config = model.config.get_text_config()
     cfg.check_target(text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers)
     embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()

@@ -26,6 +26,7 @@ from training.train import Schedule, Target, head_config, train, write_head
 from training.vocab import answer_counts, draft_vocab
 
 TEMPLATED = 480  # training prompts made from templates, unless --prompts says otherwise
+SHARD = 64  # prompts answered per file, unless --shard or the work folder's answers say otherwise
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -43,8 +44,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--max-new", type=int, default=256, help="answer tokens at most (default: %(default)s)")
     p.add_argument("--context-prompts", type=int, default=0, help="prompts more that hand the target its own "
                    "greedy answers as texts to summarize, question or continue (default: %(default)s)")
-    p.add_argument("--shard", type=int, default=64, help="prompts answered per file, half of them (the greedy ones, "
-                   "then the sampled ones) to a batch (default: %(default)s)")
+    p.add_argument("--shard", type=int, help=f"prompts answered per file, half of them (the greedy ones, then the "
+                   f"sampled ones) to a batch (default: what --work's answers were made with, else {SHARD})")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
     p.add_argument("--device", default="cpu", help="where the target answers and the head trains: cpu, cuda or "
@@ -59,10 +60,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def check_device(device: str) -> None:
     """Raise ValueError naming the problem where `device` is not one the target can run on here."""
-    if not (device == "cpu" or device.startswith("cuda")):
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        parsed = None
+    if parsed is None or parsed.type not in ("cpu", "cuda") or (parsed.type == "cpu" and parsed.index):
         raise ValueError(f"`device` must be cpu, cuda or cuda:N, not {device!r}")
-    if device != "cpu" and not torch.cuda.is_available():
+    if parsed.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"`device` {device}: torch sees no GPU here (run on the CPU with --device cpu)")
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"`device` {device}: torch sees {torch.cuda.device_count()} GPU(s) here")
 
 
 def answer_dtype(device: str, dtype: str = "auto") -> str:
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     args = build_parser(prog).parse_args(argv)
     try:
         schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
-        counts = (1 if args.prompts is None else args.prompts, args.shard)  # --prompts: None means all or 480
+        counts = (1 if args.prompts is None else args.prompts, args.shard or 1)  # None: the default
         if min(counts) < 1 or args.max_new < 2 or args.context_prompts < 0:
             raise ValueError(f"`prompts`, `shard` must be at least 1, `context-prompts` at least 0 and `max-new` at "
                              f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
@@ -153,23 +160,25 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.work.mkdir(parents=True, exist_ok=True)
+    manifest = args.work / "answers.json"  # what the shards answer: a resume must answer the same way
+    kept = {"dtype": "float32", **json.loads(manifest.read_text())} if manifest.exists() else {}  # older: float32
+    args.shard = args.shard or kept.get("shard", SHARD)
     args.dtype = answer_dtype(args.device, args.dtype)
     recipe = {"target": args.target, "seed": args.seed, "shard": args.shard, "max_new": args.max_new,
               "dtype": args.dtype}
-    manifest = args.work / "answers.json"  # what the shards answer: a resume must answer the same way
-    if manifest.exists() and {"dtype": "float32", **json.loads(manifest.read_text())} != recipe:  # older: float32
-        print(f"{prog}: error: {args.work} holds answers of {manifest.read_text().strip()}, not of {json.dumps(recipe)}; "
-              f"give another --work or delete it", file=sys.stderr)
+    if kept and kept != recipe:
+        print(f"{prog}: error: {args.work} holds answers of {json.dumps(kept)}, not of {json.dumps(recipe)}; give "
+              f"the same settings, another --work, or delete it", file=sys.stderr)
         return 2
+    try:
+        model, tokenizer = load_target(args.target, args.device, args.dtype)
+    except (ValueError, OSError, RuntimeError) as e:  # a target that cannot be loaded there: nothing is written
+        print(f"{prog}: error: {args.target} cannot be loaded on {args.device}: {e}", file=sys.stderr)
+        return 2
+    args.work.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps(recipe))
     times_path = args.work / "times.json"
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
-    try:
-        model, tokenizer = load_target(args.target, args.device, args.dtype)
-    except ValueError as e:  # a target that cannot be loaded (models.load names the problem)
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
     vocab = model.config.get_text_config().vocab_size
     config = head_config(model.config, args.draft_vocab)
     target = target_of(model, config)

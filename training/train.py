@@ -10,6 +10,7 @@ gradients of `batch` answers. A checkpoint (weights, optimizer, the step) is wri
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -117,9 +118,11 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
     per_epoch = math.ceil(len(answers) / schedule.batch)
     total = per_epoch * schedule.epochs
     checkpoint = work / "checkpoint.pt"
+    data = data_digest(answers, d2t)
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=True, map_location="cpu")
-        if state["schedule"] != asdict(schedule) or state["answers"] != len(answers):
+        if (state["schedule"] != asdict(schedule) or state["answers"] != len(answers)
+                or state.get("data", data) != data):  # a checkpoint written before the digest: by the count
             raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to "
                              f"train from the start")
         start, curve, step = state["weights"], state["curve"], state["step"]
@@ -161,8 +164,18 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
         if step % schedule.save_every == 0 or step == total:
             _save(checkpoint, {"weights": {k: v.detach().cpu() for k, v in weights.items()},
                                "optimizer": optimizer.state_dict(), "curve": curve, "step": step,
-                               "schedule": asdict(schedule), "answers": len(answers)})
+                               "schedule": asdict(schedule), "answers": len(answers), "data": data})
     return {k: v.detach().cpu() for k, v in weights.items()}, curve
+
+
+def data_digest(answers: list[Answer], d2t: torch.Tensor) -> str:
+    """What a checkpoint was trained on: the answers' tokens and starts, and the draft vocabulary."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in answers:
+        h.update(a.start.to_bytes(8, "little"))
+        h.update(a.tokens.to(torch.int64).numpy().tobytes())
+    h.update(d2t.to(torch.int64).numpy().tobytes())
+    return h.hexdigest()
 
 
 def _save(path: Path, state: dict) -> None:

@@ -20,7 +20,25 @@ def _run(work, out, device: str, *extra: str) -> int:
                      "--save-every", "1", "--device", device, *extra])
 
 
-def test_a_head_trained_on_the_gpu_loads_and_its_checkpoint_resumes_on_the_cpu(tmp_path):
+def test_a_head_trained_on_the_gpu_loads_and_its_checkpoint_resumes_on_the_cpu(tmp_path, monkeypatch):
+    real = cli.train
+
+    def killed(*args, **kw):  # the GPU run stops after its third step, as a kill would
+        def stop(done, total, row):
+            if done == 3:
+                raise KeyboardInterrupt
+        return real(*args[:-1], stop, **kw)
+
+    monkeypatch.setattr(cli, "train", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "w-cut", tmp_path / "h-cut", "cuda")
+    monkeypatch.setattr(cli, "train", real)
+    # the answers were made in bfloat16: the CPU resumes them only in the same dtype, and trains on
+    assert _run(tmp_path / "w-cut", tmp_path / "h-cut", "cpu") == 2
+    assert _run(tmp_path / "w-cut", tmp_path / "h-cut", "cpu", "--dtype", "bfloat16") == 0
+    curve = json.loads((tmp_path / "h-cut" / "training.json").read_text())["curve"]
+    assert len(curve) == 6 and all(torch.isfinite(torch.tensor(row["loss"])) for row in curve)
+
     assert _run(tmp_path / "w", tmp_path / "h", "cuda") == 0
     report = json.loads((tmp_path / "h" / "training.json").read_text())
     assert report["device"].startswith("cuda") and report["dtype"] == "bfloat16"
@@ -35,6 +53,3 @@ def test_a_head_trained_on_the_gpu_loads_and_its_checkpoint_resumes_on_the_cpu(t
 
     assert agreement.main(["--head", str(tmp_path / "h"), "--target", "random:tiny", "--prompts", "builtin",
                            "--limit", "2", "--max-new", "8", "--work", str(tmp_path / "w"), "--device", "cuda"]) == 0
-    # the answers were made in bfloat16: the CPU resumes them only in the same dtype, and trains on
-    assert _run(tmp_path / "w", tmp_path / "h-cpu", "cpu") == 2
-    assert _run(tmp_path / "w", tmp_path / "h-cpu", "cpu", "--dtype", "bfloat16") == 0

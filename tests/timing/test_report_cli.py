@@ -77,11 +77,12 @@ def test_matched_command_is_accepted_by_the_launcher(shards, capsys):
 
 def test_the_matched_command_draws_the_sweeps_prompts(shards):
     """A sweep whose prompts were cut to categories, spread over groups and run with every turn, with cut pools,
-    a drafting window and end-of-sequence tokens ignored, gets a matched command that draws the same prompts,
-    drafts the same way and ends outputs where they ended."""
+    a drafting window, end-of-sequence tokens ignored and greedy prompts decoded three times, gets a matched
+    command that draws the same prompts, drafts the same way, ends outputs where they ended and times them as
+    often."""
     config = json.loads((shards / "s1" / "config.json").read_text())
     config["sweep"].update(categories="builtin", stratify="group", turns="all", cut_pools=True, drafter_window=96,
-                           ignore_eos=True)
+                           ignore_eos=True, greedy_repeats=3)
     argv = shlex.split(matched.command(config, [0.0], 59, 41, 1, "/tmp/m"))
     p = plan(argv[1:])
     shutil.rmtree(p.private_dir, ignore_errors=True)
@@ -89,7 +90,7 @@ def test_the_matched_command_draws_the_sweeps_prompts(shards):
     assert (ns.categories, ns.stratify, ns.turns, ns.limit_prompts) == ("builtin", "group", "all",
                                                                       config["sweep"]["limit_prompts"])
     assert (ns.cut_pools, ns.cut_weigh, ns.ahead, ns.lend_cores, ns.drafter_window) == (True, False, False, False, 96)
-    assert ns.ignore_eos
+    assert ns.ignore_eos and ns.greedy_repeats == 3
 
 
 def test_report_of_an_empty_directory_says_what_is_missing(tmp_path, capsys):

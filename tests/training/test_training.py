@@ -183,6 +183,35 @@ def test_a_device_that_cannot_serve_is_refused_in_one_line(tmp_path, capsys, dev
     assert message in err and err.count("\n") == 1
 
 
+def test_a_checkpoint_of_other_answers_is_refused_though_their_count_is_the_same(tmp_path, capsys):
+    mine = tmp_path / "mine.txt"
+    mine.write_text("Tell me about tides.\nName three rivers.\nWhy is snow white?\n")
+    assert _run(tmp_path / "w", tmp_path / "h", "--prompt-source", str(mine), prompts=None) == 0
+    mine.write_text("Tell me about tides.\nName three lakes.\nWhy is snow white?\n")
+    assert _run(tmp_path / "w", tmp_path / "h", "--prompt-source", str(mine), prompts=None) == 2
+    assert "was written by a run with another schedule or data" in capsys.readouterr().err
+
+
+def test_the_shard_size_defaults_to_the_work_folders_answers_else_64(tmp_path, capsys):
+    def run(work, *extra):
+        return cli.main(["--target", "random:tiny", "--work", str(work), "--out", str(tmp_path / "h"),
+                         "--prompts", "4", "--max-new", "8", "--draft-vocab", "64", "--epochs", "1", *extra])
+
+    assert run(tmp_path / "w", "--shard", "2") == 0
+    assert run(tmp_path / "w") == 0  # resumed with the shard its answers were made with
+    assert json.loads((tmp_path / "w" / "answers.json").read_text())["shard"] == 2
+    assert run(tmp_path / "w", "--shard", "4") == 2 and '"shard": 2' in capsys.readouterr().err
+    assert run(tmp_path / "fresh") == 0
+    assert json.loads((tmp_path / "fresh" / "answers.json").read_text())["shard"] == cli.SHARD == 64
+
+
+def test_a_target_that_cannot_be_loaded_writes_nothing(tmp_path, capsys):
+    assert cli.main(["--target", str(tmp_path / "no-such-checkpoint"), "--work", str(tmp_path / "w"),
+                     "--out", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be loaded on cpu" in err and err.count("\n") == 1 and not (tmp_path / "w").exists()
+
+
 def test_answers_made_in_another_dtype_are_not_resumed(tmp_path, capsys):
     assert _run(tmp_path / "w", tmp_path / "h", "--epochs", "1") == 0
     manifest = json.loads((tmp_path / "w" / "answers.json").read_text())
