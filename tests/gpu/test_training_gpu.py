@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from tests.training import killed_after
 from training import cli
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -22,14 +23,7 @@ def _run(work, out, device: str, *extra: str) -> int:
 
 def test_a_head_trained_on_the_gpu_loads_and_its_checkpoint_resumes_on_the_cpu(tmp_path, monkeypatch):
     real = cli.train
-
-    def killed(*args, **kw):  # the GPU run stops after its third step, as a kill would
-        def stop(done, total, row):
-            if done == 3:
-                raise KeyboardInterrupt
-        return real(*args[:-1], stop, **kw)
-
-    monkeypatch.setattr(cli, "train", killed)
+    monkeypatch.setattr(cli, "train", killed_after(3))  # the GPU run stops after its third step
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "w-cut", tmp_path / "h-cut", "cuda")
     monkeypatch.setattr(cli, "train", real)
