@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     args = build_parser(prog).parse_args(argv)
     try:
         schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
-        counts = (1 if args.prompts is None else args.prompts, args.shard or 1)  # None: the default
+        counts = [1 if n is None else n for n in (args.prompts, args.shard)]  # None: the default
         if min(counts) < 1 or args.max_new < 2 or args.context_prompts < 0:
             raise ValueError(f"`prompts`, `shard` must be at least 1, `context-prompts` at least 0 and `max-new` at "
                              f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
         torch.set_num_threads(args.threads)
     manifest = args.work / "answers.json"  # what the shards answer: a resume must answer the same way
     kept = {"dtype": "float32", **json.loads(manifest.read_text())} if manifest.exists() else {}  # older: float32
-    args.shard = args.shard or kept.get("shard", SHARD)
+    args.shard = kept.get("shard", SHARD) if args.shard is None else args.shard
     args.dtype = answer_dtype(args.device, args.dtype)
     recipe = {"target": args.target, "seed": args.seed, "shard": args.shard, "max_new": args.max_new,
               "dtype": args.dtype}

@@ -150,6 +150,8 @@ def test_a_run_killed_while_answering_keeps_the_time_of_the_shards_it_wrote(tmp_
 def test_bad_arguments_and_a_foreign_checkpoint_are_refused_in_one_line(tmp_path, capsys):
     assert cli.main(["--work", str(tmp_path), "--out", str(tmp_path / "h"), "--prompts", "0"]) == 2
     assert "`prompts`" in capsys.readouterr().err
+    assert cli.main(["--work", str(tmp_path), "--out", str(tmp_path / "h"), "--shard", "0"]) == 2
+    assert "`shard` must be at least 1" in capsys.readouterr().err
     assert cli.main(["--work", str(tmp_path), "--out", str(tmp_path / "h"), "--lr", "-1"]) == 2
     assert "`lr` must be positive" in capsys.readouterr().err
     assert _run(tmp_path / "w", tmp_path / "h") == 0
