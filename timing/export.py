@@ -11,9 +11,10 @@ inference writes and its `evaluation/speed.py` (`speed`, `get_single_speedup`) r
                   "accept_lengths": [tokens per round, bonus included, all turns in order]}]}
 
 A choice is one sampling seed, or at T = 0 one of a sweep's `--greedy-repeats` decodes (the same output, its
-own timing), index 0 the first: Spec-Bench's `speed` reads the first choice alone. `new_tokens` counts the tokens delivered (the output, cut
-at the limit, up to and including its first stop), whatever the sweep counted its own speeds by: never more
-than the limit; `wall_time` is the decode's time from the start of the prefill to the last commit.
+own timing), index 0 the first: Spec-Bench's `speed` reads the first choice alone. `new_tokens` counts the
+tokens delivered (the output, cut at the limit, up to and including its first stop), whatever the sweep
+counted its own speeds by: never more than the limit; `wall_time` is the decode's time from the start of the
+prefill to the last commit.
 Question ids are the trailing integer of the prompt id (spec-bench/81 -> 81, humaneval/HumanEval/7 -> 7).
 """
 

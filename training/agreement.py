@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from models.options import DTYPES
+from training.cli import device_arguments
 from training.distill import Answer, answer_batch, read_shard, shard_path
 from training.ttt import scored_rows, unrolled_rows
 
@@ -35,10 +35,10 @@ def agreement(head, answers: list[Answer], steps: int) -> dict[str, list[float]]
     dev = head.device
     with torch.inference_mode():
         for a in answers:
-            tokens = a.tokens.to(dev)
+            tokens, argmax = a.tokens.to(dev), a.argmax.to(dev).long()
             for k, logits in enumerate(unrolled_rows(head, tokens, a.features.to(dev, torch.float32), steps)):
                 row, keep = scored_rows(len(tokens), a.start, k, dev)
-                want = a.argmax.to(dev)[row].long()[keep]
+                want = argmax[row][keep]
                 drafted = head.ids[logits[keep].topk(min(TOP, logits.shape[-1]), -1).indices]  # (r, TOP) target ids
                 rows[k] += len(want)
                 top1[k] += int((drafted[:, 0] == want).sum())
@@ -59,10 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=3, help="drafting steps unrolled (default: %(default)s)")
     p.add_argument("--work", type=Path, help="a training's work directory: its first shards' answers scored too")
     p.add_argument("--shards", type=int, default=2, help="of --work's shards, how many (default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="where the target answers and the head drafts: cpu, cuda or "
-                   "cuda:N (default: %(default)s)")
-    p.add_argument("--dtype", default="auto", choices=DTYPES, help="the target's dtype (auto: float32 on the CPU, "
-                   "bfloat16 on a GPU; the head drafts in float32)")
+    device_arguments(p, "drafts")
     return p
 
 
@@ -87,13 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg, weights = read_head(args.head)
         texts = [q.text for q in gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit,
                                                       stratify=args.stratify), 0)][: args.limit]
+        model, tokenizer = load_target(args.target, args.device, args.dtype)
     except (OSError, ValueError) as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        model, tokenizer = load_target(args.target, args.device, args.dtype)
-    except (ValueError, OSError, RuntimeError) as e:
-        print(f"{p.prog}: error: {args.target} cannot be loaded on {args.device}: {e}", file=sys.stderr)
         return 2
     text_config = model.config.get_text_config()
     cfg.check_target(text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers)

@@ -48,14 +48,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    f"sampled ones) to a batch (default: what --work's answers were made with, else {SHARD})")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
-    p.add_argument("--device", default="cpu", help="where the target answers and the head trains: cpu, cuda or "
-                   "cuda:N (default: %(default)s; a run is bit-for-bit deterministic on the CPU)")
-    p.add_argument("--dtype", default="auto", choices=DTYPES, help="the target's dtype while it answers (auto: "
-                   "float32 on the CPU, bfloat16 on a GPU; the head trains in float32)")
+    device_arguments(p, "trains")
     for f in fields(Schedule):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
                        help=f"(default: %(default)s)")
     return p
+
+
+def device_arguments(p: argparse.ArgumentParser, head_does: str) -> None:
+    """--device and --dtype: where the target answers and the head `head_does` (trains, drafts)."""
+    p.add_argument("--device", default="cpu", help=f"where the target answers and the head {head_does}: cpu, cuda "
+                   "or cuda:N (default: %(default)s; bit-for-bit deterministic on the CPU)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="the target's dtype while it answers (auto: "
+                   f"float32 on the CPU, bfloat16 on a GPU; the head {head_does} in float32)")
 
 
 def check_device(device: str) -> None:
@@ -78,11 +83,16 @@ def answer_dtype(device: str, dtype: str = "auto") -> str:
 
 
 def load_target(spec: str, device: str = "cpu", dtype: str = "auto"):
-    """-> (transformers model, tokenizer) on `device`, in answer_dtype's dtype."""
+    """-> (transformers model, tokenizer) on `device`, in answer_dtype's dtype; a ValueError naming the target
+    and the device where it cannot be loaded there."""
     from models.load import load
     from models.options import ModelOptions
 
-    loaded = load(ModelOptions(model=spec, dtype=answer_dtype(device, dtype), device=device, graphs=False), "target")
+    try:
+        loaded = load(ModelOptions(model=spec, dtype=answer_dtype(device, dtype), device=device, graphs=False),
+                      "target")
+    except (ValueError, OSError, RuntimeError) as e:
+        raise ValueError(f"{spec} cannot be loaded on {device}: {e}") from e
     return loaded.model.eval(), loaded.tokenizer
 
 
@@ -172,8 +182,8 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
         return 2
     try:
         model, tokenizer = load_target(args.target, args.device, args.dtype)
-    except (ValueError, OSError, RuntimeError) as e:  # a target that cannot be loaded there: nothing is written
-        print(f"{prog}: error: {args.target} cannot be loaded on {args.device}: {e}", file=sys.stderr)
+    except ValueError as e:  # a target that cannot be loaded there: nothing is written
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     args.work.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps(recipe))
