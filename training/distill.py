@@ -121,8 +121,11 @@ def write_shard(path: Path, answers: list[Answer]) -> None:
 
 
 def read_shard(path: Path) -> list[Answer]:
+    """The shard's answers, their tensors mapped from the file rather than read into memory: the training
+    reads each answer's rows as it batches them, and a run's answers need not fit in memory (the OS keeps in
+    its page cache what does)."""
     try:
-        rows = torch.load(path, weights_only=True)
+        rows = torch.load(path, weights_only=True, mmap=True)
         return [Answer(**row) for row in rows]
     except Exception as e:  # a file that is not a shard this program wrote
         raise ValueError(f"{path}: not a training shard ({type(e).__name__}: {e}); delete it to write it again")\

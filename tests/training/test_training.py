@@ -346,3 +346,25 @@ def test_a_prompt_source_that_cannot_serve_is_refused_in_one_line(tmp_path, caps
                      "--prompt-source", str(path), *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "w").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's memory map (Linux)")
+def test_a_shards_answers_are_mapped_from_its_file_not_read_into_memory(tmp_path):
+    from training.distill import Answer, read_shard, write_shard
+
+    n, width = 40, 12
+    made = [Answer(torch.arange(n) + k, 5, torch.randn(n - 1, 3 * width).bfloat16(), torch.randn(n - 1, width)
+                   .bfloat16(), torch.arange(n - 1, dtype=torch.int32)) for k in range(3)]
+    path = tmp_path / "answers-0000.pt"
+    write_shard(path, made)
+    read = read_shard(path)
+    assert all(torch.equal(getattr(a, f), getattr(b, f)) for a, b in zip(made, read)
+               for f in ("tokens", "features", "last", "argmax"))
+    spans = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5] == str(path.resolve()):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            spans.append((start, end))
+    assert spans, "the shard's file is not mapped"
+    assert all(any(s <= a.features.data_ptr() < e for s, e in spans) for a in read)

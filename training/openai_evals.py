@@ -1,0 +1,135 @@
+"""python -m training.openai_evals: a prompt file for `train-head --prompt-source`, drawn from the registry of
+OpenAI's evals (the `evals` wheel on PyPI, MIT licensed: hundreds of task sets written by many hands, in many
+languages and kinds; fetch it with `pip download --no-deps evals==3.0.1.post1`).
+
+Each row of a registry `.jsonl` whose "input" is a chat gives one prompt: its unnamed system messages, then its
+first user message (few-shot examples, named system messages, are left out). A row is kept when the prompt is
+MIN_CHARS to `--max-chars` long and shares no run of NGRAM words with a text of an `--exclude` source (the
+sets this project evaluates on: a head trained on them is measured on what it learnt). At most `--per-file`
+rows of a file are kept, drawn by a seeded shuffle of its first SCAN rows, and the kept prompts are shuffled
+together, so that the first N of the file (`--prompts N`) spread over the registry.
+
+    python -m training.openai_evals WHEEL --out PROMPTS.jsonl [--per-file 4] [--exclude spec-bench:PATH]
+
+Writes one {"prompt", "id", "category"} line a prompt (id: the registry file and row; category: its folder)
+and prints how many prompts, files and exclusions; the file is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+DATA = "evals/registry/data/"
+MIN_CHARS = 20
+NGRAM = 13  # words: the run that marks a prompt as overlapping an evaluated one
+SCAN = 2000  # rows of a file read before its draw
+
+
+def chat_prompt(record) -> str | None:
+    """A registry row's prompt: its unnamed system messages, then its first user message; None if it has none."""
+    messages = record.get("input") if isinstance(record, dict) else None
+    if not isinstance(messages, list):
+        return None
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            return None
+        if m.get("role") == "system" and "name" not in m:
+            parts.append(m["content"].strip())
+        elif m.get("role") == "user":
+            parts.append(m["content"].strip())
+            return "\n\n".join(p for p in parts if p)
+    return None
+
+
+def ngrams(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i:i + NGRAM]) for i in range(len(words) - NGRAM + 1)}
+
+
+def registry_prompts(wheel: Path, per_file: int, max_chars: int, seed: int,
+                     excluded: set[tuple[str, ...]]) -> tuple[list[dict], dict[str, int]]:
+    """The kept prompts, shuffled, and counts of what was read and left out."""
+    counts = {"files": 0, "files_used": 0, "rows": 0, "overlapping": 0}
+    kept, seen = [], set()
+    with zipfile.ZipFile(wheel) as z:
+        names = sorted(n for n in z.namelist() if n.startswith(DATA) and n.endswith(".jsonl"))
+        if not names:
+            raise ValueError(f"{wheel}: holds no {DATA}*.jsonl (is it the evals wheel?)")
+        for name in names:
+            counts["files"] += 1
+            rows = []
+            with z.open(name) as f:
+                for number, line in enumerate(f, 1):
+                    if len(rows) >= SCAN:
+                        break
+                    try:
+                        text = chat_prompt(json.loads(line))
+                    except ValueError:
+                        continue
+                    if text and MIN_CHARS <= len(text) <= max_chars and text not in seen:
+                        rows.append((number, text))
+                        seen.add(text)
+            counts["rows"] += len(rows)
+            random.Random(f"{seed}:{name}").shuffle(rows)
+            taken = 0
+            for number, text in rows:
+                if taken == per_file:
+                    break
+                if excluded and ngrams(text) & excluded:
+                    counts["overlapping"] += 1
+                    continue
+                short = name[len(DATA):]
+                kept.append({"prompt": text, "id": f"{short}:{number}", "category": short.split("/")[0]})
+                taken += 1
+            counts["files_used"] += taken > 0
+    random.Random(seed).shuffle(kept)
+    return kept, counts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.openai_evals", description=__doc__.split("\n\n")[0])
+    ap.add_argument("wheel", type=Path, help="the evals wheel (evals-*.whl)")
+    ap.add_argument("--out", type=Path, required=True, help="the prompt file to write (.jsonl)")
+    ap.add_argument("--per-file", type=int, default=4, help="prompts at most from each registry file (default: 4)")
+    ap.add_argument("--max-chars", type=int, default=2500, help="longest prompt kept, in characters (default: 2500)")
+    ap.add_argument("--exclude", action="append", default=[], metavar="SOURCE",
+                    help="leave out prompts sharing a run of words with this prompt source (spec-bench:PATH, "
+                         "humaneval, builtin or a file); repeatable")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.per_file < 1 or args.max_chars < MIN_CHARS:
+        ap.error(f"--per-file must be at least 1 and --max-chars at least {MIN_CHARS}")
+    if args.out.suffix != ".jsonl":
+        ap.error(f"--out must name a .jsonl file, not {str(args.out)!r}")
+    from evaluation.prompts import PromptError, load_prompts
+
+    excluded: set[tuple[str, ...]] = set()
+    try:
+        for source in args.exclude:
+            for p in load_prompts(source):
+                for text in p.turns:
+                    excluded |= ngrams(text)
+        prompts, counts = registry_prompts(args.wheel, args.per_file, args.max_chars, args.seed, excluded)
+    except (PromptError, ValueError, OSError, zipfile.BadZipFile) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    part = args.out.with_name(args.out.name + ".part")
+    part.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts), encoding="utf-8")
+    os.replace(part, args.out)
+    print(f"{len(prompts)} prompts from {counts['files_used']} of {counts['files']} registry files "
+          f"({counts['rows']} rows read; {counts['overlapping']} left out for sharing {NGRAM} words with "
+          f"{', '.join(args.exclude) or 'no excluded source'}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
