@@ -120,9 +120,9 @@ def passages(answers: list, tokenizer) -> list[str]:
 
 
 def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str = "answers",
-            spent=lambda seconds: None) -> list:
-    """Every shard of answers, written where missing (`kind` names the shards' files); `spent` is told the
-    seconds each shard written took, as it is written, so that a killed run keeps the time of what it did."""
+            spent=lambda shard, seconds: None) -> list:
+    """Every shard of answers, written where missing (`kind` names the shards' files); `spent` is told each
+    shard written and the seconds it took, as it is written, so that a killed run keeps the time of what it did."""
     end_ids, pad = ends_and_pad(tokenizer)
     answers = []
     for s in range(math.ceil(len(prompts) / args.shard)):
@@ -142,7 +142,7 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str =
                     got.update(zip(picked, out))
             kept = [got[j] for j in chunk]
             write_shard(path, kept)
-            spent(time.perf_counter() - t0)
+            spent(path.stem, time.perf_counter() - t0)
         answers.extend(kept)
         bar.update(len(chunk))
     return answers
@@ -193,8 +193,9 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     config = head_config(model.config, args.draft_vocab)
     target = target_of(model, config)
 
-    def spent(seconds: float) -> None:  # kept after each shard: a kill loses only the shard it interrupts
+    def spent(shard: str, seconds: float) -> None:  # kept after each shard: a kill loses only the shard it interrupts
         times["answers_s"] = times.get("answers_s", 0.0) + seconds
+        times.setdefault("shards_s", {})[shard] = seconds  # each shard's own: a slow one was paused or shared cores
         times_path.write_text(json.dumps(times))
 
     with tqdm(total=len(prompts) + args.context_prompts, desc="answers", unit="prompt", file=sys.stderr) as bar:

@@ -139,12 +139,15 @@ def test_a_run_killed_while_answering_keeps_the_time_of_the_shards_it_wrote(tmp_
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "w", tmp_path / "h")
     assert (tmp_path / "w" / "answers-0000.pt").exists() and not (tmp_path / "w" / "answers-0001.pt").exists()
-    kept = json.loads((tmp_path / "w" / "times.json").read_text())["answers_s"]
-    assert kept > 0
+    times = json.loads((tmp_path / "w" / "times.json").read_text())
+    kept = times["answers_s"]
+    assert kept > 0 and times["shards_s"] == {"answers-0000": kept}
     monkeypatch.setattr(cli, "answer_batch", real)
     assert _run(tmp_path / "w", tmp_path / "h") == 0
     seconds = json.loads((tmp_path / "h" / "training.json").read_text())["seconds"]
     assert seconds["answers_s"] > kept and seconds["train_s"] > 0
+    assert seconds["shards_s"]["answers-0000"] == kept and set(seconds["shards_s"]) == {"answers-0000", "answers-0001"}
+    assert sum(seconds["shards_s"].values()) == pytest.approx(seconds["answers_s"])
 
 
 def test_bad_arguments_and_a_foreign_checkpoint_are_refused_in_one_line(tmp_path, capsys):
