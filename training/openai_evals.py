@@ -4,7 +4,9 @@ languages and kinds; fetch it with `pip download --no-deps evals==3.0.1.post1`).
 
 Each row of a registry `.jsonl` whose "input" is a chat gives one prompt: its unnamed system messages, then its
 first user message (few-shot examples, named system messages, are left out). A row is kept when the prompt is
-MIN_CHARS to `--max-chars` long and shares no run of NGRAM words with a text of an `--exclude` source (the
+MIN_CHARS to `--max-chars` long, at least `--min-ascii` of its characters ASCII (the embedded target
+writes English: a script it cannot read makes long inputs and answers no decode of this project meets), and
+shares no run of NGRAM words with a text of an `--exclude` source (the
 sets this project evaluates on: a head trained on them is measured on what it learnt). At most `--per-file`
 rows of a file are kept, drawn by a seeded shuffle of its first SCAN rows, and the kept prompts are shuffled
 together, so that the first N of the file (`--prompts N`) spread over the registry.
@@ -54,7 +56,11 @@ def ngrams(text: str) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + NGRAM]) for i in range(len(words) - NGRAM + 1)}
 
 
-def registry_prompts(wheel: Path, per_file: int, max_chars: int, seed: int,
+def ascii_share(text: str) -> float:
+    return sum(c < "\x80" for c in text) / len(text)
+
+
+def registry_prompts(wheel: Path, per_file: int, max_chars: int, min_ascii: float, seed: int,
                      excluded: set[tuple[str, ...]]) -> tuple[list[dict], dict[str, int]]:
     """The kept prompts, shuffled, and counts of what was read and left out."""
     counts = {"files": 0, "files_used": 0, "rows": 0, "overlapping": 0}
@@ -74,7 +80,8 @@ def registry_prompts(wheel: Path, per_file: int, max_chars: int, seed: int,
                         text = chat_prompt(json.loads(line))
                     except ValueError:
                         continue
-                    if text and MIN_CHARS <= len(text) <= max_chars and text not in seen:
+                    if (text and MIN_CHARS <= len(text) <= max_chars and text not in seen
+                            and ascii_share(text) >= min_ascii):
                         rows.append((number, text))
                         seen.add(text)
             counts["rows"] += len(rows)
@@ -99,14 +106,17 @@ def main(argv=None) -> int:
     ap.add_argument("wheel", type=Path, help="the evals wheel (evals-*.whl)")
     ap.add_argument("--out", type=Path, required=True, help="the prompt file to write (.jsonl)")
     ap.add_argument("--per-file", type=int, default=4, help="prompts at most from each registry file (default: 4)")
-    ap.add_argument("--max-chars", type=int, default=2500, help="longest prompt kept, in characters (default: 2500)")
+    ap.add_argument("--max-chars", type=int, default=1000, help="longest prompt kept, in characters (default: "
+                    "%(default)s: a batch answers at its longest prompt's pace)")
+    ap.add_argument("--min-ascii", type=float, default=0.9, help="the share of a prompt's characters that must be "
+                    "ASCII (default: %(default)s; 0 keeps every script)")
     ap.add_argument("--exclude", action="append", default=[], metavar="SOURCE",
                     help="leave out prompts sharing a run of words with this prompt source (spec-bench:PATH, "
                          "humaneval, builtin or a file); repeatable")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    if args.per_file < 1 or args.max_chars < MIN_CHARS:
-        ap.error(f"--per-file must be at least 1 and --max-chars at least {MIN_CHARS}")
+    if args.per_file < 1 or args.max_chars < MIN_CHARS or not 0 <= args.min_ascii <= 1:
+        ap.error(f"--per-file must be at least 1, --max-chars at least {MIN_CHARS} and --min-ascii in [0, 1]")
     if args.out.suffix != ".jsonl":
         ap.error(f"--out must name a .jsonl file, not {str(args.out)!r}")
     from evaluation.prompts import PromptError, load_prompts
@@ -117,7 +127,8 @@ def main(argv=None) -> int:
             for p in load_prompts(source):
                 for text in p.turns:
                     excluded |= ngrams(text)
-        prompts, counts = registry_prompts(args.wheel, args.per_file, args.max_chars, args.seed, excluded)
+        prompts, counts = registry_prompts(args.wheel, args.per_file, args.max_chars, args.min_ascii, args.seed,
+                                            excluded)
     except (PromptError, ValueError, OSError, zipfile.BadZipFile) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

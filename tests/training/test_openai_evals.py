@@ -41,16 +41,20 @@ def test_a_prompt_is_the_unnamed_system_messages_then_the_first_user_message():
 
 def test_each_file_gives_at_most_per_file_prompts_and_short_long_and_repeated_rows_are_left_out(tmp_path):
     rows = [chat(f"Question number {i}: explain how tides work.") for i in range(10)]
-    w = wheel(tmp_path, {"a/samples.jsonl": rows + ["{not json", chat("short"), chat("z" * 3000), rows[0]],
+    foreign = chat("下面这首诗的作者是谁？请仅回复作者的名字。静夜四无邻，荒居旧业贫。")
+    w = wheel(tmp_path, {"a/samples.jsonl": rows + ["{not json", chat("short"), chat("z" * 1001), rows[0], foreign],
                          "b/samples.jsonl": [chat("Describe a forest in autumn, in three sentences.")],
                          "c/readme.txt": ["ignored"]})
     out = tmp_path / "p.jsonl"
     assert main([str(w), "--out", str(out), "--per-file", "3"]) == 0
     prompts = read(out)
     assert len(prompts) == 4 and {p["category"] for p in prompts} == {"a", "b"}
-    assert all(20 <= len(p["prompt"]) <= 2500 and p["id"].split(":")[0] in ("a/samples.jsonl", "b/samples.jsonl")
+    assert all(20 <= len(p["prompt"]) <= 1000 and p["id"].split(":")[0] in ("a/samples.jsonl", "b/samples.jsonl")
                for p in prompts)
     assert len({p["prompt"] for p in prompts}) == 4
+    assert main([str(w), "--out", str(out), "--per-file", "30", "--min-ascii", "0"]) == 0
+    assert foreign["input"][0]["content"] in [p["prompt"] for p in read(out)] and len(read(out)) == 12
+    assert main([str(w), "--out", str(out), "--per-file", "3"]) == 0
     assert source_prompts([str(out)], None) == [p["prompt"] for p in prompts]  # train-head reads it as written
 
 
