@@ -5,8 +5,9 @@ The target answers the prompts greedily (the answers and features the training r
 and the head drafts from every position of each answer at once through the training-time test's unrolled steps
 (training.ttt), its own outputs fed back. Per drafting step: the share of the answers' rows whose top draft
 token is the target's most likely next token (top-1), and whose three most likely draft tokens hold it
-(top-3). Beside the same figures on the training's own answers (`--work`, its shards) they tell a head that
-learnt its training prompts from one that learnt its target: a decode accepts what the first figures say.
+(top-3), in all and by Spec-Bench's group of the prompts' categories. Beside the same figures on the
+training's own answers (`--work`, its shards) they tell a head that learnt its training prompts from one that
+learnt its target: a decode accepts what the first figures say.
 
     python -m training.agreement --head DIR --prompts SOURCE [--limit N] [--stratify group] [--work DIR]
 
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from evaluation.prompts import gather
+    from evaluation.summary import category_group, group_order
     from models.eagle3 import Eagle3Head
     from models.eagle3_config import read_head
     from programs.options import PromptOptions
@@ -82,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_device(args.device)
         cfg, weights = read_head(args.head)
-        texts = [q.text for q in gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit,
-                                                      stratify=args.stratify), 0)][: args.limit]
+        chosen = gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit, stratify=args.stratify),
+                        0)[: args.limit]
+        texts = [q.text for q in chosen]
         model, tokenizer = load_target(args.target, args.device, args.dtype)
     except (OSError, ValueError) as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
@@ -97,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                            end_ids=ends, pad_id=pad, layers=cfg.feature_layers(text_config.num_hidden_layers), seed=0)
     report = {"head": str(args.head), "target": args.target, "prompts": len(texts), "max_new": args.max_new,
               "held_out": agreement(head, answers, args.steps)}
+    groups = [category_group(q.category) for q in chosen]
+    report["held_out_by_group"] = {g: agreement(head, [a for a, h in zip(answers, groups) if h == g], args.steps)
+                                   for g in group_order(groups)}  # a few prompts each: where a head falls short
     if args.work is not None:
         shards = [shard_path(args.work, s) for s in range(args.shards) if shard_path(args.work, s).is_file()]
         report["training"] = agreement(head, [a for s in shards for a in read_shard(s)], args.steps)
@@ -107,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             steps = "; ".join(f"step {k + 1}: top-1 {t1:.3f}, top-3 {t3:.3f}"
                               for k, (t1, t3) in enumerate(zip(r["top1"], r["top3"])))
             print(f"{name.replace('_', '-')} ({r['rows'][0]} rows): {steps}")
+    print("held-out by group, step 1: " + "; ".join(f"{g} {r['top1'][0]:.3f} ({r['rows'][0]} rows)"
+                                                    for g, r in report["held_out_by_group"].items()))
     print(json.dumps(report))
     return 0
 

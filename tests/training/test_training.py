@@ -233,12 +233,19 @@ def test_agreement_counts_each_row_against_the_targets_top_token(tmp_path, capsy
 
     assert _run(tmp_path / "w", tmp_path / "h") == 0
     questions = tmp_path / "q.jsonl"
-    questions.write_text("".join(json.dumps({"id": str(i), "prompt": t}) + "\n"
-                                 for i, t in enumerate(["Name a color.", "Count to three.", "Say hello."])))
+    questions.write_text("".join(json.dumps({"id": str(i), "prompt": t, "category": c}) + "\n" for i, (t, c) in
+                                 enumerate([("Name a color.", "writing"), ("Count to three.", "translation"),
+                                            ("Say hello.", "roleplay")])))
     assert agreement.main(["--head", str(tmp_path / "h"), "--target", "random:tiny", "--prompts", str(questions),
                            "--limit", "3", "--max-new", "8", "--steps", "2", "--work", str(tmp_path / "w")]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert report["prompts"] == 3 and report["training_shards"] == 2
+    by_group = report["held_out_by_group"]
+    assert list(by_group) == ["mt_bench", "translation"]  # writing and roleplay are MT-bench's
+    for k in range(2):
+        assert sum(g["rows"][k] for g in by_group.values()) == report["held_out"]["rows"][k]
+        assert (sum(g["top1"][k] * g["rows"][k] for g in by_group.values())
+                == pytest.approx(report["held_out"]["top1"][k] * report["held_out"]["rows"][k]))
     for name in ("held_out", "training"):
         r = report[name]
         assert len(r["rows"]) == 2 and r["rows"][0] == r["rows"][1] > 0  # each answer token, from k + 2 back
