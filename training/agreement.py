@@ -7,9 +7,11 @@ and the head drafts from every position of each answer at once through the train
 token is the target's most likely next token (top-1), and whose three most likely draft tokens hold it
 (top-3), in all and by Spec-Bench's group of the prompts' categories. Beside the same figures on the
 training's own answers (`--work`, its shards) they tell a head that learnt its training prompts from one that
-learnt its target: a decode accepts what the first figures say.
+learnt its target: a decode accepts what the first figures say. `--against` scores a second head on the
+same answers, and the first one's gain over it in the first step's top-1 with a paired prompt-bootstrap
+interval: whether a new head agrees better than the one it would replace.
 
-    python -m training.agreement --head DIR --prompts SOURCE [--limit N] [--stratify group] [--work DIR]
+    python -m training.agreement --head DIR --prompts SOURCE [--limit N] [--against DIR] [--work DIR]
 
 The last line of stdout is one JSON document with every figure.
 """
@@ -30,22 +32,45 @@ from training.ttt import scored_rows, unrolled_rows
 TOP = 3  # the wider of the two agreements: a tree keeps a few first tokens
 
 
-def agreement(head, answers: list[Answer], steps: int) -> dict[str, list[float]]:
-    """Per drafting step over `answers`' rows from each answer's start: {"rows", "top1", "top3"} (shares)."""
-    rows, top1, top3 = [0] * steps, [0] * steps, [0] * steps
+def answer_counts(head, a: Answer, steps: int) -> torch.Tensor:
+    """(3, steps) for one answer: its scored rows, top-1 hits and top-3 hits at each drafting step."""
+    counts = torch.zeros(3, steps, dtype=torch.long)
     dev = head.device
     with torch.inference_mode():
-        for a in answers:
-            tokens, argmax = a.tokens.to(dev), a.argmax.to(dev).long()
-            for k, logits in enumerate(unrolled_rows(head, tokens, a.features.to(dev, torch.float32), steps)):
-                row, keep = scored_rows(len(tokens), a.start, k, dev)
-                want = argmax[row][keep]
-                drafted = head.ids[logits[keep].topk(min(TOP, logits.shape[-1]), -1).indices]  # (r, TOP) target ids
-                rows[k] += len(want)
-                top1[k] += int((drafted[:, 0] == want).sum())
-                top3[k] += int((drafted == want[:, None]).any(-1).sum())
+        tokens, argmax = a.tokens.to(dev), a.argmax.to(dev).long()
+        for k, logits in enumerate(unrolled_rows(head, tokens, a.features.to(dev, torch.float32), steps)):
+            row, keep = scored_rows(len(tokens), a.start, k, dev)
+            want = argmax[row][keep]
+            drafted = head.ids[logits[keep].topk(min(TOP, logits.shape[-1]), -1).indices]  # (r, TOP) target ids
+            counts[:, k] = torch.tensor([len(want), int((drafted[:, 0] == want).sum()),
+                                         int((drafted == want[:, None]).any(-1).sum())])
+    return counts
+
+
+def shares(counts: list[torch.Tensor]) -> dict[str, list]:
+    """{"rows", "top1", "top3"} per drafting step over answers' counts (answer_counts)."""
+    rows, top1, top3 = (sum(counts, torch.zeros_like(counts[0])) if counts else torch.zeros(3, 0)).tolist()
     return {"rows": rows, "top1": [h / max(r, 1) for h, r in zip(top1, rows)],
             "top3": [h / max(r, 1) for h, r in zip(top3, rows)]}
+
+
+def agreement(head, answers: list[Answer], steps: int) -> dict[str, list]:
+    """Per drafting step over `answers`' rows from each answer's start: {"rows", "top1", "top3"} (shares)."""
+    return shares([answer_counts(head, a, steps) for a in answers])
+
+
+def compared(mine: list[torch.Tensor], theirs: list[torch.Tensor], seed: int = 0) -> dict:
+    """The first step's top-1 agreement of one head over another's on the same answers: the ratio less one,
+    with a 95% interval from resampling the prompts (paired: both heads' hits of a resample's prompts)."""
+    from evaluation.stats import paired_gains
+
+    kept = [j for j, c in enumerate(mine) if c[0, 0] > 0]  # an answer with no scored row says nothing
+    rows = [float(mine[j][0, 0]) for j in kept]
+    hits = {name: [float(c[j][1, 0]) for j in kept] for name, c in (("head", mine), ("against", theirs))}
+    g = paired_gains(hits, {"head": rows, "against": rows}, [("head", "against")], rng=seed)["head", "against"]
+    return {"top1_step1": g.speed_a, "against_top1_step1": g.speed_b, "gain": g.gain,
+            "low": g.low if g.has_interval else None, "high": g.high if g.has_interval else None,
+            "prompts": g.n_prompts, "interval": g.interval_text()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spread --limit over categories or Spec-Bench's groups, under seed 0 (default: %(default)s)")
     p.add_argument("--max-new", type=int, default=96, help="answer tokens at most (default: %(default)s)")
     p.add_argument("--steps", type=int, default=3, help="drafting steps unrolled (default: %(default)s)")
+    p.add_argument("--against", type=Path, metavar="HEAD", help="another head for the same target, scored on the "
+                   "same answers: its agreement, and the first head's gain over it with a paired prompt interval")
     p.add_argument("--work", type=Path, help="a training's work directory: its first shards' answers scored too")
     p.add_argument("--shards", type=int, default=2, help="of --work's shards, how many (default: %(default)s)")
     device_arguments(p, "drafts")
@@ -66,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from evaluation.prompts import gather
+    from evaluation.stats import percent
     from evaluation.summary import category_group, group_order
     from models.eagle3 import Eagle3Head
     from models.eagle3_config import read_head
@@ -83,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--work: {args.work} holds no training shard ({shard_path(args.work, 0).name})")
     try:
         check_device(args.device)
-        cfg, weights = read_head(args.head)
+        heads = [read_head(path) for path in (args.head, args.against) if path is not None]
         chosen = gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit, stratify=args.stratify),
                         0)[: args.limit]
         texts = [q.text for q in chosen]
@@ -92,17 +120,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
     text_config = model.config.get_text_config()
-    cfg.check_target(text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers)
-    embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()
-    head = Eagle3Head.build(cfg, weights, embed, model.device, torch.float32)
+    shape = text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers
+    layers = [cfg.feature_layers(shape[2]) for cfg, _ in heads]
+    if layers[-1] != layers[0]:
+        print(f"{p.prog}: error: the heads fuse different target layers ({layers[0]} and {layers[-1]}): their "
+              f"answers' features differ", file=sys.stderr)
+        return 2
+    built = []
+    for cfg, weights in heads:
+        cfg.check_target(*shape)
+        embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()
+        built.append(Eagle3Head.build(cfg, weights, embed, model.device, torch.float32))
+    head = built[0]
     ends, pad = ends_and_pad(tokenizer)
     answers = answer_batch(model, [tokenizer.chat_ids([t]) for t in texts], sample=False, max_new=args.max_new,
-                           end_ids=ends, pad_id=pad, layers=cfg.feature_layers(text_config.num_hidden_layers), seed=0)
+                           end_ids=ends, pad_id=pad, layers=layers[0], seed=0)
+    counts = [answer_counts(head, a, args.steps) for a in answers]
     report = {"head": str(args.head), "target": args.target, "prompts": len(texts), "max_new": args.max_new,
-              "held_out": agreement(head, answers, args.steps)}
+              "held_out": shares(counts)}
     groups = [category_group(q.category) for q in chosen]
-    report["held_out_by_group"] = {g: agreement(head, [a for a, h in zip(answers, groups) if h == g], args.steps)
+    report["held_out_by_group"] = {g: shares([c for c, h in zip(counts, groups) if h == g])
                                    for g in group_order(groups)}  # a few prompts each: where a head falls short
+    if args.against is not None:
+        theirs = [answer_counts(built[1], a, args.steps) for a in answers]
+        report["against"] = {"head": str(args.against), "held_out": shares(theirs), **compared(counts, theirs)}
     if args.work is not None:
         shards = [shard_path(args.work, s) for s in range(args.shards) if shard_path(args.work, s).is_file()]
         report["training"] = agreement(head, [a for s in shards for a in read_shard(s)], args.steps)
@@ -115,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name.replace('_', '-')} ({r['rows'][0]} rows): {steps}")
     print("held-out by group, step 1: " + "; ".join(f"{g} {r['top1'][0]:.3f} ({r['rows'][0]} rows)"
                                                     for g, r in report["held_out_by_group"].items()))
+    if args.against is not None:
+        c = report["against"]
+        print(f"against {args.against}: held-out top-1 at step 1 {c['top1_step1']:.3f} against "
+              f"{c['against_top1_step1']:.3f}: {percent(c['gain'])}, 95% interval over {c['prompts']} prompts "
+              f"{c['interval']}")
     print(json.dumps(report))
     return 0
 

@@ -270,6 +270,40 @@ def test_agreement_counts_each_row_against_the_targets_top_token(tmp_path, capsy
     assert direct["rows"] == [rows] and direct["top1"][0] == pytest.approx(hits / rows)
 
 
+def test_a_head_against_another_is_scored_on_the_same_answers_with_a_paired_interval(tmp_path, capsys):
+    from training import agreement
+
+    assert _run(tmp_path / "w", tmp_path / "h") == 0
+    assert _run(tmp_path / "w1", tmp_path / "h1", "--seed", "1") == 0
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": str(i), "prompt": f"Say {w} twice."}) + "\n"
+                                 for i, w in enumerate(["red", "blue", "one", "two", "cat", "dog"])))
+    common = ["--target", "random:tiny", "--prompts", str(questions), "--limit", "6", "--max-new", "8", "--steps", "2"]
+    assert agreement.main(["--head", str(tmp_path / "h"), *common, "--against", str(tmp_path / "h1")]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert agreement.main(["--head", str(tmp_path / "h1"), *common]) == 0
+    alone = json.loads(capsys.readouterr().out.splitlines()[-1])
+    versus = report["against"]
+    assert versus["held_out"] == alone["held_out"] and versus["prompts"] == 6
+    assert versus["top1_step1"] == pytest.approx(report["held_out"]["top1"][0])
+    assert versus["gain"] == pytest.approx(report["held_out"]["top1"][0] / alone["held_out"]["top1"][0] - 1)
+    assert versus["low"] <= versus["gain"] <= versus["high"]
+
+
+def test_a_heads_gain_is_the_ratio_of_hits_over_prompts_with_rows():
+    from training.agreement import compared
+
+    def counts(rows, hits):
+        return torch.tensor([[rows, 9], [hits, 9], [hits, 9]])
+
+    mine = [counts(10, 4), counts(20, 8), counts(0, 0), counts(5, 2), counts(10, 6), counts(8, 4)]
+    theirs = [counts(10, 2), counts(20, 4), counts(0, 0), counts(5, 1), counts(10, 3), counts(8, 2)]
+    got = compared(mine, theirs)
+    assert got["prompts"] == 5 and got["gain"] == pytest.approx(1.0) and got["low"] == got["high"] == pytest.approx(1.0)
+    assert got["top1_step1"] == pytest.approx(24 / 53) and got["against_top1_step1"] == pytest.approx(12 / 53)
+    assert compared(mine[:3], theirs[:3])["interval"] == "none (2 prompts)"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--prompts", "builtin", "--limit", "0"], "--limit must be at least 1"),
     ([], "--prompts: name at least one"),
