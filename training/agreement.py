@@ -143,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                                    for g in group_order(groups)}  # a few prompts each: where a head falls short
     if args.against is not None:
         theirs = [answer_counts(built[1], a, args.steps) for a in answers]
-        report["against"] = {"head": str(args.against), "held_out": shares(theirs), **compared(counts, theirs)}
+        report["against"] = {"head": str(args.against), "held_out": shares(theirs),
+                             "held_out_by_group": {g: shares([c for c, h in zip(theirs, groups) if h == g])
+                                                   for g in report["held_out_by_group"]},
+                             **compared(counts, theirs)}
     if args.work is not None:
         shards = [shard_path(args.work, s) for s in range(args.shards) if shard_path(args.work, s).is_file()]
         report["training"] = agreement(head, [a for s in shards for a in read_shard(s)], args.steps)
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                                                     for g, r in report["held_out_by_group"].items()))
     if args.against is not None:
         c = report["against"]
+        print("against's by group, step 1: " + "; ".join(f"{g} {r['top1'][0]:.3f}"
+                                                        for g, r in c["held_out_by_group"].items()))
         print(f"against {args.against}: held-out top-1 at step 1 {c['top1_step1']:.3f} against "
               f"{c['against_top1_step1']:.3f}: {percent(c['gain'])}, 95% interval over {c['prompts']} prompts "
               f"{c['interval']}")

@@ -285,6 +285,7 @@ def test_a_head_against_another_is_scored_on_the_same_answers_with_a_paired_inte
     alone = json.loads(capsys.readouterr().out.splitlines()[-1])
     versus = report["against"]
     assert versus["held_out"] == alone["held_out"] and versus["prompts"] == 6
+    assert versus["held_out_by_group"] == alone["held_out_by_group"]
     assert versus["top1_step1"] == pytest.approx(report["held_out"]["top1"][0])
     assert versus["gain"] == pytest.approx(report["held_out"]["top1"][0] / alone["held_out"]["top1"][0] - 1)
     assert versus["low"] <= versus["gain"] <= versus["high"]
