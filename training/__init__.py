@@ -6,4 +6,6 @@
     ttt      -> the training-time test: several drafting steps unrolled, the head's outputs fed back
     train    -> the loop: resumable, deterministic for a seed, writing a head `eagle3:PATH` loads
     cli      -> `launch/pair.sh train-head`
+    agreement    -> `python -m training.agreement`: a head's agreement with its target on other prompts
+    openai_evals -> `python -m training.openai_evals`: a prompt file drawn from OpenAI's evals registry
 """

@@ -11,7 +11,8 @@ learnt its target: a decode accepts what the first figures say. `--against` scor
 same answers, and the first one's gain over it in the first step's top-1 with a paired prompt-bootstrap
 interval: whether a new head agrees better than the one it would replace.
 
-    python -m training.agreement --head DIR --prompts SOURCE [--limit N] [--against DIR] [--work DIR]
+    python -m training.agreement --head DIR --prompts SOURCE [--limit N] [--stratify group] [--against DIR]
+        [--work DIR]
 
 The last line of stdout is one JSON document with every figure.
 """
@@ -67,6 +68,12 @@ def compared(mine: list[torch.Tensor], theirs: list[torch.Tensor], seed: int = 0
     kept = [j for j, c in enumerate(mine) if c[0, 0] > 0]  # an answer with no scored row says nothing
     rows = [float(mine[j][0, 0]) for j in kept]
     hits = {name: [float(c[j][1, 0]) for j in kept] for name, c in (("head", mine), ("against", theirs))}
+    if len(kept) < 2 or not sum(hits["against"]):
+        share = {name: sum(h) / max(sum(rows), 1) for name, h in hits.items()}
+        return {"top1_step1": share["head"], "against_top1_step1": share["against"], "gain": None, "low": None,
+                "high": None, "prompts": len(kept), "interval": "none (" + ("fewer than 2 prompts with rows"
+                                                                          if len(kept) < 2 else "no hit to compare "
+                                                                          "against") + ")"}
     g = paired_gains(hits, {"head": rows, "against": rows}, [("head", "against")], rng=seed)["head", "against"]
     return {"top1_step1": g.speed_a, "against_top1_step1": g.speed_b, "gain": g.gain,
             "low": g.low if g.has_interval else None, "high": g.high if g.has_interval else None,
@@ -116,21 +123,23 @@ def main(argv: list[str] | None = None) -> int:
                         0)[: args.limit]
         texts = [q.text for q in chosen]
         model, tokenizer = load_target(args.target, args.device, args.dtype)
+        text_config = model.config.get_text_config()
+        shape = text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers
+        built = []
+        for (cfg, weights), path in zip(heads, (args.head, args.against)):
+            try:
+                cfg.check_target(*shape)
+            except ValueError as e:
+                raise ValueError(f"{path}: {e}") from None
+            embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()
+            built.append(Eagle3Head.build(cfg, weights, embed, model.device, torch.float32))
+        layers = [cfg.feature_layers(shape[2]) for cfg, _ in heads]
+        if layers[-1] != layers[0]:
+            raise ValueError(f"the heads fuse different target layers ({layers[0]} and {layers[-1]}): their "
+                             f"answers' features differ")
     except (OSError, ValueError) as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)
         return 2
-    text_config = model.config.get_text_config()
-    shape = text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers
-    layers = [cfg.feature_layers(shape[2]) for cfg, _ in heads]
-    if layers[-1] != layers[0]:
-        print(f"{p.prog}: error: the heads fuse different target layers ({layers[0]} and {layers[-1]}): their "
-              f"answers' features differ", file=sys.stderr)
-        return 2
-    built = []
-    for cfg, weights in heads:
-        cfg.check_target(*shape)
-        embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()
-        built.append(Eagle3Head.build(cfg, weights, embed, model.device, torch.float32))
     head = built[0]
     ends, pad = ends_and_pad(tokenizer)
     answers = answer_batch(model, [tokenizer.chat_ids([t]) for t in texts], sample=False, max_new=args.max_new,
@@ -164,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         print("against's by group, step 1: " + "; ".join(f"{g} {r['top1'][0]:.3f}"
                                                         for g, r in c["held_out_by_group"].items()))
         print(f"against {args.against}: held-out top-1 at step 1 {c['top1_step1']:.3f} against "
-              f"{c['against_top1_step1']:.3f}: {percent(c['gain'])}, 95% interval over {c['prompts']} prompts "
-              f"{c['interval']}")
+              f"{c['against_top1_step1']:.3f}: {'no gain' if c['gain'] is None else percent(c['gain'])}, 95% "
+              f"interval over {c['prompts']} prompts {c['interval']}")
     print(json.dumps(report))
     return 0
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from evaluation.paths import replace_atomically
 from models.options import DTYPES
 from training.distill import answer_batch, read_shard, shard_path, write_shard
 from training.prompts import EVALUATED, context_prompts, source_prompts, training_prompts
@@ -140,8 +141,8 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str =
                     out = answer_batch(model, ids, sample=sample, max_new=args.max_new, end_ids=end_ids,
                                        pad_id=pad, layers=layers, seed=args.seed * 100_003 + s)
                     got.update(zip(picked, out))
-            kept = [got[j] for j in chunk]
-            write_shard(path, kept)
+            write_shard(path, [got[j] for j in chunk])
+            kept = read_shard(path)  # mapped from the file: the run's answers need not fit in memory
             spent(path.stem, time.perf_counter() - t0)
         answers.extend(kept)
         bar.update(len(chunk))
@@ -195,8 +196,10 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
 
     def spent(shard: str, seconds: float) -> None:  # kept after each shard: a kill loses only the shard it interrupts
         times["answers_s"] = times.get("answers_s", 0.0) + seconds
-        times.setdefault("shards_s", {})[shard] = seconds  # each shard's own: a slow one was paused or shared cores
-        times_path.write_text(json.dumps(times))
+        shards = times.setdefault("shards_s", {})  # each shard's own seconds, so that an uneven one shows
+        shards[shard] = shards.get(shard, 0.0) + seconds
+        with replace_atomically(times_path) as partial:
+            partial.write_text(json.dumps(times))
 
     with tqdm(total=len(prompts) + args.context_prompts, desc="answers", unit="prompt", file=sys.stderr) as bar:
         answers = distill(model, tokenizer, prompts, args, target.layers, bar, spent=spent)
@@ -230,7 +233,8 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
             print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
     times["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
-    times_path.write_text(json.dumps(times))
+    with replace_atomically(times_path) as partial:
+        partial.write_text(json.dumps(times))
     write_head(args.out, config, weights, d2t, t2d)
     report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
               "data": {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],

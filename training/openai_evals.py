@@ -6,10 +6,11 @@ Each row of a registry `.jsonl` whose "input" is a chat gives one prompt: its un
 first user message (few-shot examples, named system messages, are left out). A row is kept when the prompt is
 MIN_CHARS to `--max-chars` long, at least `--min-ascii` of its characters ASCII (the embedded target
 writes English: a script it cannot read makes long inputs and answers no decode of this project meets), and
-shares no run of NGRAM words with a text of an `--exclude` source (the
-sets this project evaluates on: a head trained on them is measured on what it learnt). At most `--per-file`
-rows of a file are kept, drawn by a seeded shuffle of its first SCAN rows, and the kept prompts are shuffled
-together, so that the first N of the file (`--prompts N`) spread over the registry.
+shares no run of NGRAM consecutive words with a text of an `--exclude` source, nor holds a shorter one (of
+SHORT words or more) whole (the sets this project evaluates on: a head trained on them is measured on what it
+learnt). At most `--per-file` rows of a file are kept, drawn by a seeded shuffle of its first SCAN rows that
+pass, and the kept prompts are shuffled together, so that the first N of the file (`--prompts N`) spread over
+the registry.
 
     python -m training.openai_evals WHEEL --out PROMPTS.jsonl [--per-file 4] [--exclude spec-bench:PATH]
 
@@ -21,16 +22,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import sys
 import zipfile
+import zlib
 from pathlib import Path
+
+from evaluation.paths import replace_atomically
 
 DATA = "evals/registry/data/"
 MIN_CHARS = 20
 NGRAM = 13  # words: the run that marks a prompt as overlapping an evaluated one
+SHORT = 6  # words: an evaluated text shorter than NGRAM, at least this long, excludes a prompt holding it whole
 SCAN = 2000  # rows of a file read before its draw
 
 
@@ -51,9 +55,24 @@ def chat_prompt(record) -> str | None:
     return None
 
 
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
 def ngrams(text: str) -> set[tuple[str, ...]]:
-    words = re.findall(r"\w+", text.lower())
-    return {tuple(words[i:i + NGRAM]) for i in range(len(words) - NGRAM + 1)}
+    """The runs of NGRAM words of a candidate prompt, and of every length from SHORT up to NGRAM - 1: an
+    evaluated text shorter than NGRAM words matches the run of its own length."""
+    w = words(text)
+    return {tuple(w[i:i + n]) for n in range(SHORT, NGRAM + 1) for i in range(len(w) - n + 1)}
+
+
+def excluded_runs(text: str) -> set[tuple[str, ...]]:
+    """What an evaluated text excludes: its runs of NGRAM words, or itself whole where it is shorter (but not
+    shorter than SHORT words: "Rewrite your previous response" would exclude much that is not it)."""
+    w = words(text)
+    if len(w) < NGRAM:
+        return {tuple(w)} if len(w) >= SHORT else set()
+    return {tuple(w[i:i + NGRAM]) for i in range(len(w) - NGRAM + 1)}
 
 
 def ascii_share(text: str) -> float:
@@ -63,7 +82,7 @@ def ascii_share(text: str) -> float:
 def registry_prompts(wheel: Path, per_file: int, max_chars: int, min_ascii: float, seed: int,
                      excluded: set[tuple[str, ...]]) -> tuple[list[dict], dict[str, int]]:
     """The kept prompts, shuffled, and counts of what was read and left out."""
-    counts = {"files": 0, "files_used": 0, "rows": 0, "overlapping": 0}
+    counts = {"files": 0, "files_used": 0, "rows": 0, "overlapping": 0}  # rows: that pass the filters
     kept, seen = [], set()
     with zipfile.ZipFile(wheel) as z:
         names = sorted(n for n in z.namelist() if n.startswith(DATA) and n.endswith(".jsonl"))
@@ -126,18 +145,25 @@ def main(argv=None) -> int:
         for source in args.exclude:
             for p in load_prompts(source):
                 for text in p.turns:
-                    excluded |= ngrams(text)
+                    excluded |= excluded_runs(text)
         prompts, counts = registry_prompts(args.wheel, args.per_file, args.max_chars, args.min_ascii, args.seed,
                                             excluded)
-    except (PromptError, ValueError, OSError, zipfile.BadZipFile) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (PromptError, ValueError, OSError, zipfile.BadZipFile, zlib.error, NotImplementedError) as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    part = args.out.with_name(args.out.name + ".part")
-    part.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts), encoding="utf-8")
-    os.replace(part, args.out)
+    if not prompts:
+        print(f"{ap.prog}: error: no prompt of {args.wheel} passed the filters (--max-chars, --min-ascii, "
+              f"--exclude); nothing written", file=sys.stderr)
+        return 2
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with replace_atomically(args.out) as partial:
+            partial.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts), encoding="utf-8")
+    except OSError as e:
+        print(f"{ap.prog}: error: cannot write {args.out}: {e}", file=sys.stderr)
+        return 2
     print(f"{len(prompts)} prompts from {counts['files_used']} of {counts['files']} registry files "
-          f"({counts['rows']} rows read; {counts['overlapping']} left out for sharing {NGRAM} words with "
+          f"({counts['rows']} rows passed the filters; {counts['overlapping']} left out for overlapping "
           f"{', '.join(args.exclude) or 'no excluded source'}) -> {args.out}")
     return 0
 

@@ -52,6 +52,8 @@ def test_each_file_gives_at_most_per_file_prompts_and_short_long_and_repeated_ro
     assert all(20 <= len(p["prompt"]) <= 1000 and p["id"].split(":")[0] in ("a/samples.jsonl", "b/samples.jsonl")
                for p in prompts)
     assert len({p["prompt"] for p in prompts}) == 4
+    assert main([str(w), "--out", str(out), "--per-file", "30"]) == 0
+    assert foreign["input"][0]["content"] not in [p["prompt"] for p in read(out)] and len(read(out)) == 11
     assert main([str(w), "--out", str(out), "--per-file", "30", "--min-ascii", "0"]) == 0
     assert foreign["input"][0]["content"] in [p["prompt"] for p in read(out)] and len(read(out)) == 12
     assert main([str(w), "--out", str(out), "--per-file", "3"]) == 0
@@ -71,16 +73,20 @@ def test_the_draw_is_deterministic_for_a_seed_and_moves_with_it(tmp_path):
 def test_prompts_sharing_a_run_of_words_with_an_excluded_source_are_left_out(tmp_path, capsys):
     evaluated = "Natalia sold clips to 48 of her friends in April and then she sold half as many clips in May"
     bench = tmp_path / "question.jsonl"
-    bench.write_text(json.dumps({"question_id": 1, "category": "math_reasoning", "turns": [evaluated]}) + "\n")
+    short = "Who wrote the novel Pride and Prejudice?"  # 7 words: held whole, it is left out too
+    bench.write_text(json.dumps({"question_id": 1, "category": "math_reasoning", "turns": [evaluated]}) + "\n"
+                     + json.dumps({"question_id": 2, "category": "qa", "turns": [short, "Rewrite your answer."]})
+                     + "\n")
+    kept = ["Natalia sold clips to friends; how many did she sell?", "Who wrote the novel Emma? Rewrite your answer."]
     w = wheel(tmp_path, {"m/samples.jsonl": [chat(f"Solve this: {evaluated}. How many in all?", system="Be brief."),
-                                             chat("Natalia sold clips to friends; how many did she sell?")]})
+                                             chat(f"Answer in one word. {short}"), *map(chat, kept)]})
     out = tmp_path / "p.jsonl"
     assert main([str(w), "--out", str(out), "--exclude", f"spec-bench:{bench}"]) == 0
-    assert [p["prompt"] for p in read(out)] == ["Natalia sold clips to friends; how many did she sell?"]
-    assert "1 left out for sharing 13 words" in capsys.readouterr().out
+    assert sorted(p["prompt"] for p in read(out)) == kept
+    assert "2 left out for overlapping" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case", ["not-a-zip", "no-registry", "bad-exclude", "bad-out"])
+@pytest.mark.parametrize("case", ["not-a-zip", "no-registry", "bad-exclude", "bad-out", "none-kept", "unwritable"])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     w = wheel(tmp_path, {"a/samples.jsonl": [chat("Describe a forest in autumn, in three sentences.")]})
     out = tmp_path / "p.jsonl"
@@ -93,6 +99,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
         zipfile.ZipFile(args[0], "w").writestr("evals/__init__.py", "")
     elif case == "bad-exclude":
         args += ["--exclude", str(tmp_path / "missing.jsonl")]
+    elif case == "none-kept":
+        args += ["--max-chars", "20"]
+    elif case == "unwritable":
+        (tmp_path / "file").write_text("")
+        args[2] = str(tmp_path / "file" / "p.jsonl")
     else:
         args[2] = str(tmp_path / "p.txt")
     if case == "bad-out":
@@ -101,5 +112,5 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     else:
         assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) >= 1 and "error" in err[-1]
-    assert not list(tmp_path.glob("p.*"))
+    assert "error" in err[-1] and (len(err) == 1 or case == "bad-out")  # argparse prints its usage first
+    assert not list(tmp_path.glob("p.*")) and not list(tmp_path.glob(".p.*"))

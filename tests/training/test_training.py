@@ -290,6 +290,15 @@ def test_a_head_against_another_is_scored_on_the_same_answers_with_a_paired_inte
     assert versus["gain"] == pytest.approx(report["held_out"]["top1"][0] / alone["held_out"]["top1"][0] - 1)
     assert versus["low"] <= versus["gain"] <= versus["high"]
 
+    assert agreement.main(["--head", str(tmp_path / "h"), *common[:-5], "1", *common[-4:], "--against",
+                           str(tmp_path / "h1")]) == 0  # one prompt: figures, no interval
+    out = capsys.readouterr().out
+    assert json.loads(out.splitlines()[-1])["against"]["interval"] == "none (fewer than 2 prompts with rows)"
+    assert "no gain" in out
+    assert agreement.main(["--head", str(tmp_path / "h"), *common, "--against", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error" in err[0] and "nowhere" in err[0]
+
 
 def test_a_heads_gain_is_the_ratio_of_hits_over_prompts_with_rows():
     from training.agreement import compared
@@ -393,6 +402,32 @@ def test_a_prompt_source_that_cannot_serve_is_refused_in_one_line(tmp_path, caps
     assert message in err and err.count("\n") == 1 and not (tmp_path / "w").exists()
 
 
+def mapped_files(tensors) -> set[str]:
+    """The files whose mappings in this process hold each tensor's data (an empty name where one is not)."""
+    spans = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            spans.append((start, end, fields[5]))
+    return {next((name for s, e, name in spans if s <= t.data_ptr() < e), "") for t in tensors}
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's memory map (Linux)")
+def test_a_runs_answers_are_mapped_from_their_shards_from_the_first_run_on(tmp_path, monkeypatch):
+    seen, real = [], cli.train
+
+    def train(answers, *args, **kw):
+        seen.append(mapped_files(a.features for a in answers))
+        return real(answers, *args, **kw)
+
+    monkeypatch.setattr(cli, "train", train)
+    assert _run(tmp_path / "w", tmp_path / "h") == 0  # answers made by this run
+    assert _run(tmp_path / "w", tmp_path / "h") == 0  # answers read back
+    shards = {str((tmp_path / "w" / f"answers-000{i}.pt").resolve()) for i in range(2)}
+    assert seen == [shards, shards]
+
+
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's memory map (Linux)")
 def test_a_shards_answers_are_mapped_from_its_file_not_read_into_memory(tmp_path):
     from training.distill import Answer, read_shard, write_shard
@@ -405,11 +440,4 @@ def test_a_shards_answers_are_mapped_from_its_file_not_read_into_memory(tmp_path
     read = read_shard(path)
     assert all(torch.equal(getattr(a, f), getattr(b, f)) for a, b in zip(made, read)
                for f in ("tokens", "features", "last", "argmax"))
-    spans = []
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5] == str(path.resolve()):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            spans.append((start, end))
-    assert spans, "the shard's file is not mapped"
-    assert all(any(s <= a.features.data_ptr() < e for s, e in spans) for a in read)
+    assert mapped_files(a.features for a in read) == {str(path.resolve())}
