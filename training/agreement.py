@@ -69,11 +69,10 @@ def compared(mine: list[torch.Tensor], theirs: list[torch.Tensor], seed: int = 0
     rows = [float(mine[j][0, 0]) for j in kept]
     hits = {name: [float(c[j][1, 0]) for j in kept] for name, c in (("head", mine), ("against", theirs))}
     if len(kept) < 2 or not sum(hits["against"]):
+        why = "fewer than 2 prompts with rows" if len(kept) < 2 else "no hit to compare against"
         share = {name: sum(h) / max(sum(rows), 1) for name, h in hits.items()}
         return {"top1_step1": share["head"], "against_top1_step1": share["against"], "gain": None, "low": None,
-                "high": None, "prompts": len(kept), "interval": "none (" + ("fewer than 2 prompts with rows"
-                                                                          if len(kept) < 2 else "no hit to compare "
-                                                                          "against") + ")"}
+                "high": None, "prompts": len(kept), "interval": f"none ({why})"}
     g = paired_gains(hits, {"head": rows, "against": rows}, [("head", "against")], rng=seed)["head", "against"]
     return {"top1_step1": g.speed_a, "against_top1_step1": g.speed_b, "gain": g.gain,
             "low": g.low if g.has_interval else None, "high": g.high if g.has_interval else None,

@@ -194,12 +194,15 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     config = head_config(model.config, args.draft_vocab)
     target = target_of(model, config)
 
+    def save_times() -> None:
+        with replace_atomically(times_path) as partial:
+            partial.write_text(json.dumps(times))
+
     def spent(shard: str, seconds: float) -> None:  # kept after each shard: a kill loses only the shard it interrupts
         times["answers_s"] = times.get("answers_s", 0.0) + seconds
         shards = times.setdefault("shards_s", {})  # each shard's own seconds, so that an uneven one shows
         shards[shard] = shards.get(shard, 0.0) + seconds
-        with replace_atomically(times_path) as partial:
-            partial.write_text(json.dumps(times))
+        save_times()
 
     with tqdm(total=len(prompts) + args.context_prompts, desc="answers", unit="prompt", file=sys.stderr) as bar:
         answers = distill(model, tokenizer, prompts, args, target.layers, bar, spent=spent)
@@ -233,8 +236,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
             print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
     times["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
-    with replace_atomically(times_path) as partial:
-        partial.write_text(json.dumps(times))
+    save_times()
     write_head(args.out, config, weights, d2t, t2d)
     report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
               "data": {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],

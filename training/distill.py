@@ -125,14 +125,9 @@ def read_shard(path: Path) -> list[Answer]:
     reads each answer's rows as it batches them, and a run's answers need not fit in memory (the OS keeps in
     its page cache what does)."""
     try:
-        rows = torch.load(path, weights_only=True, mmap=True)
+        return [Answer(**row) for row in torch.load(path, weights_only=True, mmap=True)]
     except OSError as e:  # a file system that cannot map files, or no memory left to map it: the shard may be good
         raise ValueError(f"{path}: cannot be mapped into memory ({e})") from None
-    except Exception as e:  # a file that is not a shard this program wrote
-        raise ValueError(f"{path}: not a training shard ({type(e).__name__}: {e}); delete it to write it again")\
-            from None
-    try:
-        return [Answer(**row) for row in rows]
     except Exception as e:  # a file that is not a shard this program wrote
         raise ValueError(f"{path}: not a training shard ({type(e).__name__}: {e}); delete it to write it again")\
             from None
