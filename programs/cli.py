@@ -38,7 +38,7 @@ from pipeline.config import AUTO, ConfigError, InputError, split_list
 from programs.rule_options import OPTIONS
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
 from protocol.transport import check_endpoint
-from protocol.wakeup import woken_by_signals
+from protocol.wakeup import ending, woken_by_signals
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
 # A file system that refuses to write: the user frees space or names another folder; nothing is lost.
@@ -326,6 +326,8 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    finally:
+        ending()  # a stop signal from here on ends the process quietly, wherever the teardown is
 
 
 def raise_open_file_limit() -> int:

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
         return 0
 
     # A stop request closes the socket (an ipc file is removed) and, dropped by a finalizer, is raised again at
-    # the next wait; one that lands as the program ends is dropped without a word.
+    # the next wait; one that lands once the body has returned ends the process at once (wakeup.ending).
     wakeup.install_stop(signal.SIGTERM, signal.SIGINT)
     return run_program(body, flags_of(parser))
 

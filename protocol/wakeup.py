@@ -12,7 +12,10 @@ collected generator's cleanup, an atexit callback as the program ends) is droppe
 A program that stops on a signal installs `stop` as its handler (`install_stop`): it raises Stopped (a
 SystemExit), and within the block the next socket wait raises it again, however the first one fared. A
 Stopped that Python had to drop is not printed as "Exception ignored": it is no error, and the program stops
-at its next wait, or is ending already.
+at its next wait. Once the program's body has returned (`ending`), a stop signal takes its default action
+and ends the process at once: raised inside the interpreter's teardown, a Stopped can turn into another
+error (logging's atexit shutdown, stopped before it takes a handler's lock, releases it in a `finally` and
+prints "cannot release un-acquired lock").
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from contextlib import contextmanager
 
 _reader: socket.socket | None = None  # the reading end while a block is active; pollers register it
 _stopping: int | None = None  # the exit status `stop` raised within the block, raised again by each wait
+_stop_signals: set[int] = set()  # the signals `install_stop` gave to `stop`
 
 
 class Stopped(SystemExit):
@@ -64,6 +68,7 @@ def install_stop(*signums: int) -> None:
     Stopped that Python had to drop, and hands anything else to the hook that was there."""
     for signum in signums:
         signal.signal(signum, stop)
+    _stop_signals.update(signums)
     previous = sys.unraisablehook
     if getattr(previous, "quiet_stops", False):
         return
@@ -73,6 +78,17 @@ def install_stop(*signums: int) -> None:
             previous(unraisable)
     hook.quiet_stops = True
     sys.unraisablehook = hook
+
+
+def ending() -> None:
+    """The program's body has returned: from here on, a signal `install_stop` gave to `stop` ends the process
+    as the signal's default does (main thread only; elsewhere, no change)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in list(_stop_signals):
+        if signal.getsignal(signum) is stop:
+            signal.signal(signum, signal.SIG_DFL)
+        _stop_signals.discard(signum)
 
 
 @contextmanager

@@ -221,3 +221,34 @@ def test_other_unraisable_errors_still_reach_the_previous_hook(monkeypatch):
         assert seen == [ValueError]
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+ENDING = """
+import logging, os, signal, sys
+from programs.cli import Flags, run_program, setup_logging
+from protocol import wakeup
+
+class Handler(logging.StreamHandler):
+    def acquire(self):  # logging's atexit shutdown takes this lock, and releases it in a `finally`
+        if stopping:
+            os.kill(os.getpid(), signal.SIGTERM)  # the stop lands before the lock is taken
+        super().acquire()
+
+stopping = False
+setup_logging("ending")
+logging.getLogger().handlers[:] = [Handler()]
+wakeup.install_stop(signal.SIGTERM)
+status = run_program(lambda: 0, Flags())
+stopping = True
+print("ending", status, flush=True)
+"""
+
+
+def test_a_stop_that_lands_in_the_teardown_after_the_body_returned_ends_the_program_quietly():
+    import subprocess
+
+    from tests.processes.proc_tools import ROOT
+
+    done = subprocess.run([sys.executable, "-c", ENDING], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stderr == "" and done.stdout == "ending 0\n", done.stderr  # no "cannot release un-acquired lock"
+    assert done.returncode == -signal.SIGTERM  # as a stop signal's default action ends a process
