@@ -79,7 +79,8 @@ class HeadDrafter:
             slots = self.rows + np.arange(len(chunk))
             causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
             hidden = self.runner.fuse(features[at: at + ROWS_CHUNK])  # fc(cat(low, mid, high))
-            logits = self.runner.forward(chunk, slots, slots, self.rows, slots, causal, rows={"hidden": hidden})
+            logits = self.runner.forward(chunk, slots, slots, self.rows, slots, causal, last_only=True,
+                                         rows={"hidden": hidden})
             self.rows += len(chunk)
         return logits[-1], self.runner.outputs[-1]
 

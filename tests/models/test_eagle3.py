@@ -184,7 +184,8 @@ def test_an_int8_head_drafts_what_its_float_head_drafts_to_quantization_error(tm
     directory = write_head(tmp_path / "head", cfg, head_weights(cfg))
     plain, quantized = (load(ModelOptions(model=f"eagle3:{directory}{suffix}", head_target="random:tiny"), "drafter")
                         for suffix in ("", ":int8"))
-    assert set(quantized.model.int8) == {k for k in HEAD_KEYS if "norm" not in k}  # fc, the projections, lm_head
+    stacked = [key for group in quantized.model.int8 for key in group]  # fc, the projections, lm_head: once each
+    assert sorted(stacked) == sorted(k for k in HEAD_KEYS if "norm" not in k)
     assert quantized.identity["dtype"] == "qint8 linear layers" and not plain.model.int8
     g = torch.Generator().manual_seed(0)
     tokens, feats = torch.randint(0, 512, (6,), generator=g), torch.randn(6, 3 * 64, generator=g)
@@ -201,6 +202,49 @@ def test_an_int8_head_drafts_what_its_float_head_drafts_to_quantization_error(tm
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.8
     with pytest.raises(HeadError, match="the mock head has no linear layers to quantize"):
         load(ModelOptions(model="eagle3:mock:int8"), "drafter")
+
+
+def test_stacked_int8_layers_give_each_layer_its_own_product_bit_for_bit(tmp_path):
+    """q, k and v (and gate and up) run as one int8 product: each output row keeps its own weight scale and the
+    input its one scale per pass, so every layer's output is the one its own int8 product gives."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    from models.eagle3 import GATE_UP, QKV
+    from models.load import load
+    from models.options import ModelOptions
+
+    cfg = head_config(vocab_size=512, draft_vocab_size=100, eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 1]})
+    head = load(ModelOptions(model=f"eagle3:{write_head(tmp_path / 'head', cfg, head_weights(cfg))}:int8",
+                             head_target="random:tiny"), "drafter").model
+    for group in (QKV, GATE_UP):
+        x = torch.randn(5, head.w[group[0]].shape[1], generator=torch.Generator().manual_seed(1))
+        lone = []
+        for key in group:
+            linear = torch.nn.Linear(*reversed(head.w[key].shape), bias=False)
+            linear.weight = torch.nn.Parameter(head.w[key].float(), requires_grad=False)
+            q = quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                 dtype=torch.qint8)[0]
+            lone.append(q(x))
+        assert torch.equal(head.linears(group, x), torch.cat(lone, -1))
+
+
+def test_the_rope_table_of_a_cpu_runner_gives_the_computed_angles(pair):
+    """An eager CPU runner takes rope's cos and sin from a table (Eagle3Head.keep_angles); past its end, and
+    without one, they are computed: the same values."""
+    from models.eagle3 import rope_angles
+
+    target, directory, _, _ = pair
+    head = _head(target, directory)
+    positions = torch.tensor([0, 3, 900, 7])
+    want = rope_angles(positions, head.inv_freq, head.rope_scale)
+    assert not head.angles
+    computed = head.rope(positions)
+    runner = HeadRunner(head, 8)  # a table of its slots, fewer rows than position 900
+    assert len(head.angles[0]) == runner.slots < 900
+    beyond = head.rope(positions)
+    head.keep_angles(1024)
+    for got in (computed, beyond, head.rope(positions)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
 
 def test_the_embedded_heads_name_resolves_to_its_directory():
