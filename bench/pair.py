@@ -29,14 +29,14 @@ from bench.common import bench_parser, close, command_line, refuse
 from evaluation.prompts import STRATA, gather
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
-from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, is_head_spec
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, embedded_pool, is_head_spec
 from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, split_list
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
 from programs.options import PromptOptions, check_decoders
 
 ROOT = Path(__file__).resolve().parents[1]
-POOLS = {"cpu": EMBEDDED_POOL, "paper": PoolConfig()}
+POOLS = {"cpu": embedded_pool, "paper": lambda drafter: PoolConfig()}  # drafter spec -> the pair's pool
 
 
 def median_ms(fn, reps: int = 15) -> float:
@@ -185,7 +185,8 @@ class PairOptions:
     drafter: str = field(default=DEFAULT_DRAFTER, metadata={
         "help": "the pair's drafter beside the default target (smollm2:int8, smollm2:eagle3:int8, ...)",
         "metavar": "SPEC"})
-    pool: str = field(default="cpu", metadata={"help": "the pair's pool: cpu (10, 4, 3) or paper (10, 8, 10)",
+    pool: str = field(default="cpu", metadata={"help": "the pair's pool: cpu (10, 3, 3 with a head, "
+                                                       "10, 4, 3 with a standalone drafter) or paper (10, 8, 10)",
                                                "metavar": "cpu|paper"})
 
     def __post_init__(self) -> None:
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]), options.drafter)
     records = pair_run(prompts, options.max_new_tokens, options.budget, decoders, options.drafter,
-                       POOLS[options.pool])
+                       POOLS[options.pool](options.drafter))
     baselines, kernels = transformers_baselines(prompts, options.max_new_tokens)
     agreement = None if is_head_spec(options.drafter) else drafter_agreement(records, prompts, options.drafter)
     same = all(r.token_ids == ar.token_ids for r in records for ar in records

@@ -39,7 +39,7 @@ from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
 from models.present import check_present
-from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, for_target
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, embedded_pool, for_target
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
@@ -50,7 +50,7 @@ from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, lo
 from timing import PROG_ENV
 from timing.options import SweepOptions, sweep_target
 
-# The embedded default pair on the CPU: a smaller pool (models.options.EMBEDDED_POOL) and shorter outputs,
+# The embedded default pair on the CPU: a smaller pool (models.options.embedded_pool) and shorter outputs,
 # so that the whole default run takes about a minute on two cores. --pool-* and --max-new-tokens replace them.
 # Every built-in prompt (evaluation.prompts.BUILTIN, as many as an interval needs) at 64 new tokens each.
 EMBEDDED_MAX_NEW_TOKENS = 64
@@ -85,7 +85,8 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
                     "Other routes: launch/pair.sh sweep|report|matched|export|values|drafter|keys|pool|train-head --help.",
         epilog=f"Pool and output defaults: --pool-topk {PoolConfig().topk} --pool-depth {PoolConfig().depth} "
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
-               f"embedded pair on the CPU: {EMBEDDED_POOL.topk}, {EMBEDDED_POOL.depth}, {EMBEDDED_POOL.expand}"
+               f"embedded pair on the CPU: {_sizes(embedded_pool(DEFAULT_DRAFTER))} (with a standalone drafter "
+               f"{_sizes(EMBEDDED_POOL)})"
                + (f" and {EMBEDDED_MAX_NEW_TOKENS} new tokens." if mode == "decode" else "."))
     pair = parser.add_argument_group("Pair")
     pair.add_argument("--target", metavar="SPEC", help=ModelOptions.__dataclass_fields__["model"].metadata["help"])
@@ -270,6 +271,10 @@ def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: di
     return models
 
 
+def _sizes(pool: PoolConfig) -> str:
+    return f"{pool.topk}, {pool.depth}, {pool.expand}"
+
+
 def _pool(parser: argparse.ArgumentParser, ns: argparse.Namespace, embedded: bool, notes: list[str]) -> PoolConfig:
     given = {k: getattr(ns, "pool_" + k) for k in ("topk", "depth", "expand")}
     if ns.paper_pool:
@@ -277,10 +282,11 @@ def _pool(parser: argparse.ArgumentParser, ns: argparse.Namespace, embedded: boo
             parser.error("--paper-pool sets --pool-topk, --pool-depth and --pool-expand: give one or the others")
         return PoolConfig()
     if all(v is None for v in given.values()) and embedded:
-        notes.append(f"embedded default pair on the CPU: pool reduced to topk={EMBEDDED_POOL.topk} depth="
-                     f"{EMBEDDED_POOL.depth} expand={EMBEDDED_POOL.expand} (paper: 10, 8, 10); --pool-* options "
+        pool = embedded_pool(ns.drafter)
+        notes.append(f"embedded default pair on the CPU: pool reduced to topk={pool.topk} depth="
+                     f"{pool.depth} expand={pool.expand} (paper: 10, 8, 10); --pool-* options "
                      f"change it")
-        return EMBEDDED_POOL
+        return pool
     chosen = {"pool_" + k: getattr(PoolConfig(), k) if v is None else v for k, v in given.items()}
     return from_options(parser, argparse.Namespace(**chosen), PoolConfig, prefix="pool-")
 

@@ -112,7 +112,7 @@ class Pair:
         drafter = drafter or (DEFAULT_DRAFTER if target == EMBEDDED else target)
         self.target_options = _model_options("target_options", target, target_options)
         self.drafter_options = for_target(_model_options("drafter_options", drafter, drafter_options), target)
-        self.pool = _pool(pool) or default_pool(self.target_options)
+        self.pool = _pool(pool) or default_pool(self.target_options, self.drafter_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = _log_level(log_level)
         remove_stale_private_dirs()  # those of earlier callers killed before they could remove theirs
@@ -384,11 +384,14 @@ def _exit_status(proc: subprocess.Popen, wait: float) -> int | None:
         return None
 
 
-def default_pool(target: ModelOptions) -> PoolConfig:
-    """The command line's pool: reduced for the embedded pair on the CPU, the paper's otherwise."""
-    from launch.pair import EMBEDDED_POOL
+def default_pool(target: ModelOptions, drafter: ModelOptions | None = None) -> PoolConfig:
+    """The command line's pool: reduced for the embedded pair on the CPU (by its drafter, the default one where
+    none is given), the paper's otherwise."""
+    from models.options import DEFAULT_DRAFTER, embedded_pool
 
-    return EMBEDDED_POOL if target.model == EMBEDDED and target.device == "cpu" else PoolConfig()
+    if target.model != EMBEDDED or target.device != "cpu":
+        return PoolConfig()
+    return embedded_pool(DEFAULT_DRAFTER if drafter is None else drafter.model)
 
 
 def _settings(settings: dict) -> dict:

@@ -24,6 +24,10 @@ EMBEDDED_HEAD = EMBEDDED + ":eagle3"  # the EAGLE-3 head trained for the embedde
 DEFAULT_DRAFTER = EMBEDDED_HEAD + INT8_SUFFIX
 EMBEDDED_HEAD_DIR = Path(__file__).resolve().parent / "heads" / "smollm2-eagle3"  # where it lies
 EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's pool on the CPU (paper: 10, 8, 10)
+# ... with an EAGLE-3 head as its drafter: a level shallower. A head's level costs a pass of the head while the
+# target waits (`draft`), and its fourth drafted token was accepted in about one round of a thousand
+# (results/README.md, cpu-smollm2-head-depth/).
+EMBEDDED_HEAD_POOL = PoolConfig(topk=10, depth=3, expand=3)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The pass sizes a runner pads a pass to (models.hf), here where reading them loads no model code.
 CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
@@ -119,6 +123,11 @@ def is_head_spec(spec: str) -> bool:
     with :int8 or not)."""
     spec = spec.removesuffix(INT8_SUFFIX)
     return spec.startswith(HEAD_PREFIX) or spec.startswith(HEAD_RANDOM_PREFIX) or spec == EMBEDDED_HEAD
+
+
+def embedded_pool(drafter: str) -> PoolConfig:
+    """The embedded pair's pool on the CPU with `drafter` (a model spec)."""
+    return EMBEDDED_HEAD_POOL if is_head_spec(drafter) else EMBEDDED_POOL
 
 
 def head_path_spec(spec: str) -> str:

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, embedded_pool
 from pipeline.config import ConfigError, PoolConfig
 from programs.cli import (EXIT_OK, Parser, add_log_level, add_options, flags_of, from_options, parse_token_ids,
                           run_program, setup_logging)
@@ -36,8 +36,10 @@ def build_parser(prog: str) -> Parser:
                         help=f"the paper's pool (top-k {PoolConfig().topk}, depth {PoolConfig().depth}, expand "
                              f"{PoolConfig().expand}: {PoolConfig().size} candidates)")
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
-    parser.epilog = (f"Pool: the CPU pool (top-k {EMBEDDED_POOL.topk}, depth {EMBEDDED_POOL.depth}, expand "
-                     f"{EMBEDDED_POOL.expand}) unless --pool-* or --paper-pool say otherwise.")
+    head = embedded_pool(DEFAULT_DRAFTER)
+    parser.epilog = (f"Pool: the CPU pool (top-k {head.topk}, depth {head.depth}, expand {head.expand} with a head; "
+                     f"depth {EMBEDDED_POOL.depth} with a standalone drafter) unless --pool-* or --paper-pool say "
+                     f"otherwise.")
     parser.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
     add_log_level(parser, default="WARNING")
     return parser
@@ -82,7 +84,7 @@ def _pool(parser: Parser, ns) -> PoolConfig:
             parser.error("--paper-pool sets --pool-topk, --pool-depth and --pool-expand: give one or the others")
         return PoolConfig()
     if all(v is None for v in given.values()):
-        return EMBEDDED_POOL
+        return embedded_pool(ns.drafter)
     chosen = {"pool_" + k: getattr(PoolConfig(), k) if v is None else v for k, v in given.items()}
     return from_options(parser, argparse.Namespace(**chosen), PoolConfig, prefix="pool-")
 

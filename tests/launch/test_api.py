@@ -124,13 +124,17 @@ def test_summaries_of_no_records_or_of_several_settings_say_what_to_do(pair, mak
 
 
 def test_the_embedded_pair_on_the_cpu_gets_the_command_lines_reduced_pool():
+    """A level shallower with a head (the default drafter) than with a standalone drafter; the paper's elsewhere."""
     from launch.api import default_pool
-    from launch.pair import EMBEDDED_POOL
-    from models.options import EMBEDDED, ModelOptions
+    from models.options import EMBEDDED, EMBEDDED_HEAD_POOL, EMBEDDED_POOL, ModelOptions
     from pipeline.config import PoolConfig
 
-    assert default_pool(ModelOptions(model=EMBEDDED)) == EMBEDDED_POOL
+    assert default_pool(ModelOptions(model=EMBEDDED)) == EMBEDDED_HEAD_POOL
+    assert default_pool(ModelOptions(model=EMBEDDED), ModelOptions(model="smollm2:eagle3")) == EMBEDDED_HEAD_POOL
+    assert default_pool(ModelOptions(model=EMBEDDED), ModelOptions(model="smollm2:int8")) == EMBEDDED_POOL
+    assert EMBEDDED_HEAD_POOL.depth == EMBEDDED_POOL.depth - 1
     assert default_pool(ModelOptions(model="mock")) == PoolConfig()
+    assert default_pool(ModelOptions(model=EMBEDDED, device="cuda"), ModelOptions(model="smollm2:eagle3")) == PoolConfig()
 
 
 def test_token_ids_and_chat_messages_are_prompts_too(pair, greedy):

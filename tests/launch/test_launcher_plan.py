@@ -80,3 +80,11 @@ def test_bad_stops_are_usage_errors_naming_the_flag(capsys, argv, message):
     with pytest.raises(SystemExit):
         planned(["--target", "mock", *argv])
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_the_embedded_pair_grows_a_heads_pool_a_level_shallower_and_says_so():
+    """No model options: the default head drafts at depth 3 (models.options.EMBEDDED_HEAD_POOL, one level
+    shallower than a standalone drafter's EMBEDDED_POOL), and the note names the pool used."""
+    p = planned([])
+    assert p.target[p.target.index("--pool-depth") + 1] == "3"
+    assert any("pool reduced to topk=10 depth=3 expand=3" in n for n in p.notes)
