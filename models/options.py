@@ -24,9 +24,8 @@ EMBEDDED_HEAD = EMBEDDED + ":eagle3"  # the EAGLE-3 head trained for the embedde
 DEFAULT_DRAFTER = EMBEDDED_HEAD + INT8_SUFFIX
 EMBEDDED_HEAD_DIR = Path(__file__).resolve().parent / "heads" / "smollm2-eagle3"  # where it lies
 EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's pool on the CPU (paper: 10, 8, 10)
-# ... with an EAGLE-3 head as its drafter: a level shallower. A head's level costs a pass of the head while the
-# target waits (`draft`), and its fourth drafted token was accepted in about one round of a thousand
-# (results/README.md, cpu-smollm2-head-depth/).
+# ... with an EAGLE-3 head as its drafter: a level shallower. Each level costs the head a pass while `draft`
+# waits, and the head's drafts are rarely accepted four deep (results/README.md, cpu-smollm2-head-depth/).
 EMBEDDED_HEAD_POOL = PoolConfig(topk=10, depth=3, expand=3)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The pass sizes a runner pads a pass to (models.hf), here where reading them loads no model code.
