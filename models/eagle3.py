@@ -27,11 +27,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.eagle3_config import HEAD_KEYS, HeadConfig, HeadError, OPTIONAL_KEYS, shapes_of
+from models.eagle3_config import HeadConfig, HeadError, OPTIONAL_KEYS, shapes_of
 from models.kv_plan import aligned_slots, cache_bytes
 from models.runner import ModelRunner, RowInputs, check_rows
 
-HEAD_LINEARS = tuple(k for k in HEAD_KEYS if "norm" not in k)  # fc, the attention and MLP projections, lm_head
 QKV = ("midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight")
 GATE_UP = ("midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight")
 # The int8 products: layers of one input stacked into one (a pass of a few rows pays per product called)
@@ -86,12 +85,25 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def int8_linear(w: torch.Tensor) -> torch.nn.Module:
+    """(out, in) weight -> a dynamic int8 linear layer of it: int8 weights per output row, the input quantized
+    per call."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    linear = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
+    linear.weight = torch.nn.Parameter(w.float(), requires_grad=False)
+    with warnings.catch_warnings():  # torch announces the API's move to torchao on every call
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                dtype=torch.qint8)[0]
+
+
 @dataclass(slots=True)
 class Eagle3Head:
     """A head's weights on one device, in one dtype; `ids` (Vd,) maps draft ids to target ids."""
 
     cfg: HeadConfig
-    w: dict  # HEAD_KEYS -> tensors
+    w: dict  # models.eagle3_config.HEAD_KEYS -> tensors
     embed: torch.Tensor  # (V, H) the token embedding (the head's own, or its target's)
     ids: torch.Tensor  # (Vd,) int64 target id of each draft id
     inv_freq: torch.Tensor
@@ -124,18 +136,10 @@ class Eagle3Head:
         quantized per pass), on the CPU: a pass of a few rows is bound by reading the weights, and int8 reads
         a quarter of float32's bytes (the default head's pools grow about 6x faster: results/README.md). Drafts change; what a
         decoder emits does not (verification is the target's)."""
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
         if self.device.type != "cpu":
             raise HeadError("dynamic int8 quantization of a head runs on the CPU only")
         for group in INT8_GROUPS:  # stacked by output rows: each row's scale and the input's are a lone layer's
-            w = torch.cat([self.w[key] for key in group]).float()
-            linear = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
-            linear.weight = torch.nn.Parameter(w, requires_grad=False)
-            with warnings.catch_warnings():  # torch announces the API's move to torchao on every call
-                warnings.simplefilter("ignore")
-                self.int8[group] = quantize_dynamic(torch.nn.Sequential(linear),
-                                                    {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)[0]
+            self.int8[group] = int8_linear(torch.cat([self.w[key] for key in group]))
 
     def linear(self, key: str, x: torch.Tensor) -> torch.Tensor:
         return self.linears((key,), x)

@@ -207,9 +207,7 @@ def test_an_int8_head_drafts_what_its_float_head_drafts_to_quantization_error(tm
 def test_stacked_int8_layers_give_each_layer_its_own_product_bit_for_bit(tmp_path):
     """q, k and v (and gate and up) run as one int8 product: each output row keeps its own weight scale and the
     input its one scale per pass, so every layer's output is the one its own int8 product gives."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    from models.eagle3 import GATE_UP, QKV
+    from models.eagle3 import GATE_UP, QKV, int8_linear
     from models.load import load
     from models.options import ModelOptions
 
@@ -218,13 +216,7 @@ def test_stacked_int8_layers_give_each_layer_its_own_product_bit_for_bit(tmp_pat
                              head_target="random:tiny"), "drafter").model
     for group in (QKV, GATE_UP):
         x = torch.randn(5, head.w[group[0]].shape[1], generator=torch.Generator().manual_seed(1))
-        lone = []
-        for key in group:
-            linear = torch.nn.Linear(*reversed(head.w[key].shape), bias=False)
-            linear.weight = torch.nn.Parameter(head.w[key].float(), requires_grad=False)
-            q = quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear: per_channel_dynamic_qconfig},
-                                 dtype=torch.qint8)[0]
-            lone.append(q(x))
+        lone = [int8_linear(head.w[key])(x) for key in group]
         assert torch.equal(head.linears(group, x), torch.cat(lone, -1))
 
 
