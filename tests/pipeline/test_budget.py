@@ -4,7 +4,6 @@ what rounds show, and a decode at any chosen size keeps the target's output."""
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from pipeline.budget import (COST_RATE, DECAY, EXPERIENCE, FORGET, LINGER, MARGI
                              MeasuredPasses, PassCosts, SessionBudgets, candidate_sizes, costs_for, prior,
                              ranks_on_path)
 from pipeline.config import PoolConfig
+import pipeline.decode as decode_module
 from pipeline.decode import decode
 from pipeline.result import Phases
 from pipeline.rules import RULES, SPECULATIVE
@@ -209,35 +209,49 @@ def test_the_work_between_rounds_counts_in_what_a_round_costs():
     assert policy.auto.costs.plain == pytest.approx(0.042 + COST_RATE * (0.041 - 0.042))
 
 
+class VirtualClock:
+    """`pipeline.decode`'s clock, moved by the test alone: each reading advances it by `tick`, so every phase
+    costs the same small time whatever the host's load, and a slow request adds exactly its seconds."""
+
+    def __init__(self, tick: float) -> None:
+        self.now, self.tick = 0.0, tick
+
+    def perf_counter(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
 class SlowFeed:
     """The mock pair's drafter, each request taking `seconds` more of the target's time (a head's features
-    sent over a slow link)."""
+    sent over a slow link) on `clock`."""
 
-    def __init__(self, drafter, seconds: float) -> None:
-        self.drafter, self.seconds = drafter, seconds
+    def __init__(self, drafter, seconds: float, clock: VirtualClock) -> None:
+        self.drafter, self.seconds, self.clock = drafter, seconds, clock
 
     def start(self, prompt, *features):
-        time.sleep(self.seconds)
+        self.clock.now += self.seconds
         self.drafter.start(prompt, *features)
 
     def commit(self, tokens, *features):
-        time.sleep(self.seconds)
+        self.clock.now += self.seconds
         self.drafter.commit(tokens, *features)
 
     def __getattr__(self, name):
         return getattr(self.drafter, name)
 
 
-def test_a_decode_whose_requests_cost_more_than_speculation_gains_turns_plain(mock_pair, greedy):
-    """The mock's passes take a millisecond or so; a request to the drafter that takes 40 ms more makes a
+def test_a_decode_whose_requests_cost_more_than_speculation_gains_turns_plain(mock_pair, greedy, monkeypatch):
+    """Passes at a tenth of their 1 ms prior; a request to the drafter that takes 40 ms more makes a
     speculative round dearer than the tokens it brings, which only the time outside the phases shows."""
     pair = mock_pair(64, 4, 0.5, PoolConfig(topk=4, depth=4, expand=2))
     config = DecodeConfig("draft", 0.0, "auto", 48, 0, 8)
 
     def share_plain(seconds: float) -> float:
+        clock = VirtualClock(0.1 * MS)
+        monkeypatch.setattr(decode_module, "time", clock)
         c = PassCosts(1 * MS, 1 * MS, {b: 1 * MS for b in candidate_sizes(8) if b})
-        result = decode(pair.target, SlowFeed(pair.drafter, seconds), [3, 4, 5], config, frozenset(), None,
-                        costs=c)
+        result = decode(pair.target, SlowFeed(pair.drafter, seconds, clock), [3, 4, 5], config, frozenset(),
+                        None, costs=c)
         assert result.tokens == greedy(pair.target_model, [3, 4, 5], 48)
         return sum(r.budget == 0 for r in result.rounds) / len(result.rounds)
 
