@@ -1,10 +1,11 @@
 """Which decodes a sweep runs, in what order: the seeded prompt order, shards, warm-ups and rotation.
 
 Pure functions of the options and the prompt list (DESIGN.md section 6). Every prompt runs each
-combination of (decoder, T, B, seed) once (`ar` once per (T, seed), whatever the budgets); the prompt at
-position i of the seeded prompt order starts at combination i mod C and runs the rest cyclically, so that
-each combination meets every slot of a prompt's schedule about equally often and resampling prompts also
-resamples when in a prompt each decode ran.
+combination of (decoder, T, B, seed) once (`ar` once per (T, seed), whatever the budgets), a (T, seed)'s
+decodes one after another; the prompt at position i of the seeded prompt order starts at group i mod G and
+each group at its combination i mod its size, cyclically, so that each combination meets the slots of a
+prompt's schedule about equally often and resampling prompts also resamples when in a prompt each decode
+ran.
 """
 
 from __future__ import annotations
@@ -43,22 +44,30 @@ class Task:
 
 def combinations(decoders: Sequence[str], temperatures: Sequence[float], budgets: Sequence[int | str],
                  seeds_at: dict[float, list[int]]) -> list[Combo]:
-    """Every (decoder, T, B, seed), decoders innermost: the decoders compared at one setting run close
-    together in time, so slow drift of the machine's speed affects them alike. `ar` runs once per (T, seed),
-    first among its temperature's, with budget EVERY_BUDGET: nothing in it depends on the budget, and every
-    budget's decoders are compared with that one decode (evaluation.summary pairs them)."""
+    """Every (decoder, T, B, seed), seeds outside budgets outside decoders: the decodes compared with one
+    another run close together in time, so slow drift of the machine's speed affects them alike. `ar` runs
+    once per (T, seed), just before that seed's other decoders, with budget EVERY_BUDGET: nothing in it
+    depends on the budget, and every budget's decoders are compared with that one decode (evaluation.summary
+    pairs them)."""
     combos = []
     for t in temperatures:
-        if "ar" in decoders:
-            combos += [Combo("ar", t, EVERY_BUDGET, s) for s in seeds_at[t]]
-        combos += [Combo(d, t, b, s) for b in budgets for s in seeds_at[t] for d in decoders if d != "ar"]
+        for s in seeds_at[t]:
+            if "ar" in decoders:
+                combos.append(Combo("ar", t, EVERY_BUDGET, s))
+            combos += [Combo(d, t, b, s) for b in budgets for d in decoders if d != "ar"]
     return combos
 
 
 def rotated(combos: Sequence[Combo], position: int) -> list[Combo]:
-    """The combinations for the prompt at `position` of the seeded order: start at position mod C."""
-    start = position % len(combos)
-    return list(combos[start:]) + list(combos[:start])
+    """The combinations for the prompt at `position` of the seeded order. Each (T, seed)'s decodes stay
+    together, those compared with one another: the groups start at group position mod G, and each group
+    at its own combination position mod its size."""
+    groups: dict[tuple[float, int], list[Combo]] = {}
+    for c in combos:
+        groups.setdefault((c.temperature, c.seed), []).append(c)
+    ordered = list(groups.values())
+    ordered = ordered[position % len(ordered):] + ordered[: position % len(ordered)]
+    return [c for g in ordered for c in g[position % len(g):] + g[: position % len(g)]]
 
 
 def prompt_order(prompts: Sequence[Prompt], seed: int) -> list[Prompt]:

@@ -4,6 +4,7 @@ shards split prompts without changing any prompt's schedule."""
 from __future__ import annotations
 
 from collections import Counter
+from itertools import groupby
 
 import pytest
 
@@ -35,15 +36,23 @@ def test_schedule_rotates_by_position_in_seeded_order():
     for i, p in enumerate(ordered):
         mine = [t for t in tasks if t.prompt.id == p.id]
         assert all(t.position == i for t in mine)
-        assert [t.combo for t in mine] == GRID[i % 16:] + GRID[:i % 16]
+        assert [t.combo for t in mine] == rotated(GRID, i)
     # The prompts run in the seeded order, one after another.
     assert [t.prompt.id for t in tasks[::16]] == [p.id for p in ordered]
 
 
-def test_rotation_is_cyclic():
+def test_rotation_is_cyclic_and_keeps_each_seeds_decodes_together():
     assert rotated(GRID, 0) == GRID
     assert rotated(GRID, 17) == rotated(GRID, 1)
-    assert rotated(GRID, 3)[0] == GRID[3] and rotated(GRID, 3)[-1] == GRID[2]
+    t0, t1 = GRID[:8], GRID[8:]  # T = 0 and T = 1, seed 0 each
+    assert rotated(GRID, 3) == t1[3:] + t1[:3] + t0[3:] + t0[:3]
+    grid = combinations(["ar", "draft", "root-draw"], [0.0, 1.0], [8], {0.0: [0], 1.0: [0, 1, 2]})
+    for position in range(12):
+        order = rotated(grid, position)
+        assert sorted(order, key=grid.index) == grid
+        runs = [g for g, _ in groupby((c.temperature, c.seed) for c in order)]
+        assert len(runs) == len(set(runs)) == 4  # each (T, seed) in one run
+    assert {rotated(grid, p)[0] for p in range(12)} == set(grid)  # every combination leads some prompt
 
 
 def test_prompt_order_is_deterministic_under_the_seed():
@@ -93,3 +102,13 @@ def test_ar_runs_once_per_temperature_and_seed_whatever_the_budgets():
     assert [(c.temperature, c.budget, c.seed) for c in ar] == [(0.0, "all", 0), (1.0, "all", 0), (1.0, "all", 1)]
     assert len(grid) == 3 + 2 * 3 * 3  # the others at every budget
     assert len(set(grid)) == len(grid)
+
+
+def test_each_seeds_ar_runs_beside_that_seeds_other_decoders():
+    """A prompt's ar decode at a seed runs just before the decodes compared with it, not in a block before
+    every seed's: what the machine's drift adds between two decodes stays what one seed's decodes take."""
+    grid = combinations(["ar", "draft", "root-draw"], [1.0], [8, "auto"], {1.0: [0, 1]})
+    assert grid == [Combo("ar", 1.0, "all", 0), Combo("draft", 1.0, 8, 0), Combo("root-draw", 1.0, 8, 0),
+                    Combo("draft", 1.0, "auto", 0), Combo("root-draw", 1.0, "auto", 0),
+                    Combo("ar", 1.0, "all", 1), Combo("draft", 1.0, 8, 1), Combo("root-draw", 1.0, 8, 1),
+                    Combo("draft", 1.0, "auto", 1), Combo("root-draw", 1.0, "auto", 1)]
