@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -119,13 +120,15 @@ def drafter_agreement(records: list[DecodeRecord], prompts: list[str], drafter_s
 
 
 def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list[str], drafter: str,
-             pool: PoolConfig) -> list[DecodeRecord]:
+             pool: PoolConfig, env: dict[str, str] | None = None) -> list[DecodeRecord]:
+    """Every prompt with every decoder through launch/pair.sh (`env`: its environment's overrides) -> the
+    timed decodes' records."""
     cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", ",".join(decoders), "--max-new-tokens", str(max_new),
            "--budget", str(budget), "--json", "--target", EMBEDDED, "--drafter", drafter,
            "--pool-topk", str(pool.topk), "--pool-depth", str(pool.depth), "--pool-expand", str(pool.expand)]
     for p in [prompts[0]] + prompts:  # the first prompt again as a warm-up, dropped below
         cmd += ["--prompt", p]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
         raise SystemExit(f"launch/pair.sh failed with status {proc.returncode}")

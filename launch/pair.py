@@ -260,13 +260,14 @@ def _size(n: int) -> str:
 
 def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: dict[str, str],
             env: dict[str, dict[str, str]]) -> dict[str, ModelOptions]:
-    """Each side's model options (--target/--drafter and the shared ones); each side's CPU threads in its env."""
+    """Each side's model options (--target/--drafter and the shared ones); each side's CPU threads and how they
+    wait in its env."""
     shared = {f.name: getattr(ns, f.name) for f in dataclasses.fields(ModelOptions) if f.name not in ("model", "device")}
     models = {}
     for role in ("target", "drafter"):
         models[role] = from_options(parser, argparse.Namespace(**shared, model=getattr(ns, role), device=devices[role]),
                                     ModelOptions, names={"model": f"--{role}", "device": f"--{role}-device"})
-        env[role]["OMP_NUM_THREADS"] = str(max(models[role].cpu_threads))
+        env[role].update(models[role].process_env())
     models["drafter"] = for_target(models["drafter"], models["target"].model)  # an EAGLE-3 head reads its target
     return models
 

@@ -135,7 +135,8 @@ class Pair:
     def _start(self, target_process: bool) -> None:
         drafter = drafter_command(self.drafter_options, self.endpoint, self.target_options.max_context,
                                   self.log_level)
-        self._drafter = self._children.start(drafter, cwd=PROJECT, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._drafter = self._children.start(drafter, self.drafter_options.process_env(), cwd=PROJECT,
+                                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._drafter_log = StderrTail(self._drafter.stderr)
         self._wait_for_drafter()
         try:
@@ -156,8 +157,8 @@ class Pair:
             argv = [*PY, "programs.target_program", *to_argv(self.target_options), "--endpoint", self.endpoint,
                     *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve", "--log-level",
                     self.log_level]
-            proc = self._children.start(argv, cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, bufsize=1)
+            proc = self._children.start(argv, self.target_options.process_env(), cwd=PROJECT, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, bufsize=1)
             self._target = ProcessTarget(proc)
             self.models = self._target.ready()
         else:

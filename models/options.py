@@ -31,6 +31,13 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The pass sizes a runner pads a pass to (models.hf), here where reading them loads no model code.
 CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first
 CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own bucket
+# How long an idle OpenMP thread of torch's (GNU libgomp) spins before it sleeps, in spin iterations, for a
+# process on the CPU; libgomp's own default is 300,000, milliseconds on the AMD EPYC measured. Between one pass's
+# parallel regions a spin of 100,000 still catches the next region; after a target's pass it ends soon
+# enough that the drafter, woken by the Commit, is not kept off a core (on 2 cores the default kept the
+# target's send of the Commit 2 to 3 ms a round; results/README.md, cpu-smollm2-spin.txt). 10,000 ran
+# alike, 1,000 made passes slower: 100,000 keeps away from that edge on a faster CPU.
+CPU_SPINCOUNT = 100_000
 # ModelOptions fields the drafter process does not take: its KV cache is sized by the target's handshake,
 # and its threads do not change while the target works alone.
 TARGET_ONLY = ("solo_threads", "max_context")
@@ -111,6 +118,14 @@ class ModelOptions:
     def cpu_threads(self) -> tuple[int, int]:
         """(threads while the peer process works, threads while it is idle)."""
         return self.threads, self.solo_threads or max(self.threads, len(os.sched_getaffinity(0)))
+
+    def process_env(self) -> dict[str, str]:
+        """The environment overrides of a process that loads this model: its OpenMP threads, and on the CPU
+        CPU_SPINCOUNT unless the launcher's own environment says how OpenMP threads wait."""
+        env = {"OMP_NUM_THREADS": str(max(self.cpu_threads))}
+        if self.device == "cpu" and not {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"} & os.environ.keys():
+            env["GOMP_SPINCOUNT"] = str(CPU_SPINCOUNT)
+        return env
 
     @property
     def is_mock(self) -> bool:

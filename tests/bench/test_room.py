@@ -26,6 +26,7 @@ BAD_FLAG = {  # one refused value per benchmark
     "handshake": ["--every", "0"],
     "recording": ["--budget", "0"],
     "eagle3": ["--rounds", "0"],
+    "spin": ["--repeats", "0"],
 }
 PROBE = """
 import sys

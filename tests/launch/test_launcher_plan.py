@@ -9,6 +9,7 @@ import pytest
 
 from launch.pair import plan
 from models import cuda_env
+from models.options import CPU_SPINCOUNT, ModelOptions
 
 
 @pytest.fixture
@@ -88,3 +89,22 @@ def test_the_embedded_pair_grows_a_heads_pool_a_level_shallower_and_says_so():
     p = planned([])
     assert p.target[p.target.index("--pool-depth") + 1] == "3"
     assert any("pool reduced to topk=10 depth=3 expand=3" in n for n in p.notes)
+
+
+def test_processes_on_the_cpu_spin_briefly_unless_the_user_says_how_threads_wait(cuda_usable, monkeypatch):
+    """libgomp's default spin keeps an idle target thread on a core for milliseconds after a pass, while the
+    drafter it just woke waits for one; the launcher shortens it for CPU processes, as the user's own
+    setting allows."""
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    p = planned(["--target", "mock"])
+    assert p.env["target"]["GOMP_SPINCOUNT"] == p.env["drafter"]["GOMP_SPINCOUNT"] == str(CPU_SPINCOUNT)
+    assert p.env["target"]["OMP_NUM_THREADS"] == str(max(ModelOptions().cpu_threads))
+    gpus = planned(["--target", "mock", "--gpus", "0,1"])
+    assert "GOMP_SPINCOUNT" not in gpus.env["target"] and "GOMP_SPINCOUNT" not in gpus.env["drafter"]
+    for name, value in (("GOMP_SPINCOUNT", "5000"), ("OMP_WAIT_POLICY", "PASSIVE")):
+        monkeypatch.setenv(name, value)
+        p = planned(["--target", "mock"])
+        assert "GOMP_SPINCOUNT" not in p.env["target"] and "GOMP_SPINCOUNT" not in p.env["drafter"]
+        monkeypatch.delenv(name)
