@@ -213,16 +213,22 @@ def bench_prompts(sources: list[str], limit: int, stratify: str | None) -> list[
     return [p.text for p in gather(options, 0)[: limit]]
 
 
+def prompts_or_refuse(options, module: str) -> list[str]:
+    """`bench_prompts` of a benchmark's --prompts (builtin when none), --limit and --stratify; a source that
+    cannot be read ends `module` in one line naming it."""
+    try:
+        return bench_prompts(list(options.prompts) or ["builtin"], options.limit, options.stratify or None)
+    except InputError as e:
+        refuse(module, str(e))
+
+
 def build_parser() -> argparse.ArgumentParser:
     return bench_parser(PairOptions, __spec__.name, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
     options, _ = command_line(build_parser(), argv)
-    try:
-        prompts = bench_prompts(list(options.prompts) or ["builtin"], options.limit, options.stratify or None)
-    except InputError as e:
-        refuse(__spec__.name, str(e))
+    prompts = prompts_or_refuse(options, __spec__.name)
     from models.load import load
 
     decoders = split_list(options.decoders)

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import bench_parser, close, command_line, load_bracket, refuse
-from bench.pair import bench_prompts, pair_run
+from bench.common import bench_parser, close, command_line, load_bracket
+from bench.pair import pair_run, prompts_or_refuse
 from evaluation.prompts import STRATA
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
 from models.options import DEFAULT_DRAFTER, embedded_pool
-from pipeline.config import ConfigError, InputError, check_budget, check_int, split_list
+from pipeline.config import ConfigError, check_budget, check_int, split_list
 from programs.options import check_decoders
 
 ON_TARGET = ("root", "wait", "select", "tree", "commit")  # the phases the target's clock counts
@@ -70,10 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     options, _ = command_line(build_parser(), argv)
-    try:
-        prompts = bench_prompts(list(options.prompts) or ["builtin"], options.limit, options.stratify or None)
-    except InputError as e:
-        refuse(__spec__.name, str(e))
+    prompts = prompts_or_refuse(options, __spec__.name)
     values, decoders = split_list(options.values), split_list(options.decoders)
     runs: dict[str, list[list[DecodeRecord]]] = {v: [] for v in values}
     with load_bracket() as load:

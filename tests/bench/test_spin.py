@@ -54,3 +54,13 @@ def test_the_time_outside_the_phases_is_what_a_decode_took_beyond_its_prefill_an
     assert f["tok_per_s"] == pytest.approx(10 / 1.5) and f["rounds"] == 4
     assert f["outside_ms_per_round"] == pytest.approx(1e3 * (0.14 + 0.06) / 4)
     assert f["median_wait_ms"] == pytest.approx(20.0) and f["median_tree_ms"] == pytest.approx(225.0)
+
+
+def test_an_unknown_prompt_source_is_a_usage_error_before_any_pair_starts(capsys):
+    from bench.spin import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--prompts", "nope"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "python -m bench.spin: error: prompt file 'nope' does not exist")
