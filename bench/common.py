@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from evaluation.prompts import STRATA
 from pipeline.config import ConfigError, split_list
 from programs.cli import add_options, from_options
 
@@ -87,6 +88,12 @@ def names(name: str, text: str, known: Sequence[str]) -> list[str]:
 
 
 # -- measurement ------------------------------------------------------------------------------------------
+
+def check_stratify(name: str, value: str) -> None:
+    """A benchmark's --stratify: none (""), or one of evaluation.prompts.STRATA."""
+    if value not in ("", *STRATA):
+        raise ConfigError(name, f"must be {' or '.join(STRATA)}, got {value!r}")
+
 
 def spread(values) -> dict:
     """Median and quartiles of a sample (linear interpolation between order statistics)."""

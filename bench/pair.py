@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import bench_parser, close, command_line, refuse
+from bench.common import bench_parser, check_stratify, close, command_line, refuse
 from evaluation.prompts import STRATA, gather
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
@@ -194,8 +194,7 @@ class PairOptions:
 
     def __post_init__(self) -> None:
         check_int("limit", self.limit, 1)
-        if self.stratify not in ("", *STRATA):
-            raise ConfigError("stratify", f"must be {' or '.join(STRATA)}, got {self.stratify!r}")
+        check_stratify("stratify", self.stratify)
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_budget("budget", self.budget)
         decoders = check_decoders("decoders", self.decoders)

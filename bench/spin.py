@@ -21,16 +21,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import bench_parser, close, command_line, load_bracket
+from bench.common import bench_parser, check_stratify, close, command_line, load_bracket
 from bench.pair import pair_run, prompts_or_refuse
-from evaluation.prompts import STRATA
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
+from evaluation.summary import analyse
 from models.options import DEFAULT_DRAFTER, embedded_pool
 from pipeline.config import ConfigError, check_budget, check_int, split_list
+from pipeline.result import PHASES
 from programs.options import check_decoders
 
-ON_TARGET = ("root", "wait", "select", "tree", "commit")  # the phases the target's clock counts
+ON_TARGET = tuple(name for name in PHASES if name != "draft")  # the phases the target's clock counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +57,7 @@ class SpinOptions:
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_budget("budget", self.budget)
         check_decoders("decoders", self.decoders)
-        if self.stratify not in ("", *STRATA):
-            raise ConfigError("stratify", f"must be {' or '.join(STRATA)}, got {self.stratify!r}")
+        check_stratify("stratify", self.stratify)
         values = split_list(self.values)
         if len(values) < 2 or not all(v.isdigit() for v in values) or len(set(values)) < len(values):
             raise ConfigError("values", f"must be two or more distinct spin counts (whole numbers), got "
@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[v].append(pair_run(prompts, options.max_new_tokens, options.budget, decoders, options.drafter,
                                         embedded_pool(options.drafter), env={"GOMP_SPINCOUNT": v}))
     print(f"load average at the end: {load['after']}")
-    summary = {v: {d: _figures([r for run in runs[v] for r in run if r.decoder == d]) for d in decoders}
-               for v in values}
+    summary = {v: _figures([r for run in runs[v] for r in run], options.budget) for v in values}
     print(f"\n{len(prompts)} prompts, T=0, B={options.budget}, {options.max_new_tokens} new tokens, "
           f"{options.repeats} runs a value, {options.drafter}")
     print(f"{'GOMP_SPINCOUNT':<16}{'decoder':<11}{'tok/s':>8}{'wait ms':>9}{'tree ms':>9}{'outside ms':>12}")
@@ -90,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             f = summary[v][d]
             print(f"{v:<16}{d:<11}{f['tok_per_s']:8.1f}{f['median_wait_ms']:9.1f}{f['median_tree_ms']:9.1f}"
                   f"{f['outside_ms_per_round']:12.2f}")
-    ratios = {v: {d: [_speed([r for r in run if r.decoder == d]) / _speed([r for r in ref if r.decoder == d])
-                      for run, ref in zip(runs[v], runs[values[0]])] for d in decoders} for v in values[1:]}
+    speeds = {v: [_figures(run, options.budget) for run in runs[v]] for v in values}  # run by run
+    ratios = {v: {d: [run[d]["tok_per_s"] / ref[d]["tok_per_s"] for run, ref in zip(speeds[v], speeds[values[0]])]
+                  for d in decoders} for v in values[1:]}
     for v, by in ratios.items():
         for d, xs in by.items():
             print(f"{d} at {v} over {values[0]}, run by run: {', '.join(f'{x:.3f}' for x in xs)}")
@@ -101,17 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _speed(records: list[DecodeRecord]) -> float:
-    return sum(r.new_tokens for r in records) / sum(r.seconds for r in records)
-
-
-def _figures(records: list[DecodeRecord]) -> dict:
-    """Speed, median wait and tree pass, and the target's mean seconds a round outside its phases."""
-    outside = sum(r.seconds - r.prefill_seconds - sum(sum(r.phase(k)) for k in ON_TARGET) for r in records)
-    rounds = sum(r.rounds for r in records)
-    median = lambda k: 1e3 * float(np.median([s for r in records for s in r.phase(k)]))
-    return {"tok_per_s": _speed(records), "median_wait_ms": median("wait"), "median_tree_ms": median("tree"),
-            "outside_ms_per_round": 1e3 * outside / rounds, "rounds": rounds}
+def _figures(records: list[DecodeRecord], budget: int | str) -> dict:
+    """Per decoder: speed and median wait and tree pass (evaluation.summary's, as bench.pair prints them), and
+    the target's mean seconds a round outside its phases."""
+    setting = analyse(records, 0.0, budget, speed_tokens="output")
+    figures = {}
+    for decoder, st in setting.decoders.items():
+        mine = [r for r in records if r.decoder == decoder]
+        outside = sum(r.seconds - r.prefill_seconds - sum(sum(r.phase(k)) for k in ON_TARGET) for r in mine)
+        rounds = sum(r.rounds for r in mine)
+        figures[decoder] = {"tok_per_s": st.speed, "median_wait_ms": 1e3 * (st.phase_median("wait") or 0.0),
+                            "median_tree_ms": 1e3 * (st.phase_median("tree") or 0.0),
+                            "outside_ms_per_round": 1e3 * outside / rounds, "rounds": rounds}
+    return figures
 
 
 if __name__ == "__main__":

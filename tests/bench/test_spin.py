@@ -3,8 +3,6 @@ by hand)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from bench.common import command_line
@@ -35,22 +33,14 @@ def test_bad_values_are_refused_naming_the_flag(argv, message, capsys):
     assert done.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-@dataclass
-class Record:  # the fields of a DecodeRecord the figures read
-    new_tokens: int
-    seconds: float
-    prefill_seconds: float
-    rounds: int
-    phases: dict
+def test_the_time_outside_the_phases_is_what_a_decode_took_beyond_its_prefill_and_phases(make_record):
+    def decode(prompt, tokens, seconds, prefill, phases):
+        return make_record(prompt, "draft", tokens=tokens, seconds=seconds, prefill_seconds=prefill,
+                           phases={"draft": [0.0, 0.0], "root": [0.0, 0.0], "select": [0.0, 0.0], **phases})
 
-    def phase(self, name):
-        return self.phases.get(name, [0.0] * self.rounds)
-
-
-def test_the_time_outside_the_phases_is_what_a_decode_took_beyond_its_prefill_and_phases():
-    a = Record(6, 1.0, 0.2, 2, {"wait": [0.01, 0.03], "tree": [0.3, 0.3], "commit": [0.01, 0.01]})
-    b = Record(4, 0.5, 0.1, 2, {"wait": [0.02, 0.02], "tree": [0.15, 0.15], "commit": [0.0, 0.0]})
-    f = _figures([a, b])
+    a = decode("p/0", 6, 1.0, 0.2, {"wait": [0.01, 0.03], "tree": [0.3, 0.3], "commit": [0.01, 0.01]})
+    b = decode("p/1", 4, 0.5, 0.1, {"wait": [0.02, 0.02], "tree": [0.15, 0.15], "commit": [0.0, 0.0]})
+    f = _figures([a, b], 8)["draft"]
     assert f["tok_per_s"] == pytest.approx(10 / 1.5) and f["rounds"] == 4
     assert f["outside_ms_per_round"] == pytest.approx(1e3 * (0.14 + 0.06) / 4)
     assert f["median_wait_ms"] == pytest.approx(20.0) and f["median_tree_ms"] == pytest.approx(225.0)
