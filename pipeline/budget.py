@@ -25,7 +25,8 @@ switched it off) the decode soon tries it again; where they showed it losing it 
 forgets them only by `LINGER` a plain round (a decode of a few hundred plain rounds tries again) and, across
 decodes, by `RECALL` a decode, the later the more rounds had shown it losing. Each try costs a round dearer
 than a plain one, so tries must be rare for a decode never to fall much below plain decoding: a ledger
-(AutoBudget.ledger) keeps what tries lost within TRY_SHARE of plain rounds' time.
+(AutoBudget.ledger) keeps what tries lost within TRY_SHARE of plain rounds' time, and a try whose start or
+catch-up the ledger cannot cover (the int8 drafter started beside a long prompt's prefill) is not made.
 
 `front` is what a steady speculative round spends before its tree pass (the root pass and the wait for the
 drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
@@ -263,6 +264,9 @@ class AutoBudget:
     run: float = field(init=False)  # mean rounds a run of speculative rounds lasted (inf: none ended yet)
     streak: int = field(init=False, default=0)  # speculative rounds since the last plain one
     balance: float = field(init=False)  # seconds tries may still lose before speculation is tried again (ledger)
+    banked: float = field(init=False, default=0.0)  # what this decode's plain rounds added to `balance`
+    started: bool = field(init=False, default=False)  # the run under way follows a start of the drafter the
+                                                      # ledger paid: its rounds pay it back
 
     def __post_init__(self, experience: Experience | None) -> None:
         self.sizes = candidate_sizes(self.cap)
@@ -298,8 +302,9 @@ class AutoBudget:
         drafter's catch-up would cost (PassCosts.switch; 0 while speculation is on), spread over the rounds
         it would serve: the mean run, at most the rounds that `left` tokens take; start: seconds starting
         the drafter would cost (PassCosts.start), spread the same way over at least START_ROUNDS. While the
-        ledger is in debt (`balance` below 0) speculation is not switched on: see `ledger`."""
-        if self.streak == 0 and self.balance < 0:
+        ledger is in debt (`balance` below 0), or cannot cover what switching on costs beyond its round (see
+        `affordable`), speculation is not switched on: see `ledger`."""
+        if self.streak == 0 and (self.balance < 0 or not self.affordable(switch + start, left)):
             return 0
         tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
         rounds = np.maximum(1.0, left / tokens)
@@ -308,6 +313,14 @@ class AutoBudget:
         rates = tokens / (np.array([self.costs.round(b) for b in self.sizes]) + extra)
         rates[1:] /= 1 + MARGIN  # speculation must promise more than plain decoding to be worth its spread
         return self.sizes[int(np.argmax(rates))]
+
+    def affordable(self, seconds: float, left: float) -> bool:
+        """Whether a try may spend `seconds` switching speculation on (the drafter's start or catch-up), which
+        it loses whatever its rounds accept: only what the ledger holds and TRY_SHARE of the plain rounds that
+        the `left` tokens of the decode would take. A drafter as costly as the target, started beside a long
+        prompt's prefill, costs about ten plain rounds on two CPU cores: spread over the rounds it would
+        serve it may look worth it, and where those rounds merely break even the decode loses it all."""
+        return seconds <= self.balance + TRY_SHARE * self.costs.plain * left
 
     def observe(self, on_path: np.ndarray, b: int, *, front: float | None = None, tree: float | None = None,
                 plain: float | None = None, caught_up: tuple[float, int] | None = None,
@@ -353,13 +366,20 @@ class AutoBudget:
         puts the account in debt, and speculation stays off until plain rounds have paid it back: what tries
         lose stays within TRY_SHARE of plain decoding's time (and one try), however often the estimates call
         for one (a drafter as costly as the target on a shared machine, whose slow moments make plain rounds
-        look dear), while tries that paid leave the decode free to try again at once after a dip. The later
-        rounds of a run are the estimates' to judge: they switch speculation off when it stops paying."""
+        look dear), while tries that paid leave the decode free to try again at once after a dip. A try that
+        started the drafter beside the prefill has paid its start (AutoPolicy.prefilled), and the rounds of
+        its run pay it back; the later rounds of other runs are the estimates' to judge: they switch
+        speculation off when it stops paying. A try switches speculation on only where the account, with
+        TRY_SHARE of the decode's plain rounds still to come, covers the start or catch-up it would pay
+        (`affordable`), so what a decode's tries lose stays within TRY_SHARE of its plain time, one try's
+        rounds, and what earlier decodes' speculation saved: plain rounds' shares never pass to the next."""
         c = self.costs
         if not b:
-            self.balance += TRY_SHARE * (c.plain if plain is None else plain)
+            share = TRY_SHARE * (c.plain if plain is None else plain)
+            self.balance += share
+            self.banked += share
             return
-        if self.streak:
+        if self.streak and not self.started:
             return
         missed = 0 if caught_up is None else caught_up[1]
         wait = caught_up[0] if caught_up is not None else front
@@ -373,6 +393,7 @@ class AutoBudget:
         if self.streak:
             self.run = self.streak if math.isinf(self.run) else self.run + RUN_RATE * (self.streak - self.run)
             self.streak = 0
+        self.started = False
 
 
 @dataclass(slots=True)
@@ -391,7 +412,7 @@ class Experience:
     seen: np.ndarray = field(init=False)
     run: float = math.inf  # mean rounds a run of speculative rounds lasted (AutoBudget.run)
     balance: float = 0.0  # the ledger a decode starts from (AutoBudget.ledger): the last one's debt in full,
-                          # what it saved at RECALL
+                          # what its speculation saved at RECALL (its plain rounds' shares pay debts, never pass on)
 
     def __post_init__(self) -> None:
         self.hits = np.zeros(self.cap)
@@ -405,7 +426,7 @@ class Experience:
         """Fold a finished decode's rounds in (the decodes before it weigh RECALL as much as they did)."""
         decode.end_run()
         self.run = decode.run
-        self.balance = decode.balance * (RECALL if decode.balance > 0 else 1.0)
+        self.balance = decode.balance if decode.balance < 0 else RECALL * max(0.0, decode.balance - decode.banked)
         self.hits = RECALL * self.hits + decode.total_hits
         self.seen = RECALL * self.seen + decode.total_seen
 
@@ -473,8 +494,14 @@ class AutoPolicy:
         return self.auto.choose(0.0, left, self.auto.costs.start(feed.start_tokens(context)))
 
     def prefilled(self, feed: DrafterFeed, tokens: int, seconds: float) -> None:
-        """The decode's prefill of `tokens` took `seconds`, beside the drafter's if the first round speculates."""
-        self.auto.costs.prefilled(tokens, seconds, feed.start_tokens(tokens) if feed.told else 0)
+        """The decode's prefill of `tokens` took `seconds`, beside the drafter's if the first round speculates:
+        then what it took beyond the prefill alone (at most SPIKE times the start's estimate) is the try's,
+        and the ledger pays it."""
+        costs, started = self.auto.costs, feed.start_tokens(tokens) if feed.told else 0
+        if started:
+            self.auto.balance -= max(0.0, capped(seconds - costs.prefill * tokens, costs.start(started)))
+            self.auto.started = True
+        costs.prefilled(tokens, seconds, started)
 
     def next(self, feed: DrafterFeed, context: int, left: int) -> int:
         """After a round: in a decode that started plain the drafter's start serves the rest of it; after
