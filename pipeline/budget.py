@@ -495,11 +495,12 @@ class AutoPolicy:
 
     def prefilled(self, feed: DrafterFeed, tokens: int, seconds: float) -> None:
         """The decode's prefill of `tokens` took `seconds`, beside the drafter's if the first round speculates:
-        then what it took beyond the prefill alone (at most SPIKE times the start's estimate) is the try's,
-        and the ledger pays it."""
+        then what it took beyond the prefill alone (at most SPIKE times the start's estimate: a start priced
+        at nothing, a head's or one on a device of its own, is charged nothing) is the try's, and the ledger
+        pays it."""
         costs, started = self.auto.costs, feed.start_tokens(tokens) if feed.told else 0
         if started:
-            self.auto.balance -= max(0.0, capped(seconds - costs.prefill * tokens, costs.start(started)))
+            self.auto.balance -= max(0.0, min(seconds - costs.prefill * tokens, SPIKE * costs.start(started)))
             self.auto.started = True
         costs.prefilled(tokens, seconds, started)
 

@@ -70,7 +70,9 @@ def measure(target: Target, cap: int, reps: int = 3, drafter: DrafterClient | No
     out = _measure(target, cap, sizes, reps)
     if drafter is not None:
         out = dataclasses.replace(out, pool=pool_seconds(target, drafter, pool_size, reps))
-        if not takes_features(drafter) and (both := prefill_seconds(target, drafter, pool_size, reps)):
+        if takes_features(drafter):  # a head starts after the prefill whose features it reads, which runs as
+            out = dataclasses.replace(out, prefill_shared=out.prefill)  # alone: its start adds nothing to it
+        elif both := prefill_seconds(target, drafter, pool_size, reps):
             out = dataclasses.replace(out, prefill=both[0], prefill_shared=both[1])
     log.info("budget auto: passes timed in %.1f s (a plain pass %.1f ms, the drafter's pool %.1f ms)",
              time.perf_counter() - t0, 1000 * out.plain, 1000 * out.pool)

@@ -82,6 +82,8 @@ def test_measure_times_the_drafters_pool_and_leaves_it_without_a_request(head):
     # the start, then reps + 1 commits (the first untimed); a standalone drafter is started reps + 1 times more
     # beside the timed prefill (a head starts after the prefill that computes its features: nothing to time)
     assert measured.pool > 0 and drafter.requests == 1 + 3 + (0 if head else 3)
+    if head:  # the decode's prefill runs as alone (pipeline.decode): the head's start costs it nothing
+        assert measured.prefill_shared == measured.prefill and costs_for(False, measured).start(700) == 0
     assert not drafter.open and target.before_root == 0
     assert costs_for(False, measured).front == measured.pool  # `draft` waits for the whole pool
     # Without room for a scratch context beside the pool the drafter is not asked: its pool is learnt from rounds.
