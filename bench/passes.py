@@ -33,27 +33,36 @@ def bushy_tree(n: int) -> Tree:
     return Tree(100 + np.arange(n), parent, np.arange(n))
 
 
-def runner(model, capacity: int, path: str):
-    """An eager models.hf.HFRunner of `path` (PATHS)."""
+def runner(model, capacity: int, path: str, lean: bool | None = None):
+    """An eager models.hf.HFRunner of `path` (PATHS); lean: through models.llama_cpu's forward (None: where the
+    runner takes it; a GPU's paths never do, as there)."""
     from models.hf import HFRunner
 
     buckets, attend = PATHS[path]
-    return HFRunner(model, capacity, graphs=False, buckets=buckets, attend=attend)
+    return HFRunner(model, capacity, graphs=False, buckets=buckets, attend=attend,
+                    lean=lean if path == "eager" else False)
 
 
-def target_passes(model, context: int, capacity: int, path: str, trees: list[int]) -> dict[str, Callable[[], None]]:
-    """name -> a call that runs one pass and reads its result back (the pass is done when it returns)."""
+def target_passes(model, context: int, capacity: int, path: str, trees: list[int], lean: bool | None = None
+                  ) -> dict[str, Callable[[], object]]:
+    """name -> a call that runs one pass and reads its result back (the pass is done when it returns), and
+    returns its rows (valid until that runner's next pass). lean: as `runner` takes it."""
     from target_proc.target import Target
 
     rng = np.random.default_rng(context)
     ids = rng.integers(100, 40000, context).tolist()
-    target = Target(runner(model, capacity, path))
+    target = Target(runner(model, capacity, path, lean))
     target.prefill(ids[:-1])
     target.root_pass(ids[-1])  # the root's K/V in slot P: tree passes below hang off it
-    passes = {"root pass": lambda: float(target.root_pass(ids[-1])[0])}
+
+    def read(rows):
+        float(rows.reshape(-1)[0])  # a host read: the pass is done
+        return rows
+
+    passes = {"root pass": lambda: read(target.root_pass(ids[-1]))}
     for b in trees:
         tree = bushy_tree(b)
-        passes[f"tree pass B={b}"] = lambda tree=tree: float(target.tree_pass(tree, None)[0, 0])
+        passes[f"tree pass B={b}"] = lambda tree=tree: read(target.tree_pass(tree, None))
     return passes
 
 

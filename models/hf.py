@@ -15,9 +15,10 @@ the pass is padded up to a bucket size, the mask is built on the device from tho
 the whole step is a captured graph replayed after `copy_`-ing new inputs in. A graph has fixed shapes, so
 each bucket is captured at a few spans (graph_spans: the whole cache and its halvings) and a pass replays
 the smallest span that covers the used slots: a short context in a large cache does not read all of it.
-On the CPU the same step runs eagerly, attending over the used slots rounded up to SPAN_STEP. On CUDA,
-attention runs in the SDPA backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and its
-plan do not change with the shape (cuDNN's would be re-planned for each new shape, inside timed regions).
+On the CPU the same step runs eagerly, attending over the used slots rounded up to SPAN_STEP, and for Llama
+models through models.llama_cpu's forward (the same operations without transformers' per-layer plumbing).
+On CUDA, attention runs in the SDPA backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and
+its plan do not change with the shape (cuDNN's would be re-planned for each new shape, inside timed regions).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from models import llama_cpu
 from models.kv_plan import SLOT_ALIGN, aligned_slots, cache_bytes  # noqa: F401 (part of this module's interface)
 from models.options import CPU_BUCKETS, CUDA_BUCKETS
 from models.runner import ModelRunner, RowInputs, check_rows
@@ -135,9 +137,11 @@ class HFRunner:
     row_inputs: tuple[str, ...] = ()  # a causal LM reads its tokens alone
 
     def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None,
-                 slot_align: int = SLOT_ALIGN, attend: str | None = None):
+                 slot_align: int = SLOT_ALIGN, attend: str | None = None, lean: bool | None = None):
         """attend: one of ATTEND, graphs or not; None: "ladder" on CUDA, "used" on the CPU. Captured graphs
-        have fixed spans: "ladder" or "whole"."""
+        have fixed spans: "ladder" or "whole". lean: passes through models.llama_cpu's forward (None: on the
+        CPU, for the models it computes; never where they would run on CUDA, whose graphs remove the
+        plumbing it saves)."""
         self.model = model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -153,6 +157,11 @@ class HFRunner:
                              f"AttentionInterface, so its KV cache cannot be managed here")
         model.set_attn_implementation(ATTENTION)
         on_cuda = self.device.type == "cuda"
+        if lean is None:
+            lean = not on_cuda and llama_cpu.unsupported(model) is None
+        elif lean and (reason := "it runs on the CPU only" if on_cuda else llama_cpu.unsupported(model)):
+            raise ValueError(f"models.llama_cpu's forward cannot run {type(model).__name__} here: {reason}")
+        self.lean = lean
         self.buckets = tuple(sorted(buckets or (CUDA_BUCKETS if on_cuda else CPU_BUCKETS)))
         self.buffers = {b: _Buffers(b, self.device, on_cuda) for b in self.buckets}
         self.arange = torch.arange(self.slots, device=self.device)
@@ -161,6 +170,7 @@ class HFRunner:
         self.spans = {"used": None, "ladder": graph_spans(self.slots), "whole": (self.slots,)}[attend]
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (bucket, span) -> graph
         self.features: torch.Tensor | None = None  # (S, layers, hidden) kept layer inputs (keep_features)
+        self.kept: dict[int, list[int]] = {}  # decoder layer -> its indices in `features` (a layer may repeat)
         self.keeping = False  # a pass of this runner is under way: the layer hooks write `features`
         self.outputs: dict[int, torch.Tensor] = {}  # bucket -> the logits its graphs write
         self.eager_reason = graphs_blocked_by(model) if graphs and on_cuda else None
@@ -236,6 +246,9 @@ class HFRunner:
         self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
         self.kv.slots, self.kv.span = slots, span
         backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
+        if self.lean:
+            keep = self._keep_lean if self.kept else None
+            return llama_cpu.forward(self.model, ids, pos, self.kv, last_only, keep).float()
         self.keeping = True
         try:
             with backends:
@@ -256,6 +269,9 @@ class HFRunner:
             raise ValueError(f"layers {list(layers)} are not all among the model's {len(decoder)} decoder layers")
         hidden = self.model.config.get_text_config().hidden_size
         self.features = torch.zeros(self.slots, len(layers), hidden, dtype=self.dtype, device=self.device)
+        self.kept = {}
+        for j, i in enumerate(layers):
+            self.kept.setdefault(i, []).append(j)
         for j, i in enumerate(layers):
             decoder[i].register_forward_pre_hook(lambda module, args, kwargs, j=j: self._keep(j, args, kwargs),
                                                  with_kwargs=True)
@@ -269,6 +285,11 @@ class HFRunner:
         if self.keeping:
             hidden = args[0] if args else kwargs["hidden_states"]
             self.features[self.kv.slots, j] = hidden[0]
+
+    def _keep_lean(self, i: int, hidden: torch.Tensor) -> None:
+        """models.llama_cpu's call before decoder layer i: its input rows (n, H), where the layer is kept."""
+        for j in self.kept.get(i, ()):
+            self.features[self.kv.slots, j] = hidden
 
     def features_at(self, slots) -> torch.Tensor:
         """(n,) logical slots -> (n, layers * hidden) kept features in the model's dtype, low layers first."""
@@ -293,8 +314,8 @@ class HFRunner:
     @classmethod
     def build(cls, model, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
         """rehearse: CUDA's pass sizes and span ladder on any device, graphs or not (on the CPU, eagerly)."""
-        if rehearse:
-            return cls(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS, attend="ladder")
+        if rehearse:  # transformers' forward, as on CUDA
+            return cls(model, capacity, graphs=graphs, buckets=CUDA_BUCKETS, attend="ladder", lean=False)
         return cls(model, capacity, graphs=graphs)
 
     @staticmethod

@@ -27,6 +27,7 @@ BAD_FLAG = {  # one refused value per benchmark
     "recording": ["--budget", "0"],
     "eagle3": ["--rounds", "0"],
     "spin": ["--repeats", "0"],
+    "forward": ["--reps", "0"],
 }
 PROBE = """
 import sys

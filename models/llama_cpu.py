@@ -1,0 +1,81 @@
+"""A Llama forward for the CPU's eager passes: the same operations as transformers' LlamaForCausalLM, in the
+same order, without its per-layer plumbing.
+
+On the CPU every pass runs eagerly, and transformers' modules spend a few milliseconds of a 50 ms pass of the
+embedded target (SmolLM2-135M, 30 layers) between the operations that compute: decorators, keyword
+plumbing, the attention interface's dispatch, casts to the dtype a tensor already has. This forward calls
+the model's own modules for what they compute (embeddings, rotary tables, linear layers, which keep the
+kernels models.cpu_linear chose) and does the rest in a few tensor operations a layer, writing K/V and
+attending as models.hf's static tree attention does: its rows are the transformers forward's, bit for bit
+on the tested configurations (tests/models/test_llama_cpu.py). On CUDA, captured graphs remove that
+plumbing instead, so the runner keeps transformers' forward there, and wherever `unsupported` names a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def unsupported(model) -> str | None:
+    """Why `model` must run through transformers' forward instead (None: this one computes its rows)."""
+    from transformers import LlamaForCausalLM
+
+    if type(model) is not LlamaForCausalLM:
+        return f"{type(model).__name__} is not a plain LlamaForCausalLM"
+    cfg = model.config
+    if cfg.hidden_act != "silu":
+        return f"its MLP's activation is {cfg.hidden_act!r}, not silu"
+    if getattr(cfg, "pretraining_tp", 1) != 1:
+        return "it splits its linear layers (pretraining_tp)"
+    return None
+
+
+def _rms(x: torch.Tensor, norm) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: in float32, then back to x's dtype, times the weight."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding as transformers applies it: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+@torch.inference_mode()
+def forward(model, ids: torch.Tensor, pos: torch.Tensor, kv, last_only: bool,
+            keep: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
+    """ids, pos: (n,) -> (n or 1, V) logits in the model's dtype. Writes each layer's K/V at kv.slots and
+    attends over physical slots [0, kv.span) under kv.mask (models.hf.StaticKV); keep(i, h), where given,
+    gets the input (n, hidden) of decoder layer i before it runs."""
+    m = model.model
+    h = m.embed_tokens(ids)
+    n = h.shape[0]
+    cos, sin = m.rotary_emb(h[None], pos[None])
+    cos, sin = cos[0, :, None], sin[0, :, None]  # (n, 1, D): one row per token, broadcast over heads
+    for i, layer in enumerate(m.layers):
+        if keep is not None:
+            keep(i, h)
+        attn = layer.self_attn
+        x = _rms(h, layer.input_layernorm)
+        q = _rotate(attn.q_proj(x).view(n, -1, attn.head_dim), cos, sin)
+        k = _rotate(attn.k_proj(x).view(n, -1, attn.head_dim), cos, sin)
+        v = attn.v_proj(x).view(n, -1, attn.head_dim)
+        k_all, v_all = kv.k[i], kv.v[i]  # (1, Hkv, S, D)
+        k_all.index_copy_(2, kv.slots, k.transpose(0, 1)[None].to(k_all.dtype))
+        v_all.index_copy_(2, kv.slots, v.transpose(0, 1)[None].to(v_all.dtype))
+        heads, kv_heads = q.shape[1], k.shape[1]
+        q = q.transpose(0, 1).reshape(1, kv_heads, (heads // kv_heads) * n, attn.head_dim)  # as models.hf folds
+        out = F.scaled_dot_product_attention(q, k_all[:, :, :kv.span], v_all[:, :, :kv.span], attn_mask=kv.mask,
+                                             scale=attn.scaling)
+        h = h + attn.o_proj(out.reshape(heads, n, attn.head_dim).transpose(0, 1).reshape(n, -1))
+        mlp = layer.mlp
+        x = _rms(h, layer.post_attention_layernorm)
+        h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+    if last_only:
+        h = h[-1:]
+    return model.lm_head(_rms(h, m.norm))
