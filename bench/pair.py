@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import bench_parser, check_stratify, close, command_line, refuse
-from evaluation.prompts import STRATA, gather
+from evaluation.prompts import gather
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
 from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, embedded_pool, is_head_spec

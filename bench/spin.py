@@ -24,8 +24,8 @@ import numpy as np
 from bench.common import bench_parser, check_stratify, close, command_line, load_bracket
 from bench.pair import pair_run, prompts_or_refuse
 from evaluation.record import DecodeRecord
-from models.kernel_cache import processor
 from evaluation.summary import analyse
+from models.kernel_cache import processor
 from models.options import DEFAULT_DRAFTER, embedded_pool
 from pipeline.config import ConfigError, check_budget, check_int, split_list
 from pipeline.result import PHASES

@@ -245,10 +245,10 @@ class HFRunner:
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
         self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
         self.kv.slots, self.kv.span = slots, span
-        backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
         if self.lean:
-            keep = self._keep_lean if self.kept else None
-            return llama_cpu.forward(self.model, ids, pos, self.kv, last_only, keep).float()
+            return llama_cpu.forward(self.model, ids, pos, self.kv, last_only, self._keep if self.kept else None
+                                     ).float()
+        backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
         self.keeping = True
         try:
             with backends:
@@ -272,22 +272,23 @@ class HFRunner:
         self.kept = {}
         for j, i in enumerate(layers):
             self.kept.setdefault(i, []).append(j)
-        for j, i in enumerate(layers):
-            decoder[i].register_forward_pre_hook(lambda module, args, kwargs, j=j: self._keep(j, args, kwargs),
+        for i in self.kept:
+            decoder[i].register_forward_pre_hook(lambda module, args, kwargs, i=i: self._hooked(i, args, kwargs),
                                                  with_kwargs=True)
         if self.graphs:
             self.graphs.clear()
             self.outputs.clear()
             self._capture()
 
-    def _keep(self, j: int, args, kwargs) -> None:
-        """A layer hook: write the layer's input rows (1, n, H) at the pass's physical slots."""
+    def _hooked(self, i: int, args, kwargs) -> None:
+        """Decoder layer i's hook in transformers' forward: its input rows (1, n, H), while a pass of this
+        runner is under way."""
         if self.keeping:
-            hidden = args[0] if args else kwargs["hidden_states"]
-            self.features[self.kv.slots, j] = hidden[0]
+            self._keep(i, (args[0] if args else kwargs["hidden_states"])[0])
 
-    def _keep_lean(self, i: int, hidden: torch.Tensor) -> None:
-        """models.llama_cpu's call before decoder layer i: its input rows (n, H), where the layer is kept."""
+    def _keep(self, i: int, hidden: torch.Tensor) -> None:
+        """Write decoder layer i's input rows (n, H) at the pass's physical slots, wherever `features` keeps
+        that layer (models.llama_cpu's forward calls it before each layer)."""
         for j in self.kept.get(i, ()):
             self.features[self.kv.slots, j] = hidden
 

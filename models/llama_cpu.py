@@ -46,12 +46,12 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-@torch.inference_mode()
 def forward(model, ids: torch.Tensor, pos: torch.Tensor, kv, last_only: bool,
             keep: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
     """ids, pos: (n,) -> (n or 1, V) logits in the model's dtype. Writes each layer's K/V at kv.slots and
     attends over physical slots [0, kv.span) under kv.mask (models.hf.StaticKV); keep(i, h), where given,
-    gets the input (n, hidden) of decoder layer i before it runs."""
+    gets the input (n, hidden) of decoder layer i before it runs. Called under inference mode (the runner's
+    passes are)."""
     m = model.model
     h = m.embed_tokens(ids)
     n = h.shape[0]
