@@ -1,7 +1,7 @@
 """python -m bench.pair: the default pair on this machine: per-pass latencies, every decoder, and transformers.
 
 python -m bench.pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
-                     [--budget B|auto] [--decoders LIST] [--drafter SPEC] [--pool cpu|paper]
+                     [--budget B|auto] [--decoders LIST] [--drafter SPEC] [--pool cpu|paper] [--lookup N]
 
 In one run on the same prompts: (1) per-pass latencies of the target and drafter runners with the
 threads they get when deployed (the drafter one; the target one while the drafter works, every core for
@@ -30,7 +30,8 @@ from bench.common import bench_parser, check_stratify, close, command_line, refu
 from evaluation.prompts import gather
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
-from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, embedded_pool, is_head_spec
+from models.options import (DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_LOOKUP, EMBEDDED_POOL, ModelOptions, embedded_pool,
+                            is_head_spec)
 from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, split_list
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
@@ -120,12 +121,13 @@ def drafter_agreement(records: list[DecodeRecord], prompts: list[str], drafter_s
 
 
 def pair_run(prompts: list[str], max_new: int, budget: int | str, decoders: list[str], drafter: str,
-             pool: PoolConfig, env: dict[str, str] | None = None) -> list[DecodeRecord]:
-    """Every prompt with every decoder through launch/pair.sh (`env`: its environment's overrides) -> the
-    timed decodes' records."""
+             pool: PoolConfig, env: dict[str, str] | None = None, lookup: int = 0) -> list[DecodeRecord]:
+    """Every prompt with every decoder through launch/pair.sh (`env`: its environment's overrides; `lookup`: its
+    context lookup) -> the timed decodes' records."""
     cmd = [str(ROOT / "launch" / "pair.sh"), "--decoders", ",".join(decoders), "--max-new-tokens", str(max_new),
            "--budget", str(budget), "--json", "--target", EMBEDDED, "--drafter", drafter,
-           "--pool-topk", str(pool.topk), "--pool-depth", str(pool.depth), "--pool-expand", str(pool.expand)]
+           "--pool-topk", str(pool.topk), "--pool-depth", str(pool.depth), "--pool-expand", str(pool.expand),
+           "--lookup", str(lookup)]
     for p in [prompts[0]] + prompts:  # the first prompt again as a warm-up, dropped below
         cmd += ["--prompt", p]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env={**os.environ, **(env or {})})
@@ -191,12 +193,16 @@ class PairOptions:
     pool: str = field(default="cpu", metadata={"help": "the pair's pool: cpu (10, 3, 3 with a head, "
                                                        "10, 4, 3 with a standalone drafter) or paper (10, 8, 10)",
                                                "metavar": "cpu|paper"})
+    lookup: int = field(default=EMBEDDED_LOOKUP, metadata={
+        "help": "the pair's context lookup: up to N tokens copied from the context grafted into each pool (the "
+                "embedded pair's; 0: off)", "metavar": "N"})
 
     def __post_init__(self) -> None:
         check_int("limit", self.limit, 1)
         check_stratify("stratify", self.stratify)
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_budget("budget", self.budget)
+        check_int("lookup", self.lookup, 0)
         decoders = check_decoders("decoders", self.decoders)
         if self.pool not in POOLS:
             raise ConfigError("pool", f"must be {' or '.join(POOLS)}, got {self.pool!r}")
@@ -234,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     target_tok = load(ModelOptions(tune_linears=False), "target").tokenizer
     latencies = pass_latencies(target_tok.prompt_ids(prompts[0]), options.drafter)
     records = pair_run(prompts, options.max_new_tokens, options.budget, decoders, options.drafter,
-                       POOLS[options.pool](options.drafter))
+                       POOLS[options.pool](options.drafter), lookup=options.lookup)
     baselines, kernels = transformers_baselines(prompts, options.max_new_tokens)
     agreement = None if is_head_spec(options.drafter) else drafter_agreement(records, prompts, options.drafter)
     same = all(r.token_ids == ar.token_ids for r in records for ar in records
@@ -251,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     close({"latency_ms": latencies, "decoders": speeds, "transformers": baselines, "ratios": ratios,
            "linear_kernels": kernels, "drafter": options.drafter, "pool": options.pool, "drafter_agreement": agreement,
            "outputs_equal_ar": same, "prompts": len(prompts), "max_new_tokens": options.max_new_tokens,
-           "budget": options.budget, "cpu": processor()})
+           "budget": options.budget, "lookup": options.lookup, "cpu": processor()})
     return 0
 
 
@@ -264,7 +270,8 @@ def decoder_speeds(records: list[DecodeRecord], options: PairOptions, baselines:
     from models.cpu_linear import ROW_CLASSES
 
     speeds = {}
-    print(f"\n{n_prompts} prompts, T=0, B={options.budget}, {options.max_new_tokens} new tokens")
+    print(f"\n{n_prompts} prompts, T=0, B={options.budget}, {options.max_new_tokens} new tokens, context lookup "
+          f"{options.lookup or 'off'}")
     print(f"{'':<24}{'tok/s':>8}{'round ms':>10}{'draft':>8}{'root':>8}{'wait':>8}{'tree':>8}{'tau':>9}")
     setting = analyse(records, 0.0, options.budget, speed_tokens="output")
     for decoder, st in setting.decoders.items():

@@ -117,6 +117,8 @@ class DecodeRecord:
     drafter_window: int | None = None
     held_rows: list[int] | None = None
     feature_bytes: list[int] | None = None  # per round: the target's features its pool's request carried
+    lookup: int | None = None  # the longest chain context lookup grafted (0: off)
+    copied: list[int] | None = None  # per round: accepted tokens the context lookup's chain proposed
     prompt_token_ids: list[int] | None = None
     load_average: list[float] | None = None  # as the decode started and as it ended
     cpus: int | None = None
@@ -219,7 +221,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         ahead_seconds=[r.ahead_seconds for r in rounds],
         cut_pools=config.cut_pools, cut_weigh=config.cut_weigh, pool_depths=[r.pool_depth for r in rounds],
         drafter_window=config.drafter_window, held_rows=[int(r.held_row) for r in rounds],
-        feature_bytes=[r.feature_bytes for r in rounds],
+        feature_bytes=[r.feature_bytes for r in rounds], lookup=config.lookup, copied=[r.copied for r in rounds],
         load_average=list(load_average), cpus=len(os.sched_getaffinity(0)),
         finished=time.time(),
     )
@@ -233,16 +235,16 @@ _ORDER = ("schema", "prompt_id", "category", "turn", "decoder", "temperature", "
           "overshoot", "stop", "seconds", "prefill_seconds", "tokens_per_second", "rounds", "target_passes",
           "accept_lengths", "accepted", "tried", "tree_sizes", "available", "budgets", "phases", "lend_cores",
           "ahead", "ahead_hits", "ahead_seconds", "cut_pools", "cut_weigh", "pool_depths", "drafter_window",
-          "held_rows", "feature_bytes", "load_average", "cpus", "finished")
+          "held_rows", "feature_bytes", "lookup", "copied", "load_average", "cpus", "finished")
 _PLACES = frozenset({"kind", "schema", "grid_budget", "position", "warmup", "shard", "bench_budget", "bench_variant"})
 _SINCE_3 = frozenset({"stop_strings", "stop_token_ids", "prompt", "finish_reason", "stop_reason"})
 # Written only where known: schema 4 has them all (`feature_bytes` and `ignore_eos` since they were added);
 # earlier records as the code of their day wrote them.
 _ADDED = frozenset({"top_k", "top_p", "min_p", "budgets", "lend_cores", "ahead", "ahead_hits", "ahead_seconds",
                     "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows", "prompt_token_ids",
-                    "load_average", "cpus", "feature_bytes", "ignore_eos"})
+                    "load_average", "cpus", "feature_bytes", "ignore_eos", "lookup", "copied"})
 # None in a schema 4 record too: no stop matched, no sweep or benchmark ran it, a column added while 4 stood.
-_OPTIONAL = frozenset({"stop_reason", "sweep", "bench", "feature_bytes", "ignore_eos"})
+_OPTIONAL = frozenset({"stop_reason", "sweep", "bench", "feature_bytes", "ignore_eos", "lookup", "copied"})
 
 
 def _int(v: object) -> bool:
@@ -328,7 +330,7 @@ _V3_REQUIRED = {**_V2_REQUIRED, "top_k": _int, "top_p": _num, "min_p": _num, "st
 _V3_ADDED = {"lend_cores": _bool, "ahead": _bool, "ahead_hits": _ints, "ahead_seconds": _nums, "cut_pools": _bool,
              "cut_weigh": _bool, "pool_depths": _ints, "drafter_window": _int, "held_rows": _ints}
 _V4_REQUIRED = {**_V3_REQUIRED, **_V3_ADDED, "prompt_token_ids": _ints, "load_average": _nums, "cpus": _int}
-_V4_ADDED = {"feature_bytes": _ints, "ignore_eos": _bool}
+_V4_ADDED = {"feature_bytes": _ints, "ignore_eos": _bool, "lookup": _int, "copied": _ints}
 
 
 def _v2(r: _Reader) -> dict:

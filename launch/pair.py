@@ -39,7 +39,8 @@ from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
 from models.present import check_present
-from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, embedded_pool, for_target
+from models.options import (DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_LOOKUP, EMBEDDED_POOL, ModelOptions, embedded_pool,
+                            for_target)
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
@@ -87,7 +88,8 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
                f"--pool-expand {PoolConfig().expand} --max-new-tokens {DecodeConfig().max_new_tokens}; for the "
                f"embedded pair on the CPU: {_sizes(embedded_pool(DEFAULT_DRAFTER))} (with a standalone drafter "
                f"{_sizes(EMBEDDED_POOL)})"
-               + (f" and {EMBEDDED_MAX_NEW_TOKENS} new tokens." if mode == "decode" else "."))
+               + (f" and {EMBEDDED_MAX_NEW_TOKENS} new tokens" if mode == "decode" else "")
+               + f", --lookup {EMBEDDED_LOOKUP} (else {DecodeConfig().lookup}).")
     pair = parser.add_argument_group("Pair")
     pair.add_argument("--target", metavar="SPEC", help=ModelOptions.__dataclass_fields__["model"].metadata["help"])
     pair.add_argument("--drafter", metavar="SPEC", help="the drafter model, same forms as --target")
@@ -103,7 +105,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
                            f"{PoolConfig().expand}: {PoolConfig().size} candidates), the embedded pair's included")
     add_options(parser, ModelOptions, skip=("model", "device"))
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
-    add_options(parser, run_cls, defaults={"max_new_tokens": None})
+    add_options(parser, run_cls, defaults={"max_new_tokens": None, "lookup": None})
     add_options(parser, ConnectOptions)
     add_options(parser, KeyOptions)
     add_options(parser, RemoteOptions)
@@ -181,7 +183,7 @@ def _sweep_only(parser: argparse.ArgumentParser, extra: list[str], mode: str) ->
 def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode: str,
                    notes: list[str]) -> PoolConfig:
     """The pair's models (the embedded default pair when none is named), and what goes with the embedded
-    pair: its smaller pool and output limit (each said in `notes`) -> the pool. Its prompts are the built-in
+    pair: its smaller pool, its context lookup and output limit (each said in `notes`) -> the pool. Its prompts are the built-in
     ones, as for any run that names none."""
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
@@ -194,6 +196,12 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
     elif ns.drafter is None or ns.target is None:
         parser.error("--target and --drafter go together (or give neither for the embedded default pair)")
     pool = _pool(parser, ns, embedded, notes)
+    if ns.lookup is None:
+        ns.lookup = DecodeConfig().lookup
+        if embedded:
+            ns.lookup = EMBEDDED_LOOKUP
+            notes.append(f"embedded default: context lookup grafts up to {EMBEDDED_LOOKUP} tokens copied from the "
+                         f"context into each pool; --lookup 0 turns it off")
     if ns.max_new_tokens is None:
         ns.max_new_tokens = DecodeConfig().max_new_tokens
         if embedded and mode == "decode":

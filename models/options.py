@@ -27,6 +27,9 @@ EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's po
 # ... with an EAGLE-3 head as its drafter: a level shallower. Each level costs the head a pass while `draft`
 # waits, and the head's drafts are rarely accepted four deep (results/README.md, cpu-smollm2-head-depth/).
 EMBEDDED_HEAD_POOL = PoolConfig(topk=10, depth=3, expand=3)
+# The embedded pair's context lookup (pipeline.lookup): chains of up to 8 tokens copied from the context, as
+# deep as a tree of the default budget can hold (results/README.md, cpu-smollm2-lookup/).
+EMBEDDED_LOOKUP = 8
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The pass sizes a runner pads a pass to (models.hf), here where reading them loads no model code.
 CUDA_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 72)  # pass sizes captured as graphs, largest first

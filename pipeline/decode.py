@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -27,6 +27,7 @@ from pipeline.config import ConfigError
 from pipeline.cut import NOW, WEIGH
 from pipeline.pool import ROOT, Pool
 from pipeline.feed import DrafterFeed
+from pipeline.lookup import ContextLookup
 from pipeline.result import DecodeResult, Phases, Round
 from pipeline.rules import RULES, Flow, RootDraw, Rule
 from pipeline.sampling import Filtered
@@ -148,6 +149,7 @@ class Step:
     #                                         until the target's next pass (a measurement copies what it keeps)
     keep: int | None = None  # a tree node whose K/V the commit keeps as the next root's (`cover`, covered)
     held: bool = False  # the round drew from its root's row held from the pass before (no root scored)
+    copied: int = 0  # accepted tokens the context lookup's chain proposed
     phases: Phases = field(default_factory=Phases)
 
     @property
@@ -162,7 +164,7 @@ class Step:
         return Round(accepted=len(self.accepted), tree_size=tree_size, emitted=len(self.accepted) + 1,
                      phases=self.phases, available=self.available, tried=self.tried, budget=budget,
                      ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=pool_depth, held_row=self.held,
-                     feature_bytes=feature_bytes if self.pool is not None else 0)
+                     feature_bytes=feature_bytes if self.pool is not None else 0, copied=self.copied)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -185,10 +187,11 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     rule = RULES[config.decoder]
     _check(rule, prompt, drafter, config)
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
-    rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe)
+    history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
+    lookup = ContextLookup(history, config.lookup) if config.lookup and rule.select is not None else None
+    rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe, lookup)
     feed = DrafterFeed(drafter, config.drafter_window, target.features if takes_features(drafter) else None)
     stops = _Stops(frozenset() if config.ignore_eos else eos, frozenset(config.stop_token_ids), stop_check)
-    history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
     budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)
     policy.prefilled(feed, len(history) - 1, prefill_seconds)
@@ -208,6 +211,8 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
         if stop is not None or len(out) >= config.max_new_tokens:
             break
         history += emitted
+        if lookup is not None:
+            lookup.extend(emitted)
         feed.ran(budget, history)
         budget = policy.next(feed, len(history), config.max_new_tokens - len(out))
         if budget:
@@ -301,7 +306,8 @@ class _Rounds:
     function of the round's root and budget."""
 
     def __init__(self, target: TargetRunner, drafter: DrafterClient | None, rule: Rule, config: DecodeConfig,
-                 generator: torch.Generator | None, track: bool, sync: bool, observe: Observer | None) -> None:
+                 generator: torch.Generator | None, track: bool, sync: bool, observe: Observer | None,
+                 lookup: ContextLookup | None = None) -> None:
         if config.filters.active and config.temperature > 0:  # every draw takes the same transformed rows
             target = Filtered(target, config.temperature, config.filters)
         self.target, self.drafter, self.rule = target, drafter, rule
@@ -314,6 +320,7 @@ class _Rounds:
         self.lend = config.lend_cores and self.lazy  # on the CPU: the drafter may share this side's cores
         # with cut pools the pool is asked for once the root pass is done (0: not)
         self.cut = (WEIGH if config.cut_weigh else NOW) if config.cut_pools and drafter is not None else 0
+        self.lookup = lookup  # context lookup: its chain grafted into each pool (DecodeConfig.lookup)
         self.held: torch.Tensor | None = None  # (V,) the next root's row when the last pass scored it (`cover`)
         # The rule's round when its budget is above 0 (a round of budget 0 is plain whatever the rule)
         self.flow = {Flow.PLAIN: None, Flow.TREE: self.tree, Flow.PIPELINED: self.pipelined,
@@ -327,6 +334,8 @@ class _Rounds:
             step = self.plain(root, phase)
         else:
             step = self.flow(root, budget, phase)
+            if self.lookup is not None:  # the chain grafted into this round's pool, against the target's draws
+                step.copied = self.lookup.learn(step.emitted, len(step.accepted))
         with phase("commit"):
             self.target.commit(step.accepted, keep=step.keep)
             if self.sync:
@@ -421,10 +430,14 @@ class _Rounds:
     def _pool(self, cut: int = 0) -> Drafted:
         """Wait for the round's pool. On the CPU (with lend_cores) the drafter is told first, so it can take
         this side's cores; with `cut` it is asked for the pool at once, and sends the levels it has (told even
-        when the pool is there: when the target asks is what a drafter that cuts its pools times them by)."""
+        when the pool is there: when the target asks is what a drafter that cuts its pools times them by). With
+        context lookup, the pool has the context's chain grafted in (pipeline.lookup)."""
         if cut or (self.lend and not self.drafter.has_pool()):
             self.drafter.waiting(cut)
-        return self.drafter.pool()
+        drafted = self.drafter.pool()
+        if self.lookup is not None:
+            return replace(drafted, pool=self.lookup.graft(drafted.pool))
+        return drafted
 
     def _ahead(self, pool: Pool, tree: Tree, first: int | None) -> bool:
         """With drafting ahead, tell the drafter where this round most probably ends -> whether it was told."""

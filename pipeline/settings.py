@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from pipeline.config import (AUTO, BUDGET_PRIORS, MAX_CONTEXT, MAX_POOL_CANDIDATES, CapacityError, ConfigError, Filters,
+from pipeline.config import (AUTO, BUDGET_PRIORS, MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH, CapacityError, ConfigError, Filters,
                              check_at_most, check_budget, check_int,
                              check_stop_strings, check_temperature, check_token_ids)
 from pipeline.rules import RULES
 
 
-DRAFTING = ("ahead", "lend_cores", "cut_pools", "cut_weigh", "drafter_window")  # how the drafter works
+DRAFTING = ("ahead", "lend_cores", "cut_pools", "cut_weigh", "drafter_window", "lookup")  # how the drafter works
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,7 @@ class DecodeConfig:
     cut_weigh: bool = False
     ahead: bool = False
     drafter_window: int = 0
+    lookup: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.decoder, str) or self.decoder not in RULES:  # a dict or params object: unhashable
@@ -51,6 +52,8 @@ class DecodeConfig:
         check_int("budget_max", self.budget_max, 1)
         check_at_most("budget_max", self.budget_max, MAX_POOL_CANDIDATES, "a tree holds at most a pool's candidates")
         check_int("drafter_window", self.drafter_window, 0)
+        check_int("lookup", self.lookup, 0)
+        check_at_most("lookup", self.lookup, MAX_POOL_DEPTH, "the pool levels the protocol carries")
         if self.budget_prior not in BUDGET_PRIORS:
             raise ConfigError("budget_prior", f"must be one of {', '.join(BUDGET_PRIORS)}, got {self.budget_prior!r}")
         self.filters  # checks top_k, top_p and min_p

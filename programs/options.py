@@ -88,7 +88,7 @@ class RunOptions:
     decode: DecodeConfig = field(default_factory=DecodeConfig, metadata={
         "embed": ("temperature", "top_k", "top_p", "min_p", "stop", "stop_token_ids", "ignore_eos", "budget",
                   "budget_max", "budget_prior", "max_new_tokens", "seed", "ahead", "lend_cores", "cut_pools",
-                  "cut_weigh", "drafter_window"),
+                  "cut_weigh", "drafter_window", "lookup"),
         "help": {"seed": "first sampling seed (and the seed of --limit-prompts' subset)"}})
     sources: PromptOptions = field(default_factory=PromptOptions, metadata={
         "embed": ("prompt", "prompts", "categories", "limit_prompts", "stratify", "turns")})

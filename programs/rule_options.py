@@ -66,5 +66,9 @@ OPTIONS: dict[type, tuple[str, dict[str, dict]]] = {
             "help": "the drafter starts on the context's last N tokens only (0: all of it): on long prompts a "
                     "shorter drafter prefill and cheaper drafter passes, for pools that may accept fewer tokens "
                     "(outputs follow the same law)", "metavar": "N"},
+        "lookup": {
+            "help": "context lookup: each round the target grafts into the pool up to N tokens copied from where the "
+                    "context's last tokens occurred before, scored by how often such copies matched its draws so far "
+                    "(0: off; outputs follow the same law; pipeline.lookup)", "metavar": "N"},
     }),
 }

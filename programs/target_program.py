@@ -307,7 +307,8 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
     print(f"--- {first.prompt_id}, {first.decoder}:\n{first.text.strip()}\n")
     header = header or {}
     print(machine_line(header))
-    print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}; T={setting.temperature:g} "
+    lookup = f" + context lookup {first.lookup}" if first.lookup else ""
+    print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}{lookup}; T={setting.temperature:g} "
           f"B={setting.budget}; speed: output tokens over seconds from prefill to last commit; "
           f"{len(setting.prompt_ids)} prompts")
     head = f"{'decoder':<11}{'decodes':>8}{'tokens':>8}{'seconds':>9}{'tok/s':>8}  {'vs ar [95% interval]':<24}" \

@@ -88,7 +88,7 @@ def synthetic_record(prompt_id: str, decoder: str, temperature: float = 0.0, bud
         cut_pools=pool_depths is not None, cut_weigh=False,
         pool_depths=list(pool_depths) if pool_depths is not None else [3 if decoder != "ar" else 0] * n,
         drafter_window=0, held_rows=list(held_rows) if held_rows is not None else [0] * n,
-        feature_bytes=list(feature_bytes) if feature_bytes is not None else [0] * n,
+        feature_bytes=list(feature_bytes) if feature_bytes is not None else [0] * n, lookup=0, copied=[0] * n,
         load_average=list(load_average), cpus=cpus, finished=0.0,
         sweep=None if grid_budget is None and not warmup else
         SweepPlace(budget if grid_budget is None else grid_budget, 0, warmup, "1/1"))

@@ -32,7 +32,7 @@ def temperature_list(text: str) -> list[float]:
 
 # DecodeConfig's fields a sweep takes on its command line (the grid gives the decoder, T and B)
 SWEEP_DECODE = ("max_new_tokens", "ignore_eos", "seed", "budget_max", "budget_prior", "ahead", "lend_cores",
-                "cut_pools", "cut_weigh", "drafter_window")
+                "cut_pools", "cut_weigh", "drafter_window", "lookup")
 
 
 @dataclass(frozen=True, slots=True)

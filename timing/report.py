@@ -133,7 +133,8 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[DecodeRecord], s
         "# Timing report", "",
         f"- directories: {', '.join(dirs)}",
         f"- target {models['target']['model']} on {models['target']['device']} ({models['target']['dtype']}), "
-        f"drafter {drafter}; pool topk={pool['topk']} depth={pool['depth']} expand={pool['expand']}; "
+        f"drafter {drafter}; pool topk={pool['topk']} depth={pool['depth']} expand={pool['expand']}"
+        f"{' + context lookup ' + str(sweep['lookup']) if sweep.get('lookup') else ''}; "
         f"max new tokens {sweep['max_new_tokens']}; turns: {sweep.get('turns', 'first')}",
         *[f"- {role} weights: {m.get('revision')} ({m.get('dtype')}, {m.get('device')})"
           for role, m in (config.get("identity") or {}).items()],

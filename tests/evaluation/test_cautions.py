@@ -80,7 +80,7 @@ def test_a_machine_busier_than_the_pair_keeps_itself_is_flagged(make_record):
         (caution,) = s.cautions
         assert caution.kind == "load" and "reached 5.2 on 2 CPUs" in caution.message
         assert "in 1 of 6 decodes" in caution.message
-    since_4 = ("load_average", "cpus", "prompt_token_ids", "feature_bytes", "ignore_eos")
+    since_4 = ("load_average", "cpus", "prompt_token_ids", "feature_bytes", "ignore_eos", "lookup", "copied")
     old = [DecodeRecord.from_json({k: v for k, v in r.to_json().items() if k not in since_4} | {"schema": 3})
            for r in busy]
     assert analyse(old, 0.0, 8).cautions == []  # schema 3 records say nothing of the load

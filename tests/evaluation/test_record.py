@@ -15,7 +15,7 @@ from evaluation.record import SCHEMA, DecodeRecord, SweepPlace, UnreadSchema
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 COMMITTED = sorted(p for p in RESULTS.rglob("*.jsonl") if p.name.startswith("records") or "-t1" in p.name)
 SINCE_3 = ("prompt", "finish_reason", "stop_reason", "stop_strings", "stop_token_ids")
-SINCE_4 = ("prompt_token_ids", "load_average", "cpus", "feature_bytes", "ignore_eos")
+SINCE_4 = ("prompt_token_ids", "load_average", "cpus", "feature_bytes", "ignore_eos", "lookup", "copied")
 IN_3 = ("lend_cores", "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows")  # added as 3 stood
 
 
@@ -75,6 +75,8 @@ def test_fields_added_while_a_schema_stood_may_be_absent(make_record):
 @pytest.mark.parametrize("name, value, after, bad, refusal", [
     ("feature_bytes", [3072, 768], "held_rows", [1.5], "must be a list of integers"),
     ("ignore_eos", True, "stop_token_ids", 1, "must be true or false, got '1'"),
+    ("lookup", 8, "feature_bytes", True, "must be an integer"),
+    ("copied", [2, 0], "lookup", [0.5], "must be a list of integers"),
 ])
 def test_fields_added_while_schema_4_stood_read_with_or_without_them(make_record, name, value, after, bad, refusal):
     sent = dataclasses.replace(make_record("p/0", "draft"), **{name: value})
@@ -115,7 +117,7 @@ def test_a_field_of_the_wrong_type_is_named_with_its_line(make_record, field, va
 
 
 def test_a_field_no_schema_has_is_refused(make_record):
-    with pytest.raises(ValueError, match=r"^f:4: `cpus` is not a field of a schema 2 record$"):
+    with pytest.raises(ValueError, match=r"^f:4: `copied` is not a field of a schema 2 record$"):
         DecodeRecord.from_json(make_record("p/0", "draft").to_json() | {"schema": 2, "stop": "eos"}, "f:4")
 
 

@@ -91,6 +91,31 @@ def test_the_embedded_pair_grows_a_heads_pool_a_level_shallower_and_says_so():
     assert any("pool reduced to topk=10 depth=3 expand=3" in n for n in p.notes)
 
 
+def test_the_embedded_pair_copies_from_the_context_and_says_so_where_a_named_pair_does_not():
+    """No model options: context lookup at models.options.EMBEDDED_LOOKUP, said in a note; --lookup sets it
+    for any pair (0 turns it off); a pair the user names runs without it unless asked (its pools are the
+    drafter's alone), a sweep too."""
+    from models.options import EMBEDDED_LOOKUP
+
+    def lookup(p):
+        return p.target[p.target.index("--lookup") + 1]
+
+    p = planned([])
+    assert lookup(p) == str(EMBEDDED_LOOKUP)
+    assert any(f"context lookup grafts up to {EMBEDDED_LOOKUP} tokens" in n for n in p.notes)
+    assert lookup(planned(["--lookup", "0"])) == "0"
+    named = planned(["--target", "mock"])
+    assert lookup(named) == "0" and not any("context lookup" in n for n in named.notes)
+    assert lookup(planned(["--target", "mock", "--lookup", "4"])) == "4"
+    assert lookup(planned(["sweep", "--target", "mock", "--out", "x"])) == "0"
+
+
+def test_a_negative_lookup_is_a_usage_error_naming_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        planned(["--target", "mock", "--lookup", "-1"])
+    assert "--lookup" in capsys.readouterr().err
+
+
 def test_processes_on_the_cpu_spin_briefly_unless_the_user_says_how_threads_wait(cuda_usable, monkeypatch):
     """libgomp's default spin keeps an idle target thread on a core for milliseconds after a pass, while the
     drafter it just woke waits for one; the launcher shortens it for CPU processes, as the user's own

@@ -163,3 +163,25 @@ def test_goodness_of_fit_rejects_wrong_decoders(wrong, setup, monkeypatch):
         monkeypatch.setattr(pipeline.verify, "draw", top2_draw)  # tree rows, through RowDraws
     outcomes, _ = sample_outputs(pair, "draft", 4, len(CASES))
     assert goodness_of_fit(outcomes, law) < ALPHA
+
+
+LOOKUP_PROMPT = [3, 1, 2, 3, 1]  # its last tokens occurred before: context lookup grafts chains from round one
+LOOKUP_CASES = ["draft", "root-draw", "cover"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoder", LOOKUP_CASES)
+def test_sampled_outputs_follow_target_law_with_context_lookup(decoder, mock_pair, softmax):
+    """Chains copied from the context change the trees, not the law (pipeline.lookup); copies are accepted.
+    Each case is held to the same per-case level as the cases above."""
+    pair = mock_pair(VOCAB, SEED, NOISE, POOL)
+    law = exact_law(pair.target_model, LOOKUP_PROMPT, HORIZON, softmax)
+    config = DecodeConfig(decoder, 1.0, 4, HORIZON, seed=200, lookup=3)
+    outcomes, copied = [], 0
+    for i in range(N_DECODES):
+        generator = torch.Generator().manual_seed(1_000_003 * (200 + LOOKUP_CASES.index(decoder)) + i)
+        result = decode(pair.target, pair.drafter, LOOKUP_PROMPT, config, frozenset({EOS}), generator)
+        outcomes.append(tuple(result.tokens))
+        copied += sum(r.copied for r in result.rounds)
+    assert goodness_of_fit(outcomes, law) >= ALPHA
+    assert copied > 0  # (`cover` emits a draw at a leaf as its continuation: fewer copies are accepted)

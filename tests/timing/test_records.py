@@ -101,7 +101,7 @@ def test_records_of_the_schema_before_stops_are_still_read_and_the_first_schema_
 
     new_fields = ("prompt", "finish_reason", "stop_reason", "stop_strings", "stop_token_ids", "prompt_token_ids",
                   "load_average", "cpus", "lend_cores", "cut_pools", "cut_weigh", "pool_depths", "drafter_window",
-                  "held_rows", "feature_bytes", "ignore_eos")
+                  "held_rows", "feature_bytes", "ignore_eos", "lookup", "copied")
     old = [{k: v for k, v in make_record(f"p/{i}", "draft").to_json().items() if k not in new_fields} | {"schema": 2}
            for i in range(2)]
     old[1]["stop"] = "eos"

@@ -1,0 +1,123 @@
+"""Context lookup (DESIGN.md section 16): candidates copied from the committed context, grafted into the
+drafter's pool by the target before it selects.
+
+Where the last tokens of the committed context occurred before (the longest of its last NGRAM, ..., 1
+tokens that did, most recently), the tokens that followed then are a likely continuation now: outputs
+quote their prompt (a summary, an answer from a passage, a translation's names and numbers) and repeat
+themselves. The chain copies from the token after that occurrence, LZ77-style: a copy that runs into the
+tokens it is copying goes on copying them, so a loop of period p continues past the end of the context.
+
+The chain enters the pool as a path below the root (a chain token already in the pool at its place merges
+with that candidate). Each edge's log-prob is an estimate of how often the target draws the copied token
+there: the share of this decode's earlier chain tokens that the target's draws matched, counted apart for
+the first edge by the length of the match and for deeper edges, with one success and one failure as the
+prior (Laplace). The rules rank grafted candidates with the drafter's by those scores, so a chain enters a
+tree where it is likelier than the drafter's candidates. Verification draws from the target's rows whatever
+the tree holds (DESIGN.md section 4), so the output's law is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipeline.pool import ROOT, Pool
+
+NGRAM = 3  # the longest context suffix looked up
+
+
+class ContextLookup:
+    """The committed context's n-gram index (n = 1 .. NGRAM), the chain grafted this round, and the counts its
+    edges are scored by. `longest`: the most tokens a chain copies."""
+
+    def __init__(self, context: Sequence[int], longest: int) -> None:
+        if longest < 1:
+            raise ValueError(f"a chain copies one token or more, not {longest}")
+        self.longest = longest
+        self.tokens: list[int] = []
+        # n - 1 -> the n tokens -> index of the token after their latest occurrence that has one
+        self.after: list[dict[tuple[int, ...], int]] = [{} for _ in range(NGRAM)]
+        # edge classes: 0 .. NGRAM - 1, a chain's first edge after a match of n = class + 1 tokens; NGRAM, deeper
+        self.tried = np.zeros(NGRAM + 1, np.int64)
+        self.matched = np.zeros(NGRAM + 1, np.int64)
+        self.chain: list[int] = []  # this round's chain (empty: none grafted)
+        self.match = 0  # the length of the suffix its copy starts after
+        self.extend(context)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """The context grows by `tokens` (a round's emitted tokens)."""
+        for t in tokens:
+            i = len(self.tokens)
+            for n in range(1, min(NGRAM, i) + 1):
+                self.after[n - 1][tuple(self.tokens[i - n:i])] = i
+            self.tokens.append(int(t))
+
+    def propose(self) -> tuple[list[int], int]:
+        """(the chain the context suggests next, the length of the suffix matched); ([], 0) where no suffix
+        occurred before."""
+        for n in range(min(NGRAM, len(self.tokens)), 0, -1):
+            start = self.after[n - 1].get(tuple(self.tokens[-n:]))
+            if start is not None:
+                source = self.tokens[start:]  # overlapping copy: chain[i] = (context + chain)[start + i]
+                chain = []
+                while len(chain) < self.longest:
+                    chain.append(source[len(chain)] if len(chain) < len(source) else chain[len(chain) - len(source)])
+                return chain, n
+        return [], 0
+
+    def edge_logp(self, match: int, length: int) -> np.ndarray:
+        """(length,) float32 log-probs of a chain's edges after a match of `match` tokens."""
+        share = (self.matched + 1) / (self.tried + 2)
+        logp = np.full(length, np.log(share[NGRAM]), np.float32)
+        logp[:1] = np.log(share[match - 1])
+        return logp
+
+    def graft(self, pool: Pool) -> Pool:
+        """The pool with this round's chain grafted below its root (the pool as it is where the context
+        suggests none). Remembers the chain for `learn`."""
+        self.chain, self.match = self.propose()
+        if not self.chain:
+            return pool
+        return graft(pool, self.chain, self.edge_logp(self.match, len(self.chain)))
+
+    def learn(self, emitted: Sequence[int], accepted: int) -> int:
+        """Count this round's chain against the target's draws -> how many of the round's `accepted` tokens the
+        chain proposed. `emitted`, the round's accepted tokens and then its continuation, are the target's draws
+        along the path it took, so the chain's token at depth d was drawn against wherever the d - 1 before it
+        were the path's."""
+        same = 0
+        for d, (copied, drawn) in enumerate(zip(self.chain, emitted)):
+            kind = self.match - 1 if d == 0 else NGRAM
+            self.tried[kind] += 1
+            if copied != drawn:
+                break
+            self.matched[kind] += 1
+            same += 1
+        self.chain, self.match = [], 0
+        return min(same, accepted)
+
+
+def graft(pool: Pool, chain: Sequence[int], logp: np.ndarray) -> Pool:
+    """The pool with `chain` as a path below its root: a chain token that is already its parent's child there
+    merges with that candidate (its edge log-prob the larger of the two), any other is a new candidate after
+    the pool's; a candidate the chain continues below counts as expanded."""
+    token, parent = pool.token.tolist(), pool.parent.tolist()
+    edge, expanded = pool.logp.tolist(), pool.expanded.tolist()
+    child = {(p, t): i for i, (p, t) in enumerate(zip(parent, token))}
+    at = ROOT
+    for t, lp in zip(chain, logp.tolist()):
+        if at >= 0:
+            expanded[at] = True
+        i = child.get((at, int(t)))
+        if i is None:
+            i = len(token)
+            token.append(int(t))
+            parent.append(at)
+            edge.append(lp)
+            expanded.append(False)
+        else:
+            edge[i] = max(edge[i], lp)
+        at = i
+    return Pool.from_edges(np.asarray(token, np.int64), np.asarray(parent, np.int64), np.asarray(edge, np.float32),
+                           np.asarray(expanded, bool))
