@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.result import PHASES, DecodeResult
+from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig
 
 SCHEMA = 4
@@ -221,7 +222,8 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         ahead_seconds=[r.ahead_seconds for r in rounds],
         cut_pools=config.cut_pools, cut_weigh=config.cut_weigh, pool_depths=[r.pool_depth for r in rounds],
         drafter_window=config.drafter_window, held_rows=[int(r.held_row) for r in rounds],
-        feature_bytes=[r.feature_bytes for r in rounds], lookup=config.lookup, copied=[r.copied for r in rounds],
+        feature_bytes=[r.feature_bytes for r in rounds],
+        lookup=config.lookup if RULES[config.decoder].select is not None else 0, copied=[r.copied for r in rounds],
         load_average=list(load_average), cpus=len(os.sched_getaffinity(0)),
         finished=time.time(),
     )

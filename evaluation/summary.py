@@ -76,6 +76,8 @@ class DecoderStats:
     #                                        the process might use; None where no record says (schema 3)
     loaded_decodes: int = 0  # decodes that started or ended under load (evaluation.cautions)
     passes_by_prompt: np.ndarray | None = None  # (n_prompts,) target passes after the prefills, as `tokens`
+    copied: tuple[int, int] = (0, 0)  # context lookup: accepted tokens its chains proposed, of all accepted
+    #                                   ((0, 0) where no decode ran with it)
 
     def ahead_summary(self) -> dict | None:
         """Drafting ahead over the rounds that tried it: the share whose pool was grown ahead (hit rate), and
@@ -90,6 +92,12 @@ class DecoderStats:
         """Cut pools: the rounds with a pool and their pools' mean depth; None when no decode cut its pools."""
         rounds, levels = self.cut
         return {"cut_rounds": rounds, "pool_depth_mean": levels / rounds} if rounds else None
+
+    def copied_summary(self) -> dict | None:
+        """Context lookup: the accepted tokens its chains proposed and their share of all accepted tokens; None
+        where no decode ran with it."""
+        copied, accepted = self.copied
+        return {"copied": copied, "copied_share": copied / accepted} if accepted else None
 
     def budget_shares(self) -> dict[int, float]:
         """Share of rounds at each budget, smallest first."""
@@ -212,7 +220,7 @@ def _decoder_stats(decoder: str, mine: list[DecodeRecord], index: dict[str, int]
                         int(passes.sum()), rounds, dict(Counter(column("budgets"))),
                         _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
                         np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64),
-                        cut_counts(mine), prefill, *load_of(mine), passes)
+                        cut_counts(mine), prefill, *load_of(mine), passes, copied_counts(mine))
 
 
 def load_of(records: Sequence[DecodeRecord]) -> tuple[tuple[float, int] | None, int]:
@@ -223,6 +231,12 @@ def load_of(records: Sequence[DecodeRecord]) -> tuple[tuple[float, int] | None, 
         return None, 0
     peak = max(max(r.load_average) for r in said)
     return (float(peak), min(int(r.cpus) for r in said)), sum(loaded(r.load_average, r.cpus) for r in said)
+
+
+def copied_counts(records: Sequence[DecodeRecord]) -> tuple[int, int]:
+    """(accepted tokens context lookup's chains proposed, accepted tokens) over the records that ran with it."""
+    with_lookup = [r for r in records if r.lookup and r.copied is not None]
+    return sum(map(sum, (r.copied for r in with_lookup))), sum(map(sum, (r.accepted for r in with_lookup)))
 
 
 def ahead_counts(records: Sequence[DecodeRecord]) -> tuple[int, int, float]:
@@ -282,7 +296,8 @@ def as_json(s: Setting) -> dict:
                              "seconds": float(st.seconds.sum()), "tokens_per_second": st.speed,
                              "tokens_per_pass": st.tokens_per_pass, **st.rounds.as_json(),
                              **({"budget_shares": st.budget_shares()} if "auto" in st.budgets else {}),
-                             **(st.ahead_summary() or {}), **(st.cut_summary() or {}), **phase_ms(st)}
+                             **(st.ahead_summary() or {}), **(st.cut_summary() or {}),
+                             **(st.copied_summary() or {}), **phase_ms(st)}
                          for d, st in s.decoders.items()},
             "gains": {f"{a}/{b}": {"gain": g.gain, "low": g.low if g.has_interval else None,
                                  "high": g.high if g.has_interval else None, "prompts": g.n_prompts,

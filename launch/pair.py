@@ -183,8 +183,8 @@ def _sweep_only(parser: argparse.ArgumentParser, extra: list[str], mode: str) ->
 def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode: str,
                    notes: list[str]) -> PoolConfig:
     """The pair's models (the embedded default pair when none is named), and what goes with the embedded
-    pair: its smaller pool, its context lookup and output limit (each said in `notes`) -> the pool. Its prompts are the built-in
-    ones, as for any run that names none."""
+    pair: its smaller pool, and in a decode run its context lookup and output limit (each said in `notes`) ->
+    the pool. Its prompts are the built-in ones, as for any run that names none."""
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
@@ -198,7 +198,7 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
     pool = _pool(parser, ns, embedded, notes)
     if ns.lookup is None:
         ns.lookup = DecodeConfig().lookup
-        if embedded:
+        if embedded and mode == "decode" and not ns.record_rounds:  # recorded rounds keep the drafter's pools
             ns.lookup = EMBEDDED_LOOKUP
             notes.append(f"embedded default: context lookup grafts up to {EMBEDDED_LOOKUP} tokens copied from the "
                          f"context into each pool; --lookup 0 turns it off")

@@ -44,7 +44,8 @@ UNSUPPORTED_SAMPLING = {"best_of": None, "presence_penalty": 0.0, "frequency_pen
                         "logits_processors": None, "truncate_prompt_tokens": None, "guided_decoding": None,
                         "spaces_between_special_tokens": True}
 # The runtime's own decode settings (DecodeConfig's fields that SamplingParams has no name for).
-RUNTIME = ("budget", "budget_max", "budget_prior", "lend_cores", "cut_pools", "cut_weigh", "ahead", "drafter_window", "lookup")
+RUNTIME = ("budget", "budget_max", "budget_prior", "lend_cores", "cut_pools", "cut_weigh", "ahead", "drafter_window",
+           "lookup")
 # vLLM's LLM arguments that change nothing here at any value: memory and logging hints (the caches are sized by
 # `max_model_len`, the target's max_context).
 IGNORED_LLM = ("gpu_memory_utilization", "swap_space", "disable_log_stats")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -149,7 +149,8 @@ class Step:
     #                                         until the target's next pass (a measurement copies what it keeps)
     keep: int | None = None  # a tree node whose K/V the commit keeps as the next root's (`cover`, covered)
     held: bool = False  # the round drew from its root's row held from the pass before (no root scored)
-    copied: int = 0  # accepted tokens the context lookup's chain proposed
+    copied: int = 0  # accepted tokens the context lookup's chain alone proposed
+    pool_depth: int = 0  # levels of the pool the drafter sent (0: a plain round)
     phases: Phases = field(default_factory=Phases)
 
     @property
@@ -160,11 +161,11 @@ class Step:
     def round(self, budget: int, feature_bytes: int = 0) -> Round:
         """The round's record; feature_bytes: what the request for its pool carried of the target's features."""
         tree_size = len(self.tree) if self.tree is not None else 0
-        pool_depth = int(self.pool.depth.max()) if self.pool is not None and len(self.pool) else 0
         return Round(accepted=len(self.accepted), tree_size=tree_size, emitted=len(self.accepted) + 1,
                      phases=self.phases, available=self.available, tried=self.tried, budget=budget,
-                     ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=pool_depth, held_row=self.held,
-                     feature_bytes=feature_bytes if self.pool is not None else 0, copied=self.copied)
+                     ahead=self.ahead, ahead_seconds=self.ahead_seconds, pool_depth=self.pool_depth,
+                     held_row=self.held, feature_bytes=feature_bytes if self.pool is not None else 0,
+                     copied=self.copied)
 
 
 def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence[int], config: DecodeConfig,
@@ -187,11 +188,12 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     rule = RULES[config.decoder]
     _check(rule, prompt, drafter, config)
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
-    history, out, log, passes, t_start = [int(t) for t in prompt], [], [], 0, time.perf_counter()
+    history = [int(t) for t in prompt]
     lookup = ContextLookup(history, config.lookup) if config.lookup and rule.select is not None else None
     rounds = _Rounds(target, drafter, rule, config, generator, policy.tracks, sync_phases, observe, lookup)
     feed = DrafterFeed(drafter, config.drafter_window, target.features if takes_features(drafter) else None)
     stops = _Stops(frozenset() if config.ignore_eos else eos, frozenset(config.stop_token_ids), stop_check)
+    out, log, passes, t_start = [], [], 0, time.perf_counter()
     budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)
     policy.prefilled(feed, len(history) - 1, prefill_seconds)
@@ -321,6 +323,7 @@ class _Rounds:
         # with cut pools the pool is asked for once the root pass is done (0: not)
         self.cut = (WEIGH if config.cut_weigh else NOW) if config.cut_pools and drafter is not None else 0
         self.lookup = lookup  # context lookup: its chain grafted into each pool (DecodeConfig.lookup)
+        self.pool_depth = 0  # levels of the last pool the drafter sent (a grafted chain may reach deeper)
         self.held: torch.Tensor | None = None  # (V,) the next root's row when the last pass scored it (`cover`)
         # The rule's round when its budget is above 0 (a round of budget 0 is plain whatever the rule)
         self.flow = {Flow.PLAIN: None, Flow.TREE: self.tree, Flow.PIPELINED: self.pipelined,
@@ -334,6 +337,7 @@ class _Rounds:
             step = self.plain(root, phase)
         else:
             step = self.flow(root, budget, phase)
+            step.pool_depth = self.pool_depth
             if self.lookup is not None:  # the chain grafted into this round's pool, against the target's draws
                 step.copied = self.lookup.learn(step.emitted, len(step.accepted))
         with phase("commit"):
@@ -359,8 +363,8 @@ class _Rounds:
         """Wait for the pool, select, then score the root and the tree in one pass."""
         with phase("wait"):
             drafted = self._pool()
-        pool = drafted.pool
         with phase("select"):
+            pool = self._graft(drafted)
             tree = self.rule.select(pool, budget, None)
             ahead = self._ahead(pool, tree, None)
         with phase("tree"):  # row 0 is the root's, row 1 + i tree node i's
@@ -377,8 +381,9 @@ class _Rounds:
             first = draw_root(self.target, root, self.temperature, self.generator)
         with phase("wait"):
             drafted = self._pool(self.cut)
-        pool, draft_seconds = drafted.pool, drafted.seconds
+        draft_seconds = drafted.seconds
         with phase("select"):
+            pool = self._graft(drafted)
             tree = self.rule.select(pool, budget, first)
         u = pool.first_level(first.token)
         available = 1 if u < 0 else int(np.count_nonzero(pool.top == u))
@@ -408,8 +413,9 @@ class _Rounds:
                 first = RootDraw(int(draw(held[None], self.temperature, self.generator)[0]), held, self.temperature)
         with phase("wait"):
             drafted = self._pool()
-        pool, x1 = drafted.pool, None if first is None else first.token
+        x1 = None if first is None else first.token
         with phase("select"):
+            pool = self._graft(drafted)
             tree = self.rule.select(pool, budget, first)
             ahead = self._ahead(pool, tree, x1)
         with phase("tree"):
@@ -430,14 +436,16 @@ class _Rounds:
     def _pool(self, cut: int = 0) -> Drafted:
         """Wait for the round's pool. On the CPU (with lend_cores) the drafter is told first, so it can take
         this side's cores; with `cut` it is asked for the pool at once, and sends the levels it has (told even
-        when the pool is there: when the target asks is what a drafter that cuts its pools times them by). With
-        context lookup, the pool has the context's chain grafted in (pipeline.lookup)."""
+        when the pool is there: when the target asks is what a drafter that cuts its pools times them by)."""
         if cut or (self.lend and not self.drafter.has_pool()):
             self.drafter.waiting(cut)
-        drafted = self.drafter.pool()
-        if self.lookup is not None:
-            return replace(drafted, pool=self.lookup.graft(drafted.pool))
-        return drafted
+        return self.drafter.pool()
+
+    def _graft(self, drafted: Drafted) -> Pool:
+        """The round's pool to select from: with context lookup, the drafter's with the context's chain grafted
+        in (pipeline.lookup; in the select phase), its depth kept for the round's record."""
+        self.pool_depth = int(drafted.pool.depth.max())
+        return drafted.pool if self.lookup is None else self.lookup.graft(drafted.pool)
 
     def _ahead(self, pool: Pool, tree: Tree, first: int | None) -> bool:
         """With drafting ahead, tell the drafter where this round most probably ends -> whether it was told."""

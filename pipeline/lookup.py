@@ -43,6 +43,7 @@ class ContextLookup:
         self.matched = np.zeros(NGRAM + 1, np.int64)
         self.chain: list[int] = []  # this round's chain (empty: none grafted)
         self.match = 0  # the length of the suffix its copy starts after
+        self.merged = 0  # how many of its first tokens the drafter's pool held in their places
         self.extend(context)
 
     def extend(self, tokens: Sequence[int]) -> None:
@@ -59,7 +60,7 @@ class ContextLookup:
         for n in range(min(NGRAM, len(self.tokens)), 0, -1):
             start = self.after[n - 1].get(tuple(self.tokens[-n:]))
             if start is not None:
-                source = self.tokens[start:]  # overlapping copy: chain[i] = (context + chain)[start + i]
+                source = self.tokens[start:start + self.longest]  # overlapping: chain[i] = (context + chain)[start + i]
                 chain = []
                 while len(chain) < self.longest:
                     chain.append(source[len(chain)] if len(chain) < len(source) else chain[len(chain) - len(source)])
@@ -79,13 +80,15 @@ class ContextLookup:
         self.chain, self.match = self.propose()
         if not self.chain:
             return pool
-        return graft(pool, self.chain, self.edge_logp(self.match, len(self.chain)))
+        grafted = graft(pool, self.chain, self.edge_logp(self.match, len(self.chain)))
+        self.merged = len(self.chain) - (len(grafted) - len(pool))  # a new candidate's descendants are new
+        return grafted
 
     def learn(self, emitted: Sequence[int], accepted: int) -> int:
         """Count this round's chain against the target's draws -> how many of the round's `accepted` tokens the
-        chain proposed. `emitted`, the round's accepted tokens and then its continuation, are the target's draws
-        along the path it took, so the chain's token at depth d was drawn against wherever the d - 1 before it
-        were the path's."""
+        chain alone proposed (its candidates that the drafter's pool lacked). `emitted`, the round's accepted
+        tokens and then its continuation, are the target's draws along the path it took, so the chain's token
+        at depth d was drawn against wherever the d - 1 before it were the path's."""
         same = 0
         for d, (copied, drawn) in enumerate(zip(self.chain, emitted)):
             kind = self.match - 1 if d == 0 else NGRAM
@@ -94,8 +97,9 @@ class ContextLookup:
                 break
             self.matched[kind] += 1
             same += 1
-        self.chain, self.match = [], 0
-        return min(same, accepted)
+        copied = max(0, min(same, accepted) - self.merged)
+        self.chain, self.match, self.merged = [], 0, 0
+        return copied
 
 
 def graft(pool: Pool, chain: Sequence[int], logp: np.ndarray) -> Pool:

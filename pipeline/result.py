@@ -55,7 +55,7 @@ class Round:
     budget: int = 0  # the budget this round ran with (budget auto's choice; 0: plain decoding)
     ahead: int = NOT_TRIED  # whether this round's pool was grown ahead (pipeline.ahead: HIT, MISSED, NOT_TRIED)
     ahead_seconds: float = 0.0  # on a hit, drafting that was done before the round started waiting for it
-    pool_depth: int = 0  # levels of the round's pool (fewer than the configured depth when cut); 0: no pool
+    pool_depth: int = 0  # levels of the pool the drafter sent (fewer than the configured depth when cut); 0: no pool
     held_row: bool = False  # the round held its root's exact row from the pass before (`cover`): no root scored
     feature_bytes: int = 0  # the target's features the request for this round's pool carried (its Start or Commit
     #                         to an EAGLE-3 drafter), in bytes; 0 without features or without a pool

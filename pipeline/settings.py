@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from pipeline.config import (AUTO, BUDGET_PRIORS, MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH, CapacityError, ConfigError, Filters,
-                             check_at_most, check_budget, check_int,
+from pipeline.config import (AUTO, BUDGET_PRIORS, MAX_CONTEXT, MAX_POOL_CANDIDATES, MAX_POOL_DEPTH, CapacityError,
+                             ConfigError, Filters, check_at_most, check_budget, check_int,
                              check_stop_strings, check_temperature, check_token_ids)
 from pipeline.rules import RULES
 

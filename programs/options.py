@@ -81,6 +81,14 @@ class ConnectOptions:
         check_seconds("connect_timeout", self.connect_timeout)
 
 
+def refuse_lookup_when_recording(decode: DecodeConfig) -> None:
+    """Recorded rounds keep the drafter's pools for the values program: context lookup's chains must not enter."""
+    if decode.lookup:
+        raise ConfigError("lookup", "would graft chains copied from the context into the pools that recorded rounds "
+                                    "keep for the values program, which studies the drafter's pools: record with a "
+                                    "lookup of 0")
+
+
 @dataclass(frozen=True, slots=True)
 class RunOptions:
     """Decoding"""
@@ -106,6 +114,7 @@ class RunOptions:
         check_decoders("decoders", self.decoders)
         check_int("num_seeds", self.num_seeds, 1)
         if self.record_rounds:  # said before any process starts
+            refuse_lookup_when_recording(self.decode)
             if os.path.exists(self.record_rounds) and not os.path.isdir(self.record_rounds):
                 raise ConfigError("record_rounds", f"{self.record_rounds} is not a directory")
             if (path := rounds_path(self.record_rounds, 1, 1)).exists():

@@ -325,6 +325,10 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
               f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {depth}")
     print("tau: tokens per round, the bonus token included; tok/pass: per target pass after the prefill "
           "(root-pass rules make two a round)")
+    copied = {d: c for d, st in setting.decoders.items() if (c := st.copied_summary())}
+    if copied:
+        print("context lookup: accepted tokens that chains copied from the context proposed: " + ", ".join(
+            f"{d} {c['copied']} ({100 * c['copied_share']:.0f}%)" for d, c in copied.items()))
     for c in setting.cautions:
         print(f"⚠ {c.kind}: {c.message}")
     if any(not g.has_interval for g in setting.gains.values()):

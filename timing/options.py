@@ -15,7 +15,7 @@ from pipeline.config import AUTO, ConfigError, check_int, check_temperature, is_
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
 from programs.cli import parse_budget
-from programs.options import PromptOptions, check_decoders
+from programs.options import PromptOptions, check_decoders, refuse_lookup_when_recording
 
 
 
@@ -85,6 +85,8 @@ class SweepOptions:
         check_int("greedy_repeats", self.greedy_repeats, 1)
         for parsed in ("temperature_list", "budget_list", "overrides", "shard_index"):
             getattr(self, parsed)  # each parsing property raises the ConfigError naming its field
+        if self.record_rounds:
+            refuse_lookup_when_recording(self.decode)
         if not self.out:
             raise ConfigError("out", "must name the output directory")
         if os.path.exists(self.out) and not os.path.isdir(self.out):  # said before any process starts

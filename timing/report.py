@@ -224,6 +224,12 @@ def _round_tables(s: Setting) -> list[str]:
                 "pool when its root pass was done).", "", "| decoder | rounds | mean pool depth |", "|---|---|---|"]
         out += [f"| {d} | {c['cut_rounds']} | {c['pool_depth_mean']:.2f} |" for d, c in cut.items()]
         out.append("")
+    copied = {d: summary for d, st in s.decoders.items() if (summary := st.copied_summary())}
+    if copied:
+        out += ["Context lookup: the accepted tokens that chains copied from the context proposed, and their share "
+                "of all accepted tokens.", "", "| decoder | copied | share |", "|---|---|---|"]
+        out += [f"| {d} | {c['copied']} | {100 * c['copied_share']:.0f}% |" for d, c in copied.items()]
+        out.append("")
     return out
 
 

@@ -162,6 +162,20 @@ def test_cut_pools_are_summarised_by_their_mean_depth(make_record):
                                                     0.0, 8))["decoders"]["root-draw"]  # pools not cut
 
 
+def test_context_lookups_copies_are_summarised_as_a_share_of_the_accepted_tokens(make_record):
+    def looked(prompt_id, copied, accepted):
+        return dataclasses.replace(make_record(prompt_id, "draft", tree_sizes=(8,) * len(accepted),
+                                               accepted=accepted), lookup=8, copied=list(copied))
+
+    records = [looked("p1", (2, 0, 5), (2, 1, 6)), looked("p2", (1,), (3,)), make_record("p1", "ar"),
+               make_record("p2", "ar")]
+    got = as_json(analyse(records, 0.0, 8))["decoders"]
+    assert got["draft"]["copied"] == 8 and got["draft"]["copied_share"] == pytest.approx(8 / 12)
+    assert "copied" not in got["ar"]
+    off = [make_record("p1", "draft"), make_record("p1", "ar")]  # without lookup: no line, even at zero copies
+    assert "copied_share" not in as_json(analyse(off, 0.0, 8))["decoders"]["draft"]
+
+
 def test_a_sweeps_one_ar_decode_is_paired_with_every_budget(make_record):
     records = [make_record(p, "ar", budget=8, grid_budget="all", seconds=2.0) for p in ("a", "b")]
     records += [make_record(p, "draft", budget=b, grid_budget=b) for p in ("a", "b") for b in (8, 59, "auto")]

@@ -92,9 +92,9 @@ def test_the_embedded_pair_grows_a_heads_pool_a_level_shallower_and_says_so():
 
 
 def test_the_embedded_pair_copies_from_the_context_and_says_so_where_a_named_pair_does_not():
-    """No model options: context lookup at models.options.EMBEDDED_LOOKUP, said in a note; --lookup sets it
-    for any pair (0 turns it off); a pair the user names runs without it unless asked (its pools are the
-    drafter's alone), a sweep too."""
+    """No model options: a decode run has context lookup at models.options.EMBEDDED_LOOKUP, said in a note;
+    --lookup sets it for any pair (0 turns it off); a pair the user names, and any sweep, runs without it
+    unless asked (its pools are the drafter's alone)."""
     from models.options import EMBEDDED_LOOKUP
 
     def lookup(p):
@@ -108,6 +108,19 @@ def test_the_embedded_pair_copies_from_the_context_and_says_so_where_a_named_pai
     assert lookup(named) == "0" and not any("context lookup" in n for n in named.notes)
     assert lookup(planned(["--target", "mock", "--lookup", "4"])) == "4"
     assert lookup(planned(["sweep", "--target", "mock", "--out", "x"])) == "0"
+    assert lookup(planned(["sweep", "--out", "x"])) == "0"  # a sweep of the embedded pair measures its pools alone
+
+
+def test_recorded_rounds_keep_the_drafters_pools_alone(capsys, tmp_path):
+    """The values program studies the drafter's pools: the embedded pair records without context lookup, and a
+    lookup asked for beside --record-rounds is a usage error naming it, in a run and in a sweep."""
+    p = planned(["--record-rounds", str(tmp_path / "rounds")])
+    assert p.target[p.target.index("--lookup") + 1] == "0"
+    for argv in (["--record-rounds", str(tmp_path / "r2"), "--lookup", "8"],
+                 ["sweep", "--target", "mock", "--out", str(tmp_path / "s"), "--record-rounds", "--lookup", "4"]):
+        with pytest.raises(SystemExit):
+            planned(argv)
+        assert "--lookup would graft chains" in capsys.readouterr().err
 
 
 def test_a_negative_lookup_is_a_usage_error_naming_the_flag(capsys):

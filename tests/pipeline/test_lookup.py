@@ -117,6 +117,16 @@ def test_edges_are_scored_by_what_the_chains_matched_so_far():
     assert lookup.learn([3, 1, 2], accepted=1) == 1  # the continuation matched too, but only 1 was accepted
 
 
+def test_copies_count_the_accepted_tokens_the_drafters_pool_lacked():
+    lookup = ContextLookup([1, 2, 3, 1, 2], 4)  # the chain: 3 1 2 3
+    pool = pool_of([3, 8, 1], [ROOT, ROOT, 0], [0.6, 0.3, 0.5], [True, False, False])  # holds 3, then 3 1
+    grafted = lookup.graft(pool)
+    assert lookup.merged == 2 and len(grafted) == len(pool) + 2
+    assert lookup.learn([3, 1, 2, 3, 5], accepted=4) == 2  # 3 and 1 were the drafter's too
+    lookup.graft(pool)
+    assert lookup.learn([3, 7], accepted=1) == 0
+
+
 def test_without_a_match_the_pool_is_the_drafters():
     pool = pool_of([7, 8], [ROOT, ROOT], [0.6, 0.3], [False, False])
     lookup = ContextLookup([1, 2, 3], 4)
