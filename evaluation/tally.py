@@ -16,7 +16,7 @@ import numpy as np
 
 from evaluation.record import DecodeRecord
 from evaluation.summary import (DELIVERED, SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group,
-                                counted_tokens, cut_counts, load_of, with_gains)
+                                copied_counts, counted_tokens, cut_counts, load_of, with_gains)
 from pipeline.metrics import RoundCounts
 from pipeline.rules import DECODERS
 
@@ -34,6 +34,7 @@ class _Sums:
     budget_rounds: Counter = field(default_factory=Counter)
     ahead: tuple[int, int, float] = (0, 0, 0.0)  # drafting ahead: rounds that tried, hits, seconds hidden
     cut: tuple[int, int] = (0, 0)  # cut pools: rounds with a pool, their pools' levels
+    copied: tuple[int, int] = (0, 0)  # context lookup: accepted tokens only a chain proposed, accepted tokens
     prefill: float = 0.0  # seconds
     load: tuple[float, int] | None = None  # highest load average at a decode's start or end, fewest CPUs
     loaded: int = 0  # decodes under load
@@ -68,6 +69,7 @@ class Tally:
         s.budget_rounds.update(record.budgets or ())
         s.ahead = tuple(a + b for a, b in zip(s.ahead, ahead_counts([record])))
         s.cut = tuple(a + b for a, b in zip(s.cut, cut_counts([record])))
+        s.copied = tuple(a + b for a, b in zip(s.copied, copied_counts([record])))
         s.prefill += record.prefill_seconds
         load, under = load_of([record])
         if load is not None:
@@ -97,7 +99,8 @@ class Tally:
                             cut=tuple(sum(x) for x in zip((0, 0), *(s.cut for s in mine))),
                             prefill=np.array([s.prefill for s in mine], float), load=_peak(s.load for s in mine),
                             loaded_decodes=sum(s.loaded for s in mine),
-                            passes_by_prompt=np.array([s.passes for s in mine], float))
+                            passes_by_prompt=np.array([s.passes for s in mine], float),
+                            copied=tuple(sum(x) for x in zip((0, 0), *(s.copied for s in mine))))
 
 
 def _peak(loads) -> tuple[float, int] | None:

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if emit:
             emit({"kind": "summary", **as_json(setting)})
         else:
-            print_summary(first, setting, args.pool, header)
+            print_summary(first, setting, args.pool, header, run.decode.lookup)
         return 0
 
     return run_program(body, flags_of(parser))
@@ -298,7 +298,8 @@ def run_decodes(session: TargetSession, prompts: list[Prompt], run: RunOptions, 
     return decodes.run_decodes(session, todo, progress or Progress(decode_count(prompts, run), bar=False), rounds)
 
 
-def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header: dict | None = None) -> None:
+def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header: dict | None = None,
+                  lookup: int = 0) -> None:
     """The first decode's text, the machine and drafter the run's `header` names, then one row per decoder:
     speed, speedup over `ar` with its paired interval over prompts, τ, tokens per target pass, mean tree size
     and acceptance by depth; last the verdict in words (evaluation.verdict) on that machine and drafter."""
@@ -307,8 +308,8 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
     print(f"--- {first.prompt_id}, {first.decoder}:\n{first.text.strip()}\n")
     header = header or {}
     print(machine_line(header))
-    lookup = f" + context lookup {first.lookup}" if first.lookup else ""
-    print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}{lookup}; T={setting.temperature:g} "
+    chains = f" + context lookup {lookup}" if lookup else ""
+    print(f"pool topk={pool.topk} depth={pool.depth} expand={pool.expand}{chains}; T={setting.temperature:g} "
           f"B={setting.budget}; speed: output tokens over seconds from prefill to last commit; "
           f"{len(setting.prompt_ids)} prompts")
     head = f"{'decoder':<11}{'decodes':>8}{'tokens':>8}{'seconds':>9}{'tok/s':>8}  {'vs ar [95% interval]':<24}" \

@@ -40,6 +40,8 @@ def test_a_tally_equals_the_analysis_of_the_same_records(make_record):
     records = sweep_records(make_record, n_prompts=7, seeds=(0, 1), rng=4)
     records = [dataclasses.replace(r, cut_pools=True, pool_depths=[1 + i % 3] * r.rounds)  # some decodes cut their pools
                if r.decoder == "root-draw" and r.seed == 1 else r for i, r in enumerate(records)]
+    records = [dataclasses.replace(r, lookup=8, copied=[min(a, i % 3) for a in r.accepted])  # context lookup's copies
+               if r.decoder == "draft" else r for i, r in enumerate(records)]
     records += [make_record("p/9", "draft", tokens=5)]  # a prompt without every decoder: not complete
     records += [make_record("p/0", "draft", warmup=True, tokens=10**6)]  # warm-ups never count
     records += [dataclasses.replace(r, budget=59) for r in sweep_records(make_record, n_prompts=2)]  # another setting

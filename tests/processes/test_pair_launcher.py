@@ -158,6 +158,18 @@ def test_a_drafting_window_between_processes_changes_no_output_and_is_recorded()
     assert done.returncode == 2 and "drafter-window" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_run_with_context_lookup_says_so_and_its_records_give_it():
+    done = pair("--target", "mock", "--decoders", "ar,draft", "--lookup", "4", "--max-new-tokens", "24",
+                "--prompt", "one two one two one two", "--prompt", "red blue red blue")
+    assert done.returncode == 0, done.stderr
+    assert any(line.startswith("pool topk=") and "+ context lookup 4;" in line for line in done.stdout.splitlines())
+    done = pair("--target", "mock", "--decoders", "ar,draft", "--lookup", "4", "--max-new-tokens", "24", "--json",
+                "--prompt", "one two one two one two")
+    records = {r.decoder: r for r in decode_records(done.stdout)}
+    assert (records["ar"].lookup, records["draft"].lookup) == (0, 4)
+    assert len(records["draft"].copied) == records["draft"].rounds
+
+
 def test_table_shows_the_fields_metrics():
     done = pair("--target", "mock", "--decoders", "ar,root-draw", "--prompt", "Once upon a time", "--prompt",
                 "def fib(n):", "--max-new-tokens", "30")
