@@ -328,7 +328,7 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
           "(root-pass rules make two a round)")
     copied = {d: c for d, st in setting.decoders.items() if (c := st.copied_summary())}
     if copied:
-        print("context lookup: accepted tokens that chains copied from the context proposed: " + ", ".join(
+        print("context lookup: accepted tokens that only a chain copied from the context proposed: " + ", ".join(
             f"{d} {c['copied']} ({100 * c['copied_share']:.0f}%)" for d, c in copied.items()))
     for c in setting.cautions:
         print(f"⚠ {c.kind}: {c.message}")

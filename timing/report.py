@@ -226,8 +226,9 @@ def _round_tables(s: Setting) -> list[str]:
         out.append("")
     copied = {d: summary for d, st in s.decoders.items() if (summary := st.copied_summary())}
     if copied:
-        out += ["Context lookup: the accepted tokens that chains copied from the context proposed, and their share "
-                "of all accepted tokens.", "", "| decoder | copied | share |", "|---|---|---|"]
+        out += ["Context lookup: the accepted tokens that only a chain copied from the context proposed (candidates "
+                "the drafter's pool lacked), and their share of all accepted tokens.", "",
+                "| decoder | copied | share |", "|---|---|---|"]
         out += [f"| {d} | {c['copied']} | {100 * c['copied_share']:.0f}% |" for d, c in copied.items()]
         out.append("")
     return out
