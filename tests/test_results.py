@@ -30,7 +30,7 @@ FOLDER = re.compile(r"`([\w.-]+(?:/[\w.-]+)*)/`")
 QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-eagle3-paper-pool", "cpu-smollm2-eagle3-late", "cpu-smollm2-cover",
            "cpu-smollm2-eagle3-cover", "cpu-smollm2-values", "cpu-smollm2-auto-drafters/head-whole-t1",
            "cpu-smollm2-auto-drafters/head-t0-repeats",
-           "cpu-smollm2-auto-drafters/ledger-int8-t0")  # every table quotes its JSON
+           "cpu-smollm2-auto-drafters/ledger-int8-t0", "cpu-smollm2-lookup/head-b8-lookup8")  # every table quotes its JSON
 
 
 def sections(text: str) -> dict[str, str]:
