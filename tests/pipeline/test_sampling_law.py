@@ -167,14 +167,15 @@ def test_goodness_of_fit_rejects_wrong_decoders(wrong, setup, monkeypatch):
 
 LOOKUP_PROMPT = [3, 1, 2, 3, 1]  # its last tokens occurred before: context lookup grafts chains from round one
 LOOKUP_CASES = ["draft", "root-draw", "cover"]
+LOOKUP_POOL = PoolConfig(topk=1, depth=2, expand=1)  # a narrow pool: chains add candidates it lacks
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("decoder", LOOKUP_CASES)
 def test_sampled_outputs_follow_target_law_with_context_lookup(decoder, mock_pair, softmax):
-    """Chains copied from the context change the trees, not the law (pipeline.lookup); copies are accepted.
-    Each case is held to the same per-case level as the cases above."""
-    pair = mock_pair(VOCAB, SEED, NOISE, POOL)
+    """Chains copied from the context change the trees, not the law (pipeline.lookup); copies the drafter's
+    pool lacked are accepted. Each case is held to the same per-case level as the cases above."""
+    pair = mock_pair(VOCAB, SEED, NOISE, LOOKUP_POOL)
     law = exact_law(pair.target_model, LOOKUP_PROMPT, HORIZON, softmax)
     config = DecodeConfig(decoder, 1.0, 4, HORIZON, seed=200, lookup=3)
     outcomes, copied = [], 0
@@ -184,4 +185,4 @@ def test_sampled_outputs_follow_target_law_with_context_lookup(decoder, mock_pai
         outcomes.append(tuple(result.tokens))
         copied += sum(r.copied for r in result.rounds)
     assert goodness_of_fit(outcomes, law) >= ALPHA
-    assert copied > 0  # (`cover` emits a draw at a leaf as its continuation: fewer copies are accepted)
+    assert copied > 0.02 * N_DECODES
