@@ -32,10 +32,10 @@ from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
 from models.options import (DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_LOOKUP, EMBEDDED_POOL, ModelOptions, embedded_pool,
                             is_head_spec)
-from pipeline.config import (MAX_POOL_DEPTH, ConfigError, InputError, PoolConfig, check_at_most, check_budget,
-                             check_int, split_list)
+from pipeline.config import ConfigError, InputError, PoolConfig, check_budget, check_int, split_list
 from pipeline.result import PHASES
 from pipeline.rules import DECODERS
+from pipeline.settings import DecodeConfig
 from programs.options import PromptOptions, check_decoders
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,7 +203,7 @@ class PairOptions:
         check_stratify("stratify", self.stratify)
         check_int("max_new_tokens", self.max_new_tokens, 1)
         check_budget("budget", self.budget)
-        check_at_most("lookup", check_int("lookup", self.lookup, 0), MAX_POOL_DEPTH, "the pool levels the wire carries")
+        DecodeConfig(lookup=self.lookup)  # the decodes' own check of it
         decoders = check_decoders("decoders", self.decoders)
         if self.pool not in POOLS:
             raise ConfigError("pool", f"must be {' or '.join(POOLS)}, got {self.pool!r}")

@@ -119,7 +119,7 @@ class DecodeRecord:
     held_rows: list[int] | None = None
     feature_bytes: list[int] | None = None  # per round: the target's features its pool's request carried
     lookup: int | None = None  # the longest chain context lookup grafted (0: off)
-    copied: list[int] | None = None  # per round: accepted tokens the context lookup's chain proposed
+    copied: list[int] | None = None  # per round: accepted tokens only the context lookup's chain proposed
     prompt_token_ids: list[int] | None = None
     load_average: list[float] | None = None  # as the decode started and as it ended
     cpus: int | None = None

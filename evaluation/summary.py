@@ -76,7 +76,7 @@ class DecoderStats:
     #                                        the process might use; None where no record says (schema 3)
     loaded_decodes: int = 0  # decodes that started or ended under load (evaluation.cautions)
     passes_by_prompt: np.ndarray | None = None  # (n_prompts,) target passes after the prefills, as `tokens`
-    copied: tuple[int, int] = (0, 0)  # context lookup: accepted tokens its chains proposed, of all accepted
+    copied: tuple[int, int] = (0, 0)  # context lookup: accepted tokens only its chains proposed, of all accepted
     #                                   ((0, 0) where no decode ran with it)
 
     def ahead_summary(self) -> dict | None:
@@ -94,7 +94,7 @@ class DecoderStats:
         return {"cut_rounds": rounds, "pool_depth_mean": levels / rounds} if rounds else None
 
     def copied_summary(self) -> dict | None:
-        """Context lookup: the accepted tokens its chains proposed and their share of all accepted tokens; None
+        """Context lookup: the accepted tokens only its chains proposed and their share of all accepted tokens; None
         where no decode ran with it."""
         copied, accepted = self.copied
         return {"copied": copied, "copied_share": copied / accepted} if accepted else None
@@ -234,7 +234,7 @@ def load_of(records: Sequence[DecodeRecord]) -> tuple[tuple[float, int] | None, 
 
 
 def copied_counts(records: Sequence[DecodeRecord]) -> tuple[int, int]:
-    """(accepted tokens context lookup's chains proposed, accepted tokens) over the records that ran with it."""
+    """(accepted tokens only context lookup's chains proposed, accepted tokens) over the records that ran with it."""
     with_lookup = [r for r in records if r.lookup and r.copied is not None]
     return sum(map(sum, (r.copied for r in with_lookup))), sum(map(sum, (r.accepted for r in with_lookup)))
 

@@ -90,10 +90,10 @@ class ContextLookup:
         tokens and then its continuation, are the target's draws along the path it took, so the chain's token
         at depth d was drawn against wherever the d - 1 before it were the path's."""
         same = 0
-        for d, (copied, drawn) in enumerate(zip(self.chain, emitted)):
+        for d, (token, drawn) in enumerate(zip(self.chain, emitted)):
             kind = self.match - 1 if d == 0 else NGRAM
             self.tried[kind] += 1
-            if copied != drawn:
+            if token != drawn:
                 break
             self.matched[kind] += 1
             same += 1
@@ -105,23 +105,22 @@ class ContextLookup:
 def graft(pool: Pool, chain: Sequence[int], logp: np.ndarray) -> Pool:
     """The pool with `chain` as a path below its root: a chain token that is already its parent's child there
     merges with that candidate (its edge log-prob the larger of the two), any other is a new candidate after
-    the pool's; a candidate the chain continues below counts as expanded."""
-    token, parent = pool.token.tolist(), pool.parent.tolist()
-    edge, expanded = pool.logp.tolist(), pool.expanded.tolist()
-    child = {(p, t): i for i, (p, t) in enumerate(zip(parent, token))}
-    at = ROOT
+    the pool's, and so is every chain token below it; a candidate the chain continues below counts as
+    expanded. One vectorized search per chain token, none over the pool in Python."""
+    edge, expanded = pool.logp.copy(), pool.expanded.copy()
+    at, merged = ROOT, 0
     for t, lp in zip(chain, logp.tolist()):
         if at >= 0:
             expanded[at] = True
-        i = child.get((at, int(t)))
-        if i is None:
-            i = len(token)
-            token.append(int(t))
-            parent.append(at)
-            edge.append(lp)
-            expanded.append(False)
-        else:
-            edge[i] = max(edge[i], lp)
-        at = i
-    return Pool.from_edges(np.asarray(token, np.int64), np.asarray(parent, np.int64), np.asarray(edge, np.float32),
-                           np.asarray(expanded, bool))
+        hit = np.flatnonzero((pool.parent == at) & (pool.token == t))
+        if not hit.size:
+            break
+        at = int(hit[0])
+        edge[at] = max(edge[at], lp)
+        merged += 1
+    new = len(chain) - merged  # the rest of the chain: a path of new candidates below `at`
+    parent = np.concatenate([[at], len(pool) + np.arange(new - 1)]) if new else np.zeros(0, np.int64)
+    return Pool.from_edges(np.concatenate([pool.token, np.asarray(chain[merged:], np.int64)]),
+                           np.concatenate([pool.parent, parent.astype(np.int64)]),
+                           np.concatenate([edge, logp[merged:].astype(np.float32)]),
+                           np.concatenate([expanded, np.arange(new) < new - 1]))

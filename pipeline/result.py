@@ -59,7 +59,7 @@ class Round:
     held_row: bool = False  # the round held its root's exact row from the pass before (`cover`): no root scored
     feature_bytes: int = 0  # the target's features the request for this round's pool carried (its Start or Commit
     #                         to an EAGLE-3 drafter), in bytes; 0 without features or without a pool
-    copied: int = 0  # accepted tokens that the context lookup's chain proposed (pipeline.lookup); 0 without one
+    copied: int = 0  # accepted tokens only the context lookup's chain proposed (pipeline.lookup); 0 without one
 
 
 @dataclass(slots=True)
