@@ -10,7 +10,7 @@ from bench.common import summary
 # Each a module bench.NAME whose docstring's first line says what it measures; the rest of the package is
 # what they share (common, passes, pass_bytes).
 BENCHMARKS = ("pair", "ahead", "overlap", "prefill", "context", "linears", "protocol", "values", "handshake",
-              "recording", "eagle3", "spin", "forward")
+              "recording", "eagle3", "spin", "forward", "reach")
 
 
 def listing() -> str:

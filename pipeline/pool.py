@@ -7,7 +7,7 @@ derived from them by one function, so the drafter and the target compute identic
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,6 +97,27 @@ class Pool:
         """Pool index of the depth-1 candidate labelled `token`, or ROOT when there is none."""
         hit = np.flatnonzero((self.parent == ROOT) & (self.token == token))
         return int(hit[0]) if hit.size else ROOT
+
+    def reach(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the first, the pool holds as a path below its root: the most of them that
+        a tree selected from it can accept."""
+        at = ROOT
+        for n, t in enumerate(tokens):
+            hit = np.flatnonzero((self.parent == at) & (self.token == t))
+            if not hit.size:
+                return n
+            at = int(hit[0])
+        return len(tokens)
+
+    def first_rank(self, token: int) -> int:
+        """The rank of `token` among the root's children by edge log-prob (1: the likeliest; ties go to the
+        earlier candidate), or 0 where the pool has no such child."""
+        at = self.first_level(token)
+        if at == ROOT:
+            return 0
+        first = self.parent == ROOT
+        return 1 + int(np.count_nonzero(first & (self.logp > self.logp[at]))) + int(
+            np.count_nonzero(first[:at] & (self.logp[:at] == self.logp[at])))
 
 
 def out_of_vocab(tokens: np.ndarray, vocab_size: int, what: str) -> str | None:

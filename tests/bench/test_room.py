@@ -28,6 +28,7 @@ BAD_FLAG = {  # one refused value per benchmark
     "eagle3": ["--rounds", "0"],
     "spin": ["--repeats", "0"],
     "forward": ["--reps", "0"],
+    "reach": ["--decoders", "ar"],
 }
 PROBE = """
 import sys

@@ -122,3 +122,47 @@ def test_rank_prefers_score_over_depth_and_index():
     score = np.array([-3.0, -1.0, -2.0, -0.5])
     depth = np.array([1, 3, 2, 4])
     assert rank(score, depth).tolist() == [3, 1, 2, 0]
+
+
+def _root_paths(pool: Pool) -> set[tuple[int, ...]]:
+    """Every path from the root, as its tokens (brute force)."""
+    paths = set()
+    for i in range(len(pool)):
+        path, at = [], i
+        while at != ROOT:
+            path.append(int(pool.token[at]))
+            at = int(pool.parent[at])
+        paths.add(tuple(reversed(path)))
+    return paths
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_reach_is_the_longest_root_path_that_starts_the_tokens(seed):
+    gen = np.random.default_rng(seed)
+    pool = _random_pool(gen)
+    paths = _root_paths(pool)
+    for _ in range(40):
+        tokens = [int(t) for t in gen.integers(0, 4, size=int(gen.integers(0, 6)))]
+        want = max((n for n in range(len(tokens) + 1) if n == 0 or tuple(tokens[:n]) in paths), default=0)
+        assert pool.reach(tokens) == want
+
+
+def _random_pool(gen: np.random.Generator) -> Pool:
+    """A random trie over tokens 0..3, children of expanded candidates only."""
+    token, parent, expanded = [], [], []
+    for parent_of in [ROOT] + list(range(12)):
+        if parent_of != ROOT and (parent_of >= len(token) or not expanded[parent_of]):
+            continue
+        for t in gen.permutation(4)[: int(gen.integers(1, 4))]:
+            token.append(int(t))
+            parent.append(parent_of)
+            expanded.append(bool(gen.random() < 0.6))
+    return Pool.from_edges(token, parent, -gen.random(len(token)).astype(np.float32), expanded)
+
+
+def test_first_rank_orders_the_roots_children_by_edge_logprob_ties_to_the_earlier():
+    pool = Pool.from_edges([5, 6, 7, 8, 9], [ROOT, ROOT, ROOT, 0, ROOT], np.log([0.2, 0.5, 0.2, 0.9, 0.1]),
+                           [True, False, False, False, False])
+    assert [pool.first_rank(t) for t in (6, 5, 7, 9)] == [1, 2, 3, 4]
+    assert pool.first_rank(8) == 0 and pool.first_rank(42) == 0  # below the first level, or nowhere
+    assert pool.reach([5, 8, 1]) == 2 and pool.reach([6, 8]) == 1 and pool.reach([]) == 0
