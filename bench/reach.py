@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import bench_parser, check_stratify, close, command_line
+from bench.common import bench_parser, check_stratify, close, command_line, refuse
 from bench.pair import prompts_or_refuse
-from pipeline.config import ConfigError, PoolConfig, check_int, split_list
+from pipeline.config import ConfigError, InputError, PoolConfig, check_int, split_list
 from pipeline.settings import DecodeConfig
 from programs.options import check_decoders
 
@@ -128,9 +128,12 @@ def run(options: ReachOptions, prompts: list[str]) -> dict[str, list[RoundReach]
     from launch.api import Pair
     from pipeline.rules import RULES, Flow
 
-    pair = Pair(**({"target": options.target} if options.target else {}),
-                **({"drafter": options.drafter} if options.drafter else {}),
-                **({"pool": PoolConfig()} if options.paper_pool else {}))
+    try:
+        pair = Pair(**({"target": options.target} if options.target else {}),
+                    **({"drafter": options.drafter} if options.drafter else {}),
+                    **({"pool": PoolConfig()} if options.paper_pool else {}))
+    except (InputError, RuntimeError, TimeoutError) as e:  # a model that will not load, named by its side
+        refuse(__spec__.name, str(e))
     rows: dict[str, list[RoundReach]] = {}
     with pair:
         session = pair.session

@@ -77,3 +77,11 @@ def test_the_mock_pair_end_to_end_bounds_every_decoder(capsys):
         assert s["rounds"] > 0 and len(s["prompts"]) == 2
         assert 1 <= s["tau"] <= s["whole_pool_tau"] and 0 <= s["first_top1"] <= s["first_top3"] <= s["first_in_pool"]
     assert any(line.split()[0] == "draft" for line in out[:-1])
+
+
+def test_a_drafter_that_will_not_load_ends_the_run_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        reach.main(["--target", "mock", "--drafter", "/nonexistent/head", "--limit", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "python -m bench.reach: error: the drafter process exited" in err
+    assert "/nonexistent/head" in err and "Traceback" not in err
