@@ -86,15 +86,19 @@ class RoundReach:
 
 
 def round_reaches(kept: list[tuple], output: list[int], first_free: bool, prompt: int = 0) -> list[RoundReach]:
-    """Each kept round's (pool, emitted tokens, whether its first token came from a root pass) walked along
-    `output`, the decode's greedy output (the tokens verified past the limit included): round k's pool stands
-    at the output's position after the tokens the rounds before it emitted. `first_free`: every round of the
-    decoder draws its first token from a root pass."""
+    """Each kept round's (pool, emitted tokens, whether its first token came from a row already scored) walked
+    along `output`, the decode's greedy output (the tokens verified past the limit included): round k's pool
+    stands at the output's position after the tokens the rounds before it emitted. A round without a pool (a
+    plain one, at budget 0) only moves that position. `first_free`: every round of the decoder draws its first
+    token from a root pass."""
     rows, at = [], 0
     for pool, emitted, drawn in kept:
         left = len(output) - at  # a round that stops the output keeps its tokens up to the stop
         if left <= 0:
             break
+        if pool is None:
+            at += emitted
+            continue
         ahead = output[at:]
         reach = pool.reach(ahead)
         bound = min(max(reach, 1 if first_free or drawn else 0) + 1, left)
@@ -146,8 +150,7 @@ def run(options: ReachOptions, prompts: list[str]) -> dict[str, list[RoundReach]
                 kept: list[tuple] = []
 
                 def keep(step, root, budget, kept=kept) -> None:
-                    if step.pool is not None:
-                        kept.append((step.pool, len(step.emitted), bool(step.held)))
+                    kept.append((step.pool, len(step.emitted), bool(step.held)))
 
                 result = session.decode(ids, options.config(decoder), f"reach/{i}", observe=keep)
                 first_free = RULES[decoder].flow is Flow.PIPELINED

@@ -33,6 +33,11 @@ def test_each_round_stands_where_the_rounds_before_it_left_the_output():
     assert s["first_top1"] == pytest.approx(2 / 3) and s["first_in_pool"] == pytest.approx(2 / 3)
 
 
+def test_a_round_without_a_pool_moves_the_position_alone():
+    rows = round_reaches([(None, 1, False), (chain_pool(2, 3), 3, False)], [1, 2, 3, 4], first_free=False)
+    assert [(r.tokens, r.bound, r.first_rank) for r in rows] == [(3, 3, 1)]
+
+
 def test_a_pool_that_held_more_than_the_tree_took_raises_the_bound_alone():
     rows = round_reaches([(chain_pool(1, 2, 3), 1, False)], [1, 2, 3, 4, 5], first_free=False)
     assert (rows[0].tokens, rows[0].bound) == (1, 4)  # the tree took none of the three; the pool held them
