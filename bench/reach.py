@@ -7,12 +7,12 @@ python -m bench.reach [--prompts SOURCE]... [--limit N] [--stratify category|gro
 Each decoder decodes each prompt at T = 0 in this process, and every round's pool (the one its rule selected
 from: the drafter's, with the context lookup's chain grafted in where there is one) is kept. At T = 0 the
 output from a round's root on is the target's greedy continuation there, so the pool's reach (how many of the
-output's next tokens it holds as a path from its root: Pool.reach) bounds what any tree selected from it could
+output's next tokens it holds as a path from its root: Pool.path) bounds what any tree selected from it could
 accept: a round emits at most its reach and the token after it (a decoder that draws its first token from a
 root pass has that one whatever the pool holds). Per decoder: rounds, tau (tokens a round), the whole-pool tau
 (that bound's mean over the same rounds: what they would have made had each verified every candidate of its
 pool, at whatever cost), the pools' median size, and how often the target's next token was the pool's likeliest
-first token, among its three likeliest, or anywhere in it. A tau well below the whole-pool tau: the budget or
+first candidate, among its three likeliest, or in its first level at all. A tau well below the whole-pool tau: the budget or
 the rule leaves accepted tokens in the pool; the two close: the drafter's pool is what limits. Nothing is timed.
 The last line of the output is one JSON document.
 """
@@ -100,7 +100,7 @@ def round_reaches(kept: list[tuple], output: list[int], first_free: bool, prompt
             at += emitted
             continue
         ahead = output[at:]
-        reach = pool.reach(ahead)
+        reach = len(pool.path(ahead))
         bound = min(max(reach, 1 if first_free or drawn else 0) + 1, left)
         tokens = min(emitted, left)
         if tokens > bound:

@@ -106,18 +106,12 @@ def graft(pool: Pool, chain: Sequence[int], logp: np.ndarray) -> Pool:
     """The pool with `chain` as a path below its root: a chain token that is already its parent's child there
     merges with that candidate (its edge log-prob the larger of the two), any other is a new candidate after
     the pool's, and so is every chain token below it; a candidate the chain continues below counts as
-    expanded. One vectorized search per chain token, none over the pool in Python."""
+    expanded."""
+    path = pool.path(chain)  # the chain's first tokens that the pool holds in their places
+    merged, at = len(path), path[-1] if path else ROOT
     edge, expanded = pool.logp.copy(), pool.expanded.copy()
-    at, merged = ROOT, 0
-    for t, lp in zip(chain, logp.tolist()):
-        if at >= 0:
-            expanded[at] = True
-        hit = np.flatnonzero((pool.parent == at) & (pool.token == t))
-        if not hit.size:
-            break
-        at = int(hit[0])
-        edge[at] = max(edge[at], lp)
-        merged += 1
+    edge[path] = np.maximum(edge[path], logp[:merged])
+    expanded[path[:len(chain) - 1]] = True  # each the chain goes on below
     new = len(chain) - merged  # the rest of the chain: a path of new candidates below `at`
     parent = np.concatenate([[at], len(pool) + np.arange(new - 1)]) if new else np.zeros(0, np.int64)
     return Pool.from_edges(np.concatenate([pool.token, np.asarray(chain[merged:], np.int64)]),

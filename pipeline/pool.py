@@ -98,16 +98,17 @@ class Pool:
         hit = np.flatnonzero((self.parent == ROOT) & (self.token == token))
         return int(hit[0]) if hit.size else ROOT
 
-    def reach(self, tokens: Sequence[int]) -> int:
-        """How many of `tokens`, from the first, the pool holds as a path below its root: the most of them that
-        a tree selected from it can accept."""
-        at = ROOT
-        for n, t in enumerate(tokens):
+    def path(self, tokens: Sequence[int]) -> list[int]:
+        """The pool indices of the longest path below the root whose tokens begin `tokens`: as many of them as a
+        tree selected from the pool can accept."""
+        nodes, at = [], ROOT
+        for t in tokens:
             hit = np.flatnonzero((self.parent == at) & (self.token == t))
             if not hit.size:
-                return n
+                break
             at = int(hit[0])
-        return len(tokens)
+            nodes.append(at)
+        return nodes
 
     def first_rank(self, token: int) -> int:
         """The rank of `token` among the root's children by edge log-prob (1: the likeliest; ties go to the

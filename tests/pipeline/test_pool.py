@@ -137,14 +137,15 @@ def _root_paths(pool: Pool) -> set[tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_reach_is_the_longest_root_path_that_starts_the_tokens(seed):
+def test_path_is_the_longest_root_path_that_starts_the_tokens(seed):
     gen = np.random.default_rng(seed)
     pool = _random_pool(gen)
     paths = _root_paths(pool)
     for _ in range(40):
         tokens = [int(t) for t in gen.integers(0, 4, size=int(gen.integers(0, 6)))]
         want = max((n for n in range(len(tokens) + 1) if n == 0 or tuple(tokens[:n]) in paths), default=0)
-        assert pool.reach(tokens) == want
+        nodes = pool.path(tokens)
+        assert len(nodes) == want and [int(pool.token[i]) for i in nodes] == tokens[:want]
 
 
 def _random_pool(gen: np.random.Generator) -> Pool:
@@ -165,4 +166,4 @@ def test_first_rank_orders_the_roots_children_by_edge_logprob_ties_to_the_earlie
                            [True, False, False, False, False])
     assert [pool.first_rank(t) for t in (6, 5, 7, 9)] == [1, 2, 3, 4]
     assert pool.first_rank(8) == 0 and pool.first_rank(42) == 0  # below the first level, or nowhere
-    assert pool.reach([5, 8, 1]) == 2 and pool.reach([6, 8]) == 1 and pool.reach([]) == 0
+    assert pool.path([5, 8, 1]) == [0, 3] and pool.path([6, 8]) == [1] and pool.path([]) == []
