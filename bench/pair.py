@@ -175,8 +175,8 @@ def transformers_baselines(prompts: list[str], max_new: int) -> tuple[dict, dict
 
 
 @dataclass(frozen=True, slots=True)
-class PairOptions:
-    """Prompts and decodes"""
+class BenchPrompts:
+    """The prompts a benchmark decodes (`prompts_or_refuse` reads them) and their output limit"""
 
     prompts: tuple[str, ...] = field(default=(), metadata={
         "help": "prompt source, repeatable, as a sweep takes it (default: builtin)", "metavar": "SOURCE"})
@@ -185,6 +185,17 @@ class PairOptions:
     stratify: str = field(default="", metadata={
         "help": "spread --limit over categories or Spec-Bench's groups (under seed 0)", "metavar": "category|group"})
     max_new_tokens: int = field(default=96, metadata={"metavar": "N"})
+
+    def __post_init__(self) -> None:
+        check_int("limit", self.limit, 1)
+        check_stratify("stratify", self.stratify)
+        check_int("max_new_tokens", self.max_new_tokens, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PairOptions(BenchPrompts):
+    """Prompts and decodes"""
+
     budget: int | str = field(default=8, metadata={"metavar": "B|auto", "parse": "budget"})
     decoders: str = field(default=",".join(DECODERS), metadata={
         "help": "decoders of the pair run, ar among them (default: all)", "metavar": "LIST"})
@@ -199,9 +210,7 @@ class PairOptions:
                 "embedded pair's; 0: off)", "metavar": "N"})
 
     def __post_init__(self) -> None:
-        check_int("limit", self.limit, 1)
-        check_stratify("stratify", self.stratify)
-        check_int("max_new_tokens", self.max_new_tokens, 1)
+        BenchPrompts.__post_init__(self)
         check_budget("budget", self.budget)
         DecodeConfig(lookup=self.lookup)  # the decodes' own check of it
         decoders = check_decoders("decoders", self.decoders)

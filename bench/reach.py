@@ -1,5 +1,6 @@
-"""python -m bench.reach: how far each round's pool reaches along the target's greedy output, beside what the
-round's tree accepted: whether the selection or the drafter limits tau.
+"""python -m bench.reach: at T = 0, each decoder's tau beside what its rounds' pools held along the output.
+
+It tells whether the selection or the drafter limits tau.
 
 python -m bench.reach [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
                       [--budget B] [--decoders LIST] [--target SPEC] [--drafter SPEC] [--paper-pool] [--lookup N]
@@ -25,24 +26,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import bench_parser, check_stratify, close, command_line, refuse
-from bench.pair import prompts_or_refuse
+from bench.common import bench_parser, close, command_line, refuse
+from bench.pair import BenchPrompts, prompts_or_refuse
 from pipeline.config import ConfigError, InputError, PoolConfig, check_int, split_list
 from pipeline.settings import DecodeConfig
 from programs.options import check_decoders
 
 
 @dataclass(frozen=True, slots=True)
-class ReachOptions:
+class ReachOptions(BenchPrompts):
     """Prompts, the pair and its decodes"""
 
-    prompts: tuple[str, ...] = field(default=(), metadata={
-        "help": "prompt source, repeatable, as a sweep takes it (default: builtin)", "metavar": "SOURCE"})
-    limit: int = field(default=6, metadata={
-        "help": "N prompts: the first N of one source, else spread as --stratify says", "metavar": "N"})
-    stratify: str = field(default="", metadata={
-        "help": "spread --limit over categories or Spec-Bench's groups (under seed 0)", "metavar": "category|group"})
-    max_new_tokens: int = field(default=96, metadata={"metavar": "N"})
     budget: int = field(default=8, metadata={"help": "the tree budget B of every round", "metavar": "B"})
     decoders: str = field(default="draft", metadata={
         "help": "decoders to decode with, comma-separated (not ar: it has no pool)", "metavar": "LIST"})
@@ -55,9 +49,7 @@ class ReachOptions:
                 "launch/pair.sh's decode runs of the embedded pair take 8)", "metavar": "N"})
 
     def __post_init__(self) -> None:
-        check_int("limit", self.limit, 1)
-        check_stratify("stratify", self.stratify)
-        check_int("max_new_tokens", self.max_new_tokens, 1)
+        BenchPrompts.__post_init__(self)
         check_int("budget", self.budget, 1)
         check_decoders("decoders", self.decoders)
         if "ar" in self.decoder_list:
@@ -130,7 +122,7 @@ def summarize(rows: list[RoundReach]) -> dict:
 def run(options: ReachOptions, prompts: list[str]) -> dict[str, list[RoundReach]]:
     """Each decoder decodes each prompt, its rounds' pools kept -> each decoder's rounds, walked."""
     from launch.api import Pair
-    from pipeline.rules import RULES, Flow
+    from pipeline.rules import RULES
 
     try:
         pair = Pair(**({"target": options.target} if options.target else {}),
@@ -153,7 +145,7 @@ def run(options: ReachOptions, prompts: list[str]) -> dict[str, list[RoundReach]
                     kept.append((step.pool, len(step.emitted), bool(step.held)))
 
                 result = session.decode(ids, options.config(decoder), f"reach/{i}", observe=keep)
-                first_free = RULES[decoder].flow is Flow.PIPELINED
+                first_free = RULES[decoder].root_pass
                 rows[decoder] += round_reaches(kept, result.tokens + result.beyond, first_free, i)
                 print(f"{decoder} {i + 1}/{len(prompts)}", file=sys.stderr)
     return rows
