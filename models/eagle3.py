@@ -134,7 +134,7 @@ class Eagle3Head:
     def quantize(self) -> None:
         """Run every linear layer as a dynamic int8 product (int8 weights per output channel, activations
         quantized per pass), on the CPU: a pass of a few rows is bound by reading the weights, and int8 reads
-        a quarter of float32's bytes (the default head's pools grow about 6x faster: results/README.md). Drafts change; what a
+        a quarter of float32's bytes (the default head's pools grow about 6x faster: results/benchmarks.md). Drafts change; what a
         decoder emits does not (verification is the target's)."""
         if self.device.type != "cpu":
             raise HeadError("dynamic int8 quantization of a head runs on the CPU only")
