@@ -27,6 +27,7 @@ import bisect
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ from models.options import CPU_BUCKETS, CUDA_BUCKETS
 from models.runner import ModelRunner, RowInputs, check_rows
 
 ATTENTION = "specpair_static_tree"
+MASK = "staging and mask"  # a profile's part (models.llama_cpu.forward's tick): the inputs and mask of a pass
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
 GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/2, 1/4 and 1/8 of it
@@ -170,6 +172,7 @@ class HFRunner:
         self.spans = {"used": None, "ladder": graph_spans(self.slots), "whole": (self.slots,)}[attend]
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (bucket, span) -> graph
         self.kept: KeptFeatures | None = None  # the inputs of the decoder layers a head fuses (keep_features)
+        self.tick: Callable[[str], None] | None = None  # a profile's clock (models.llama_cpu.forward's tick)
         self.outputs: dict[int, torch.Tensor] = {}  # bucket -> the logits its graphs write
         self.eager_reason = graphs_blocked_by(model) if graphs and on_cuda else None
         if self.eager_reason:
@@ -244,8 +247,10 @@ class HFRunner:
         self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
         self.kv.slots, self.kv.span = slots, span
         if self.lean:
-            return llama_cpu.forward(self.model, ids, pos, self.kv, last_only, self.kept.keep if self.kept else None
-                                     ).float()
+            if self.tick:
+                self.tick(MASK)
+            return llama_cpu.forward(self.model, ids, pos, self.kv, last_only, self.kept.keep if self.kept else None,
+                                     self.tick).float()
         backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
         with backends, self.kept or contextlib.nullcontext():
             out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],

@@ -65,3 +65,20 @@ def test_other_models_and_a_gpus_path_keep_transformers_forward():
     llama.config.hidden_act = "gelu"
     assert llama_cpu.unsupported(llama) == "its MLP's activation is 'gelu', not silu"
     assert not HFRunner.build(tiny_llama(), 64, graphs=False, rehearse=True).lean  # as on CUDA
+
+
+def test_a_profile_clock_names_every_part_and_changes_no_row():
+    """The clock a profile passes (bench.forward --parts) hears each part of the work and the runner's staging;
+    the rows are those of a pass without it."""
+    from bench.forward import LEFT, PartClock
+    from models.hf import MASK
+
+    model = tiny_llama()
+    timed, plain = HFRunner(model, 256), HFRunner(copy.deepcopy(model), 256)
+    clock = PartClock()
+    timed.tick = clock
+    clock.start()
+    rows = passes(timed, 5)
+    heard = clock.end()
+    assert set(heard) == {*llama_cpu.PARTS, MASK, LEFT} and all(ms >= 0 for ms in heard.values())
+    assert all(torch.equal(a, b) for a, b in zip(rows, passes(plain, 5)))
