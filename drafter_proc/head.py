@@ -24,9 +24,21 @@ from pipeline.ahead import NOT_TRIED, Drafted
 from pipeline.config import CapacityError, PoolConfig
 from pipeline.pool import grow_pool
 from pipeline.tree import ancestor_matrix
+from protocol.errors import BadFeatures
 
 ROWS_CHUNK = 512  # committed rows per pass
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _normable(hidden: torch.Tensor, first: int) -> torch.Tensor:
+    """(n, H) fused rows, the first being feature row `first` -> themselves, when the head's hidden_norm can norm
+    each: a row whose float32 sum of squares overflows would be normed to zeros and give a uniform pool.
+    BadFeatures naming the first row that cannot be. A host-device sync, once a chunk of committed rows."""
+    bad = torch.nonzero(~torch.isfinite(hidden.float().square().sum(-1))).flatten().tolist()
+    if bad:
+        raise BadFeatures(f"`features` row {first + bad[0]} gives the head's fc a row beyond float32's range "
+                          f"(its hidden_norm could not norm it): the features are not a hidden state of this target")
+    return hidden
 
 
 def features_of(msg) -> torch.Tensor:
@@ -61,9 +73,14 @@ class HeadDrafter:
         tokens = np.asarray(tokens, np.int64)
         assert len(tokens) == features.shape[0] > 0, (len(tokens), features.shape)
         self._check(self.rows + len(tokens))
-        logits, hidden = self._write_rows(tokens, features)
-        pool = grow_pool(torch.log_softmax(logits, -1), self._expander(self.rows, hidden), self.config, between,
-                         self.runner.ids)  # grow_pool read the last ids back, so the device is idle
+        rows = self.rows
+        try:  # on any failure the rows are those before: what this commit wrote is scratch the next overwrites
+            logits, hidden = self._write_rows(tokens, features)
+            pool = grow_pool(torch.log_softmax(logits, -1), self._expander(self.rows, hidden), self.config, between,
+                             self.runner.ids)  # grow_pool read the last ids back, so the device is idle
+        except BaseException:
+            self.rows = rows
+            raise
         return Drafted(pool, time.perf_counter() - t0, NOT_TRIED)
 
     def ahead(self, path: Sequence[int], between: Callable[[], bool] | None = None) -> bool:
@@ -78,7 +95,7 @@ class HeadDrafter:
             chunk = tokens[at: at + ROWS_CHUNK]
             slots = self.rows + np.arange(len(chunk))
             causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
-            hidden = self.runner.fuse(features[at: at + ROWS_CHUNK])  # fc(cat(low, mid, high))
+            hidden = _normable(self.runner.fuse(features[at: at + ROWS_CHUNK]), at)  # fc(cat(low, mid, high))
             logits = self.runner.forward(chunk, slots, slots, self.rows, slots, causal, last_only=True,
                                          rows={"hidden": hidden})
             self.rows += len(chunk)
