@@ -30,15 +30,14 @@ ROWS_CHUNK = 512  # committed rows per pass
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _normable(hidden: torch.Tensor, first: int) -> torch.Tensor:
-    """(n, H) fused rows, the first being feature row `first` -> themselves, when the head's hidden_norm can norm
-    each: a row whose float32 sum of squares overflows would be normed to zeros and give a uniform pool.
-    BadFeatures naming the first row that cannot be. A host-device sync, once a chunk of committed rows."""
-    bad = torch.nonzero(~torch.isfinite(hidden.float().square().sum(-1))).flatten().tolist()
+def _check_normable(hidden: torch.Tensor) -> None:
+    """(n, H) committed rows' fc outputs: BadFeatures naming the first whose float32 sum of squares overflows,
+    which the head's hidden_norm would norm to zeros (a pool of uniform log-probabilities). A host read, once
+    a commit, before any of its rows is written."""
+    bad = torch.nonzero(~torch.isfinite(hidden.float().square().sum(-1))).flatten()[:1].tolist()
     if bad:
-        raise BadFeatures(f"`features` row {first + bad[0]} gives the head's fc a row beyond float32's range "
-                          f"(its hidden_norm could not norm it): the features are not a hidden state of this target")
-    return hidden
+        raise BadFeatures(f"`features` row {bad[0]} gives the head's fc a row beyond float32's range (its "
+                          f"hidden_norm could not norm it): the features are not a hidden state of this target")
 
 
 def features_of(msg) -> torch.Tensor:
@@ -90,14 +89,16 @@ class HeadDrafter:
 
     def _write_rows(self, tokens: np.ndarray, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows for `tokens` at slots and positions rows, rows + 1, ... in causal chunks -> the last row's
-        ((Vd,) logits, (H,) output)."""
+        ((Vd,) logits, (H,) output). BadFeatures, before any row, when a row's fc output is beyond what the
+        head can norm."""
+        hidden = self.runner.fuse(features)  # (k, H) fc(cat(low, mid, high))
+        _check_normable(hidden)
         for at in range(0, len(tokens), ROWS_CHUNK):
             chunk = tokens[at: at + ROWS_CHUNK]
             slots = self.rows + np.arange(len(chunk))
             causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
-            hidden = _normable(self.runner.fuse(features[at: at + ROWS_CHUNK]), at)  # fc(cat(low, mid, high))
             logits = self.runner.forward(chunk, slots, slots, self.rows, slots, causal, last_only=True,
-                                         rows={"hidden": hidden})
+                                         rows={"hidden": hidden[at: at + ROWS_CHUNK]})
             self.rows += len(chunk)
         return logits[-1], self.runner.outputs[-1]
 

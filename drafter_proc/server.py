@@ -6,13 +6,13 @@ exits, or with `persist` waits for the next target) or by closing its connection
 next one; a private drafter, `exit_with_target`, exits). A served target silent for `idle_timeout` seconds
 since the drafter last answered it (stopped, hung, or a Hello and nothing after) is let go when another peer
 speaks, which is then served: the drafter is never held for good by a peer that says nothing. An Error from a
-peer without a session is logged as refusals are, throttled (protocol.log_limit). A refused message gets an Error reply naming the
-problem, and the loop goes on serving; nothing the drafter holds changes on a refused message. A message whose
-answer fails in the model or the pool (a bug, or values no check foresaw) gets an Error reply too, and its
-traceback goes to the log: a Commit leaves the request's rows as they were, to be sent again; a Start leaves no
-request open. The drafter
-keeps one KV cache (models.kv_cache), replaced only by a Hello that needs a larger one; it never allocates one
-beyond `max_request_context` slots, whatever a peer asks, nor one that its device cannot hold.
+peer without a session is logged as refusals are, throttled (protocol.log_limit). A refused message gets an
+Error reply naming the problem, and the loop goes on serving; nothing the drafter holds changes on a refused
+message. A message whose answer fails in the model or the pool (a bug, or values no check foresaw) gets an
+Error reply too, and its traceback goes to the log: a Commit leaves the request's rows as they were, to be sent
+again; a Start leaves no request open. The drafter keeps one KV cache (models.kv_cache), replaced only by a
+Hello that needs a larger one; it never allocates one beyond `max_request_context` slots, whatever a peer
+asks, nor one that its device cannot hold.
 
 Peers come and go through protocol.peers, which drops what a closed connection left queued. Each message
 type has its handler (`DrafterServer.handlers`): the Hello makes the served target's DrafterSession, whose
