@@ -4,7 +4,10 @@ whether it fits a target.
 A head directory holds `config.json` (a Llama config of one layer plus `draft_vocab_size`, and
 `target_hidden_size` where the target's hidden size differs from the head's) and `model.safetensors` or
 `pytorch_model.bin` with the keys of HEAD_KEYS. The head's token embedding is its own `embed_tokens.weight`
-where the checkpoint holds one, else the target's. Nothing here builds a module (models.eagle3 does).
+where the checkpoint holds one, else the target's. Other trainers' layouts (SpecForge's, vLLM speculators',
+transformers 5's rope_parameters) are read as their trainers mean them (docs/eagle3.md has the table). Every
+field, file and weight is checked as it is read, and a refusal names the file and the field in one line.
+Nothing here builds a module (models.eagle3 does).
 """
 
 from __future__ import annotations
@@ -128,10 +131,11 @@ def _flatten(cfg: dict) -> tuple[dict, bool]:
     kind = cfg.get("speculators_model_type")
     if kind is None:
         return cfg, False
+    if kind != "eagle3":
+        raise HeadError(f"the config is a speculators config of type {kind!r}: this runtime reads eagle3 heads")
     layer = cfg.get("transformer_layer_config")
-    if kind != "eagle3" or not isinstance(layer, dict):
-        raise HeadError(f"the config is a speculators config of type {kind!r}{'' if isinstance(layer, dict) else ' without a transformer_layer_config object'}: "
-                        f"this runtime reads eagle3 heads")
+    if not isinstance(layer, dict):
+        raise HeadError(f"the config field `transformer_layer_config` is {layer!r}, not an object")
     own = ("draft_vocab_size", "target_hidden_size", "norm_before_residual", "norm_before_fc",
            "eagle_aux_hidden_state_layer_ids")
     return {**layer, **{k: cfg[k] for k in own if k in cfg}}, True
@@ -259,7 +263,7 @@ def read_head(directory: Path) -> tuple[HeadConfig, dict[str, torch.Tensor]]:
         cfg = HeadConfig.from_dict(raw)
     except HeadError as e:
         raise HeadError(f"{str(config_file)!r}: {e.problem}") from None
-    path, weights = _read_weights(directory)
+    path, weights = _read_weights(directory, cfg)
     try:
         check_weights(cfg, weights)
     except HeadError as e:
@@ -267,21 +271,27 @@ def read_head(directory: Path) -> tuple[HeadConfig, dict[str, torch.Tensor]]:
     return cfg, weights
 
 
-def check_weights(cfg: HeadConfig, weights: dict[str, torch.Tensor]) -> None:
-    """Every weight of HEAD_KEYS present, none unknown, each of its shape, floating and finite; d2t and t2d
-    a map of distinct draft ids into the vocabulary and its image."""
-    missing = [k for k in HEAD_KEYS if k not in weights]
+def check_layout(cfg: HeadConfig, layout: dict[str, tuple[int, ...]]) -> None:
+    """Weight names -> shapes: every weight of HEAD_KEYS present, none unknown, each of its config's shape."""
+    missing = [k for k in HEAD_KEYS if k not in layout]
     if missing:
         raise HeadError(f"the head lacks {', '.join(missing[:3])}"
                         + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
-    unknown = sorted(k for k in weights if k not in HEAD_KEYS + OPTIONAL_KEYS)
+    unknown = sorted(k for k in layout if k not in HEAD_KEYS + OPTIONAL_KEYS)
     if unknown:
         raise HeadError(f"the head holds {unknown[0]}, a weight this runtime does not read (it would change the "
                         f"reference's arithmetic)")
     shapes = shapes_of(cfg)
+    for key, shape in layout.items():
+        if tuple(shape) != shapes[key]:
+            raise HeadError(f"the head's {key} has shape {tuple(shape)}; its config says {shapes[key]}")
+
+
+def check_weights(cfg: HeadConfig, weights: dict[str, torch.Tensor]) -> None:
+    """check_layout, and every weight floating and finite; d2t and t2d a map of distinct draft ids into the
+    vocabulary and its image."""
+    check_layout(cfg, {k: tuple(w.shape) for k, w in weights.items()})
     for key, w in weights.items():
-        if tuple(w.shape) != shapes[key]:
-            raise HeadError(f"the head's {key} has shape {tuple(w.shape)}; its config says {shapes[key]}")
         if key in ("d2t", "t2d"):
             continue
         if not w.is_floating_point():
@@ -333,18 +343,23 @@ def _regular(path: Path) -> bool:
     return True
 
 
-def _read_weights(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
-    """-> (the file read, its tensors under HEAD_KEYS' names)."""
+def _read_weights(directory: Path, cfg: HeadConfig) -> tuple[Path, dict[str, torch.Tensor]]:
+    """-> (the file read, its tensors under HEAD_KEYS' names). A safetensors file's layout is checked from its
+    header before any tensor is read."""
     safetensors, pickled = directory / "model.safetensors", directory / "pytorch_model.bin"
     if _regular(safetensors):
-        from safetensors.torch import load_file
+        from safetensors import safe_open
 
         try:
-            weights = load_file(str(safetensors))
+            with safe_open(str(safetensors), framework="pt") as f:
+                names = {name: key for key in f.keys() if (name := _name(key))}
+                check_layout(cfg, {name: tuple(f.get_slice(key).get_shape()) for name, key in names.items()})
+                return safetensors, {name: f.get_tensor(key) for name, key in names.items()}
+        except HeadError as e:
+            raise HeadError(f"{str(safetensors)!r}: {e.problem}") from None
         except Exception as e:  # safetensors raises its own SafetensorError, and OSError, for damaged files
             raise HeadError(f"{str(safetensors)!r} is not a valid safetensors file "
                             f"({' '.join(str(e).split())[:200]})") from None
-        return safetensors, _renamed(weights)
     if _regular(pickled):
         try:  # tensors only: no code in the pickle runs
             with warnings.catch_warnings():  # torch warns of pickle protocols beside its refusal
@@ -356,18 +371,14 @@ def _read_weights(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
         if not isinstance(weights, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                     for k, v in weights.items()):
             raise HeadError(f"{str(pickled)!r} is not a valid checkpoint (a torch state dict of tensors)")
-        return pickled, _renamed(weights)
+        return pickled, {name: w for key, w in weights.items() if (name := _name(key))}
     raise HeadError(f"{str(directory)!r} holds neither model.safetensors nor pytorch_model.bin")
 
 
-def _renamed(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Trainers' names -> the reference's: without a `model.` prefix, `layers.0.` as `midlayer.`, without the
-    rope's saved inverse frequencies."""
-    out = {}
-    for key, w in weights.items():
-        key = key.removeprefix("model.")
-        if key.startswith(LAYER_ALIASES[0]):
-            key = LAYER_ALIASES[1] + key[len(LAYER_ALIASES[0]):]
-        if not key.endswith(IGNORED_SUFFIX):
-            out[key] = w
-    return out
+def _name(key: str) -> str | None:
+    """A trainer's weight name -> the reference's: without a `model.` prefix, `layers.0.` as `midlayer.`; None
+    for the rope's saved inverse frequencies (computed from the config)."""
+    key = key.removeprefix("model.")
+    if key.startswith(LAYER_ALIASES[0]):
+        key = LAYER_ALIASES[1] + key[len(LAYER_ALIASES[0]):]
+    return None if key.endswith(IGNORED_SUFFIX) else key
