@@ -75,6 +75,10 @@ class HeadConfig:
     norm_before_residual: bool = False  # vLLM speculators: the attention's residual is the normed hidden
 
     def __post_init__(self) -> None:
+        for name in ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "draft_vocab",
+                     "target_hidden"):
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise HeadError(f"the head's {name} is {getattr(self, name)!r}, not a positive integer")
         if self.heads % self.kv_heads:
             raise HeadError(f"the head's {self.heads} attention heads are not a multiple of its {self.kv_heads} "
                             f"KV heads")
@@ -257,8 +261,8 @@ def read_head(directory: Path) -> tuple[HeadConfig, dict[str, torch.Tensor]]:
         raise HeadError(f"{str(config_file)!r} is {config_file.stat().st_size} bytes, too large for a config")
     try:
         raw = json.loads(config_file.read_bytes())
-    except ValueError as e:  # not UTF-8, or not JSON
-        raise HeadError(f"{str(config_file)!r} is not JSON ({' '.join(str(e).split())})") from None
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, or nested past the parser's depth
+        raise HeadError(f"{str(config_file)!r} is not JSON ({' '.join(str(e).split())[:200]})") from None
     try:
         cfg = HeadConfig.from_dict(raw)
     except HeadError as e:

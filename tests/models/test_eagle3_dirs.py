@@ -88,6 +88,8 @@ DAMAGED = {  # name: (damage, the file named, what the line says)
     "config a list": (_config_text("[1, 2]"), "config.json", "the config holds a list, not an object"),
     "config not JSON": (_config_text("{"), "config.json", "is not JSON"),
     "config not UTF-8": (_config_text(b"\xff\xfe{"), "config.json", "is not JSON"),
+    "config nested deeply": (_config_text("[" * 200_000), "config.json", "is not JSON"),
+    "head_dim of 0": (_config(hidden_size=2, head_dim=None), "config.json", "head_dim is 0, not a positive integer"),
     "config huge": (_config_text(" " * (2 << 20)), "config.json", "too large for a config"),
     "config a FIFO": (_fifo("config.json"), "config.json", "is not a regular file"),
     "layer ids nested": (_config(eagle_config={"eagle_aux_hidden_state_layer_ids": [[1], [2], [3]]}), "config.json",
