@@ -60,7 +60,8 @@ def read_head_dir(model: str) -> ReadHead | None:
 
 
 def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], Path],
-              revision_of: Callable[[str], str], read: ReadHead | None = None) -> tuple[object, RunnerKind, object, str]:
+              revision_of: Callable[[str], str],
+              read: ReadHead | None = None) -> tuple[object, RunnerKind, object, str]:
     """An EAGLE-3 drafter -> (its model: an Eagle3Head or a MockHead, its runner class, its target's tokenizer,
     what its weights are). embedded: the embedded default's checkpoint directory (converted once); revision_of: what a
     checkpoint directory's weights are (models.load hands both in); read: the head directory as read_head_dir read

@@ -90,8 +90,8 @@ class Loaded:
         return self.kind.build(self.model, capacity, graphs=self.graphs, rehearse=self.rehearse)
 
 
-def load(options: ModelOptions, role: str, head: ReadHead | None = None) -> Loaded:
-    """Load the model of `role` ("target" or "drafter") as `options` describe it; `head`, a head directory
+def load(options: ModelOptions, role: str, read: ReadHead | None = None) -> Loaded:
+    """Load the model of `role` ("target" or "drafter") as `options` describe it; `read`, a head directory
     already read (models.eagle3_load.read_head_dir), is not read again.
 
     Nothing process-wide changes here: the programs set torch's thread count themselves.
@@ -111,7 +111,7 @@ def load(options: ModelOptions, role: str, head: ReadHead | None = None) -> Load
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
     if is_head_spec(spec):
-        head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision, head)
+        head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision, read)
         return Loaded(options.model, head, kind, tokenizer, options.graphs, revision,
                       rehearse=options.rehearse_graphs)
     if spec.startswith(shapes.PREFIX):
