@@ -153,3 +153,19 @@ def test_a_sweep_resumes_its_own_records_and_refuses_another_sweeps(recorded, mo
         sweep(mock_session(), make_options(recorded, decoders="draft", temperatures="0", budgets="8", warmup=1))
     assert {p.name: p.read_bytes() for p in recorded.glob("records.*")} == files
     json.loads((recorded / "config.json").read_text())  # its config intact
+
+
+def test_a_sweep_names_overwrite_in_its_next_commands_where_they_would_write_over(tmp_path, make_options):
+    """A resumed sweep's directory may hold the report of its first records: the command it suggests then says
+    --overwrite, since without it the report refuses."""
+    from timing.sweep import next_commands
+
+    options = make_options(tmp_path / "run", record_rounds=True)
+    assert not any("--overwrite" in c for c in next_commands(options))
+    (tmp_path / "run").mkdir()
+    for name in ("report.md", "values.md"):
+        (tmp_path / "run" / name).write_text("an earlier report\n")
+    (tmp_path / "run-spec-bench").mkdir()
+    (tmp_path / "run-spec-bench" / "smollm2-ar-temperature-0.jsonl").write_text("{}\n")
+    report, export, values = (c for c in next_commands(options) if "matched" not in c)
+    assert all(" --overwrite" in c.split("#")[0] for c in (report, export, values))
