@@ -183,9 +183,10 @@ def _sweep_only(parser: argparse.ArgumentParser, extra: list[str], mode: str) ->
 
 def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode: str,
                    notes: list[str]) -> PoolConfig:
-    """The pair's models (the embedded default pair when none is named), and what goes with the embedded
-    pair: its smaller pool, and in a decode run its context lookup and output limit (each said in `notes`) ->
-    the pool. Its prompts are the built-in ones, as for any run that names none."""
+    """The pair's models (the embedded default pair when none is named; a drafter alone beside the target it
+    drafts for), its pool (programs.pool_program.chosen_pool: the CPU pool for the embedded target, named or
+    not), and what goes with the embedded pair unnamed: in a decode run its context lookup and output limit
+    (each said in `notes`) -> the pool. Its prompts are the built-in ones, as for any run that names none."""
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
@@ -202,7 +203,7 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
         parser.error("--target and --drafter go together (or give neither for the embedded default pair)"
                      + (f": {ns.drafter} does not say which target it drafts for (a head trained by train-head says "
                         f"so in its training.json)" if ns.drafter else ""))
-    pool = chosen_pool(parser, ns, embedded, notes)
+    pool = chosen_pool(parser, ns, notes)
     if ns.lookup is None:
         ns.lookup = DecodeConfig().lookup
         if embedded and mode == "decode" and not ns.record_rounds:  # recorded rounds keep the drafter's pools

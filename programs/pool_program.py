@@ -38,9 +38,9 @@ def build_parser(prog: str) -> Parser:
                              f"{PoolConfig().expand}: {PoolConfig().size} candidates)")
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
     head = embedded_pool(DEFAULT_DRAFTER)
-    parser.epilog = (f"Pool: the one a decode run of the same pair uses: with no --target, the CPU pool (top-k "
+    parser.epilog = (f"Pool: the one a decode run of the same pair uses: for {EMBEDDED}, the CPU pool (top-k "
                      f"{head.topk}, depth {head.depth}, expand {head.expand} with a head; depth {EMBEDDED_POOL.depth} "
-                     f"with a standalone drafter), with one the paper's, unless --pool-* or --paper-pool say otherwise.")
+                     f"with a standalone drafter), else the paper's, unless --pool-* or --paper-pool say otherwise.")
     parser.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
     add_log_level(parser, default="WARNING")
     return parser
@@ -77,10 +77,11 @@ def head_layers(drafter, target) -> tuple[int, ...]:
     return drafter.model.cfg.feature_layers(target.shape[1])
 
 
-def chosen_pool(parser: argparse.ArgumentParser, ns, embedded: bool, notes: list[str]) -> PoolConfig:
-    """The pool of a pair, the same in a decode run, a sweep and `launch/pair.sh pool`: the paper's with
-    --paper-pool, the one --pool-* give (the rest the paper's), else the embedded pair's CPU pool where the pair
-    is the embedded one (`embedded`: its target left unnamed), the paper's otherwise; a default said in `notes`."""
+def chosen_pool(parser: argparse.ArgumentParser, ns, notes: list[str]) -> PoolConfig:
+    """The pool of the pair in `ns`, the same in a decode run, a sweep and `launch/pair.sh pool`: the paper's
+    with --paper-pool, the one --pool-* give (the rest the paper's), else the CPU pool for the embedded target
+    (models.options.embedded_pool, by the drafter), named or not, and the paper's for any other; a default is
+    said in `notes`."""
     given = {k: getattr(ns, "pool_" + k) for k in ("topk", "depth", "expand")}
     if ns.paper_pool:
         if any(v is not None for v in given.values()):
@@ -89,28 +90,21 @@ def chosen_pool(parser: argparse.ArgumentParser, ns, embedded: bool, notes: list
     if any(v is not None for v in given.values()):
         chosen = {"pool_" + k: getattr(PoolConfig(), k) if v is None else v for k, v in given.items()}
         return from_options(parser, argparse.Namespace(**chosen), PoolConfig, prefix="pool-")
-    if embedded:
-        pool = embedded_pool(ns.drafter)
-        notes.append(f"embedded default pair on the CPU: pool reduced to {_sizes(pool)} (paper: 10, 8, 10); "
-                     f"--pool-* options change it")
-        return pool
-    paper = PoolConfig()
-    notes.append(f"pool: the paper's, {_sizes(paper)} ({paper.size} candidates); --pool-* options change it"
-                 + (f"; with --target left out, the embedded pair's CPU pool ({_sizes(embedded_pool(ns.drafter))})"
-                    if ns.target == EMBEDDED and drafted_for(ns.drafter) == EMBEDDED else ""))
-    return paper
+    pool = embedded_pool(ns.drafter) if ns.target == EMBEDDED else PoolConfig()
+    notes.append(f"embedded target {EMBEDDED} on the CPU: pool reduced to {_sizes(pool)} (paper: 10, 8, 10); "
+                 f"--pool-* options or --paper-pool change it" if ns.target == EMBEDDED else
+                 f"pool: the paper's, {_sizes(pool)} ({pool.size} candidates); --pool-* options change it")
+    return pool
 
 
 def _sizes(pool: PoolConfig) -> str:
     return f"topk={pool.topk} depth={pool.depth} expand={pool.expand}"
 
 
-def pair_of(ns) -> bool:
-    """The pool program's pair in `ns` (a drafter alone stands beside the target it was made for, else the
-    embedded target) -> whether it is the embedded pair (no target named), as a decode run decides."""
-    named = ns.target is not None
+def pair_of(ns) -> None:
+    """The pool program's pair in `ns`: a drafter alone stands beside the target it was made for, as in a decode
+    run (models.options.drafted_for), else beside the embedded target."""
     ns.target = ns.target or drafted_for(ns.drafter) or EMBEDDED
-    return not named and ns.target == EMBEDDED
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m programs.pool_program") -> int:
@@ -120,7 +114,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.pool_pro
     if isinstance(ids, str) or not ids or min(ids) < 0:
         parser.error(f"--prompt-ids must list token ids (integers >= 0), comma-separated, got {ns.prompt_ids!r}")
     notes: list[str] = []
-    config = chosen_pool(parser, ns, pair_of(ns), notes)
+    pair_of(ns)
+    config = chosen_pool(parser, ns, notes)
     for note in notes:
         print(f"[pool] {note}", file=sys.stderr)
     setup_logging("pool", ns.log_level)

@@ -180,12 +180,17 @@ def test_a_head_trained_for_the_embedded_target_alone_takes_the_embedded_pairs_d
     assert any("pool reduced to topk=10 depth=3 expand=3" in n for n in p.notes)
 
 
-def test_a_named_target_runs_the_papers_pool_and_a_start_line_says_so(tmp_path):
+def test_the_embedded_target_named_runs_the_cpu_pool_and_a_start_line_says_which(tmp_path):
+    """--target smollm2 beside its head: the CPU pool as without --target (lookup and the output limit stay
+    the command line's); any other named target the paper's pool, said too."""
     p = planned(["--target", "smollm2", "--drafter", trained_head(tmp_path, "smollm2")])
-    assert pool_of(p) == ("10", "8", "10")
+    assert pool_of(p) == ("10", "3", "3") and p.target[p.target.index("--lookup") + 1] == "0"
     said = [n for n in p.notes if "pool" in n]
-    assert len(said) == 1 and "the paper's, topk=10 depth=8 expand=10 (710 candidates)" in said[0]
-    assert "with --target left out, the embedded pair's CPU pool (topk=10 depth=3 expand=3)" in said[0]
+    assert len(said) == 1 and "embedded target smollm2 on the CPU: pool reduced to topk=10 depth=3 expand=3" in said[0]
+    p = planned(["--target", "mock", "--drafter", "mock"])
+    assert pool_of(p) == ("10", "8", "10")
+    assert [n for n in p.notes if "pool" in n] == ["pool: the paper's, topk=10 depth=8 expand=10 (710 candidates); "
+                                                   "--pool-* options change it"]
 
 
 def test_a_head_that_does_not_say_its_target_needs_one_named(tmp_path, capsys):
@@ -199,12 +204,15 @@ def test_a_head_that_does_not_say_its_target_needs_one_named(tmp_path, capsys):
 
 @pytest.mark.parametrize("pair", [[], ["--drafter", "HEAD"], ["--target", "smollm2", "--drafter", "HEAD"],
                                   ["--drafter", "smollm2:int8"], ["--target", "mock", "--drafter", "mock"],
+                                  ["--target", "random:tiny", "--drafter", "random:tiny"],
                                   ["--drafter", "HEAD", "--pool-depth", "2"], ["--drafter", "HEAD", "--paper-pool"]],
-                         ids=["embedded", "head", "named-target", "int8", "mock", "pool-depth", "paper-pool"])
+                         ids=["embedded", "head", "named-target", "int8", "mock", "random", "pool-depth",
+                              "paper-pool"])
 def test_launch_pair_pool_grows_the_pool_a_decode_of_the_same_pair_runs(pair, tmp_path):
     from programs.pool_program import build_parser, chosen_pool, pair_of
 
     pair = [trained_head(tmp_path, "smollm2") if a == "HEAD" else a for a in pair]
     ns = build_parser("launch/pair.sh pool").parse_args([*pair, "--prompt-ids", "1,2"])
-    pool = chosen_pool(build_parser("pool"), ns, pair_of(ns), [])
+    pair_of(ns)
+    pool = chosen_pool(build_parser("pool"), ns, [])
     assert (str(pool.topk), str(pool.depth), str(pool.expand)) == pool_of(planned(pair))
