@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -191,6 +193,14 @@ def test_the_embedded_target_named_runs_the_cpu_pool_and_a_start_line_says_which
     assert pool_of(p) == ("10", "8", "10")
     assert [n for n in p.notes if "pool" in n] == ["pool: the paper's, topk=10 depth=8 expand=10 (710 candidates); "
                                                    "--pool-* options change it"]
+
+
+def test_docs_training_decode_command_plans_as_written_with_the_head_it_trains(tmp_path):
+    lines = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8").splitlines()
+    argv = shlex.split(next(line for line in lines if line.startswith("launch/pair.sh --drafter eagle3:")))[1:]
+    head = trained_head(tmp_path, "smollm2")
+    p = planned([head if a.startswith("eagle3:") else a for a in argv])
+    assert p.target[p.target.index("--model") + 1] == "smollm2" and pool_of(p) == ("10", "3", "3")
 
 
 def test_a_head_that_does_not_say_its_target_needs_one_named(tmp_path, capsys):
