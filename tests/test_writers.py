@@ -26,32 +26,36 @@ WRITERS = {
 }
 APPENDS = {("timing sweep", "out"), ("launch/pair.sh sweep", "out")}  # resume their own records, refuse others'
 NAMES_ONLY = {("timing matched", "out")}  # the directory of the command it prints; it writes nothing
+TRAINING = {("train-head", "work"), ("train-head", "out")}  # its work folder resumes; tests/training check both
 READS = {"dirs", "run_dir", "runs", "recording", "key_dir", "echo_keys"}  # inputs; keys are made once, kept
 
 
 def parsers() -> dict:
-    """Every program's parser: the timing programs, the benchmarks and the launcher's decode and sweep."""
+    """Every program's parser: the timing programs, the benchmarks, the launcher's decode and sweep and its
+    other routes."""
     from launch.pair import build_parser
     from programs import drafter_program, keys_program, pool_program
+    from training import cli
 
     found = {f"timing {name}": import_module(f"timing.{name}").build_parser() for name in PROGRAMS}
     found |= {f"bench {name}": import_module(f"bench.{name}").build_parser() for name in BENCHMARKS}
     return found | {"launch/pair.sh": build_parser("decode"), "launch/pair.sh sweep": build_parser("sweep"),
                     "pool": pool_program.build_parser("pool"), "keys": keys_program.build_parser("keys"),
-                    "drafter": drafter_program.build_parser()}
+                    "drafter": drafter_program.build_parser(), "train-head": cli.build_parser("train-head")}
 
 
 def places(parser) -> set[str]:
     """The dests of a parser's options and arguments that name a file or a folder."""
     return {a.dest for a in parser._actions
-            if any(word in str(a.metavar or "") for word in ("DIR", "FILE", "PATH", "RUN"))}
+            if any(word in str(a.metavar or "") for word in ("DIR", "FILE", "PATH", "RUN")) or a.dest in ("out", "work")}
 
 
 def test_every_option_naming_a_place_is_a_writer_that_refuses_or_is_known_not_to_write_over():
     found = {(name, dest) for name, parser in parsers().items() for dest in places(parser)}
-    unsorted = {p for p in found if p not in WRITERS and p not in APPENDS and p not in NAMES_ONLY and p[1] not in READS}
+    known = set(WRITERS) | APPENDS | NAMES_ONLY | TRAINING
+    unsorted = {p for p in found if p not in known and p[1] not in READS}
     assert not unsorted, f"options naming a place, neither writers checked here nor known readers: {unsorted}"
-    assert set(WRITERS) <= found and APPENDS <= found
+    assert known <= found
     every = parsers()
     assert all("--overwrite" in every[name]._option_string_actions for name, _ in WRITERS)
 
