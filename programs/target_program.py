@@ -263,9 +263,10 @@ def _round_store(run: RunOptions, header: dict, vocab: int) -> AbstractContextMa
     the target's vocabulary), else nothing."""
     if not run.record_rounds:
         return decodes.rounds_file(None, header, vocab)
-    run.check_rounds_file()  # again: another run may have written one since the launcher checked
+    run.check_rounds_file()  # again, now: another run may have written one while the models loaded
     path = rounds_path(run.record_rounds, 1, 1)
-    path.unlink(missing_ok=True)  # --overwrite: this run's rounds alone, never appended to another's
+    if run.overwrite:  # this run's rounds alone, never appended to another's
+        path.unlink(missing_ok=True)
     return decodes.rounds_file(path, header, vocab)
 
 
