@@ -12,7 +12,8 @@ order rotated from prompt to prompt, so all see the same machine state. Prints, 
 of each variant (and over `ar`), the paired per-prompt ratio of each variant over `none` (median and range),
 each variant's median wait for the drafter per round, the hit rate and the drafting hidden per hit; and speeds
 per prompt group. The load average is printed at the start and the end. The last line of stdout is one JSON
-document; `--records FILE` also keeps every timed decode's record, for what the summary does not show.
+document; `--records FILE` also keeps every timed decode's record, for what the summary does not show (in a new
+file: one that exists is refused unless --overwrite).
 """
 
 from __future__ import annotations
