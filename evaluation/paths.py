@@ -88,7 +88,7 @@ def refuse_overwrite(paths: Iterable[str | Path], overwrite: bool, elsewhere: st
     for p in held:
         by_folder.setdefault(p.parent, []).append(p.name)
     what = "; ".join(f"{folder} holds {', '.join(names)}" for folder, names in by_folder.items())
-    raise InputError(f"{what} already; give another place ({elsewhere}) or --overwrite to write over "
+    raise InputError(f"{what} already; write elsewhere ({elsewhere}) or give --overwrite to write over "
                      f"{'it' if len(held) == 1 else 'them'}")
 
 

@@ -47,7 +47,8 @@ def parsers() -> dict:
 def places(parser) -> set[str]:
     """The dests of a parser's options and arguments that name a file or a folder."""
     return {a.dest for a in parser._actions
-            if any(word in str(a.metavar or "") for word in ("DIR", "FILE", "PATH", "RUN")) or a.dest in ("out", "work")}
+            if any(word in str(a.metavar or "") for word in ("DIR", "FILE", "PATH", "RUN"))
+            or a.dest in ("out", "work")}
 
 
 def test_every_option_naming_a_place_is_a_writer_that_refuses_or_is_known_not_to_write_over():

@@ -69,7 +69,7 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None, *, overwrite
     for r in records:
         groups.setdefault((r.decoder, float(r.temperature), r.setting_budget), []).append(r)
     files = {out / answer_file(model_id, *key): rs for key, rs in sorted(groups.items(), key=lambda kv: str(kv[0]))}
-    refuse_overwrite(files, overwrite, "another OUT_DIR")
+    refuse_overwrite(files, overwrite, "a new OUT_DIR")
     for path, rs in files.items():
         lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{rs[0].decoder}", run_dir)]
         output_file(path, "the answer file")

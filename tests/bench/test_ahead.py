@@ -78,7 +78,8 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda d: (d / "old.jsonl").write_text("{}\n") and d / "old.jsonl", r"holds old.jsonl already; give another place \(--records NEW_FILE\) or --overwrite"),
+    (lambda d: (d / "old.jsonl").write_text("{}\n") and d / "old.jsonl",
+     r"holds old.jsonl already; write elsewhere \(--records NEW_FILE\) or give --overwrite"),
     (lambda d: d / "missing" / "r.jsonl", r"--records .*r.jsonl: no directory .*missing"),
 ], ids=["exists", "no-directory"])
 def test_records_go_to_a_new_file_only(tmp_path, make, message):
