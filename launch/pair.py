@@ -197,8 +197,8 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
         ns.drafter = "mock"  # with --drafter-at, a placeholder: no drafter starts here
     elif ns.target is None and (made_for := drafted_for(ns.drafter)):  # a drafter alone: beside its own target
         ns.target, embedded = made_for, made_for == EMBEDDED
-        notes.append(f"target {made_for}: the one {ns.drafter} drafts for"
-                     f"{', with the embedded pair defaults' if embedded else ''}; --target names another")
+        defaults = ", with the embedded pair's defaults" if embedded else ""
+        notes.append(f"target {made_for}: the one {ns.drafter} drafts for{defaults}; --target names another")
     elif ns.drafter is None or ns.target is None:
         parser.error("--target and --drafter go together (or give neither for the embedded default pair)"
                      + (f": {ns.drafter} does not say which target it drafts for (a head trained by train-head says "
