@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -145,6 +146,23 @@ def is_head_spec(spec: str) -> bool:
 def embedded_pool(drafter: str) -> PoolConfig:
     """The embedded pair's pool on the CPU with `drafter` (a model spec)."""
     return EMBEDDED_HEAD_POOL if is_head_spec(drafter) else EMBEDDED_POOL
+
+
+def drafted_for(drafter: str) -> str | None:
+    """The target a drafter (a model spec) was made for, where it says: the embedded target for a copy of it
+    (smollm2, smollm2:int8) and for an EAGLE-3 head whose folder's training.json (launch/pair.sh train-head
+    writes one) names it, that head's target; None otherwise (the pair then needs its target named)."""
+    if drafter.removesuffix(INT8_SUFFIX) == EMBEDDED:
+        return EMBEDDED
+    spec = head_path_spec(drafter)
+    if not spec.startswith(HEAD_PREFIX):
+        return None
+    try:
+        target = json.loads((Path(spec.removeprefix(HEAD_PREFIX)) / "training.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no record of its training (a head from elsewhere): it does not say
+        return None
+    target = target.get("target") if isinstance(target, dict) else None
+    return target if isinstance(target, str) and target else None
 
 
 def head_path_spec(spec: str) -> str:

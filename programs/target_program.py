@@ -261,9 +261,12 @@ def _turns(turns) -> tuple[str, tuple[str, ...]]:
 def _round_store(run: RunOptions, header: dict, vocab: int) -> AbstractContextManager:
     """DIR/rounds.shard-1-of-1.bin with --record-rounds DIR (a decode run is one shard; its run's identity holds
     the target's vocabulary), else nothing."""
-    path = rounds_path(run.record_rounds, 1, 1) if run.record_rounds else None
-    if path is not None and path.exists():
-        raise InputError(f"`record_rounds`: {path} exists already; name an empty directory for this run's rounds")
+    if not run.record_rounds:
+        return decodes.rounds_file(None, header, vocab)
+    run.check_rounds_file()  # again, now: another run may have written one while the models loaded
+    path = rounds_path(run.record_rounds, 1, 1)
+    if run.overwrite:  # this run's rounds alone, never appended to another's
+        path.unlink(missing_ok=True)
     return decodes.rounds_file(path, header, vocab)
 
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from evaluation.paths import refuse_overwrite
 from evaluation.record import DecodeRecord
 from evaluation.stats import percent
 from evaluation.summary import (DELIVERED, PAPER_ROUND, Setting, analyse, as_json, category_group, group_order,
@@ -24,6 +25,10 @@ from timing import prog, run_config
 from timing.figures import phase_profile
 from timing.options import ReportOptions
 from timing.record_store import directory, load_records
+
+# Every plot a report may draw (see draw), each refused where it exists already unless --overwrite
+PLOTS = ("gains.png", "timeline.png", "speed.png", "acceptance.png", "tree_sizes.png", "phases.png",
+         "speed_by_category.png", "acceptance_by_category.png", "tree_sizes_by_category.png", "phases_by_category.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +46,9 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
         if not Path(d).is_dir():
             raise InputError(f"the run directory {d} " + ("is not a directory" if Path(d).exists() else
                                                           "does not exist"))
-    directory(options.out or dirs[0], "--out")
+    out = directory(options.out or dirs[0], "--out")
+    refuse_overwrite((out / name for name in ("report.md", *(PLOTS if options.plots else ()))), options.overwrite,
+                     "--out NEW_DIR")
     config = merged_config(dirs)
     records = load_records(dirs)
     timed = [r for r in records if not r.warmup]
@@ -55,8 +62,6 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
         groups = group_order({category_group(r.category) for r in timed})
         by_category = {s.label: [analyse(timed, s.temperature, s.budget, g, **kw) for g in groups]
                        for s in settings}
-    out = Path(options.out or dirs[0])
-    out.mkdir(parents=True, exist_ok=True)
     plots = draw(settings, by_category, options, out) if options.plots else []
     text = render(dirs, config, records, settings, by_category, options, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
@@ -101,6 +106,7 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
             ("phases_by_category.png", "where a round's time goes by prompt category, per setting and decoder",
              lambda path: p.plot_phases(f.category_panels(settings, cats, f.has_rounds), path)),
         ]
+    assert {name for name, _, _ in wanted} <= set(PLOTS), "a plot missing from PLOTS would be written over unasked"
     return [(name, caption) for name, caption, plot in wanted if plot(out / name)]
 
 
