@@ -89,10 +89,10 @@ class DecoderStats:
 
     def acceptance_text(self) -> str:
         """Acceptance by depth as a row reads it: "0.55 0.54 0.67", the depths beyond the deepest pool the drafter
-        sent marked as context lookup's chains ("0.55 0.54 0.67 | chains 1.00 1.00"), "—" where none."""
+        sent marked as context lookup's chains ("0.55 0.54 0.67; chains 1.00 1.00"), "—" where none."""
         rates = [f"{a:.2f}" for a in self.rounds.acceptance]
         if 0 < self.pool_depth < len(rates):
-            return " ".join(rates[: self.pool_depth]) + " | chains " + " ".join(rates[self.pool_depth:])
+            return " ".join(rates[: self.pool_depth]) + "; chains " + " ".join(rates[self.pool_depth:])
         return " ".join(rates) or "—"
 
     def ahead_summary(self) -> dict | None:

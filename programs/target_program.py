@@ -321,11 +321,12 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
         vs_ar = "—" if gain is None else f"{flag}{100 * gain.gain:+.1f}% " + (
             f"[{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]" if gain.has_interval else "(no interval)")
         tree = f"{st.rounds.mean_tree_size:.1f}" if st.rounds.mean_tree_size else "—"
-        depth = " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—"
         print(f"{d:<11}{st.decodes:>8}{st.tokens.sum():>8.0f}{st.seconds.sum():>9.2f}{st.speed:>8.1f}  "
-              f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {depth}")
+              f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {st.acceptance_text()}")
     print("tau: tokens per round, the bonus token included; tok/pass: per target pass after the prefill "
           "(root-pass rules make two a round)")
+    if any("chains" in st.acceptance_text() for st in setting.decoders.values()):
+        print(f"acceptance by depth beyond the pool's depth ({pool.depth}): only context lookup's chains reach there")
     copied = {d: c for d, st in setting.decoders.items() if (c := st.copied_summary())}
     if copied:
         print("context lookup: accepted tokens that only a chain copied from the context proposed: " + ", ".join(

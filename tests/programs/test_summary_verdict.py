@@ -127,3 +127,12 @@ def test_the_checker_finds_the_contradictions_it_looks_for():
         "plain decoding's work called the best speculative decoder", "plain decoding's work without the same-work "
         "caution", "paid, without an interval above zero", "paid, and τ below what pays",
         "plain decoding's work said to have paid", "spec-bench:PATH with no word of where its file comes from"}
+
+
+def test_acceptance_beyond_the_pools_depth_is_marked_as_context_lookups_chains(make_record, capsys):
+    s = setting("draft", 8, "above", 0.29, 2.0, 1.5)
+    s.decoders["draft"] = dataclasses.replace(
+        s.decoders["draft"], rounds=RoundStats(ROUNDS, 2.0, 8.0, (0.55, 0.54, 0.67, 1.0, 1.0)))
+    text = printed(s, make_record, capsys)
+    assert "0.55 0.54 0.67; chains 1.00 1.00" in text
+    assert "acceptance by depth beyond the pool's depth (3): only context lookup's chains reach there" in text
