@@ -238,8 +238,8 @@ def _round_tables(s: Setting) -> list[str]:
 ROOT_MS = ("Root ms is the same one-token pass for every decoder, but not on the same cores: `ar` and plain "
            "rounds run it on every core the target may use (`--solo-threads`), a root-pass rule on `--threads` "
            "(1 by default) while the drafter drafts beside it. On a quiet machine the two are close; on a loaded "
-           "one a pass spread over every core waits at each step for its slowest thread, so `ar`'s root ms can be "
-           "several times a root-pass rule's (the load caution says when the machine was loaded).")
+           "one a pass spread over every core waits at each step for its slowest thread, so `ar`'s root ms can "
+           "exceed a root-pass rule's by far (the load caution says when the machine was loaded).")
 
 
 def _decoder_table(s: Setting) -> list[str]:
