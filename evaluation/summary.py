@@ -242,11 +242,11 @@ def _decoder_stats(decoder: str, mine: list[DecodeRecord], index: dict[str, int]
 
 def bare_rounds(record: DecodeRecord) -> int:
     """The rounds of `record` that verified nothing beyond the root: no tree, or a tree of the target's own draw X1
-    alone (a rule whose tree holds X1, or `cover`'s round that drew from a held row), which its root pass or held
-    row had already given: one token a target pass, as `ar`."""
+    alone, which its root pass or held row had already given (a root-pass rule runs its tree pass only on a tree
+    that holds X1; `cover` draws X1 from a held row): one token a target pass, as `ar`."""
     rule = RULES[record.decoder]
     held = record.held_rows or [0] * len(record.tree_sizes)
-    return sum(size <= (1 if rule.draw_in_tree or (rule.covers and h) else 0)
+    return sum(size <= (1 if rule.root_pass or (rule.covers and h) else 0)
                for size, h in zip(record.tree_sizes, held))
 
 

@@ -29,7 +29,7 @@ INTERVALS = {"none": None, "across": (-0.21, 0.51), "above": (0.05, 0.40), "belo
 def stats(decoder: str, *, n: int, tree: float, tau: float, round_cost: float) -> DecoderStats:
     """`decoder` at made-up figures: every round at a tree of `tree` nodes (0: plain rounds), over `n` prompts."""
     size = int(tree)
-    plain_tree = size <= (1 if RULES[decoder].draw_in_tree else 0)
+    plain_tree = size <= (1 if RULES[decoder].root_pass else 0)
     seconds = np.full(n, AR_SECONDS * round_cost / n)
     tokens = np.full(n, tau * ROUNDS / n)
     passes = ROUNDS * (2 if RULES[decoder].root_pass else 1)
@@ -91,14 +91,14 @@ def contradictions(text: str, decoder: str, plain: bool) -> list[str]:
 
 
 GRID = [(d, tree, i, gain, cost) for d, tree, i, gain, cost in
-        itertools.product(("pearl", "draft"), (0, 1, 8), INTERVALS, (-0.2, 0.12, 0.29), (1.5, 2.5))
+        itertools.product(("pearl", "root", "draft"), (0, 1, 8), INTERVALS, (-0.2, 0.12, 0.29), (1.5, 2.5))
         if INTERVALS[i] is None or INTERVALS[i][0] <= gain <= INTERVALS[i][1]]  # a gain lies in its own interval
 
 
 @pytest.mark.parametrize("decoder, tree, interval, gain, round_cost", GRID)
 def test_no_two_lines_of_a_summary_contradict(decoder, tree, interval, gain, round_cost, make_record, capsys):
     text = printed(setting(decoder, tree, interval, gain, 2.0, round_cost), make_record, capsys)  # τ 2.00
-    plain = tree == 0 or (tree == 1 and RULES[decoder].draw_in_tree)
+    plain = tree == 0 or (tree == 1 and RULES[decoder].root_pass)
     assert contradictions(text, decoder, plain) == [], text
 
 
