@@ -87,7 +87,7 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
                       "construction) by decoder, temperature and budget",
          lambda path: p.plot_speed(f.speed_panels(settings), path)),
         ("acceptance.png", "acceptance by depth: the share of tree rounds that accepted at least d tree tokens "
-                           "(open circle: 100% by construction)",
+                           "(open circle: 100% by construction; shaded: depths only context lookup's chains reach)",
          lambda path: p.plot_acceptance(f.decoder_panels(settings, f.has_acceptance), path)),
         ("tree_sizes.png", "under budget auto, the share of rounds at each tree size (0: a plain round), for the "
                            "settings where some round verified a tree",
@@ -150,7 +150,8 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[DecodeRecord], s
         f"{options.bootstrap_seed})",
         "- τ: tokens per round, the bonus token included (Spec-Bench's mean accepted tokens); tok/pass: per "
         "target pass after the prefill (a root-pass rule makes two a round); acceptance at depth d: rounds "
-        "that accepted a node at depth d among those that reached depth d - 1 with candidates below it",
+        "that accepted a node at depth d among those that reached depth d - 1 with candidates below it (after "
+        "`chains`: the depths beyond the deepest pool the drafter sent, which only context lookup's chains reach)",
         "",
     ]
     for s in settings:
@@ -187,7 +188,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     elif len(s.decoders) > 1:
         out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
     out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
-            "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
+            "medians over rounds, draft on the drafter, concurrent with root.", ROOT_MS, ""] if level == 2 else []
     return out
 
 
@@ -240,6 +241,13 @@ def _round_tables(s: Setting) -> list[str]:
     return out
 
 
+ROOT_MS = ("Root ms is the same one-token pass for every decoder, but not on the same cores: `ar` and plain "
+           "rounds run it on every core the target may use (`--solo-threads`), a root-pass rule on `--threads` "
+           "(1 by default) while the drafter drafts beside it. On a quiet machine the two are close; on a loaded "
+           "one a pass spread over every core waits at each step for its slowest thread, so `ar`'s root ms can "
+           "exceed a root-pass rule's by far (the load caution says when the machine was loaded).")
+
+
 def _decoder_table(s: Setting) -> list[str]:
     """A setting's row per decoder: speed, its gain over ar, tokens, acceptance and round phases."""
     head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
@@ -253,8 +261,7 @@ def _decoder_table(s: Setting) -> list[str]:
         cells = [name, f"{st.speed:.1f}", "—" if gain is None else _gain(s, (d, "ar"), gain),
                  f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
                  f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
-                 " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
-                 _ms(ms["round_ms"])]
+                 st.acceptance_text(), _ms(ms["round_ms"])]
         cells += [_ms(ms[f"{p}_ms"]) for p in PHASES]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
