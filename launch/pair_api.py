@@ -49,7 +49,7 @@ from pathlib import Path
 from evaluation.output import DecodeOutput, StreamChunk
 from evaluation.record import DecodeRecord
 from models.options import DEFAULT_DRAFTER, EMBEDDED, ModelOptions, for_target
-from pipeline.config import ConfigError, InputError, PoolConfig
+from pipeline.config import ConfigError, InputError, PoolConfig, is_int
 from pipeline.settings import DecodeConfig
 from launch.children import PY, Children, drafter_command
 from launch.targets import InProcessTarget, ProcessTarget
@@ -112,6 +112,8 @@ class Pair:
         drafter = drafter or (DEFAULT_DRAFTER if target == EMBEDDED else target)
         self.target_options = _model_options("target_options", target, target_options)
         self.drafter_options = for_target(_model_options("drafter_options", drafter, drafter_options), target)
+        for side, options in (("target", self.target_options), ("drafter", self.drafter_options)):
+            check_present_as(options, f"`{side}_options={{'allow_download': True}}`")  # before anything starts
         self.pool = _pool(pool) or default_pool(self.target_options, self.drafter_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = _log_level(log_level)
@@ -184,18 +186,21 @@ class Pair:
             time.sleep(0.05)
 
     def decode(self, prompt: Prompt | Sequence[Prompt], decoder: str = "root-draw", *, prompt_id: str | None = None,
-               category: str = "api", use_tqdm: bool = True, **settings) -> DecodeOutput | list[DecodeOutput]:
+               category: str = "api", use_tqdm: bool = True, logprobs: int | None = None,
+               **settings) -> DecodeOutput | list[DecodeOutput]:
         """One decode -> its DecodeOutput; a list of prompts -> each decoded, a list of outputs (as vLLM's
         `generate`), with a progress bar on stderr unless `use_tqdm` is False. A prompt is one user turn's text
         (through the chat template), token ids (used as they are), or chat messages [{"role": "system" | "user"
         | "assistant", "content": ...}, ...] ending with the user's. `prompt_id` names a single prompt (it
-        seeds the sampling streams; by default it is derived from the prompt)."""
+        seeds the sampling streams; by default it is derived from the prompt). `logprobs`: keep each output
+        token's log-probability under the target, from the row the verifier drew it from, and the `logprobs` most
+        likely tokens of that row, in the record (`out.record.logprobs`)."""
         if not _is_many(prompt):
-            (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
+            (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings, logprobs))
             return DecodeOutput.of(record)
         if prompt_id is not None:
             raise InputError("`prompt_id` names one prompt; a list of prompts takes ids derived from each")
-        requests = [self._request(p, decoder, None, category, settings) for p in prompt]  # all checked first
+        requests = [self._request(p, decoder, None, category, settings, logprobs) for p in prompt]  # checked first
         return self._run_all(requests, use_tqdm)
 
     def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
@@ -208,11 +213,11 @@ class Pair:
                                                                     settings))]
 
     def stream(self, prompt: Prompt, decoder: str = "root-draw", *, prompt_id: str | None = None,
-               category: str = "api", **settings) -> Iterator[StreamChunk]:
+               category: str = "api", logprobs: int | None = None, **settings) -> Iterator[StreamChunk]:
         """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text
         they add), the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next
         round."""
-        request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
+        request = {**self._request(prompt, decoder, prompt_id, category, settings, logprobs), "stream": True}
         for line in self._target.lines(request):
             if line["kind"] == "tokens":
                 yield StreamChunk(line["tokens"], line["text"])
@@ -235,11 +240,14 @@ class Pair:
     summarize = staticmethod(summarize)  # as the module's: Pair.summarize(outputs)
     settings = staticmethod(settings)
 
-    def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict) -> dict:
-        """A request as the target takes it: the prompt, its id (derived from it by default), the category and
-        the checked settings."""
+    def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict,
+                 logprobs: int | None = None) -> dict:
+        """A request as the target takes it: the prompt, its id (derived from it by default), the category, the
+        checked settings and, where asked for, how many top log-probabilities each output token carries."""
         self._check_open()
         config = DecodeConfig(decoder, **_settings(settings))
+        if not (logprobs is None or (is_int(logprobs) and logprobs >= 0)):
+            raise ConfigError("logprobs", f"must be None or a whole number >= 0, got {logprobs!r}")
         if isinstance(prompt, str):
             if not prompt:
                 raise InputError("`prompt` must be non-empty text")
@@ -255,7 +263,8 @@ class Pair:
         else:
             digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
         return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
-                key: prompt, "config": dataclasses.asdict(config)}
+                key: prompt, "config": dataclasses.asdict(config), **({"logprobs": logprobs} if logprobs is not None
+                                                                      else {})}
 
     def _run(self, request: dict) -> list[DecodeRecord]:
         """One request's records, read from the answer lines that hold them."""
@@ -310,6 +319,17 @@ def _records(outputs: Sequence[DecodeOutput | DecodeRecord]) -> list[DecodeRecor
         raise ConfigError("outputs", f"must hold decode outputs or records (DecodeOutput, DecodeRecord), got a "
                                      f"{type(wrong[0]).__name__}: read saved records with DecodeRecord.from_json")
     return records
+
+
+def check_present_as(options: ModelOptions, argument: str) -> None:
+    """models.present's check_present, its error naming `argument`: how the caller's API lets a model that is
+    not on this machine download (the command line's names a flag)."""
+    from models.present import ModelNotFound, check_present
+
+    try:
+        check_present(options)
+    except ModelNotFound as e:
+        raise ModelNotFound(f"{str(e).removesuffix('set `allow_download`')}pass {argument}") from None
 
 
 def _check_spec(name: str, spec) -> None:
