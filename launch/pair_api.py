@@ -112,8 +112,6 @@ class Pair:
         drafter = drafter or (DEFAULT_DRAFTER if target == EMBEDDED else target)
         self.target_options = _model_options("target_options", target, target_options)
         self.drafter_options = for_target(_model_options("drafter_options", drafter, drafter_options), target)
-        for side, options in (("target", self.target_options), ("drafter", self.drafter_options)):
-            check_present_as(options, f"`{side}_options={{'allow_download': True}}`")  # before anything starts
         self.pool = _pool(pool) or default_pool(self.target_options, self.drafter_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = _log_level(log_level)
@@ -186,21 +184,18 @@ class Pair:
             time.sleep(0.05)
 
     def decode(self, prompt: Prompt | Sequence[Prompt], decoder: str = "root-draw", *, prompt_id: str | None = None,
-               category: str = "api", use_tqdm: bool = True, logprobs: int | None = None,
-               **settings) -> DecodeOutput | list[DecodeOutput]:
+               category: str = "api", use_tqdm: bool = True, **settings) -> DecodeOutput | list[DecodeOutput]:
         """One decode -> its DecodeOutput; a list of prompts -> each decoded, a list of outputs (as vLLM's
         `generate`), with a progress bar on stderr unless `use_tqdm` is False. A prompt is one user turn's text
         (through the chat template), token ids (used as they are), or chat messages [{"role": "system" | "user"
-        | "assistant", "content": ...}, ...] ending with the user's. `prompt_id` names a single prompt (it
-        seeds the sampling streams; by default it is derived from the prompt). `logprobs`: keep each output
-        token's log-probability under the target, from the row the verifier drew it from, and the `logprobs` most
-        likely tokens of that row, in the record (`out.record.logprobs`)."""
+        | "assistant", "content": ...}, ...] ending with the user's. `prompt_id` names a single prompt (it seeds
+        the sampling streams; derived from the prompt by default). `logprobs=k`: see _with_logprobs."""
         if not _is_many(prompt):
-            (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings, logprobs))
+            (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
             return DecodeOutput.of(record)
         if prompt_id is not None:
             raise InputError("`prompt_id` names one prompt; a list of prompts takes ids derived from each")
-        requests = [self._request(p, decoder, None, category, settings, logprobs) for p in prompt]  # checked first
+        requests = [self._request(p, decoder, None, category, settings) for p in prompt]  # all checked first
         return self._run_all(requests, use_tqdm)
 
     def chat(self, turns: Sequence[str], decoder: str = "root-draw", *, prompt_id: str | None = None,
@@ -213,11 +208,11 @@ class Pair:
                                                                     settings))]
 
     def stream(self, prompt: Prompt, decoder: str = "root-draw", *, prompt_id: str | None = None,
-               category: str = "api", logprobs: int | None = None, **settings) -> Iterator[StreamChunk]:
+               category: str = "api", **settings) -> Iterator[StreamChunk]:
         """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text
         they add), the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next
         round."""
-        request = {**self._request(prompt, decoder, prompt_id, category, settings, logprobs), "stream": True}
+        request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
         for line in self._target.lines(request):
             if line["kind"] == "tokens":
                 yield StreamChunk(line["tokens"], line["text"])
@@ -240,14 +235,12 @@ class Pair:
     summarize = staticmethod(summarize)  # as the module's: Pair.summarize(outputs)
     settings = staticmethod(settings)
 
-    def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict,
-                 logprobs: int | None = None) -> dict:
-        """A request as the target takes it: the prompt, its id (derived from it by default), the category, the
-        checked settings and, where asked for, how many top log-probabilities each output token carries."""
+    def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict) -> dict:
+        """A request as the target takes it: the prompt, its id (derived from it by default), the category and
+        the checked settings."""
         self._check_open()
+        settings, asked = _with_logprobs(settings)
         config = DecodeConfig(decoder, **_settings(settings))
-        if not (logprobs is None or (is_int(logprobs) and logprobs >= 0)):
-            raise ConfigError("logprobs", f"must be None or a whole number >= 0, got {logprobs!r}")
         if isinstance(prompt, str):
             if not prompt:
                 raise InputError("`prompt` must be non-empty text")
@@ -258,13 +251,10 @@ class Pair:
             prompt, key = list(prompt), "context"
         else:
             raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
-        if key == "turns":
-            digest = hashlib.blake2b("\x00".join(prompt).encode(), digest_size=6).hexdigest()
-        else:
-            digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
+        raw = "\x00".join(prompt) if key == "turns" else json.dumps(prompt, default=str)
+        digest = hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
         return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
-                key: prompt, "config": dataclasses.asdict(config), **({"logprobs": logprobs} if logprobs is not None
-                                                                      else {})}
+                key: prompt, "config": dataclasses.asdict(config), **asked}
 
     def _run(self, request: dict) -> list[DecodeRecord]:
         """One request's records, read from the answer lines that hold them."""
@@ -332,6 +322,17 @@ def check_present_as(options: ModelOptions, argument: str) -> None:
         raise ModelNotFound(f"{str(e).removesuffix('set `allow_download`')}pass {argument}") from None
 
 
+def _with_logprobs(settings: dict) -> tuple[dict, dict]:
+    """A call's settings -> (the decode's settings, the request's `logprobs` entry): `logprobs=k` keeps each
+    output token's log-probability under the target, from the row the verifier drew it from, with the k most
+    likely tokens of that row, in the record (`out.record.logprobs`: target_proc.logprobs)."""
+    settings = dict(settings)
+    logprobs = settings.pop("logprobs", None)
+    if not (logprobs is None or (is_int(logprobs) and logprobs >= 0)):
+        raise ConfigError("logprobs", f"must be None or a whole number >= 0, got {logprobs!r}")
+    return settings, {} if logprobs is None else {"logprobs": logprobs}
+
+
 def _check_spec(name: str, spec) -> None:
     """A model spec is a non-empty string, as --target and --drafter take it."""
     if not isinstance(spec, str) or not spec:
@@ -340,14 +341,17 @@ def _check_spec(name: str, spec) -> None:
 
 
 def _model_options(name: str, model: str, options) -> ModelOptions:
-    """ModelOptions for `model` with the other fields of `options` (a dict), unknown fields refused by name."""
+    """ModelOptions for `model` with the other fields of `options` (a dict), unknown fields refused by name, and a
+    model this machine lacks and may not download refused (ModelNotFound naming `name`'s allow_download)."""
     options = {} if options is None else options
     if not isinstance(options, dict):
         raise ConfigError(name, f"must be a dict of model options, got {type(options).__name__}")
     fields = [f.name for f in dataclasses.fields(ModelOptions) if f.name != "model"]
     if unknown := [key for key in options if key not in fields]:
         raise ConfigError(name, f"has {unknown[0]!r}, not a model option; the options are {', '.join(fields)}")
-    return ModelOptions(model=model, **options)
+    made = ModelOptions(model=model, **options)
+    check_present_as(made, f"`{name}={{'allow_download': True}}`")  # a model missing here, before anything starts
+    return made
 
 
 def _pool(pool) -> PoolConfig | None:

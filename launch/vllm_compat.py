@@ -219,7 +219,7 @@ class LLM:
                                    f"takes n and best_of")
         shown, ids = self._prompt(given)
         (config,) = self._plan(params, len(ids), decoder, runtime)
-        self._say_unapplied([params])
+        _say_unapplied([params])
         request_id, arrival, first = str(next(self._counter)), time.time(), None
         token_ids, text = [], ""
         for chunk in self.pair.stream(ids, config.decoder, logprobs=params.logprobs, **_settings(config)):
@@ -251,29 +251,12 @@ class LLM:
         if unknown := [name for name in runtime if name not in RUNTIME]:
             raise ConfigError(unknown[0], f"is not a decode setting here; the runtime's are decoder, "
                                           f"{', '.join(RUNTIME)}; vLLM's go in `sampling_params`")
-        settings = {**self.runtime, **runtime}
-        limit = params.max_tokens or self._room(params.decode_config(decoder or self.decoder, 0, 1, **settings),
-                                                prompt_tokens)
+        settings, decoder = {**self.runtime, **runtime}, decoder or self.decoder
+        limit = params.max_tokens or _room(params.decode_config(decoder, 0, 1, **settings), prompt_tokens,
+                                           self.pair.target_options.max_context)
         seeds = [params.seed + i if params.seed is not None else self._seeds.randrange(2 ** 32)
                  for i in range(params.decodes)]
-        return [params.decode_config(decoder or self.decoder, seed, limit, **settings) for seed in seeds]
-
-    def _room(self, config: DecodeConfig, prompt_tokens: int) -> int:
-        """`max_tokens=None`: the most new tokens the target's cache holds after this prompt (and a round's
-        tree), as vLLM's is the context's limit less the prompt."""
-        room = self.pair.target_options.max_context - config.kv_slots(prompt_tokens)
-        if room < 0:
-            raise ConfigError("max_tokens", f"None leaves no room: a prompt of {prompt_tokens} tokens fills "
-                                            f"max_model_len {self.pair.target_options.max_context} (with a round's "
-                                            f"tree of {config.largest_tree})")
-        return 1 + room
-
-    @staticmethod
-    def _say_unapplied(params: list[SamplingParams]) -> None:
-        """One logged line for the penalties a call's parameters give that the runtime does not apply."""
-        if unapplied := sorted({name for p in params for name in p.unapplied()}):
-            _say(logging.WARNING, f"{', '.join(unapplied)} not applied: the runtime samples the target's law as "
-                                  f"it is, so these outputs decode as with the penalties at their neutral values")
+        return [params.decode_config(decoder, seed, limit, **settings) for seed in seeds]
 
     def _prompt(self, prompt) -> tuple[str | None, list[int]]:
         """A prompt as `generate` takes it -> (its text or None, its token ids)."""
@@ -294,7 +277,7 @@ class LLM:
         """(shown prompt or None, token ids or messages, token ids) decoded one after another with one bar, each
         request's decodes planned (and so checked) before the first runs."""
         plans = [self._plan(p, len(ids), decoder, runtime) for (_, _, ids), p in zip(requests, params)]
-        self._say_unapplied(params)
+        _say_unapplied(params)
         outputs = []
         with Progress(len(requests), bar=use_tqdm) as progress:
             for (shown, prompt, _), p, configs in zip(requests, params, plans):
@@ -312,11 +295,11 @@ class LLM:
     def _output(self, request_id: str, shown: str | None, outs: list[DecodeOutput], params: SamplingParams,
                 arrival: float, first: float | None) -> RequestOutput:
         """A request's decodes as vLLM's output: with `best_of`, the `n` of highest cumulative log-probability."""
-        completions = [self._completion(i, out, params) for i, out in enumerate(outs)]
+        completions = [_completion(i, out, params, self._project_tokenizer()) for i, out in enumerate(outs)]
         if params.decodes > params.n:
             order = sorted(range(len(outs)), key=lambda i: -completions[i].cumulative_logprob)[: params.n]
             outs = [outs[i] for i in order]
-            completions = [self._completion(k, out, params) for k, out in enumerate(outs)]
+            completions = [_completion(k, out, params, self._project_tokenizer()) for k, out in enumerate(outs)]
         m = outs[0].metrics
         finished = max(o.metrics.finished_time for o in outs)
         first = first if first is not None else finished
@@ -325,37 +308,6 @@ class LLM:
                                  m.tau, m.rounds, m.target_passes, m.mean_tree_size, m.tree_sizes, m.acceptance, m)
         return RequestOutput(request_id, shown, list(outs[0].prompt_token_ids or []), completions, True, metrics,
                              outs)
-
-    def _completion(self, index: int, out: DecodeOutput, params: SamplingParams) -> CompletionOutput:
-        logprobs = self._logprobs(out, params.logprobs)
-        cumulative = None if out.record.logprobs is None else sum(entry[0][1] for entry in out.record.logprobs)
-        return CompletionOutput(index, self._text(out, params), list(out.token_ids), cumulative, logprobs,
-                                out.finish_reason, out.stop_reason)
-
-    def _logprobs(self, out: DecodeOutput, top: int | None) -> list[dict[int, Logprob]] | None:
-        """The record's log-probabilities as vLLM's: per token {token id: Logprob}, the chosen token first, then
-        the `top` most likely (the chosen one among them once)."""
-        if top is None or out.record.logprobs is None:
-            return None
-        decode = self._project_tokenizer().decode
-        return [{int(t): Logprob(float(lp), int(rank), decode([int(t)])) for t, lp, rank in entry[: 1 + top]}
-                for entry in out.record.logprobs]
-
-    def _text(self, out: DecodeOutput, params: SamplingParams) -> str:
-        """The output's text as `params` ask for it: the pair's (vLLM's defaults) unless the stop's text is
-        kept or special tokens shown, then decoded again from the ids."""
-        if not params.include_stop_str_in_output and params.skip_special_tokens:
-            return out.text
-        tokenizer = self._project_tokenizer()
-        ids = out.token_ids
-        if out.finish_reason == "stop" and not isinstance(out.stop_reason, str) and \
-                not params.include_stop_str_in_output:
-            ids = ids[:-1]  # a stop token id or end-of-sequence token: its text left out, as vLLM leaves it
-        text = tokenizer.decode(ids) if params.skip_special_tokens else tokenizer.prompt_text(ids)
-        if isinstance(out.stop_reason, str) and (found := StopStrings(tokenizer, params.stop).first(text)):
-            at, string = found
-            text = text[: at + (len(string) if params.include_stop_str_in_output else 0)]
-        return text
 
     def _project_tokenizer(self):
         """The pair's tokenizer (models.tokenizers): the in-process target's, or loaded here once when the
@@ -368,6 +320,49 @@ class LLM:
 
                 self._tokenizer = load_tokenizer(self.pair.target_options)
         return self._tokenizer
+
+
+def _room(config: DecodeConfig, prompt_tokens: int, max_context: int) -> int:
+    """`max_tokens=None`: the most new tokens the target's cache holds after this prompt (and a round's tree), as
+    vLLM's is the context's limit less the prompt."""
+    room = max_context - config.kv_slots(prompt_tokens)
+    if room < 0:
+        raise ConfigError("max_tokens", f"None leaves no room: a prompt of {prompt_tokens} tokens fills "
+                                        f"max_model_len {max_context} (with a round's tree of {config.largest_tree})")
+    return 1 + room
+
+
+def _say_unapplied(params: list[SamplingParams]) -> None:
+    """One logged line for the penalties a call's parameters give that the runtime does not apply."""
+    if unapplied := sorted({name for p in params for name in p.unapplied()}):
+        _say(logging.WARNING, f"{', '.join(unapplied)} not applied: the runtime samples the target's law as it is, "
+                              f"so these outputs decode as with the penalties at their neutral values")
+
+
+def _completion(index: int, out: DecodeOutput, params: SamplingParams, tokenizer) -> CompletionOutput:
+    """One decode as vLLM's CompletionOutput; its cumulative log-probability wherever the record keeps them."""
+    kept = out.record.logprobs
+    cumulative = None if kept is None else sum(entry[0][1] for entry in kept)
+    logprobs = None if params.logprobs is None or kept is None else [  # per token: the chosen one, the top ones
+        {int(t): Logprob(float(lp), int(r), tokenizer.decode([int(t)])) for t, lp, r in entry[: 1 + params.logprobs]}
+        for entry in kept]
+    return CompletionOutput(index, _text(out, params, tokenizer), list(out.token_ids), cumulative, logprobs,
+                            out.finish_reason, out.stop_reason)
+
+
+def _text(out: DecodeOutput, params: SamplingParams, tokenizer) -> str:
+    """The output's text as `params` ask for it: the pair's (vLLM's defaults) unless the stop's text is kept or
+    special tokens shown, then decoded again from the ids."""
+    if not params.include_stop_str_in_output and params.skip_special_tokens:
+        return out.text
+    ids = out.token_ids
+    if out.finish_reason == "stop" and not isinstance(out.stop_reason, str) and not params.include_stop_str_in_output:
+        ids = ids[:-1]  # a stop token id or end-of-sequence token: its text left out, as vLLM leaves it
+    text = tokenizer.decode(ids) if params.skip_special_tokens else tokenizer.prompt_text(ids)
+    if isinstance(out.stop_reason, str) and (found := StopStrings(tokenizer, params.stop).first(text)):
+        at, string = found
+        text = text[: at + (len(string) if params.include_stop_str_in_output else 0)]
+    return text
 
 
 def _split_arguments(arguments: dict) -> tuple[dict, dict]:

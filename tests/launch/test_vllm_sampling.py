@@ -121,8 +121,6 @@ def test_a_missing_model_names_the_apis_argument_before_anything_starts():
         LLM(model="no-such-org/no-such-model")
     with pytest.raises(ModelNotFound, match=r"or pass `target_options=\{'allow_download': True\}`$"):
         Pair("no-such-org/no-such-model")
-    with pytest.raises(ModelNotFound, match=r"or pass `drafter_options=\{'allow_download': True\}`$"):
-        Pair("mock", "no-such-org/no-such-model")
 
 
 def test_a_stream_takes_one_output(llm):
