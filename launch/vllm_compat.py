@@ -1,20 +1,22 @@
-"""vLLM's offline API over a pair: `LLM`, `SamplingParams` and `RequestOutput`, so that a script written for
-vLLM runs here with its import line changed.
+"""vLLM's offline API over a pair: `LLM`, `SamplingParams` (launch.sampling_params) and `RequestOutput`, so that a
+script written for vLLM runs here with its import line changed.
 
     from launch.vllm_compat import LLM, SamplingParams
 
     llm = LLM()  # the embedded default pair; LLM("mock") needs no weights; LLM(target, drafter=...) any pair
-    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0.8, max_tokens=32))
+    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0.8, max_tokens=32, n=2))
     for output in outputs:
         print(output.prompt, output.outputs[0].text, output.metrics.time_to_first_token)
 
 It builds on launch.api's `Pair` and its public methods. As vLLM's: `generate` reads a text prompt as raw
 text (no chat template: the layer tokenizes it here and the pair continues the ids), `chat` takes message
-lists through the chat template, `SamplingParams()` samples at temperature 1 for 16 tokens, and a finished
-output's text leaves out the stop string or stop token (`include_stop_str_in_output` keeps it). The
-runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM` and of each call.
+lists through the chat template, `SamplingParams()` samples at temperature 1 for 16 tokens with a fresh seed,
+`n` outputs are independent decodes, `logprobs` are the target's, a model without a drafter decodes plainly,
+and a finished output's text leaves out the stop string or stop token (`include_stop_str_in_output` keeps it).
+The runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM` and of each call.
 What vLLM names but the runtime cannot do is refused by name with a ConfigError, never ignored, except the
-few arguments listed in IGNORED_LLM, which change nothing here. docs/api.md lists every name side by side.
+few arguments listed in IGNORED_LLM, which change nothing here, and the penalties, which are said in a logged
+line not to apply. docs/api.md lists every name side by side.
 """
 
 from __future__ import annotations
