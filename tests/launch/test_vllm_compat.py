@@ -296,8 +296,8 @@ def test_llm_maps_vllms_arguments_and_ignores_only_the_harmless(llm):
 
 @pytest.mark.slow
 def test_a_target_in_its_own_process_reads_raw_text_with_a_tokenizer_loaded_here(llm):
-    params = SamplingParams(temperature=0, max_tokens=8)
-    with LLM("mock", target_process=True) as remote:
+    params = SamplingParams(temperature=0, max_tokens=8, logprobs=2)  # the log-probabilities cross the wire too
+    with LLM("mock", drafter="mock", target_process=True) as remote:
         assert remote.pair.session is None and isinstance(remote.get_tokenizer(), MockTokenizer)
         (there,) = remote.generate("a b c", params)
     (here,) = llm.generate("a b c", params)
