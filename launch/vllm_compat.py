@@ -34,7 +34,7 @@ from evaluation.output import DecodeMetrics, DecodeOutput
 from evaluation.record import DecodeRecord
 from launch.pair_api import Pair, check_present_as
 from launch.sampling_params import SamplingParams
-from models.options import EMBEDDED, HEAD_PREFIX, ModelOptions
+from models.options import DEFAULT_DRAFTER, EMBEDDED, HEAD_PREFIX, ModelOptions
 from pipeline.config import ConfigError, is_int
 from pipeline.metrics import tokens_per_pass
 from pipeline.settings import DecodeConfig
@@ -164,13 +164,13 @@ class LLM:
         for spec, options in ((model, target_options), (drafter, drafter_options)):
             if spec is not None:  # a model missing here named before anything starts, with this API's argument
                 check_present_as(ModelOptions(spec, **options), "`allow_download=True`")
-        _say(logging.INFO, f"starting the pair: target {model}, drafter {drafter or 'the default'}, decoder "
-                           f"{decoder} (loading the models may take a while)")
+        shown = drafter or (DEFAULT_DRAFTER if model == EMBEDDED else model)  # as Pair chooses it
+        _say(logging.INFO, f"starting the pair: target {model}, drafter {shown}, decoder {decoder} (loading the "
+                           f"models may take a while)")
         t0 = time.perf_counter()
         self.pair = Pair(model, drafter, target_options=target_options, drafter_options=drafter_options,
                          **pair_arguments)
-        _say(logging.INFO, f"the pair is ready ({time.perf_counter() - t0:.1f} s): target "
-                           f"{self.pair.target_options.model}, drafter {self.pair.drafter_options.model}")
+        _say(logging.INFO, f"the pair is ready ({time.perf_counter() - t0:.1f} s)")
         self._tokenizer = None
         self._counter = itertools.count()
 
