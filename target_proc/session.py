@@ -51,10 +51,11 @@ class TargetSession:
 
         sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
         CPU the target switches torch's thread count between passes; the caller's count is restored.
-        observe: see pipeline.decode.decode (a RoundRecorder, which needs room for a pass over the pool).
+        observe: see pipeline.decode.decode (a RoundRecorder needs room for a pass over the pool).
         The config's stop strings are checked on the text this session's tokenizer gives (target_proc.stops).
         """
-        extra = max(0, RoundRecorder.slots(self.pool.size) - config.largest_tree) if observe else 0  # see sweep
+        recorded = isinstance(observe, RoundRecorder)
+        extra = max(0, RoundRecorder.slots(self.pool.size) - config.largest_tree) if recorded else 0  # see sweep
         config.check_fits(len(prompt_ids) + extra, self.target.capacity)
         check_stop_ids(config, self.target.runner.vocab_size)
         generator = torch.Generator(device=self.target.device)

@@ -14,6 +14,7 @@ from evaluation.output import DecodeOutput
 from evaluation.record import DecodeRecord
 from launch.api import Pair
 from models.mock import MockModel
+from models.present import ModelNotFound
 from models.tokenizers import MockTokenizer
 from pipeline.config import ConfigError, InputError
 from tests.processes.proc_tools import ROOT
@@ -90,10 +91,12 @@ def test_a_target_in_its_own_process_gives_the_same_records(pair):
     assert there.token_ids == here.token_ids and there.record.to_json().keys() == here.record.to_json().keys()
 
 
-def test_a_drafter_that_cannot_load_is_reported_at_once():
+def test_a_drafter_that_cannot_load_is_reported_at_once(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a directory that is not a checkpoint: found when it loads
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="the drafter process exited with status 2"):
-        Pair("mock", drafter="nobody/no-such-model", ready_timeout=300)
+    with pytest.raises(RuntimeError, match="the drafter process exited with status 2 before it was ready: "
+                                           "\\[drafter\\] error: model .* is not a transformers checkpoint"):
+        Pair("mock", drafter=str(tmp_path), ready_timeout=300)
     assert time.monotonic() - t0 < 60
 
 
@@ -220,8 +223,9 @@ def test_bad_stops_are_refused_naming_the_setting(pair, settings, message):
         pair.decode("x", max_new_tokens=4, **settings)
 
 
-def test_a_drafter_that_cannot_load_names_its_cause():
-    with pytest.raises(RuntimeError, match="exited with status 2 before it was ready: .*nobody/no-such-model"):
+def test_a_drafter_missing_here_is_named_before_anything_starts():
+    with pytest.raises(ModelNotFound, match=r"^model 'nobody/no-such-model' is neither a local directory nor in the "
+                                            r"local .* or pass `drafter_options=\{'allow_download': True\}`$"):
         Pair("mock", drafter="nobody/no-such-model", ready_timeout=300)
 
 
