@@ -1,7 +1,6 @@
 """This device's pass times for budget auto (pipeline.budget turns them into each rule's costs): a plain
 round, the root pass while the drafter works, tree passes of each candidate size, the prefill, alone and
-beside the drafter, and the drafter's pool after a one-token commit, timed once on a scratch context before
-the first decode that needs them.
+beside the drafter, and the drafter's pool after a one-token commit, timed on a scratch context.
 
 The prefill beside a standalone drafter is timed as a decode's first round starts it: the drafter's own
 prefill and first pool running beside the target's, on a scratch prompt of PREFILL tokens. With a drafter as
