@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from evaluation.record import machine_load
 from models.kept_file import KeptFile
 from models.kernel_cache import default_path, processor
 from pipeline.budget import MeasuredPasses, candidate_sizes
@@ -198,7 +200,8 @@ def fastest(kinds: dict, reps: int) -> dict:
 
 
 class PassTimes(KeptFile):
-    """The kept pass timings: {key as canonical JSON: (MeasuredPasses, when they were timed)}."""
+    """The kept pass timings: {key as canonical JSON: (MeasuredPasses, when they were timed, the machine's load
+    average then)}."""
 
     noun = "budget auto's kept pass timings"
     redo = "the passes are timed again"
@@ -206,26 +209,28 @@ class PassTimes(KeptFile):
     def __init__(self, path: Path | str | None = None) -> None:
         super().__init__(path if path is not None else default_path().with_name(FILE_NAME))
 
-    def entries(self, document) -> dict[str, tuple[MeasuredPasses, str]]:
+    def entries(self, document) -> dict[str, tuple[MeasuredPasses, str, float]]:
         if not (isinstance(document, dict) and document.get("format") == FORMAT
                 and isinstance(document["entries"], list)):
             raise ValueError(f"expected an object with \"format\": {FORMAT} and a list of \"entries\"")
         return dict(_entry(i, entry) for i, entry in enumerate(document["entries"]))
 
-    def document(self, entries: dict[str, tuple[MeasuredPasses, str]]) -> dict:
-        return {"format": FORMAT, "entries": [{"key": json.loads(k), "passes": dataclasses.asdict(p), "timed": when}
-                                             for k, (p, when) in entries.items()]}
+    def document(self, entries: dict[str, tuple[MeasuredPasses, str, float]]) -> dict:
+        return {"format": FORMAT, "entries": [{"key": json.loads(k), "passes": dataclasses.asdict(p), "timed": when,
+                                               "load": load} for k, (p, when, load) in entries.items()]}
 
 
-def _entry(i: int, entry) -> tuple[str, tuple[MeasuredPasses, str]]:
+def _entry(i: int, entry) -> tuple[str, tuple[MeasuredPasses, str, float]]:
     """A kept entry as PassTimes holds it; ValueError, TypeError or KeyError for anything else."""
-    if not (isinstance(entry, dict) and set(entry) == {"key", "passes", "timed"} and isinstance(entry["key"], dict)
-            and isinstance(entry["timed"], str)):
-        raise ValueError(f"entry {i} is not {{\"key\": {{...}}, \"passes\": {{...}}, \"timed\": \"...\"}}")
+    if not (isinstance(entry, dict) and set(entry) == {"key", "passes", "timed", "load"}
+            and isinstance(entry["key"], dict) and isinstance(entry["timed"], str)
+            and isinstance(entry["load"], (int, float)) and math.isfinite(entry["load"]) and entry["load"] >= 0):
+        raise ValueError(f"entry {i} is not {{\"key\": {{...}}, \"passes\": {{...}}, \"timed\": \"...\", "
+                         f"\"load\": N}}")
     passes, cap = _passes(entry["passes"]), entry["key"]["cap"]
     if not (is_int(cap) and 0 < cap <= MAX_POOL_CANDIDATES and sorted(passes.tree) == list(candidate_sizes(cap)[1:])):
         raise ValueError(f"entry {i}'s tree passes are not those of its cap, {cap!r:.20}")
-    return canonical(entry["key"]), (passes, entry["timed"])
+    return canonical(entry["key"]), (passes, entry["timed"], float(entry["load"]))
 
 
 def _passes(fields) -> MeasuredPasses:
@@ -256,11 +261,12 @@ def kept_or_measured(kept: PassTimes, key: dict, timed: Callable[[], MeasuredPas
     """The timings `kept` holds under `key` (said in one line), else (or with `retime`) `timed()`'s, then kept."""
     entry = None if retime else kept.read().get(canonical(key))
     if entry is not None:
-        passes, when = entry
-        log.info("budget auto: pass timings as kept in %s (timed %s: a plain pass %.1f ms, the drafter's pool "
-                 "%.1f ms); --retime times them again", kept.path, when, 1000 * passes.plain, 1000 * passes.pool)
+        passes, when, load = entry
+        log.info("budget auto: pass timings as kept in %s (timed %s at a load average of %.1f on %d CPUs: a plain "
+                 "pass %.1f ms, the drafter's pool %.1f ms); --retime times them again", kept.path, when, load,
+                 key["cpus"], 1000 * passes.plain, 1000 * passes.pool)
         return passes
     passes = timed()
-    if kept.add({canonical(key): (passes, time.strftime("%Y-%m-%d %H:%M"))}):
+    if kept.add({canonical(key): (passes, time.strftime("%Y-%m-%d %H:%M"), machine_load())}):
         log.info("budget auto: pass timings kept in %s for later starts on this machine", kept.path)
     return passes

@@ -4,6 +4,8 @@ and a damaged or foreign file is named in one line and timed again."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from models.mock import MockModel, MockRunner
@@ -148,6 +150,7 @@ def test_a_later_session_reuses_the_kept_timings_and_says_so_in_one_line(session
     assert again == first and sessions.timed == [8]  # not timed again
     said = [r.getMessage() for r in caplog.records if r.name == "budget"]
     assert len(said) == 1 and "as kept in" in said[0] and "pass-timings.json" in said[0] and "--retime" in said[0]
+    assert re.search(r"at a load average of [\d.]+ on \d+ CPUs", said[0])  # what the timings saw
 
 
 def test_another_key_or_retime_times_again_and_keeps_the_new_timings(sessions):
@@ -161,9 +164,10 @@ def test_another_key_or_retime_times_again_and_keeps_the_new_timings(sessions):
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b"[1, 2]", b'{"format": 99, "entries": []}',
-                                     b'{"format": 1, "entries": [{"key": {"cap": 8}, "passes": {}, "timed": ""}]}',
+                                     b'{"format": 1, "entries": [{"key": {"cap": 8}, "passes": {}, "timed": "", '
+                                     b'"load": 0}]}',
                                      b'{"format": 1, "entries": [{"key": {"cap": 1e400}, "passes": {"tree": {}, '
-                                     b'"tree_with_root": {}}, "timed": ""}]}', b"[" * 100_000])
+                                     b'"tree_with_root": {}}, "timed": "", "load": 0}]}', b"[" * 100_000])
 def test_a_damaged_or_foreign_file_is_named_in_one_line_and_timed_again(sessions, caplog, tmp_path, content):
     path = tmp_path / "pass-timings.json"
     path.write_bytes(content)
@@ -180,8 +184,9 @@ from pipeline.budget import MeasuredPasses, candidate_sizes
 from target_proc.costs import PassTimes, canonical
 kept, who = PassTimes(sys.argv[1]), sys.argv[2]
 sizes = dict.fromkeys(candidate_sizes(8)[1:], 0.002)
+passes = MeasuredPasses(0.1, 0.1, sizes, sizes, 0.0, 0.0)
 for i in range(40):
-    kept.add({canonical({"who": who, "i": i, "cap": 8}): (MeasuredPasses(0.1, 0.1, sizes, sizes, 0.0, 0.0), "now")})
+    kept.add({canonical({"who": who, "i": i, "cap": 8}): (passes, "now", 1.0)})
 """
 
 
