@@ -145,6 +145,7 @@ def sessions(mock_session, monkeypatch, tmp_path):
 def test_a_later_session_reuses_the_kept_timings_and_says_so_in_one_line(sessions, caplog):
     first = sessions().budgets.timings(8)
     assert sessions.timed == [8]
+    caplog.clear()  # the first session's lines
     with caplog.at_level("INFO", logger="budget"):
         again = sessions().budgets.timings(8)
     assert again == first and sessions.timed == [8]  # not timed again
