@@ -267,3 +267,19 @@ def test_no_decoders_is_refused_naming_the_argument(pair):
     for decoders in ("", " , ", []):
         with pytest.raises(ConfigError, match="^`decoders` must name at least one decoder"):
             pair.decode_many(["hi"], decoders=decoders)
+
+
+def test_budget_autos_pass_timings_are_timed_once_and_the_next_pair_reuses_them(tmp_path, monkeypatch, caplog):
+    """The first pair times them, saying at WARNING (what the API shows) when it starts and when it ends; the
+    next pair on the machine takes them as kept, in one line."""
+    monkeypatch.setenv("SPECPAIR_KERNEL_CACHE", str(tmp_path / "linear-kernels.json"))  # pass timings beside it
+    said = []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="budget"), Pair("mock") as p:
+            p.decode("a b c", decoder="draft", budget="auto", budget_max=8, max_new_tokens=4)
+        said.append([(r.levelname, r.getMessage()) for r in caplog.records if r.name == "budget"])
+    timing, timed = said[0][0], said[0][1]
+    assert timing[0] == timed[0] == "WARNING" and timing[1].startswith("budget auto: timing this machine's passes")
+    assert timed[1].startswith("budget auto: passes timed in") and (tmp_path / "pass-timings.json").exists()
+    assert len(said[1]) == 1 and said[1][0][1].startswith(f"budget auto: pass timings as kept in {tmp_path}")
