@@ -1,4 +1,4 @@
-"""python -m bench: every benchmark with what it measures; python -m bench NAME [options] runs one."""
+"""python -m bench: every benchmark with the question it answers; python -m bench NAME [options] runs one."""
 
 from __future__ import annotations
 
@@ -7,17 +7,16 @@ from importlib import import_module
 
 from bench.common import summary
 
-# Each a module bench.NAME whose docstring's first line says what it measures; the rest of the package is
-# what they share (common, passes, pass_bytes).
-BENCHMARKS = ("pair", "ahead", "overlap", "prefill", "context", "linears", "protocol", "values", "handshake",
-              "recording", "eagle3", "spin", "forward", "reach")
+# Each a module bench.NAME whose docstring's first line asks its question; bench.common is what they share.
+BENCHMARKS = ("pair", "forward", "protocol", "reach", "values")
 
 
 def listing() -> str:
     lines = [f"  {name:<10}{summary(import_module(f'bench.{name}').__doc__)}" for name in BENCHMARKS]
     return ("usage: python -m bench {" + ",".join(BENCHMARKS) + "} [options]\n\n" + "\n".join(lines)
             + "\n\npython -m bench.NAME --help (or python -m bench NAME --help) shows a benchmark's options; the "
-              "last line\nof every benchmark's output is one JSON document.")
+              "last line\nof every benchmark's output is one JSON document. A retired benchmark's results page names "
+              "the\ncommand that made its figures and the commit it ran at.")
 
 
 def main(argv: list[str]) -> int:

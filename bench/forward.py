@@ -1,4 +1,8 @@
-"""python -m bench.forward: the CPU target's passes through transformers' forward and through models.llama_cpu's.
+"""python -m bench.forward: what does a round's target pass cost, and where does its time go?
+
+Its results: results/cpu-smollm2-forward.txt (results/kernels.md); it backs DESIGN.md section 7's lean
+forward (`python -m bench.forward` times both side by side), and --parts where a pass's time goes
+(models.llama_cpu's clock).
 
 python -m bench.forward [--context 40] [--trees 8,59] [--reps 15] [--threads 1] [--parts]
 
@@ -24,12 +28,14 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, paired_ratios, spread
 from models.options import CPU_BUCKETS
+from pipeline.tree import Tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +56,49 @@ class ForwardOptions:
         at_least("threads", self.threads, 1)
 
 
+def bushy_tree(n: int) -> Tree:
+    """A tree of `n` nodes: four children of the root, then three children of each node in turn."""
+    parent = np.array([-1 if i < 4 else (i - 4) // 3 for i in range(n)])
+    return Tree(100 + np.arange(n), parent, np.arange(n))
+
+
+def target_passes(model, context: int, capacity: int, trees: list[int], lean: bool,
+                  tick: Callable[[str], None] | None = None) -> dict[str, Callable[[], object]]:
+    """name -> a call that runs one pass of an eager CPU runner (every size its own bucket, the used slots) after
+    `context` random tokens, reads its result back (the pass is done when it returns) and returns its rows
+    (valid until the runner's next pass): the root pass and a tree pass over bushy_tree(B) for each B of
+    `trees`. lean: through models.llama_cpu's forward, else transformers'; tick: the runner's profile clock
+    (models.hf.HFRunner.tick)."""
+    from models.hf import HFRunner
+    from target_proc.target import Target
+
+    ids = np.random.default_rng(context).integers(100, 40000, context).tolist()
+    target = Target(HFRunner(model, capacity, graphs=False, buckets=CPU_BUCKETS, attend="used", lean=lean))
+    target.runner.tick = tick
+    target.prefill(ids[:-1])
+    target.root_pass(ids[-1])  # the root's K/V in slot P: tree passes below hang off it
+
+    def read(rows):
+        float(rows.reshape(-1)[0])  # a host read: the pass is done
+        return rows
+
+    passes = {"root pass": lambda: read(target.root_pass(ids[-1]))}
+    for b in trees:
+        tree = bushy_tree(b)
+        passes[f"tree pass B={b}"] = lambda tree=tree: read(target.tree_pass(tree, None))
+    return passes
+
+
 def measure(context: int, trees: list[int], reps: int) -> tuple[dict, bool]:
     """-> ((pass, "transformers" | "lean") -> seconds of each repetition, whether every pass's rows were equal)."""
     import torch
 
-    from bench.passes import target_passes
     from models.load import load
     from models.options import ModelOptions
 
     loaded = load(ModelOptions(), "target")
     capacity = context + max(trees) + 8
-    ways = {way: target_passes(loaded.model, context, capacity, "eager", trees, lean=way == "lean")
+    ways = {way: target_passes(loaded.model, context, capacity, trees, lean=way == "lean")
             for way in ("transformers", "lean")}
     equal = True
     for name in ways["lean"]:  # warm-up, and the rows compared
@@ -103,13 +141,12 @@ LEFT = "Python and the host read"
 
 def profile(context: int, trees: list[int], reps: int) -> dict[str, dict[str, list[float]]]:
     """-> pass name -> part -> milliseconds of each repetition, the lean passes in turn each repetition."""
-    from bench.passes import target_passes
     from models.load import load
     from models.options import ModelOptions
 
     loaded = load(ModelOptions(), "target")
     clock = PartClock()
-    passes = target_passes(loaded.model, context, context + max(trees) + 8, "eager", trees, lean=True, tick=clock)
+    passes = target_passes(loaded.model, context, context + max(trees) + 8, trees, lean=True, tick=clock)
     out: dict[str, dict[str, list[float]]] = {name: {} for name in passes}
     for rep in range(reps + 1):  # the first a warm-up
         for name in (list(passes) if rep % 2 == 0 else list(reversed(passes))):

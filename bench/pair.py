@@ -1,4 +1,8 @@
-"""python -m bench.pair: the default pair on this machine: per-pass latencies, every decoder, and transformers.
+"""python -m bench.pair: how fast is the pair against transformers' `generate`?
+
+Its results: results/bench_pair.txt and the runs beside it (results/benchmarks.md), and bench-pair.txt of
+results/cpu-smollm2-lookup/ (results/cpu-smollm2-lookup/head-b8-lookup8/README.md); it backs README.md's
+measured line, `draft` so many times transformers' `generate`.
 
 python -m bench.pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
                      [--budget B|auto] [--decoders LIST] [--drafter SPEC] [--pool cpu|paper] [--lookup N]
@@ -53,7 +57,7 @@ def pass_latencies(prompt_ids: list[int], drafter_spec: str) -> dict:
     rounds are bench.eagle3's: they need the target's features)."""
     import torch
 
-    from bench.passes import bushy_tree
+    from bench.forward import bushy_tree
     from drafter_proc.drafter import Drafter
     from models.load import load
     from target_proc.target import Target

@@ -1,4 +1,7 @@
-"""python -m bench.protocol: a round's host work outside the models: the pool over the wire, selection, verification.
+"""python -m bench.protocol: what does the wire cost a round, with selection and verification?
+
+Its results: results/bench_protocol.txt and results/bench_eagle3_wire.txt (results/benchmarks.md); it backs
+docs/security.md's line on what CURVE adds to a round trip and docs/eagle3.md's on what a head's features add.
 
     .venv/bin/python -m bench.protocol [--iterations 2000] [--rounds 300] [--device cpu]
     .venv/bin/python -m bench.protocol --transports tcp,tcp+curve --no-select   (what CURVE costs)

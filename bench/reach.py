@@ -1,4 +1,7 @@
-"""python -m bench.reach: at T = 0, each decoder's tau beside what its rounds' pools held along the output.
+"""python -m bench.reach: what do the pools hold, beside what the trees take from them?
+
+Its results: results/cpu-smollm2-reach.txt (results/benchmarks.md); it backs README.md's line on the head's
+pools bounding tau (verifying every candidate would make 3.00 a round) and docs/training.md's.
 
 It tells whether the selection or the drafter limits tau.
 

@@ -1,4 +1,7 @@
-"""python -m bench.values: the values program's speed on one CPU core.
+"""python -m bench.values: what does the values program cost, on one CPU core?
+
+Its results: results/bench_values.txt (results/benchmarks.md); it backs docs/values.md's lines on the
+program's time (`bench.values` times the program on 10,000 rounds) and the coverage figures'.
 
 Writes ROUNDS recorded rounds of the paper's pool (top-k 10, depth 8, expand 10: 710 candidates) to a
 rounds file, then times reading them and computing every rule and both ceilings at the 13 budgets, with their

@@ -21,7 +21,6 @@ WRITERS = {
     ("timing report", "out"): ("--out", "report.md"),
     ("timing export", "out_dir"): ("OUT_DIR", "smollm2-draft-temperature-0-budget-4.jsonl"),
     ("timing values", "out"): ("--out", "values.md"),
-    ("bench ahead", "records"): ("--records", "records.jsonl"),
     ("launch/pair.sh", "record_rounds"): ("--record-rounds", "rounds.shard-1-of-1.bin"),
 }
 APPENDS = {("timing sweep", "out"), ("launch/pair.sh sweep", "out")}  # resume their own records, refuse others'
@@ -80,35 +79,7 @@ def run_writer(program: str, place, recorded, overwrite: bool) -> int:
     if program == "timing values":
         return import_module("timing.values").main([str(recorded), "--out", str(place), "--no-plots", "--budgets", "4",
                                                     "--resamples", "20", *more])
-    if program == "bench ahead":
-        return _bench_ahead(place, more)
     return _decode_run(place, more)
-
-
-class Reached(Exception):
-    """The benchmark got past its checks to the decodes."""
-
-
-def _bench_ahead(place, more: list[str]) -> int:
-    """bench.ahead up to its decodes, which write its records file (opened to write over with --overwrite)."""
-    ahead = import_module("bench.ahead")
-    run = ahead.run
-
-    def opened(options, prompts):
-        with ahead.records_file(options) as f:
-            f.write("{}\n")
-        raise Reached
-
-    ahead.run = opened
-    try:
-        return ahead.main(["--target", "mock", "--prompts", "humaneval", "--records", str(place / "records.jsonl"),
-                           *more])
-    except SystemExit as e:
-        return e.code
-    except Reached:
-        return 0
-    finally:
-        ahead.run = run
 
 
 def _decode_run(place, more: list[str]) -> int:

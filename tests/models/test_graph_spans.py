@@ -57,17 +57,3 @@ def test_eager_cpu_passes_attend_over_the_used_slots_rounded_up():
     target.root_pass(7)
     assert runner.spans is None and runner.kv.span == -(-(1 + 100) // SPAN_STEP) * SPAN_STEP
 
-
-@pytest.mark.parametrize("context", [1, 50, 55, 56, 127, 200, 383, 430])
-def test_the_byte_model_reads_the_span_the_runner_attends_over(context):
-    """bench.pass_bytes predicts a captured pass's K/V from the same ladder: its span is the runner's."""
-    from bench.pass_bytes import captured_pass_bytes
-    from tests.models.test_tree_pass import random_tree
-
-    runner = HFRunner(tiny_llama(), 512, buckets=CUDA_BUCKETS, attend="ladder")
-    target = Target(runner)
-    target.prefill([1 + i % (VOCAB - 1) for i in range(context)])
-    target.root_pass(5)
-    assert runner.kv.span == captured_pass_bytes("llama-3.1-8b", 512, 1, context=context).slots
-    target.tree_pass(random_tree(np.random.default_rng(context), 71), 5)  # the root and 71 nodes: 72 rows
-    assert runner.kv.span == captured_pass_bytes("llama-3.1-8b", 512, 72, context=context).slots
