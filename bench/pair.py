@@ -53,8 +53,8 @@ def median_ms(fn, reps: int = 15) -> float:
 
 
 def pass_latencies(prompt_ids: list[int], drafter_spec: str) -> dict:
-    """Median ms of each pass of the default pair's target and drafter, with their deployed threads (a head's
-    rounds are bench.eagle3's: they need the target's features)."""
+    """Median ms of each pass of the default pair's target and drafter, with their deployed threads (not a head's
+    rounds, which need the target's features: the decoders' phase times hold them)."""
     import torch
 
     from bench.forward import bushy_tree

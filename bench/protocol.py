@@ -1,10 +1,12 @@
 """python -m bench.protocol: what does the wire cost a round, with selection and verification?
 
 Its results: results/bench_protocol.txt and results/bench_eagle3_wire.txt (results/benchmarks.md); it backs
-docs/security.md's line on what CURVE adds to a round trip and docs/eagle3.md's on what a head's features add.
+docs/security.md's lines on what CURVE adds to a round trip and how long a handshake takes (--handshake, whose
+figures no results file holds yet), and docs/eagle3.md's on what a head's features add.
 
     .venv/bin/python -m bench.protocol [--iterations 2000] [--rounds 300] [--device cpu]
     .venv/bin/python -m bench.protocol --transports tcp,tcp+curve --no-select   (what CURVE costs)
+    .venv/bin/python -m bench.protocol --handshake smollm2:int8 [--idle 50] [--every 0.05]
 
 Round trip: this process (the target's side) encodes and sends a full pool (PoolConfig() defaults, 710
 candidates) through the project's Channel over the default transport, ipc in a private directory (or
@@ -31,6 +33,15 @@ and without, and the echo answers each with the full pool, as a drafter answers 
 difference is what the features add to a round. Its one way is the Commit's leg (stamped at the echo after
 its decode).
 
+--handshake SPEC times the connection instead of the round: it starts a drafter process
+(programs.drafter_program) of that model on a loopback tcp port, which it serves with CURVE, and from the moment
+it binds connects targets one after another, each with a key the drafter trusts: a ZeroMQ DEALER socket with
+CURVE, timed until its monitor reports the handshake done (the drafter's ZAP handler, a thread of its own
+process, admits the key). A drafter binds before it loads its model, so a target that starts with it shakes
+hands while the drafter imports torch and loads and tunes its model (one every --every seconds); then --idle
+handshakes with the drafter at rest. The slowest bounds what the drafter's handshake interval
+(protocol.transport.HANDSHAKE_IVL_MS) must allow a real target on this host.
+
 Targets: round trip median under 0.3 ms, selection + verification median under 1 ms, budget auto's
 choice under 0.1 ms. The last line of the output is one JSON document with the medians.
 """
@@ -45,9 +56,11 @@ import os
 import pstats
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -470,6 +483,12 @@ class ProtocolOptions:
                 "no features leg", "parse": "ints", "metavar": "K,K"})
     feature_width: int = field(default=3 * 4096, metadata={
         "help": "values of one token's features (Llama-3.1-8B: three layers of 4,096)"})
+    handshake: str = field(default="", metadata={
+        "help": "instead: time a target's CURVE handshake at a drafter process of this model (as its --model "
+                "takes it, e.g. smollm2:int8) while it loads and at rest", "metavar": "SPEC"})
+    idle: int = field(default=50, metadata={"help": "with --handshake: handshakes once the drafter serves"})
+    every: float = field(default=0.05, metadata={
+        "help": "with --handshake: seconds between handshakes while it loads", "metavar": "S"})
 
     def __post_init__(self) -> None:
         for name in ("iterations", "rounds", "budget", "threads"):
@@ -487,6 +506,9 @@ class ProtocolOptions:
         transports = names("transports", self.transports, TRANSPORTS)
         if len(set(transports)) != len(transports):
             raise ConfigError("transports", f"must be distinct, got {self.transports!r}")
+        at_least("idle", self.idle, 1)
+        if not 0 < self.every <= 10:
+            raise ConfigError("every", f"must be a number of seconds in (0, 10], got {self.every}")
 
 
 
@@ -518,6 +540,98 @@ def _summary(options: ProtocolOptions, wire: dict, select: dict, round_trips: di
             "met": met}
 
 
+HANDSHAKE_WAIT_S = 60.0  # one handshake that takes longer than this is reported as failed
+
+
+def handshake(context, endpoint: str, keys) -> float:
+    """Seconds from connecting a CURVE DEALER with `keys` (its own, trusted by the drafter) until its monitor
+    reports the handshake done; RuntimeError naming the event when it failed instead."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = keys.public, keys.public, keys.secret
+    monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                                      | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+    try:
+        t0 = time.perf_counter()
+        sock.connect(endpoint)
+        event = recv_monitor_message(monitor)["event"] if monitor.poll(int(HANDSHAKE_WAIT_S * 1000)) else None
+        seconds = time.perf_counter() - t0
+    finally:
+        sock.disable_monitor()
+        monitor.close(0)
+        sock.close(0)
+    if event != zmq.EVENT_HANDSHAKE_SUCCEEDED:
+        raise RuntimeError(f"a handshake failed after {seconds:.2f} s (monitor event {event})")
+    return seconds
+
+
+def wait_bound(endpoint: str, proc: subprocess.Popen) -> None:
+    """Return once something accepts connections at `endpoint` (tcp://HOST:PORT)."""
+    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex((host, int(port))) == 0:
+                return
+        if proc.poll() is not None:
+            raise RuntimeError("the drafter stopped before it bound its endpoint")
+        time.sleep(0.01)
+
+
+def measure_handshakes(options: ProtocolOptions, keys_dir: Path) -> tuple[list[float], list[float], float]:
+    """-> (handshake seconds while the drafter loads, at rest, seconds it took to load)."""
+    import zmq
+
+    from protocol.keys import key_dir, own_keys
+    from protocol.transport import loopback_tcp_endpoint
+
+    keys, endpoint = own_keys(key_dir(str(keys_dir))), loopback_tcp_endpoint()
+    log_path = keys_dir / "drafter.err"
+    context = zmq.Context()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "programs.drafter_program", "--model", options.handshake,
+                                 "--endpoint", endpoint, "--persist"], stderr=log,
+                                env={**os.environ, "SPECPAIR_KEYS": str(keys_dir)},
+                                cwd=Path(__file__).resolve().parents[1])
+    try:
+        t0, loading = time.perf_counter(), []
+        wait_bound(endpoint, proc)  # handshakes are timed from the bind: a target before it only retries
+        while b"serving on" not in log_path.read_bytes():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the drafter stopped: {log_path.read_text()[-2000:]}")
+            loading.append(handshake(context, endpoint, keys))
+            time.sleep(options.every)
+        loaded = time.perf_counter() - t0
+        idle = [handshake(context, endpoint, keys) for _ in range(options.idle)]
+        return loading, idle, loaded
+    finally:
+        proc.kill()
+        proc.wait()
+        context.destroy(0)
+
+
+def handshakes(options: ProtocolOptions) -> int:
+    """--handshake: the handshakes timed and printed, then the closing JSON line."""
+    with load_bracket() as load, tempfile.TemporaryDirectory(prefix="bench-handshake-") as folder:
+        print(f"load average before: {load['before']}, {os.cpu_count()} cores")
+        loading, idle, loaded = measure_handshakes(options, Path(folder) / "keys")
+    rows = {}
+    print(f"drafter {options.handshake}: serving {loaded:.1f} s after it was started; handshake ms, median "
+          f"[quartiles], largest")
+    for name, sample in (("while it loads", loading), ("at rest", idle)):
+        if sample:
+            rows[name] = {**{k: 1e3 * v for k, v in spread(sample).items()}, "max": 1e3 * max(sample),
+                          "n": len(sample)}
+            r = rows[name]
+            print(f"  {name:<16}{r['median']:8.2f} [{r['q1']:.2f}, {r['q3']:.2f}]  largest {r['max']:.2f}  "
+                  f"({r['n']} handshakes)")
+    print(f"load average after: {load['after']}")
+    close({"model": options.handshake, "load_seconds": loaded, "handshake_ms": rows, "load_average": load})
+    return 0
+
+
 ECHO = (("--echo", {"metavar": "ENDPOINT", "help": argparse.SUPPRESS}),  # the peer process's own flags
         ("--echo-keys", {"metavar": "DIR", "help": argparse.SUPPRESS}))
 
@@ -531,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.echo:
         echo(ns.echo, ns.echo_keys)
         return 0
+    if options.handshake:
+        return handshakes(options)
     import torch
 
     if options.device.startswith("cuda") and not torch.cuda.is_available():

@@ -60,7 +60,7 @@ HEARTBEAT_TIMEOUT_MS = 10_000  # a peer silent this long (its host gone, say) co
 # A connection to the drafter that has not finished its handshake this long after it was made is closed (libzmq's
 # default: 30 s), so that connections that never finish it hold the drafter's descriptors for seconds, not half a
 # minute. A target's CURVE handshake takes a few ms at an idle drafter and up to about 1 s while the drafter imports
-# torch and loads its model on a loaded two-core host (python -m bench.handshake); across a network it adds a few
+# torch and loads its model on a loaded two-core host (python -m bench.protocol --handshake); across a network it adds a few
 # round trips.
 HANDSHAKE_IVL_MS = 5000
 PRIVATE_PREFIX = "specpair-"  # private socket directories: tempdir/specpair-XXXX/drafter.sock

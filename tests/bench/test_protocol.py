@@ -1,5 +1,6 @@
 """The protocol and values benchmarks refuse bad values with one line naming the flag (status 2), before any
-timing; the protocol benchmark runs end to end on a short setting and ends with one JSON document of medians."""
+timing; the protocol benchmark runs end to end on a short setting and ends with one JSON document of medians,
+and with --handshake times secure handshakes at a mock drafter process while it starts and at rest."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from tests.processes.proc_tools import ROOT, START_S
     (["--budget", "0"], "--budget must be at least 1, got 0"),
     (["--transports", "ipc,ipc"], "--transports must be distinct, got 'ipc,ipc'"),
     (["--transports", "udp"], "--transports takes names from ipc, tcp, tcp+curve, comma-separated, got 'udp'"),
+    (["--handshake", "mock", "--idle", "0"], "--idle must be at least 1, got 0"),
+    (["--handshake", "mock", "--every", "0"], "--every must be a number of seconds in (0, 10], got 0.0"),
 ])
 def test_the_protocol_benchmark_refuses_bad_values(argv, words, capsys):
     with pytest.raises(SystemExit) as done:
@@ -51,3 +54,14 @@ def test_the_protocol_benchmarks_last_line_is_json_with_the_medians():
     cases = {f"{rule} V=1000 T={t}" for rule in SPECULATIVE for t in ("0", "1")}  # every rule of the table
     assert set(result["select_verify_median_ms"]) == cases
     assert all(v > 0 for v in result["select_verify_median_ms"].values())
+
+
+@pytest.mark.slow
+def test_handshakes_are_timed_while_the_drafter_loads_and_at_rest():
+    done = subprocess.run([sys.executable, "-m", "bench.protocol", "--handshake", "mock", "--idle", "5"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=2 * START_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    rest = result["handshake_ms"]["at rest"]
+    assert result["model"] == "mock" and rest["n"] == 5 and 0 < rest["q1"] <= rest["median"] <= rest["max"]
+    assert result["load_seconds"] > 0 and set(result["load_average"]) == {"before", "after"}
