@@ -60,7 +60,8 @@ class SweepPlace:
 
 @dataclass(frozen=True, slots=True)
 class BenchPlace:
-    """What bench.ahead decoded a record for: its budget and drafting-ahead variant (both None for `ar`)."""
+    """What bench.ahead (since retired; its records are in results/) decoded a record for: its budget and
+    drafting-ahead variant (both None for `ar`)."""
 
     budget: int | str | None
     variant: str | None

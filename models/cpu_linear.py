@@ -6,10 +6,9 @@ the machine (on the default pair's 49152 x 576 output layer, a product with the 
 one row, oneDNN's prepacked linear for several). So `tune` times the candidates on the model's own weights at
 load and keeps, per shape and row class, the fastest, where it beats the stock kernel clearly. The choice is
 made once per machine, thread count and torch version and kept (models.kernel_cache), so that later starts
-reuse it and every run on the machine runs the same kernels; `python -m bench.linears` times the
-target's passes both ways. Every row of a pass comes from one
-kernel; rounding differs from `F.linear` in the last bits, as it already does between BLAS paths for
-different row counts.
+reuse it and every run on the machine runs the same kernels; results/kernels.md has the target's passes
+timed both ways. Every row of a pass comes from one kernel; rounding differs from `F.linear` in the last
+bits, as it already does between BLAS paths for different row counts.
 
 Kernels: `stock` F.linear(x, W); `transposed` x @ Wt with Wt = W.T stored contiguous; `packed` oneDNN's
 linear on a copy of W reordered for it (torch's own prepacked CPU linear, where torch is built with oneDNN).
