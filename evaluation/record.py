@@ -154,9 +154,9 @@ class DecodeRecord:
         """Each round's seconds in phase `name` (zeros where the record has none of it)."""
         return self.phases.get(name, [0.0] * self.rounds)
 
-    def placed(self, sweep: SweepPlace | None = None, bench: BenchPlace | None = None) -> DecodeRecord:
-        """The same record with where a sweep or a benchmark ran it (a place not given kept as it was)."""
-        return dataclasses.replace(self, sweep=sweep or self.sweep, bench=bench or self.bench)
+    def placed(self, sweep: SweepPlace | None = None) -> DecodeRecord:
+        """The same record with where a sweep ran it (None: kept as it was)."""
+        return dataclasses.replace(self, sweep=sweep or self.sweep)
 
     def to_json(self) -> dict:
         """The JSON object of its schema, fields in the order every program has written them."""
