@@ -127,21 +127,19 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
     total = schedule.total(len(answers))
     checkpoint = work / "checkpoint.pt"
     data = data_digest(answers, d2t)
-    start, curve, step = initial_weights(target, cfg, d2t, schedule.seed), [], 0
-    if checkpoint.exists():
-        state = read_checkpoint(checkpoint, {k: v.shape for k, v in start.items()})
-        if (state["schedule"] != asdict(schedule) or state["answers"] != len(answers)
-                or state.get("data", data) != data):  # a checkpoint written before the digest: by the count
-            raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to "
-                             f"train from the start")
-        start, curve, step = state["weights"], state["curve"], state["step"]
+    start, curve, step, moments = _start(checkpoint, initial_weights(target, cfg, d2t, schedule.seed), schedule,
+                                         len(answers), data)
     if progress:
         progress(step, total, None)  # where the training starts: 0, or the checkpoint's step
     weights = {k: v.to(device).requires_grad_(True) for k, v in start.items()}
     head = build_head(target, cfg, weights, d2t, device)
     optimizer = torch.optim.AdamW(list(weights.values()), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    if checkpoint.exists():
-        optimizer.load_state_dict(state["optimizer"])  # its state moves to the weights' device
+    if moments is not None:
+        try:
+            optimizer.load_state_dict(moments)  # its state moves to the weights' device
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"{checkpoint} is damaged or not a checkpoint (its optimizer's state: {e}); delete it "
+                             f"to train from the start") from None
     t2d = t2d.bool().to(device)
     while step < total:
         epoch, at = divmod(step, per_epoch)
@@ -151,16 +149,7 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
             group["lr"] = schedule.lr_at(step, total)
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss_sum, rows, hits = 0.0, [0] * schedule.steps, [0] * schedule.steps
-        for a in (answers[j] for j in batch):
-            scores = unrolled_loss(head, a.last.to(device, torch.float32) @ output_rows.T, a.tokens.to(device),
-                                   a.start, a.features.to(device, torch.float32), a.argmax.to(device), t2d,
-                                   schedule.steps, schedule.decay)
-            (scores.loss / len(batch)).backward()
-            loss_sum += float(scores.loss.detach())
-            for k, (r, h) in enumerate(zip(scores.rows, scores.hits)):
-                rows[k] += r
-                hits[k] += h
+        loss_sum, rows, hits = _gradients(head, [answers[j] for j in batch], output_rows, t2d, schedule, device)
         norm = torch.nn.utils.clip_grad_norm_(list(weights.values()), schedule.clip)
         optimizer.step()
         step += 1
@@ -175,6 +164,35 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
                                "optimizer": optimizer.state_dict(), "curve": curve, "step": step,
                                "schedule": asdict(schedule), "answers": len(answers), "data": data})
     return {k: v.detach().cpu() for k, v in weights.items()}, curve
+
+
+def _gradients(head: Eagle3Head, batch: list[Answer], output_rows: torch.Tensor, t2d: torch.Tensor,
+               schedule: Schedule, device) -> tuple[float, list[int], list[int]]:
+    """Accumulate the batch's mean loss gradient -> (summed loss, scored rows per step, top-1 hits per step)."""
+    loss_sum, rows, hits = 0.0, [0] * schedule.steps, [0] * schedule.steps
+    for a in batch:
+        scores = unrolled_loss(head, a.last.to(device, torch.float32) @ output_rows.T, a.tokens.to(device),
+                               a.start, a.features.to(device, torch.float32), a.argmax.to(device), t2d,
+                               schedule.steps, schedule.decay)
+        (scores.loss / len(batch)).backward()
+        loss_sum += float(scores.loss.detach())  # a host-device sync per answer
+        for k, (r, h) in enumerate(zip(scores.rows, scores.hits)):
+            rows[k] += r
+            hits[k] += h
+    return loss_sum, rows, hits
+
+
+def _start(checkpoint: Path, initial: dict, schedule: Schedule, answers: int, data: str):
+    """-> (weights, loss curve, step, the optimizer's state or None) to train from: the checkpoint's where there is
+    one (ValueError where it is damaged or of another run), else `initial` at step 0."""
+    if not checkpoint.exists():
+        return initial, [], 0, None
+    state = read_checkpoint(checkpoint, {k: v.shape for k, v in initial.items()})
+    if (state["schedule"] != asdict(schedule) or state["answers"] != answers
+            or state.get("data", data) != data):  # a checkpoint written before the digest: by the count
+        raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to train from "
+                         f"the start")
+    return state["weights"], state["curve"], state["step"], state["optimizer"]
 
 
 def data_digest(answers: list[Answer], d2t: torch.Tensor) -> str:

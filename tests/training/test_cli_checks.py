@@ -106,7 +106,7 @@ def test_a_damaged_shard_is_named_with_delete_it_and_answered_again_once_deleted
     assert (tmp_path / "h" / "model.safetensors").read_bytes() == whole
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE) + ["other shapes", "a step past its curve"])
+@pytest.mark.parametrize("damage", sorted(DAMAGE) + ["other shapes", "a step past its curve", "no optimizer groups"])
 def test_a_damaged_checkpoint_is_named_with_delete_it(tmp_path, capsys, whole, damage):
     assert run(tmp_path / "w", tmp_path / "h") == 0
     checkpoint = tmp_path / "w" / "checkpoint.pt"
@@ -116,6 +116,8 @@ def test_a_damaged_checkpoint_is_named_with_delete_it(tmp_path, capsys, whole, d
         state = torch.load(checkpoint, weights_only=True)
         if damage == "other shapes":
             state["weights"]["fc.weight"] = state["weights"]["fc.weight"][:, :3]
+        elif damage == "no optimizer groups":
+            state["optimizer"] = {"state": {}, "param_groups": []}
         else:
             state["step"] += 5
         torch.save(state, checkpoint)
