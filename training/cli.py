@@ -254,7 +254,8 @@ def start_work(args) -> Times:
     shards = sorted(p.name for kind in ("answers", "context") for p in args.work.glob(f"{kind}-*.pt"))
     checkpoint = args.work / "checkpoint.pt"
     if shards or checkpoint.exists():
-        kept = ([f"{len(shards)} answered shards ({shards[0]} to {shards[-1]})"] if shards else []) + \
+        named = shards[0] if len(shards) == 1 else f"{shards[0]} to {shards[-1]}"
+        kept = ([f"{len(shards)} answered shard{'s' * (len(shards) > 1)} ({named})"] if shards else []) + \
                (["checkpoint.pt"] if checkpoint.exists() else [])
         say(f"resuming in {args.work}: reusing {' and '.join(kept)} where they match this run")
     return times
@@ -298,13 +299,13 @@ def train_stage(answers, target, d2t, t2d, schedule: Schedule, work: Path, devic
     """The training with its bar, from the checkpoint where there is one (said)."""
     from tqdm import tqdm
 
-    with tqdm(desc="training", unit="step", file=sys.stderr) as bar:
+    with tqdm(total=schedule.total(len(answers)), desc="training", unit="step", file=sys.stderr) as bar:
         def progress(done, total, row):
             bar.total = total
             bar.n = done
             if row is None and done:
-                bar.write(f"[train-head] training resumes from {work / 'checkpoint.pt'} at step {done} of {total}",
-                          file=sys.stderr)
+                bar.write(f"[train-head] training {'was done' if done == total else 'resumes'} at step {done} of "
+                          f"{total} ({work / 'checkpoint.pt'})", file=sys.stderr)
             elif row is not None:
                 bar.set_postfix(loss=f"{row['loss']:.3f}", top1=f"{row['top1'][0] or 0:.2f}", refresh=False)
             bar.refresh()

@@ -218,9 +218,8 @@ def test_the_smallest_run_says_what_it_is_too_small_for_and_a_rerun_what_it_reus
     assert "resuming" not in err
     assert cli.main(small) == 0
     err = capsys.readouterr().err
-    assert f"resuming in {tmp_path / 'w'}: reusing 1 answered shards (answers-0000.pt to answers-0000.pt) and " \
-           f"checkpoint.pt" in err
-    assert f"training resumes from {tmp_path / 'w' / 'checkpoint.pt'} at step 1 of 1" in err
+    assert f"resuming in {tmp_path / 'w'}: reusing 1 answered shard (answers-0000.pt) and checkpoint.pt" in err
+    assert f"training was done at step 1 of 1 ({tmp_path / 'w' / 'checkpoint.pt'})" in err
 
 
 def test_a_line_is_said_before_the_target_loads(tmp_path, capsys, monkeypatch):
@@ -233,3 +232,17 @@ def test_a_line_is_said_before_the_target_loads(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli, "load_target", load)
     assert run(tmp_path / "w", tmp_path / "h", "--epochs", "1") == 0
     assert said and "[train-head] loading the target random:tiny on cpu (float32)" in said[0]
+
+
+def test_a_run_killed_while_training_says_the_step_it_resumes_at(tmp_path, capsys, monkeypatch):
+    from tests.training import killed_after
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "train", killed_after(3))  # in step 3, before its checkpoint
+        with pytest.raises(KeyboardInterrupt):
+            run(tmp_path / "w", tmp_path / "h")
+    capsys.readouterr()
+    assert run(tmp_path / "w", tmp_path / "h") == 0
+    err = capsys.readouterr().err
+    assert "reusing 2 answered shards (answers-0000.pt to answers-0001.pt) and checkpoint.pt" in err
+    assert f"training resumes at step 2 of 6 ({tmp_path / 'w' / 'checkpoint.pt'})" in err
