@@ -246,3 +246,14 @@ def test_a_run_killed_while_training_says_the_step_it_resumes_at(tmp_path, capsy
     err = capsys.readouterr().err
     assert "reusing 2 answered shards (answers-0000.pt to answers-0001.pt) and checkpoint.pt" in err
     assert f"training resumes at step 2 of 6 ({tmp_path / 'w' / 'checkpoint.pt'})" in err
+
+
+def test_agreement_names_a_damaged_training_shard_before_any_work(tmp_path, capsys):
+    from training import agreement
+
+    assert run(tmp_path / "w", tmp_path / "h", "--epochs", "1") == 0
+    _truncate(tmp_path / "w" / "answers-0001.pt")
+    capsys.readouterr()
+    assert agreement.main(["--head", str(tmp_path / "h"), "--target", "random:tiny", "--prompts", "builtin",
+                           "--limit", "2", "--max-new", "8", "--work", str(tmp_path / "w")]) == 2
+    assert f"{tmp_path / 'w' / 'answers-0001.pt'} is damaged or not a training shard" in one_line(capsys)
