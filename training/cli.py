@@ -182,10 +182,11 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     try:
         schedule, prompts = checked(args)
         model, tokenizer = load_target(args.target, args.device, args.dtype)
-        vocab = model.config.get_text_config().vocab_size
-        if args.draft_vocab > vocab:
-            raise ValueError(f"`draft_vocab` must be at most the target's vocabulary of {vocab}, not "
-                             f"{args.draft_vocab}")
+        text = model.config.get_text_config()
+        vocab, context = text.vocab_size, text.max_position_embeddings
+        if args.draft_vocab > vocab or args.max_new >= context:
+            raise ValueError(f"`draft_vocab` must be at most the target's vocabulary of {vocab} and `max_new` below "
+                             f"its context of {context} tokens (got {args.draft_vocab}, {args.max_new})")
         times = start_work(args)
         config = head_config(model.config, args.draft_vocab)
         target = target_of(model, config)
