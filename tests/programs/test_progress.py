@@ -7,7 +7,7 @@ import re
 
 from programs.options import RunOptions
 from programs.progress import Progress
-from programs.target_program import decode_count, plan_text
+from programs.target_program import decode_count, load_note, plan_text
 from evaluation.prompts import Prompt
 from pipeline.settings import DecodeConfig
 
@@ -40,7 +40,15 @@ def test_the_plan_counts_turns_decoders_and_seeds():
     prompts = [Prompt("a", "c", "x"), Prompt("b", "c", "y", ("z",))]
     run = RunOptions(decode=DecodeConfig(), decoders="ar,root-draw", num_seeds=2)
     assert decode_count(prompts, run) == 3 * 2 * 2
-    assert plan_text(prompts, run, 12) == "2 prompts (3 turns) x 2 decoders x 2 seeds = 12 decodes"
+    assert plan_text(prompts, run, 12) == ("2 prompts (3 turns) x 2 decoders x 2 seeds = 12 decodes of up to 256 new "
+                                           "tokens (3,072 in all); the time left follows each decode")
+
+
+def test_a_busy_machine_is_said_before_the_first_decode():
+    assert load_note(2.9, 2) == ""  # the pair keeps 3 busy on 2 CPUs: no other work
+    busy = load_note(7.8, 2)
+    assert busy.startswith("; the machine is busy (load average 7.8 on 2 CPUs, the pair keeps 3 busy itself)")
+    assert "take longer than on a quiet machine" in busy
 
 
 def test_a_process_knows_how_long_ago_it_started():
