@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from evaluation.paths import replace_atomically
+from evaluation.paths import refuse_overwrite, replace_atomically
 from pipeline.config import InputError
 
 HEAD_FILES = ("config.json", "model.safetensors", "training.json", "loss.png")  # what --out receives
@@ -71,17 +71,13 @@ def check_folder(path: Path, flag: str) -> None:
 
 
 def check_out(out: Path, work: Path, overwrite: bool) -> None:
-    """InputError naming --out and --overwrite where `out` holds a head's files that the run of `work` did not
-    write (its training.json names the work folder it was trained in): another head is never lost to a run
-    that did not ask for it, and a run's own head is written again when it resumes."""
+    """InputError naming --out and --overwrite (evaluation.paths.refuse_overwrite) where `out` holds a head's
+    files that the run of `work` did not write (its training.json names the work folder it was trained in):
+    another head is never lost to a run that did not ask for it, and a run's own head is written again when it
+    resumes."""
     check_folder(out, "--out")
-    held = [name for name in HEAD_FILES if (out / name).exists()]
-    if not held or overwrite:
-        return
     try:
         own = json.loads((out / "training.json").read_text()).get("work") == str(work.resolve())
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         own = False
-    if not own:
-        raise InputError(f"--out {out} holds {', '.join(held)} of a head that --work {work} did not train; give "
-                         f"another directory (--out NEW_DIR) or --overwrite to write over them")
+    refuse_overwrite([out / name for name in HEAD_FILES], overwrite or own, "--out NEW_DIR")

@@ -192,7 +192,8 @@ def test_a_head_another_run_wrote_is_not_overwritten_unless_asked(tmp_path, caps
     assert run(tmp_path / "w1", tmp_path / "h", "--epochs", "1") == 0  # its own run, resumed: written again
     assert run(tmp_path / "w2", tmp_path / "h", "--epochs", "1") == 2
     line = one_line(capsys)
-    assert "--out" in line and "--overwrite" in line and f"--work {tmp_path / 'w2'} did not train" in line
+    assert f"{tmp_path / 'h'} holds config.json, model.safetensors, training.json, loss.png already; write " \
+           f"elsewhere (--out NEW_DIR) or give --overwrite" in line
     assert (tmp_path / "h" / "model.safetensors").read_bytes() == before and not (tmp_path / "w2").exists()
     assert run(tmp_path / "w2", tmp_path / "h", "--epochs", "1", "--overwrite") == 0
     assert json.loads((tmp_path / "h" / "training.json").read_text())["work"] == str((tmp_path / "w2").resolve())
@@ -202,7 +203,7 @@ def test_a_folder_of_files_not_a_head_of_this_program_is_refused(tmp_path, capsy
     (tmp_path / "h").mkdir()
     (tmp_path / "h" / "config.json").write_text("{}")
     assert run(tmp_path / "w", tmp_path / "h") == 2
-    assert "holds config.json of a head that --work" in one_line(capsys)
+    assert "holds config.json already; write elsewhere (--out NEW_DIR) or give --overwrite" in one_line(capsys)
     (tmp_path / "h" / "config.json").unlink()
     (tmp_path / "h" / "notes.txt").write_text("mine")  # a folder without a head's files is written into
     assert run(tmp_path / "w", tmp_path / "h", "--epochs", "1") == 0 and (tmp_path / "h" / "notes.txt").exists()
