@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from evaluation.paths import output_dir
 from models.options import DTYPES
 from programs.cli import Parser
 from training.distill import answer_batch, read_shard, shard_path, write_shard
@@ -245,10 +246,7 @@ def checked(args) -> tuple[Schedule, list[str]]:
 
 def start_work(args) -> Times:
     """The work folder made, its answers' settings kept, and what a resume reuses said."""
-    try:
-        args.work.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NotWritten(args.work, e.strerror or str(e)) from None
+    output_dir(args.work, "--work")
     write_json(args.work / "answers.json", args.recipe)
     times = Times(args.work / "times.json", read_json(args.work / "times.json", "delete it (only the times of the "
                                                                                 "stages done are lost)"))
@@ -326,10 +324,7 @@ def data_report(args, prompts: list[str], answers: list, covered: float) -> dict
 def write_out(out: Path, report: dict, config: dict, weights, d2t, t2d) -> None:
     """--out's files, training.json first: it names the work folder, so that a run killed while writing the
     head writes it again when resumed."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise NotWritten(out, e.strerror or str(e)) from None
+    output_dir(out, "--out")
     write_json(out / "training.json", report, indent=1)
     write_head(out, config, weights, d2t, t2d)
     with written(out / "loss.png") as partial:
