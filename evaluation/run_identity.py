@@ -22,9 +22,9 @@ from evaluation.rounds import RecordedDecode, RecordedRound
 from pipeline.config import is_int
 
 # A sweep's settings that change where or how patiently a shard works, not what it records (timing.run_config
-# compares the rest on every resume), and a model's setting that each start chooses again.
+# compares the rest on every resume), and a model's settings that each start chooses again.
 SHARD_SETTINGS = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
-START_SETTINGS = ("retune",)
+START_SETTINGS = ("retune", "retime")
 ENTROPY_SLACK = 1e-3  # an entropy summed in float64 and stored in float32
 
 

@@ -43,8 +43,8 @@ CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own b
 # alike, 1,000 made passes slower: 100,000 keeps away from that edge on a faster CPU.
 CPU_SPINCOUNT = 100_000
 # ModelOptions fields the drafter process does not take: its KV cache is sized by the target's handshake,
-# and its threads do not change while the target works alone.
-TARGET_ONLY = ("solo_threads", "max_context")
+# its threads do not change while the target works alone, and it times no passes for budget auto.
+TARGET_ONLY = ("solo_threads", "max_context", "retime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,9 @@ class ModelOptions:
         "help": "time the CPU linear kernels again instead of reusing the choice this machine keeps (made once "
                 "per processor, thread count and torch version, in the cache directory beside the converted "
                 "default model)"})
+    retime: bool = field(default=False, metadata={
+        "help": "time budget auto's passes again instead of reusing the timings this machine keeps (made once per "
+                "machine, models, threads, pool and cap, beside the linear kernels' choice)"})
     max_context: int = field(default=2048, metadata={"help": "KV cache slots: prompt + output + tree"})
     mock_vocab: int = field(default=64, metadata={"help": "vocabulary size of the mock models"})
     mock_seed: int = field(default=0, metadata={"help": "seed of the mock models' rows"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, drafted_for, embedded_pool
@@ -42,7 +43,7 @@ def build_parser(prog: str) -> Parser:
                      f"{head.topk}, depth {head.depth}, expand {head.expand} with a head; depth {EMBEDDED_POOL.depth} "
                      f"with a standalone drafter), else the paper's, unless --pool-* or --paper-pool say otherwise.")
     parser.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
-    add_log_level(parser, default="WARNING")
+    add_log_level(parser)  # INFO: the models' loads and the kernels' timing are said as they start
     return parser
 
 
@@ -121,6 +122,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.pool_pro
     setup_logging("pool", ns.log_level)
 
     def body() -> int:
+        logging.getLogger("pool").info("the pool of %s (top-k %d, depth %d, expand %d: %d candidates) after %d ids, "
+                                       "its target %s, on %s: loading both", ns.drafter, config.topk, config.depth,
+                                       config.expand, config.size, len(ids), ns.target, ns.device)
         import torch
 
         from models.load import load

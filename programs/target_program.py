@@ -32,7 +32,7 @@ from evaluation.summary import DELIVERED, as_json
 from evaluation.tally import Tally
 from evaluation.verdict import verdict_lines, verdict_of
 from models.options import ModelOptions
-from pipeline.config import InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig, is_int
 from pipeline.settings import DecodeConfig
 from programs.cli import (Parser, add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of,
                           from_options, option_values, raise_open_file_limit, run_program, setup_logging)
@@ -193,7 +193,8 @@ def serve(session: TargetSession, requests: TextIO, answers: TextIO) -> None:
 def request_records(session: TargetSession, request: dict, on_text: Callable[[dict], None] | None = None,
                     cancelled: Callable[[], bool] | None = None) -> Iterator[DecodeRecord]:
     """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
-    "context": token ids or chat messages}), in the target process or in the caller's; `on_text` gets
+    "context": token ids or chat messages; "logprobs", where each output token's log-probabilities and the
+    top that many of its row are asked for}), in the target process or in the caller's; `on_text` gets
     {"tokens", "text"} as each round commits tokens (streaming: TextStream's chunks); once `cancelled()`
     says so, the decode raises Cancelled at its next round (or before it starts)."""
     config = DecodeConfig(**request["config"])
@@ -207,12 +208,15 @@ def request_records(session: TargetSession, request: dict, on_text: Callable[[di
     if cancelled is not None and cancelled():
         raise Cancelled
     given = on_tokens if on_text is not None or cancelled is not None else None
+    logprobs = request.get("logprobs")
+    if not (logprobs is None or (is_int(logprobs) and logprobs >= 0)):
+        raise InputError(f"`logprobs` must be a whole number >= 0, got {logprobs!r}")
     if "context" in request:
         records = [decode_context(session, request["context"], config, prompt_id=str(request["id"]),
-                                  category=str(request["category"]), on_tokens=given)]
+                                  category=str(request["category"]), on_tokens=given, logprobs=logprobs)]
     else:
         prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
-        records = decode_conversation(session, prompt, config, on_tokens=given)
+        records = decode_conversation(session, prompt, config, on_tokens=given, logprobs=logprobs)
     for record in records:
         if on_text is not None and (rest := stream.rest(record.text)):
             on_text(rest)
