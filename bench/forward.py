@@ -15,8 +15,8 @@ the same operations in the same order, so they must be equal. A speedup is the m
 ratios transformers / lean, with its quartiles. The load average is printed before and after; the last line
 of the output is one JSON document.
 
---parts profiles the lean passes instead: per pass (the root pass, a plain pass of one token, and each tree
-pass), the median milliseconds of each part of its work, as models.llama_cpu.forward's clock names them (the
+--parts profiles the lean passes instead: per pass (the root pass, which is a plain pass of one token, and each
+tree pass), the median milliseconds of each part of its work, as models.llama_cpu.forward's clock names them (the
 linear layers, attention with its K/V writes, the output layer's rows, the elementwise work), the runner's
 staging of inputs and mask, and what is left (Python around them, the host read), with each part's ratio to
 the plain pass's. Run it under `taskset -c 0` (and --threads 1) for a machine with half the arithmetic.
