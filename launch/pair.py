@@ -106,7 +106,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
                            f"{PoolConfig().expand}: {PoolConfig().size} candidates), the embedded pair's included")
     add_options(parser, ModelOptions, skip=("model", "device"))
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
-    add_options(parser, run_cls, defaults={"max_new_tokens": None, "lookup": None})
+    add_options(parser, run_cls, defaults={"max_new_tokens": None, "lookup": None, "budget": None})
     add_options(parser, ConnectOptions)
     add_options(parser, KeyOptions)
     add_options(parser, RemoteOptions)
@@ -210,6 +210,12 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
             ns.lookup = EMBEDDED_LOOKUP
             notes.append(f"embedded default: context lookup grafts up to {EMBEDDED_LOOKUP} tokens copied from the "
                          f"context into each pool; --lookup 0 turns it off")
+    if mode == "decode" and ns.budget is None:
+        ns.budget = DecodeConfig().budget
+        if embedded and not ns.pick_budget:
+            ns.pick_budget = True
+            notes.append("embedded default: the tree budget that pays most on this machine, from its pass timings "
+                         "(timed on the first run, then kept); --budget N or auto sets it")
     if ns.max_new_tokens is None:
         ns.max_new_tokens = DecodeConfig().max_new_tokens
         if embedded and mode == "decode":
