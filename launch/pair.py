@@ -185,8 +185,9 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
                    notes: list[str]) -> PoolConfig:
     """The pair's models (the embedded default pair when none is named; a drafter alone beside the target it
     drafts for), its pool (programs.pool_program.chosen_pool: the CPU pool for the embedded target, named or
-    not), and what goes with the embedded pair unnamed: in a decode run its context lookup and output limit
-    (each said in `notes`) -> the pool. Its prompts are the built-in ones, as for any run that names none."""
+    not), and what goes with the embedded pair unnamed: in a decode run its context lookup, output limit and
+    budget picked on this machine unless --budget names one (each said in `notes`) -> the pool. Its prompts are
+    the built-in ones, as for any run that names none."""
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
@@ -210,6 +211,8 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
             ns.lookup = EMBEDDED_LOOKUP
             notes.append(f"embedded default: context lookup grafts up to {EMBEDDED_LOOKUP} tokens copied from the "
                          f"context into each pool; --lookup 0 turns it off")
+    if mode == "decode" and ns.pick_budget and ns.budget is not None:
+        parser.error(f"--pick-budget chooses the run's budget on this machine: it goes without --budget {ns.budget}")
     if mode == "decode" and ns.budget is None:
         ns.budget = DecodeConfig().budget
         if embedded and not ns.pick_budget:

@@ -277,3 +277,20 @@ def test_folders_named_like_packages_in_the_callers_folder_do_not_shadow_them(tm
                 "--prompts", "p.txt", cwd=tmp_path)  # a path relative to the caller's folder
     assert done.returncode == 0, done.stderr
     assert [r.decoder for r in decode_records(done.stdout)] == ["ar", "root"]
+
+
+def test_a_picked_budget_is_said_with_its_costs_and_the_run_and_verdict_use_it():
+    texts = ("Once upon a time", "def fib(n):", "Hello", "A river", "Why?")
+    prompts = [arg for text in texts for arg in ("--prompt", text)]
+    done = pair("--target", "mock", "--decoders", "ar,draft", "--pick-budget", "--budget-max", "8", *prompts,
+                "--max-new-tokens", "16")
+    assert done.returncode == 0, done.stderr
+    said = re.search(r"\[target\] budget (\d+), the most tokens a second on this machine: a plain pass [\d.]+ ms; "
+                     r"tree passes of 1, 2, 4, 8 tokens [\d.]+, [\d.]+, [\d.]+, [\d.]+ ms; a conservative τ of "
+                     r"1.40, 1.64, 1.87, 1.98 \(pipeline.budget.cautious\)", done.stderr)
+    assert said, done.stderr
+    budget = said.group(1)
+    assert f"T=0 B={budget};" in done.stdout and f" draft T=0 B={budget} " in done.stderr
+    on = next((line for line in done.stdout.splitlines() if line.startswith("  on: ")), "")
+    assert re.search(rf"here a plain pass takes [\d.]+ ms, draft's tree pass of {budget} tokens [\d.]+ ms", on), \
+        done.stdout

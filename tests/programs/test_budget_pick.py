@@ -77,6 +77,14 @@ def test_only_the_embedded_default_run_without_a_budget_picks_one(tmp_path):
     assert plan(["--target", "mock"]).target[plan(["--target", "mock"]).target.index("--budget") + 1] == "8"
 
 
+def test_a_picked_budget_and_a_named_one_are_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exited:
+        plan(["--pick-budget", "--budget", "auto"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "--pick-budget chooses the run's budget on this machine: it goes without --budget auto")
+
+
 def test_the_verdict_names_the_vector_width_and_what_the_passes_it_used_cost_here():
     machine = device_words({"cpu": "AMD EPYC 7B13", "cpu_vectors": "AVX2", "cpu_count": 2}, "cpu")
     v = Verdict("draft", 0.05, (-0.1, 0.2), 1.7, 2.0, 5, tree=4.0, tokens_per_pass=2.0)
