@@ -116,14 +116,15 @@ def expected_tokens(accept: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     return np.cumsum(np.concatenate([[1.0], accept]))[list(sizes)]
 
 
-def steady_budget(costs: list[PassCosts], accept: np.ndarray, sizes: tuple[int, ...]) -> int:
-    """The speculative size of `sizes` (each above 0, each in every costs' `tree`) whose steady rounds promise the
-    most tokens per second, the mean over `costs` (one per rule the run decodes with) of each rule's rate at
-    acceptance `accept` ((cap,) p[k], cap >= max(sizes)); the smaller size on a tie. A run that compares its
-    rules with one budget needs a tree for each; budget auto (AutoBudget.choose) judges round by round."""
+def steady_rates(costs: list[PassCosts], accept: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """(len(sizes),) expected tokens per second of steady rounds at each of `sizes` (each above 0, in every
+    costs' `tree`, ascending), the mean over `costs` (one per rule a run decodes with) at acceptance `accept`
+    ((cap,) p[k], cap >= max(sizes)). A larger tree is never taken to cost less than a smaller one: timings that
+    say so met a moment of load, and a noisy cheap large tree must not win. Budget auto (AutoBudget.choose)
+    judges round by round; a run that compares its rules at one budget takes the argmax of these."""
     tokens = expected_tokens(accept, sizes)
-    rates = np.mean([tokens / np.array([c.round(b) for b in sizes]) for c in costs], axis=0)
-    return sizes[int(np.argmax(rates))]
+    rounds = [np.maximum.accumulate([c.round(b) for b in sizes]) for c in costs]
+    return np.mean([tokens / r for r in rounds], axis=0)
 
 
 def anchored(optimistic: np.ndarray, hits: np.ndarray, seen: np.ndarray) -> np.ndarray:

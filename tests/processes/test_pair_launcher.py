@@ -285,9 +285,10 @@ def test_a_picked_budget_is_said_with_its_costs_and_the_run_and_verdict_use_it()
     done = pair("--target", "mock", "--decoders", "ar,draft", "--pick-budget", "--budget-max", "8", *prompts,
                 "--max-new-tokens", "16")
     assert done.returncode == 0, done.stderr
-    said = re.search(r"\[target\] budget (\d+), the most tokens a second on this machine: a plain pass [\d.]+ ms; "
-                     r"tree passes of 1, 2, 4, 8 tokens [\d.]+, [\d.]+, [\d.]+, [\d.]+ ms; a conservative τ of "
-                     r"1.40, 1.64, 1.87, 1.98 \(pipeline.budget.cautious\)", done.stderr)
+    said = re.search(r"\[target\] budget (\d+), the most tokens a second on this machine: a plain pass [\d.]+ ms "
+                     r"\([\d.]+ tokens a second\); tree passes of 1, 2, 4, 8 tokens [\d.]+, [\d.]+, [\d.]+, [\d.]+ ms; at a "
+                     r"cautious τ of 1.40, 1.64, 1.87, 1.98 \(pipeline.budget.cautious\) rounds of each size promise "
+                     r"[\d.]+, [\d.]+, [\d.]+, [\d.]+ tokens a second", done.stderr)
     assert said, done.stderr
     budget = said.group(1)
     assert f"T=0 B={budget};" in done.stdout and f" draft T=0 B={budget} " in done.stderr

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from evaluation.machine import device_words
 from evaluation.verdict import Verdict, verdict_lines
 from launch.pair import plan
-from pipeline.budget import MeasuredPasses, SessionBudgets, candidate_sizes, cautious, costs_for, steady_budget
+from pipeline.budget import MeasuredPasses, SessionBudgets, candidate_sizes, cautious, costs_for, steady_rates
 from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig
 from programs.budget_pick import pick_budget
@@ -47,11 +48,18 @@ def run(decoders: str = "ar,draft,pearl,root-draw,root") -> RunOptions:
     return RunOptions(decode=DecodeConfig(budget_max=CAP), decoders=decoders)
 
 
-def test_a_machine_where_tree_rows_are_dear_gets_smaller_trees():
+def chosen(measured: MeasuredPasses) -> int:
     sizes = tuple(b for b in candidate_sizes(CAP) if b)
-    chosen = {name: steady_budget([costs_for(RULES["draft"].root_pass, m)], cautious(CAP), sizes)
-              for name, m in (("wide", WIDE), ("narrow", NARROW))}
-    assert chosen == {"wide": 8, "narrow": 4}
+    return sizes[int(np.argmax(steady_rates([costs_for(RULES["draft"].root_pass, measured)], cautious(CAP), sizes)))]
+
+
+def test_a_machine_where_tree_rows_are_dear_gets_smaller_trees():
+    assert (chosen(WIDE), chosen(NARROW)) == (8, 4)
+
+
+def test_a_large_tree_timed_cheaper_than_a_smaller_one_does_not_win_on_that_noise():
+    noisy = passes(44, {1: 46, 2: 48, 4: 52, 8: 67, 16: 40})  # 16 rows in less time than 8: a moment of load
+    assert chosen(noisy) == 4
 
 
 @pytest.mark.parametrize("measured, budget", [(WIDE, 8), (NARROW, 4)])
@@ -61,8 +69,20 @@ def test_the_run_takes_the_budget_that_pays_and_says_which_with_its_costs(measur
     assert picked.decode.budget == budget and session.asked == [CAP]  # budget auto's cap: its kept timings
     assert picked.configs()[1].budget == budget and picked.decoders == run().decoders
     assert line.startswith(f"budget {budget}, the most tokens a second on this machine: a plain pass "
-                           f"{1000 * measured.plain:.1f} ms; tree passes of 1, 2, 4, 8, 16 tokens ")
-    assert f"{1000 * measured.tree_with_root[8]:.1f}" in line and "a conservative τ of 1.40, 1.64, 1.87, 1.98" in line
+                           f"{1000 * measured.plain:.1f} ms ({1 / measured.plain:.1f} tokens a second); tree passes of "
+                           f"1, 2, 4, 8, 16 tokens ")
+    assert f"{1000 * measured.tree_with_root[8]:.1f}" in line and "at a cautious τ of 1.40, 1.64, 1.87, 1.98" in line
+    promised = [float(x) for x in line.split("promise ")[1].split(" tokens")[0].split(", ")]
+    assert len(promised) == 5 and max(promised) == promised[[1, 2, 4, 8, 16].index(budget)]
+    assert ("no size promises" in line) == (measured is NARROW)  # 22.8 tokens a second against a plain 22.7
+
+
+def test_where_no_tree_promises_more_than_plain_decoding_the_line_says_so_and_names_budget_auto():
+    dear = passes(44, {1: 90, 2: 95, 4: 100, 8: 120, 16: 160})
+    picked, line = pick_budget(Session(dear), run())
+    assert picked.decode.budget == 4
+    assert line.endswith("no size promises more than plain rounds here by 10%: --budget auto would settle on plain "
+                         "rounds; --budget N or auto sets it yourself")
 
 
 def test_a_run_without_speculation_times_nothing_and_keeps_its_budget():
