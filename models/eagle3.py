@@ -125,6 +125,10 @@ class Eagle3Head:
         inv, scale = rotary(cfg, device)
         return cls(cfg, w, embed.to(device=device, dtype=dtype), ids, inv, scale)
 
+    def feature_layers(self, target_layers: int) -> tuple[int, int, int]:
+        """The target layers whose inputs the head fuses (models.eagle3_config.HeadConfig.feature_layers)."""
+        return self.cfg.feature_layers(target_layers)
+
     @property
     def device(self) -> torch.device:
         return self.embed.device

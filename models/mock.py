@@ -162,6 +162,10 @@ class MockHead:
         self.model = model
         self.vocab_size = model.vocab_size
 
+    def feature_layers(self, target_layers: int) -> tuple[int, ...]:
+        """The mock target's features are its digests, whatever the layer: one layer's."""
+        return (0,)
+
 
 class MockHeadRunner:
     """A MockHead behind the runner interface (models.runner.ModelRunner), as models.eagle3.HeadRunner: each

@@ -183,8 +183,7 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     `experience`, the setting's earlier decodes). Phases end in a host read; `sync_phases` also waits for
     each commit (a sync a round).
     `observe` sees each round after its commit (a measurement, left out of the decode's time); `on_tokens`
-    gets what each round adds to the output, as it commits it (streaming).
-    """
+    gets what each round adds to the output, as it commits it (streaming)."""
     rule = RULES[config.decoder]
     _check(rule, prompt, drafter, config)
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)
@@ -197,16 +196,11 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
     budget = policy.first(feed, len(history) - 1, config.max_new_tokens)
     prefill_seconds = _prefill(target, feed, history, budget, t_start)
     policy.prefilled(feed, len(history) - 1, prefill_seconds)
-    mark, observed = time.perf_counter(), rounds.observed
+    rounds.mark = time.perf_counter()
     while True:
         step = rounds.run(history[-1], budget)
-        # The target's seconds since the last round ended beyond this round's phases: the work between rounds
-        # (asking the drafter for this round's pool, with the target's features; choosing its budget).
-        now = time.perf_counter()
-        outside = now - mark - (rounds.observed - observed) - step.phases.on_target()
-        mark, observed = now, rounds.observed
         log.append(step.round(budget, feed.feature_bytes))  # the last request asked for this round's pool
-        policy.observe(step.on_path, budget, step.phases, feed, outside)
+        policy.observe(step.on_path, budget, step.phases, feed, rounds.outside(step))
         passes += step.passes
         emitted = step.emitted
         stop = _extend(out, emitted, stops, config.max_new_tokens, on_tokens)
@@ -314,6 +308,7 @@ class _Rounds:
             target = Filtered(target, config.temperature, config.filters)
         self.target, self.drafter, self.rule = target, drafter, rule
         self.observe, self.observed = observe, 0.0  # observed: seconds spent in `observe` (not the decode's)
+        self.mark, self.marked = 0.0, 0.0  # when the last round ended, and `observed` then (outside)
         self.temperature, self.generator = config.temperature, generator
         self.lazy = target.device.type == "cpu"  # see RowDraws
         self.track = track  # record which ranks were accepted (budget auto)
@@ -351,6 +346,14 @@ class _Rounds:
             self.observe(step, root, budget)
             self.observed += time.perf_counter() - t0
         return step
+
+    def outside(self, step: Step) -> float:
+        """The target's seconds since the last round ended beyond this round's phases and measurements: the work
+        between rounds (asking the drafter for this round's pool, with the target's features; its budget)."""
+        now = time.perf_counter()
+        seconds = now - self.mark - (self.observed - self.marked) - step.phases.on_target()
+        self.mark, self.marked = now, self.observed
+        return seconds
 
     def plain(self, root: int, phase: _Phases) -> Step:
         """`ar`, or a round of budget 0: one pass on the root, its draw is the round's only token."""

@@ -71,11 +71,7 @@ def context_pool(target, drafter, ids: list[int], config: PoolConfig):
 
 def head_layers(drafter, target) -> tuple[int, ...]:
     """The target layers whose inputs an EAGLE-3 drafter takes (any one for the mock head)."""
-    from models.mock import MockHead
-
-    if isinstance(drafter.model, MockHead):
-        return (0,)
-    return drafter.model.cfg.feature_layers(target.shape[1])
+    return drafter.model.feature_layers(target.shape[1])
 
 
 def chosen_pool(parser: argparse.ArgumentParser, ns, notes: list[str]) -> PoolConfig:

@@ -4,6 +4,7 @@ stream. Nothing here imports zmq at module level, so `tests/gpu` collects on an 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 from collections.abc import Sequence
@@ -14,6 +15,16 @@ import torch
 
 from models.mock import EOS, MockModel
 from pipeline.config import PoolConfig
+
+
+@pytest.fixture(autouse=True)
+def root_logging_as_found():
+    """A program's main that a test calls sets the root logger up as its process would (programs.cli.
+    setup_logging); the next test starts with the root logger as it was, as a fresh process does."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:], root.level = handlers, level
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -98,16 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evaluation.prompts import gather
-    from evaluation.stats import percent
-    from evaluation.summary import category_group, group_order
-    from models.eagle3 import Eagle3Head
-    from models.eagle3_config import read_head
-    from programs.options import PromptOptions
-    from training.cli import check_device, ends_and_pad, load_target
-
     p = build_parser()
-    args = p.parse_args(argv)
+    args = checked(p, p.parse_args(argv))
+    try:
+        setup = prepare(args)
+    except (OSError, ValueError) as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
+    report = measure(args, setup)
+    say(report, args)
+    print(json.dumps(report))
+    return 0
+
+
+def checked(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The command line's values, or a usage error naming the flag."""
     for name in ("limit", "max_new", "steps", "shards"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -115,50 +120,73 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--prompts: name at least one prompt source (spec-bench:PATH, humaneval, a .jsonl file)")
     if args.work is not None and not shard_path(args.work, 0).is_file():
         p.error(f"--work: {args.work} holds no training shard ({shard_path(args.work, 0).name})")
-    try:
-        check_device(args.device)
-        heads = [read_head(path) for path in (args.head, args.against) if path is not None]
-        chosen = gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit, stratify=args.stratify),
-                        0)[: args.limit]
-        texts = [q.text for q in chosen]
-        model, tokenizer = load_target(args.target, args.device, args.dtype)
-        text_config = model.config.get_text_config()
-        shape = text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers
-        built = []
-        for (cfg, weights), path in zip(heads, (args.head, args.against)):
-            try:
-                cfg.check_target(*shape)
-            except ValueError as e:
-                raise ValueError(f"{path}: {e}") from None
-            embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()
-            built.append(Eagle3Head.build(cfg, weights, embed, model.device, torch.float32))
-        layers = [cfg.feature_layers(shape[2]) for cfg, _ in heads]
-        if layers[-1] != layers[0]:
-            raise ValueError(f"the heads fuse different target layers ({layers[0]} and {layers[-1]}): their "
-                             f"answers' features differ")
-    except (OSError, ValueError) as e:
-        print(f"{p.prog}: error: {e}", file=sys.stderr)
-        return 2
-    head = built[0]
+    return args
+
+
+def prepare(args: argparse.Namespace) -> dict:
+    """Everything read and loaded before any answer: the shards (a damaged one is said first), the prompts, the
+    target, the heads built for it and the target layers they fuse. ValueError or OSError in one line."""
+    from evaluation.prompts import gather
+    from models.eagle3 import Eagle3Head
+    from models.eagle3_config import read_head
+    from programs.options import PromptOptions
+    from training.cli import check_device, load_target
+
+    check_device(args.device)
+    shards = [] if args.work is None else [shard_path(args.work, s) for s in range(args.shards)
+                                           if shard_path(args.work, s).is_file()]
+    trained = [a for path in shards for a in read_shard(path)]
+    heads = [read_head(path) for path in (args.head, args.against) if path is not None]
+    chosen = gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit, stratify=args.stratify),
+                    0)[: args.limit]
+    model, tokenizer = load_target(args.target, args.device, args.dtype)
+    text_config = model.config.get_text_config()
+    shape = text_config.hidden_size, text_config.vocab_size, text_config.num_hidden_layers
+    built = []
+    for (cfg, weights), path in zip(heads, (args.head, args.against)):
+        try:
+            cfg.check_target(*shape)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+        embed = None if "embed_tokens.weight" in weights else model.get_input_embeddings().weight.detach().float()
+        built.append(Eagle3Head.build(cfg, weights, embed, model.device, torch.float32))
+    layers = [cfg.feature_layers(shape[2]) for cfg, _ in heads]
+    if layers[-1] != layers[0]:
+        raise ValueError(f"the heads fuse different target layers ({layers[0]} and {layers[-1]}): their "
+                         f"answers' features differ")
+    return {"shards": shards, "trained": trained, "chosen": chosen, "model": model, "tokenizer": tokenizer,
+            "heads": built, "layers": layers[0]}
+
+
+def measure(args: argparse.Namespace, setup: dict) -> dict:
+    """The target answers the prompts; each head's agreement on its answers (and on the shards'), by group."""
+    from evaluation.summary import category_group, group_order
+    from training.cli import ends_and_pad
+
+    head, tokenizer, chosen = setup["heads"][0], setup["tokenizer"], setup["chosen"]
     ends, pad = ends_and_pad(tokenizer)
-    answers = answer_batch(model, [tokenizer.chat_ids([t]) for t in texts], sample=False, max_new=args.max_new,
-                           end_ids=ends, pad_id=pad, layers=layers[0], seed=0)
+    answers = answer_batch(setup["model"], [tokenizer.chat_ids([q.text]) for q in chosen], sample=False,
+                           max_new=args.max_new, end_ids=ends, pad_id=pad, layers=setup["layers"], seed=0)
     counts = [answer_counts(head, a, args.steps) for a in answers]
-    report = {"head": str(args.head), "target": args.target, "prompts": len(texts), "max_new": args.max_new,
-              "held_out": shares(counts)}
     groups = [category_group(q.category) for q in chosen]
-    report["held_out_by_group"] = {g: shares([c for c, h in zip(counts, groups) if h == g])
-                                   for g in group_order(groups)}  # a few prompts each: where a head falls short
+    by_group = lambda c: {g: shares([x for x, h in zip(c, groups) if h == g])  # noqa: E731
+                          for g in group_order(groups)}  # a few prompts each: where a head falls short
+    report = {"head": str(args.head), "target": args.target, "prompts": len(chosen), "max_new": args.max_new,
+              "held_out": shares(counts), "held_out_by_group": by_group(counts)}
     if args.against is not None:
-        theirs = [answer_counts(built[1], a, args.steps) for a in answers]
+        theirs = [answer_counts(setup["heads"][1], a, args.steps) for a in answers]
         report["against"] = {"head": str(args.against), "held_out": shares(theirs),
-                             "held_out_by_group": {g: shares([c for c, h in zip(theirs, groups) if h == g])
-                                                   for g in report["held_out_by_group"]},
-                             **compared(counts, theirs)}
+                             "held_out_by_group": by_group(theirs), **compared(counts, theirs)}
     if args.work is not None:
-        shards = [shard_path(args.work, s) for s in range(args.shards) if shard_path(args.work, s).is_file()]
-        report["training"] = agreement(head, [a for s in shards for a in read_shard(s)], args.steps)
-        report["training_shards"] = len(shards)
+        report["training"] = agreement(head, setup["trained"], args.steps)
+        report["training_shards"] = len(setup["shards"])
+    return report
+
+
+def say(report: dict, args: argparse.Namespace) -> None:
+    """The report in lines: agreement per step, by group, and against the second head."""
+    from evaluation.stats import percent
+
     for name in ("held_out", "training"):
         if name in report:
             r = report[name]
@@ -174,8 +202,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"against {args.against}: held-out top-1 at step 1 {c['top1_step1']:.3f} against "
               f"{c['against_top1_step1']:.3f}: {'no gain' if c['gain'] is None else percent(c['gain'])}, 95% "
               f"interval over {c['prompts']} prompts {c['interval']}")
-    print(json.dumps(report))
-    return 0
 
 
 if __name__ == "__main__":
