@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from evaluation.provenance import vector_width
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
 from models.mock import MockModel
@@ -178,7 +179,8 @@ def test_table_shows_the_fields_metrics():
     assert "vs ar [95% interval]" in head and "tau" in head and "tok/pass" in head and "acceptance by depth" in head
     lines = done.stdout.splitlines()
     machine = next(i for i, line in enumerate(lines) if line.startswith("machine: "))
-    assert machine < lines.index(head) and f"{processor()}, {os.cpu_count()} CPUs" in lines[machine]
+    vectors = f" ({vector_width()})" if vector_width() else ""  # the CPU's vector width beside its model
+    assert machine < lines.index(head) and f"{processor()}{vectors}, {os.cpu_count()} CPUs" in lines[machine]
     assert lines[machine].endswith("target mock, drafter mock")  # which pair gave the table
     row = next(line for line in done.stdout.splitlines() if line.startswith("root-draw"))
     assert re.search(r"[+-]\d+\.\d% \(no interval\)", row), row  # two prompts: about their range
