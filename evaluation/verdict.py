@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import DecoderStats, Setting
-from pipeline.rules import SPECULATIVE
+from pipeline.budget import MeasuredPasses
+from pipeline.rules import RULES, SPECULATIVE
 
 BASELINE = "ar"
 
@@ -101,12 +102,15 @@ def verdict_of(setting: Setting) -> Verdict | None:
                    len(setting.prompt_ids), stats.rounds.mean_tree_size, stats.tokens_per_pass, bool(worked))
 
 
-def verdict_lines(v: Verdict, *, budget, machine: str, drafter: str, loaded: bool) -> list[str]:
+def verdict_lines(v: Verdict, *, budget, machine: str, drafter: str, loaded: bool,
+                  measured: MeasuredPasses | None = None) -> list[str]:
     """The verdict in words: paid or not and by how much, why (round cost against τ), what to try next, and
-    the machine and drafter it holds for (where speculation did not pay, a line that says so and names budget
-    auto; where no decoder did more than plain decoding's work, a verdict of plain decoding). `loaded`: other
-    work shared the machine (a caution said so)."""
-    on = f"  on: {machine or 'an unnamed machine'}, drafter {drafter or 'unnamed'}, {v.prompts} prompts"
+    the machine (its CPU's model and vector width, evaluation.machine.device_words) and drafter it holds for,
+    with `measured`, this machine's pass timings, what a plain pass and the decoder's tree pass cost here (where
+    speculation did not pay, a line that says so and names budget auto; where no decoder did more than plain
+    decoding's work, a verdict of plain decoding). `loaded`: other work shared the machine (a caution said so)."""
+    on = (f"  on: {machine or 'an unnamed machine'}, drafter {drafter or 'unnamed'}, {v.prompts} prompts"
+          + (f"; {passes}" if measured is not None and (passes := _passes(v, budget, measured)) else ""))
     if not v.worked:
         return _plain_lines(v, on, budget)
     outcome, auto = v.outcome, str(budget) == "auto"
@@ -126,6 +130,18 @@ def verdict_lines(v: Verdict, *, budget, machine: str, drafter: str, loaded: boo
     if loaded or not v.settled:
         tries.append("a quiet machine (other work moves a round's time more than speculation does)")
     return lines + [f"  next: launch/pair.sh {t}" if t.startswith("--") else f"  next: {t}" for t in tries]
+
+
+def _passes(v: Verdict, budget, measured: MeasuredPasses) -> str:
+    """What a plain pass and the decoder's tree pass (of the run's budget, else of the timed size nearest its
+    mean tree) cost on this machine: a tree pass's cost in plain passes is what sets one machine's gain apart
+    from another's (a CPU with narrow vectors pays more for a tree's rows)."""
+    trees = measured.tree if RULES[v.decoder].root_pass else measured.tree_with_root
+    if not trees or measured.plain <= 0:
+        return ""
+    size = budget if budget in trees else min(trees, key=lambda b: (abs(b - v.tree), b))
+    return (f"here a plain pass takes {1000 * measured.plain:.1f} ms, {v.decoder}'s tree pass of {size} tokens "
+            f"{1000 * trees[size]:.1f} ms ({trees[size] / measured.plain:.2f} plain passes)")
 
 
 def _size(v: Verdict) -> str:

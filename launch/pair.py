@@ -106,7 +106,7 @@ def build_parser(mode: str) -> argparse.ArgumentParser:
                            f"{PoolConfig().expand}: {PoolConfig().size} candidates), the embedded pair's included")
     add_options(parser, ModelOptions, skip=("model", "device"))
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
-    add_options(parser, run_cls, defaults={"max_new_tokens": None, "lookup": None})
+    add_options(parser, run_cls, defaults={"max_new_tokens": None, "lookup": None, "budget": None})
     add_options(parser, ConnectOptions)
     add_options(parser, KeyOptions)
     add_options(parser, RemoteOptions)
@@ -185,8 +185,9 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
                    notes: list[str]) -> PoolConfig:
     """The pair's models (the embedded default pair when none is named; a drafter alone beside the target it
     drafts for), its pool (programs.pool_program.chosen_pool: the CPU pool for the embedded target, named or
-    not), and what goes with the embedded pair unnamed: in a decode run its context lookup and output limit
-    (each said in `notes`) -> the pool. Its prompts are the built-in ones, as for any run that names none."""
+    not), and what goes with the embedded pair unnamed: in a decode run its context lookup, output limit and
+    budget picked on this machine unless --budget names one (each said in `notes`) -> the pool. Its prompts are
+    the built-in ones, as for any run that names none."""
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
@@ -210,6 +211,14 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
             ns.lookup = EMBEDDED_LOOKUP
             notes.append(f"embedded default: context lookup grafts up to {EMBEDDED_LOOKUP} tokens copied from the "
                          f"context into each pool; --lookup 0 turns it off")
+    if mode == "decode" and ns.pick_budget and ns.budget is not None:
+        parser.error(f"--pick-budget chooses the run's budget on this machine: it goes without --budget {ns.budget}")
+    if mode == "decode" and ns.budget is None:
+        ns.budget = DecodeConfig().budget
+        if embedded and not ns.pick_budget:
+            ns.pick_budget = True
+            notes.append("embedded default: the tree budget that pays most on this machine, from its pass timings "
+                         "(timed on the first run, then kept); --budget N or auto sets it")
     if ns.max_new_tokens is None:
         ns.max_new_tokens = DecodeConfig().max_new_tokens
         if embedded and mode == "decode":

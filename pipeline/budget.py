@@ -104,6 +104,29 @@ def prior(cap: int) -> np.ndarray:
     return 0.9 * 0.75 ** np.arange(cap)
 
 
+def cautious(cap: int) -> np.ndarray:
+    """(cap,) a conservative acceptance by rank, for a run's budget chosen before any round: 0.4 * 0.6^k, which
+    promises τ 1.98 at b = 8, below the 2.01 that `draft` reached at B = 8 in the committed default run of the
+    embedded pair (results/cpu-smollm2-lookup/default-run.txt), and 1.87 at b = 4, 1.64 at b = 2."""
+    return 0.4 * 0.6 ** np.arange(cap)
+
+
+def expected_tokens(accept: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """(len(sizes),) tokens(b) = 1 + sum_{k < b} p[k] for every b of `sizes` at once; accept: (cap,) p[k]."""
+    return np.cumsum(np.concatenate([[1.0], accept]))[list(sizes)]
+
+
+def steady_rates(costs: list[PassCosts], accept: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """(len(sizes),) expected tokens per second of steady rounds at each of `sizes` (each above 0, in every
+    costs' `tree`, ascending), the mean over `costs` (one per rule a run decodes with) at acceptance `accept`
+    ((cap,) p[k], cap >= max(sizes)). A larger tree is never taken to cost less than a smaller one: timings that
+    say so met a moment of load, and a noisy cheap large tree must not win. Budget auto (AutoBudget.choose)
+    judges round by round; a run that compares its rules at one budget takes the argmax of these."""
+    tokens = expected_tokens(accept, sizes)
+    rounds = [np.maximum.accumulate([c.round(b) for b in sizes]) for c in costs]
+    return np.mean([tokens / r for r in rounds], axis=0)
+
+
 def anchored(optimistic: np.ndarray, hits: np.ndarray, seen: np.ndarray) -> np.ndarray:
     """(cap,) the optimistic prior (worth PRIOR_WEIGHT rounds) beside what rounds showed, `hits` of `seen` by
     rank (worth at most EXPERIENCE rounds, so that a decode's own recent rounds soon outweigh them)."""
@@ -306,7 +329,7 @@ class AutoBudget:
         `affordable`), speculation is not switched on: see `ledger`."""
         if self.streak == 0 and (self.balance < 0 or not self.affordable(switch + start, left)):
             return 0
-        tokens = np.cumsum(np.concatenate([[1.0], self.accept]))[list(self.sizes)]  # tokens(b), every b at once
+        tokens = expected_tokens(self.accept, self.sizes)
         rounds = np.maximum(1.0, left / tokens)
         extra = switch / np.minimum(self.run, rounds) + start / np.minimum(max(self.run, START_ROUNDS), rounds)
         extra[0] = 0.0  # sizes[0] is 0: a plain round switches nothing on

@@ -104,6 +104,10 @@ class RunOptions:
     decoders: str = field(default="ar,draft,pearl,root-draw,root", metadata={
         "help": f"comma-separated, from {','.join(DECODERS)}", "metavar": "LIST"})
     num_seeds: int = field(default=1, metadata={"help": "repeat each decode with seeds S..S+N-1"})
+    pick_budget: bool = field(default=False, metadata={
+        "help": "in place of --budget, the tree size whose rounds promise the most tokens a second on this machine, "
+                "from budget auto's kept pass timings and a conservative τ (the embedded pair's default run "
+                "takes it when no --budget is given)"})
     json: bool = field(default=False, metadata={
         "help": "one JSON record per decode on stdout (a live line per decode still goes to stderr)"})
     record_rounds: str = field(default="", metadata={

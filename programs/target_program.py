@@ -32,11 +32,13 @@ from evaluation.summary import DELIVERED, as_json
 from evaluation.tally import Tally
 from evaluation.verdict import verdict_lines, verdict_of
 from models.options import ModelOptions
+from pipeline.budget import MeasuredPasses
 from pipeline.config import InputError, PoolConfig, is_int
 from pipeline.settings import DecodeConfig
 from programs.cli import (Parser, add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of,
                           from_options, option_values, raise_open_file_limit, run_program, setup_logging)
 from programs import decodes
+from programs.budget_pick import pick_budget
 from programs.options import ConnectOptions, KeyOptions, RunOptions
 from programs.progress import Progress, process_age
 from target_proc.conversation import decode_context, decode_conversation
@@ -100,9 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         run: RunOptions = args.run
         prompts = gather(run.sources, run.decode.seed)
         emit = (lambda line: print(json.dumps(line), flush=True)) if run.json else None
-        tally = Tally(run.decode.temperature, run.decode.budget, speed_tokens=DELIVERED)  # not the records: a
-        first = None  # long run's memory stays flat
+        first = None
         with connect(args) as session:
+            if run.pick_budget and (picked := pick_budget(session, run))[1]:
+                run = picked[0]
+                log.info("%s", picked[1])
+            # a running tally, not the records: a long run's memory stays flat
+            tally = Tally(run.decode.temperature, run.decode.budget, speed_tokens=DELIVERED)
             header = run_header(session.models, args.pool, option_values(run), prompts)
             if emit:
                 emit(header)
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         if emit:
             emit({"kind": "summary", **as_json(setting)})
         else:
-            print_summary(first, setting, args.pool, header, run.decode.lookup)
+            print_summary(first, setting, args.pool, header, run.decode.lookup,
+                          session.budgets.measured.get(run.decode.budget_max))
         return 0
 
     return run_program(body, flags_of(parser))
@@ -321,10 +328,11 @@ def run_decodes(session: TargetSession, prompts: list[Prompt], run: RunOptions, 
 
 
 def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header: dict | None = None,
-                  lookup: int = 0) -> None:
+                  lookup: int = 0, measured: MeasuredPasses | None = None) -> None:
     """The first decode's text, the machine and drafter the run's `header` names, then one row per decoder:
     speed, speedup over `ar` with its paired interval over prompts, τ, tokens per target pass, mean tree size
-    and acceptance by depth; last the verdict in words (evaluation.verdict) on that machine and drafter."""
+    and acceptance by depth; last the verdict in words (evaluation.verdict) on that machine and drafter, with
+    `measured`, this machine's pass timings where the run used them, what its passes cost here."""
     if first is None:
         return
     print(f"--- {first.prompt_id}, {first.decoder}:\n{first.text.strip()}\n")
@@ -364,7 +372,7 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
         print("\n".join(verdict_lines(found, budget=setting.budget,
                                        machine=device_words(header.get("environment") or {}, device),
                                        drafter=drafter_name(header),
-                                       loaded=any(c.kind == "load" for c in setting.cautions))))
+                                       loaded=any(c.kind == "load" for c in setting.cautions), measured=measured)))
 
 
 if __name__ == "__main__":

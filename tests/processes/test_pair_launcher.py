@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from evaluation.provenance import vector_width
 from evaluation.record import DecodeRecord
 from models.kernel_cache import processor
 from models.mock import MockModel
@@ -178,7 +179,8 @@ def test_table_shows_the_fields_metrics():
     assert "vs ar [95% interval]" in head and "tau" in head and "tok/pass" in head and "acceptance by depth" in head
     lines = done.stdout.splitlines()
     machine = next(i for i, line in enumerate(lines) if line.startswith("machine: "))
-    assert machine < lines.index(head) and f"{processor()}, {os.cpu_count()} CPUs" in lines[machine]
+    vectors = f" ({vector_width()})" if vector_width() else ""  # the CPU's vector width beside its model
+    assert machine < lines.index(head) and f"{processor()}{vectors}, {os.cpu_count()} CPUs" in lines[machine]
     assert lines[machine].endswith("target mock, drafter mock")  # which pair gave the table
     row = next(line for line in done.stdout.splitlines() if line.startswith("root-draw"))
     assert re.search(r"[+-]\d+\.\d% \(no interval\)", row), row  # two prompts: about their range
@@ -277,3 +279,21 @@ def test_folders_named_like_packages_in_the_callers_folder_do_not_shadow_them(tm
                 "--prompts", "p.txt", cwd=tmp_path)  # a path relative to the caller's folder
     assert done.returncode == 0, done.stderr
     assert [r.decoder for r in decode_records(done.stdout)] == ["ar", "root"]
+
+
+def test_a_picked_budget_is_said_with_its_costs_and_the_run_and_verdict_use_it():
+    texts = ("Once upon a time", "def fib(n):", "Hello", "A river", "Why?")
+    prompts = [arg for text in texts for arg in ("--prompt", text)]
+    done = pair("--target", "mock", "--decoders", "ar,draft", "--pick-budget", "--budget-max", "8", *prompts,
+                "--max-new-tokens", "16")
+    assert done.returncode == 0, done.stderr
+    said = re.search(r"\[target\] budget (\d+), the most tokens a second on this machine: a plain pass [\d.]+ ms "
+                     r"\([\d.]+ tokens a second\); tree passes of 1, 2, 4, 8 tokens [\d.]+, [\d.]+, [\d.]+, [\d.]+ ms; at a "
+                     r"cautious τ of 1.40, 1.64, 1.87, 1.98 \(pipeline.budget.cautious\) rounds of each size promise "
+                     r"[\d.]+, [\d.]+, [\d.]+, [\d.]+ tokens a second", done.stderr)
+    assert said, done.stderr
+    budget = said.group(1)
+    assert f"T=0 B={budget};" in done.stdout and f" draft T=0 B={budget} " in done.stderr
+    on = next((line for line in done.stdout.splitlines() if line.startswith("  on: ")), "")
+    assert re.search(rf"here a plain pass takes [\d.]+ ms, draft's tree pass of {budget} tokens [\d.]+ ms", on), \
+        done.stdout
