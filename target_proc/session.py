@@ -149,7 +149,7 @@ def open_session(model: ModelOptions, endpoint: str | None, pool: PoolConfig, dr
                  " (CURVE)" if drafter_key else "")
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
         ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout,
-                                  shape=loaded.shape)
+                                  shape=loaded.shape, feature_dtype=loaded.feature_dtype)
         log.info("drafter %r ready", ready.model)
         if ready.layers():  # an EAGLE-3 drafter: each commit carries the inputs of these layers
             target.keep_features(ready.layers())
