@@ -96,7 +96,8 @@ class PairClosed(RuntimeError):
 
 
 class Pair:
-    """A drafter process and a target, ready to decode; a context manager that shuts both down."""
+    """A target and its drafter process (none with `drafter=False`), ready to decode; a context manager that
+    shuts them down."""
 
     def __init__(self, target: str = EMBEDDED, drafter: str | bool | None = None, *, pool: PoolConfig | None = None,
                  target_options: dict | None = None, drafter_options: dict | None = None,

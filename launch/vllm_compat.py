@@ -132,11 +132,11 @@ class RequestOutput:
 
 
 class LLM:
-    """vLLM's `LLM` over a pair: `LLM()` the embedded default pair, `LLM(model)` a model decoding plainly (`ar`)
-    as vLLM's does, `LLM(model, drafter=...)` or vLLM's `speculative_config` a pair decoding speculatively;
-    `decoder` and the runtime's settings (RUNTIME) apply to every call that names none; `pool`,
-    `target_options`, ... (PAIR_ARGUMENTS) go to the Pair. vLLM's `dtype`, `max_model_len`, `enforce_eager` and
-    `seed` become the models' dtype, the target's max_context, CUDA graphs off and the seed of the fresh seeds
+    """vLLM's `LLM` over a pair: `LLM()` the embedded default pair, `LLM(model)` a model decoding plainly (`ar`) with
+    no drafter process beside it, as vLLM's does, `LLM(model, drafter=...)` or vLLM's `speculative_config` a pair
+    decoding speculatively; `decoder` and the runtime's settings (RUNTIME) apply to every call that names none;
+    `pool`, `target_options`, ... (PAIR_ARGUMENTS) go to the Pair. vLLM's `dtype`, `max_model_len`, `enforce_eager`
+    and `seed` become the models' dtype, the target's max_context, CUDA graphs off and the seed of the fresh seeds
     that parameters whose seed is None take; `allow_download` lets a model missing here download."""
 
     def __init__(self, model: str = EMBEDDED, *positional, drafter: str | None = None, decoder: str | None = None,
