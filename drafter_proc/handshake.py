@@ -8,7 +8,7 @@ from models.eagle3_config import HeadError
 from models.load import Loaded
 from pipeline.config import PoolConfig
 from protocol.errors import HandshakeMismatch, LimitExceeded, MalformedMessage, VersionMismatch, printable
-from protocol.messages import PROTOCOL_VERSION, Hello, Ready
+from protocol.messages import FEATURE_ITEMSIZE, PROTOCOL_VERSION, Hello, Ready
 
 
 def check_hello(hello: Hello, loaded: Loaded, max_request_context: int) -> PoolConfig:
@@ -41,6 +41,10 @@ def feature_layers(hello: Hello, loaded: Loaded) -> tuple[int, ...]:
     standalone drafter. HandshakeMismatch, in one line, when the head does not fit that target."""
     if not loaded.is_head:
         return ()
+    if hello.feature_dtype not in FEATURE_ITEMSIZE:
+        raise HandshakeMismatch(f"the drafter {loaded.name!r} is an EAGLE-3 head; target "
+                                f"{printable(repr(hello.model), 200)} would send its features in "
+                                f"{printable(repr(hello.feature_dtype), 40)}, not one of {', '.join(FEATURE_ITEMSIZE)}")
     cfg = getattr(loaded.model, "cfg", None)
     if cfg is None:  # the mock head reads the mock target's digests, whatever its layers
         return (0,)

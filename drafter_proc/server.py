@@ -176,7 +176,8 @@ class DrafterServer:
         self.session = None  # a failed Hello leaves no session behind, and the old cache is freed with it
         runner = self.cache.at_least(hello.capacity + config.n_expanded)  # the context plus one pool's scratch
         drafter = HeadDrafter(runner, config) if layers else Drafter(runner, config)
-        self.session = DrafterSession(drafter, self.loaded.vocab_size, self._between, self.use_threads)
+        self.session = DrafterSession(drafter, self.loaded.vocab_size, self._between, self.use_threads,
+                                      hello.feature_dtype if layers else "")
         self.peer, self.served = peer, True
         log.info("handshake with target %s: pool topk=%d depth=%d expand=%d%s", printable(repr(hello.model), 200),
                  config.topk, config.depth, config.expand,

@@ -31,8 +31,9 @@ class DrafterSession:
     """The drafter's side of a session with the target it serves: a handler per request message."""
 
     def __init__(self, drafter: Drafter | HeadDrafter, vocab_size: int, between: BetweenFor,
-                 use_threads: Callable[[bool], None]) -> None:
+                 use_threads: Callable[[bool], None], feature_dtype: str = "") -> None:
         self.drafter = drafter
+        self.feature_dtype = feature_dtype  # the Hello's: every Start's and Commit's features keep it
         self.vocab_size = vocab_size  # of the drafter's model: tokens beyond it are refused
         self.between = between
         self.use_threads = use_threads  # every core (True) while the target waits for a pool, else its own
@@ -43,7 +44,7 @@ class DrafterSession:
         """A new request: round 0's pool from the prompt."""
         self._check_tokens(msg.prompt, "prompt")
         features = self._features(msg)
-        self.request = request = Request(msg.request, CutPolicy(self.values), msg.feature_dtype)
+        self.request = request = Request(msg.request, CutPolicy(self.values))
         request.growing(arrived)
         try:
             drafted = self.drafter.start(msg.prompt, *features, self.between(request, self.drafter, None))
@@ -123,9 +124,9 @@ class DrafterSession:
         if msg.feature_width != want:
             raise BadFeatures(f"the EAGLE-3 drafter takes features of {want} values a token; the {name} carries "
                               f"{msg.feature_width or 'none'}")
-        if isinstance(msg, Commit) and msg.feature_dtype != self.request.feature_dtype:
-            raise BadFeatures(f"the Commit's features are {msg.feature_dtype}; its request's Start sent "
-                              f"{self.request.feature_dtype} (a target's features keep its model's dtype)")
+        if msg.feature_dtype != self.feature_dtype:
+            raise BadFeatures(f"the {name}'s features are {msg.feature_dtype}; the Hello said {self.feature_dtype} "
+                              f"(a target's features keep its model's dtype)")
         return (features_of(msg),)
 
     def _check_tokens(self, tokens: np.ndarray, name: str) -> None:

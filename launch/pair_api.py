@@ -9,8 +9,9 @@ get vLLM-shaped outputs.
         outs = pair.decode(["Hi!", "Name a river."], decoder="ar")  # a list: each decoded, one progress bar
         print(pair.summarize(pair.decode_many(["Hi!", "Name a river."], decoders=["ar", "root-draw"])))
 
-The drafter always runs in a process of its own; the target runs in the caller's process (the default) or
-in its own (`target_process=True`, which keeps torch's threads, devices and memory out of the caller).
+The drafter runs in a process of its own (`drafter=False`: none, the target alone decodes plainly); the target
+runs in the caller's process (the default) or in its own (`target_process=True`, which keeps torch's threads,
+devices and memory out of the caller).
 A decode gives a DecodeOutput (evaluation.output), as vLLM's `generate` gives its outputs: `.text`,
 `.token_ids`, `.prompt_token_ids`, `.finish_reason` ("stop" or "length"), `.stop_reason` (the stop string or
 stop token id that matched), `.metrics` (times, rounds, τ, acceptance by depth) and `.record`, the decode's
@@ -50,6 +51,7 @@ from evaluation.output import DecodeOutput, StreamChunk
 from evaluation.record import DecodeRecord
 from models.options import DEFAULT_DRAFTER, EMBEDDED, ModelOptions, for_target
 from pipeline.config import ConfigError, InputError, PoolConfig, is_int
+from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig
 from launch.children import PY, Children, drafter_command
 from launch.targets import InProcessTarget, ProcessTarget
@@ -94,24 +96,28 @@ class PairClosed(RuntimeError):
 
 
 class Pair:
-    """A drafter process and a target, ready to decode; a context manager that shuts both down."""
+    """A target and its drafter process (none with `drafter=False`), ready to decode; a context manager that
+    shuts them down."""
 
-    def __init__(self, target: str = EMBEDDED, drafter: str | None = None, *, pool: PoolConfig | None = None,
+    def __init__(self, target: str = EMBEDDED, drafter: str | bool | None = None, *, pool: PoolConfig | None = None,
                  target_options: dict | None = None, drafter_options: dict | None = None,
                  target_process: bool = False, drafter_timeout: float = 60.0, ready_timeout: float = 600.0,
                  log_level: str = "WARNING") -> None:
         """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the
-        target's int8 copy for the embedded model, and to the target's spec otherwise); *_options: other
-        ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
+        target's int8 copy for the embedded model, and to the target's spec otherwise; False: none, the target
+        alone decodes plainly, `ar`); *_options: other ModelOptions fields for each side (device, dtype, threads,
+        max_context, ...)."""
         from programs.options import ConnectOptions
         from protocol.transport import private_ipc_endpoint, remove_stale_private_dirs
 
         _check_spec("target", target)
-        if drafter is not None:
+        if drafter not in (None, False):
             _check_spec("drafter", drafter)
-        drafter = drafter or (DEFAULT_DRAFTER if target == EMBEDDED else target)
+        if drafter is False and drafter_options:
+            raise ConfigError("drafter_options", "are a drafter's, and `drafter=False` starts none")
         self.target_options = _model_options("target_options", target, target_options)
-        self.drafter_options = for_target(_model_options("drafter_options", drafter, drafter_options), target)
+        self.drafter_options = None if drafter is False else for_target(_model_options(
+            "drafter_options", drafter or (DEFAULT_DRAFTER if target == EMBEDDED else target), drafter_options), target)
         self.pool = _pool(pool) or default_pool(self.target_options, self.drafter_options)
         self.connect = ConnectOptions(drafter_timeout, ready_timeout)
         self.log_level = _log_level(log_level)
@@ -133,6 +139,8 @@ class Pair:
             raise
 
     def _start(self, target_process: bool) -> None:
+        if self.drafter_options is None:  # no drafter process: the target alone, one model's memory
+            return self._start_target(target_process)
         drafter = drafter_command(self.drafter_options, self.endpoint, self.target_options.max_context,
                                   self.log_level)
         self._drafter = self._children.start(drafter, self.drafter_options.process_env(), cwd=PROJECT,
@@ -156,7 +164,7 @@ class Pair:
         if target_process:
             argv = [*PY, "programs.target_program", *to_argv(self.target_options), "--endpoint", self.endpoint,
                     *to_argv(self.pool, prefix="pool-"), *to_argv(self.connect), "--serve", "--log-level",
-                    self.log_level]
+                    self.log_level, *(["--no-drafter"] if self.drafter_options is None else [])]
             proc = self._children.start(argv, self.target_options.process_env(), cwd=PROJECT, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, bufsize=1)
             self._target = ProcessTarget(proc)
@@ -164,9 +172,9 @@ class Pair:
         else:
             from target_proc.session import open_session
 
+            endpoint = self.endpoint if self.drafter_options else None  # None: no drafter
             self.session = self._stack.enter_context(open_session(
-                self.target_options, self.endpoint, self.pool, self.connect.drafter_timeout,
-                self.connect.ready_timeout))
+                self.target_options, endpoint, self.pool, self.connect.drafter_timeout, self.connect.ready_timeout))
             self._target = InProcessTarget(self.session)
             self.models = self.session.models
 
@@ -236,25 +244,8 @@ class Pair:
     settings = staticmethod(settings)
 
     def _request(self, prompt, decoder: str, prompt_id: str | None, category: str, settings: dict) -> dict:
-        """A request as the target takes it: the prompt, its id (derived from it by default), the category and
-        the checked settings."""
         self._check_open()
-        settings, asked = _with_logprobs(settings)
-        config = DecodeConfig(decoder, **_settings(settings))
-        if isinstance(prompt, str):
-            if not prompt:
-                raise InputError("`prompt` must be non-empty text")
-            prompt, key = [prompt], "turns"
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
-            key = "turns"  # chat's user turns
-        elif isinstance(prompt, (list, tuple)):
-            prompt, key = list(prompt), "context"
-        else:
-            raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
-        raw = "\x00".join(prompt) if key == "turns" else json.dumps(prompt, default=str)
-        digest = hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
-        return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
-                key: prompt, "config": dataclasses.asdict(config), **asked}
+        return make_request(prompt, decoder, prompt_id, category, settings, self.drafter_options is not None)
 
     def _run(self, request: dict) -> list[DecodeRecord]:
         """One request's records, read from the answer lines that hold them."""
@@ -265,10 +256,18 @@ class Pair:
         """Requests one after another, with one bar counting them -> their outputs."""
         outputs = []
         with Progress(len(requests), bar=use_tqdm) as progress:
+            with progress.aside():
+                self.time_passes(DecodeConfig(**r["config"]) for r in requests)
             for request in requests:
                 outputs += [DecodeOutput.of(r) for r in self._run(request)]
                 progress.step()
         return outputs
+
+    def time_passes(self, configs: Iterable[DecodeConfig]) -> None:
+        """Budget auto's pass timings for `configs` ready before they decode (timed once, where this machine keeps
+        none), so that a run's progress keeps that wait out of its time left (Progress.aside)."""
+        if caps := sorted({c.budget_max for c in configs if c.auto}):
+            self._target.timings(caps)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -293,6 +292,30 @@ class Pair:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def make_request(prompt, decoder: str, prompt_id: str | None, category: str, settings: dict, drafted: bool) -> dict:
+    """A request as the target takes it: the prompt, its id (derived from it by default), the category and
+    the checked settings; `drafted`: whether the pair has a drafter (a decoder that needs one is refused
+    without)."""
+    settings, asked = _with_logprobs(settings)
+    config = DecodeConfig(decoder, **_settings(settings))
+    if not drafted and RULES[decoder].select is not None:
+        raise ConfigError("decoder", f"{decoder!r} needs a drafter, and this pair has none: it decodes plainly, `ar`")
+    if isinstance(prompt, str):
+        if not prompt:
+            raise InputError("`prompt` must be non-empty text")
+        prompt, key = [prompt], "turns"
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+        key = "turns"  # chat's user turns
+    elif isinstance(prompt, (list, tuple)):
+        prompt, key = list(prompt), "context"
+    else:
+        raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
+    raw = "\x00".join(prompt) if key == "turns" else json.dumps(prompt, default=str)
+    digest = hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
+    return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
+            key: prompt, "config": dataclasses.asdict(config), **asked}
 
 
 def _is_many(prompt) -> bool:

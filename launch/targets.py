@@ -37,6 +37,12 @@ class InProcessTarget:
         else:
             yield from (record.to_json() for record in request_records(self.session, request))  # as the wire has them
 
+    def timings(self, caps: list[int]) -> None:
+        """Budget auto's pass timings at `caps` ready (programs.target_program.time_passes)."""
+        from programs.target_program import time_passes
+
+        time_passes(self.session, caps)
+
     def _streamed(self, request: dict) -> Iterator[dict]:
         """The decode runs on a worker thread; its rounds' tokens reach the caller through a queue; a caller
         that stops reading stops the decode at its next round."""
@@ -94,6 +100,11 @@ class ProcessTarget:
         finally:
             if not ended:
                 self.cancel(number)
+
+    def timings(self, caps: list[int]) -> None:
+        """Budget auto's pass timings at `caps` ready in the target process (its serve's {"timings"} request)."""
+        for _ in self.lines({"timings": caps}):
+            pass
 
     def cancel(self, number: int) -> None:
         """Tell the target to stop request `number` (and any before it) at its next round."""

@@ -11,8 +11,9 @@ script written for vLLM runs here with its import line changed.
 It builds on launch.api's `Pair` and its public methods. As vLLM's: `generate` reads a text prompt as raw
 text (no chat template: the layer tokenizes it here and the pair continues the ids), `chat` takes message
 lists through the chat template, `SamplingParams()` samples at temperature 1 for 16 tokens with a fresh seed,
-`n` outputs are independent decodes, `logprobs` are the target's, a model without a drafter decodes plainly,
-and a finished output's text leaves out the stop string or stop token (`include_stop_str_in_output` keeps it).
+`n` outputs are independent decodes, `logprobs` are the target's, a model without a drafter decodes plainly
+(no drafter process starts: one model's memory), and a finished output's text leaves out the stop string or
+stop token (`include_stop_str_in_output` keeps it).
 The runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM` and of each call.
 What vLLM names but the runtime cannot do is refused by name with a ConfigError, never ignored, except the
 few arguments listed in IGNORED_LLM, which change nothing here, and the penalties, which are said in a logged
@@ -37,6 +38,7 @@ from launch.sampling_params import SamplingParams
 from models.options import DEFAULT_DRAFTER, EMBEDDED, HEAD_PREFIX, ModelOptions
 from pipeline.config import ConfigError, is_int
 from pipeline.metrics import tokens_per_pass
+from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig
 from programs.progress import Progress
 from target_proc.conversation import ROLES
@@ -130,11 +132,11 @@ class RequestOutput:
 
 
 class LLM:
-    """vLLM's `LLM` over a pair: `LLM()` the embedded default pair, `LLM(model)` a model decoding plainly (`ar`)
-    as vLLM's does, `LLM(model, drafter=...)` or vLLM's `speculative_config` a pair decoding speculatively;
-    `decoder` and the runtime's settings (RUNTIME) apply to every call that names none; `pool`,
-    `target_options`, ... (PAIR_ARGUMENTS) go to the Pair. vLLM's `dtype`, `max_model_len`, `enforce_eager` and
-    `seed` become the models' dtype, the target's max_context, CUDA graphs off and the seed of the fresh seeds
+    """vLLM's `LLM` over a pair: `LLM()` the embedded default pair, `LLM(model)` a model decoding plainly (`ar`) with
+    no drafter process beside it, as vLLM's does, `LLM(model, drafter=...)` or vLLM's `speculative_config` a pair
+    decoding speculatively; `decoder` and the runtime's settings (RUNTIME) apply to every call that names none;
+    `pool`, `target_options`, ... (PAIR_ARGUMENTS) go to the Pair. vLLM's `dtype`, `max_model_len`, `enforce_eager`
+    and `seed` become the models' dtype, the target's max_context, CUDA graphs off and the seed of the fresh seeds
     that parameters whose seed is None take; `allow_download` lets a model missing here download."""
 
     def __init__(self, model: str = EMBEDDED, *positional, drafter: str | None = None, decoder: str | None = None,
@@ -150,8 +152,12 @@ class LLM:
         for name, spec in (("model", model), ("drafter", drafter)):
             if not (isinstance(spec, str) and spec) and not (name == "drafter" and spec is None):
                 raise ConfigError(name, f"must be a model spec as `Pair` takes it (text), got {spec!r}")
-        decoder = decoder or ("root-draw" if drafter is not None or model == EMBEDDED else "ar")
+        drafted = drafter is not None or model == EMBEDDED  # else no drafter starts: plain decoding, as vLLM's
+        decoder = decoder or ("root-draw" if drafted else "ar")
         DecodeConfig(decoder, **runtime)  # checked before anything starts
+        if not drafted and RULES[decoder].select is not None:
+            raise ConfigError("decoder", f"{decoder!r} needs a drafter: name one with `drafter` or "
+                                         f"`speculative_config` (without, the model decodes plainly, `ar`)")
         if not (seed is None or (is_int(seed) and seed >= 0)):
             raise ConfigError("seed", f"must be None or a whole number >= 0, got {seed!r}")
         for name, value in (("enforce_eager", enforce_eager), ("allow_download", allow_download)):
@@ -164,12 +170,12 @@ class LLM:
         for spec, options in ((model, target_options), (drafter, drafter_options)):
             if spec is not None:  # a model missing here named before anything starts, with this API's argument
                 check_present_as(ModelOptions(spec, **options), "`allow_download=True`")
-        shown = drafter or (DEFAULT_DRAFTER if model == EMBEDDED else model)  # as Pair chooses it
+        shown = drafter or (DEFAULT_DRAFTER if drafted else "none")  # as Pair chooses it
         _say(logging.INFO, f"starting the pair: target {model}, drafter {shown}, decoder {decoder} (loading the "
                            f"models may take a while)")
         t0 = time.perf_counter()
-        self.pair = Pair(model, drafter, target_options=target_options, drafter_options=drafter_options,
-                         **pair_arguments)
+        self.pair = Pair(model, drafter if drafted else False, target_options=target_options,
+                         drafter_options=drafter_options if drafted else None, **pair_arguments)
         _say(logging.INFO, f"the pair is ready ({time.perf_counter() - t0:.1f} s)")
         self._tokenizer = None
         self._counter = itertools.count()
@@ -282,6 +288,8 @@ class LLM:
         _say_unapplied(params)
         outputs = []
         with Progress(len(requests), bar=use_tqdm) as progress:
+            with progress.aside():  # budget auto's one-time pass timing, out of the time left
+                self.pair.time_passes(c for configs in plans for c in configs)
             for (shown, prompt, _), p, configs in zip(requests, params, plans):
                 request_id, arrival = str(next(self._counter)), time.time()
                 logprobs = p.logprobs if p.logprobs is not None or p.decodes == p.n else 0  # best_of ranks by them

@@ -82,6 +82,11 @@ class Loaded:
         return text.hidden_size, text.num_hidden_layers
 
     @property
+    def feature_dtype(self) -> str:
+        """The dtype a target's features travel in to an EAGLE-3 drafter: its model's (models.hf.KeptFeatures)."""
+        return str(self.model.dtype).removeprefix("torch.")
+
+    @property
     def is_head(self) -> bool:
         """Whether the model drafts from its target's features (an EAGLE-3 head): its runner takes them."""
         return "hidden" in getattr(self.kind, "row_inputs", ())

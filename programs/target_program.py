@@ -68,6 +68,7 @@ def build_parser(prog: str, description: str, run_cls: type) -> argparse.Argumen
     add_options(parser, KeyOptions, skip=("curve",))  # CURVE is on when --drafter-key names the drafter
     add_log_level(parser)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the Python API's target
+    parser.add_argument("--no-drafter", action="store_true", help=argparse.SUPPRESS)  # its target alone, plain
     return parser
 
 
@@ -84,7 +85,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, run_cls: type
 def connect(args: TargetArgs):
     """The session context of a target program: load, connect and handshake."""
     raise_open_file_limit()
-    return open_session(args.model, args.endpoint, args.pool, args.connect.drafter_timeout,
+    endpoint = None if args.namespace.no_drafter else args.endpoint
+    return open_session(args.model, endpoint, args.pool, args.connect.drafter_timeout,
                         args.connect.ready_timeout, args.connect.drafter_key, args.namespace.key_dir,
                         args.connect.connect_timeout)
 
@@ -173,7 +175,7 @@ def serve(session: TargetSession, requests: TextIO, answers: TextIO) -> None:
     carrying the request's number, so that the caller can tell the answers of a request it gave up on from
     those of the next; the first line says the session is ready. A line {"cancel": N} stops request N at its
     next round ({"kind": "cancelled"}, then "done"), so that the next request starts at once. Ends at the end
-    of the requests."""
+    of the requests. A request {"timings": [cap, ...]} readies budget auto's pass timings (time_passes)."""
     def say(line: dict, number) -> None:
         answers.write(json.dumps({**line, "request": number}) + "\n")
         answers.flush()
@@ -186,8 +188,11 @@ def serve(session: TargetSession, requests: TextIO, answers: TextIO) -> None:
             request = json.loads(line)
             number = request.get("request") if isinstance(request, dict) else None
             streamed = (lambda chunk: say({"kind": "tokens", **chunk}, number)) if request.get("stream") else None
-            for record in request_records(session, request, streamed, lambda: inbox.cancelled(number)):
-                say(record.to_json(), number)
+            if "timings" in request:
+                time_passes(session, request["timings"])
+            else:
+                for record in request_records(session, request, streamed, lambda: inbox.cancelled(number)):
+                    say(record.to_json(), number)
         except Cancelled:
             say({"kind": "cancelled"}, number)
         except (InputError, ValueError, KeyError, TypeError, AttributeError) as e:  # a bad request; serving goes on
@@ -195,6 +200,16 @@ def serve(session: TargetSession, requests: TextIO, answers: TextIO) -> None:
                 number)
             continue
         say({"kind": "done"}, number)
+
+
+def time_passes(session: TargetSession, caps) -> None:
+    """Budget auto's pass timings at each of `caps` ready (timed now where this machine keeps none), before the
+    decodes that need them: a request {"timings": [cap, ...]} of the Python API, which keeps that wait out of
+    its progress's time left."""
+    if not isinstance(caps, list) or not all(is_int(cap) and cap > 0 for cap in caps):
+        raise InputError(f"`timings` must be a list of whole numbers > 0 (budget caps), got {caps!r}")
+    for cap in caps:
+        session.budgets.timings(cap)
 
 
 def request_records(session: TargetSession, request: dict, on_text: Callable[[dict], None] | None = None,

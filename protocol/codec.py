@@ -14,9 +14,9 @@ from functools import cache
 import msgpack
 import numpy as np
 
-from protocol.errors import BadArray, MalformedMessage, UnexpectedMessage, UnknownMessage
+from protocol.errors import BadArray, MalformedMessage, UnexpectedMessage, UnknownMessage, VersionMismatch
 from protocol.limits import MAX_ARRAY_LENGTH, MAX_HEADER_BYTES, MAX_NESTING
-from protocol.messages import MESSAGES, Kind, Message, array_limit, layout
+from protocol.messages import MESSAGES, PROTOCOL_VERSION, Hello, Kind, Message, Ready, array_limit, layout
 
 MAX_FRAMES = 1 + max(len(layout(cls)[1]) for cls in MESSAGES.values())  # the header and the arrays
 # msgpack's own bounds, so that no length it reads can make it allocate more than a header holds
@@ -58,6 +58,7 @@ def decode(frames: list[bytes], expect: tuple[type[Message], ...] | None = None)
     if expect is not None and cls not in expect:
         raise UnexpectedMessage(f"got {cls.__name__} where {' or '.join(c.__name__ for c in expect)} "
                                 f"was expected")
+    _check_version(cls, values)
     scalars, arrays = _layout(cls)
     if not isinstance(values, dict) or set(values) != {name for name, _ in scalars}:
         # key=str: a map may mix str and bytes keys, which do not compare with each other
@@ -74,6 +75,16 @@ def decode(frames: list[bytes], expect: tuple[type[Message], ...] | None = None)
     msg = cls(**kwargs)
     msg.check()
     return msg
+
+
+def _check_version(cls: type[Message], values) -> None:
+    """A Hello or Ready of another protocol version is refused as that (VersionMismatch), before its fields,
+    which differ from version to version, are read."""
+    if cls in (Hello, Ready) and isinstance(values, dict):
+        version = values.get("version")
+        if type(version) is int and version != PROTOCOL_VERSION:
+            sender, reader = ("target", "drafter") if cls is Hello else ("drafter", "target")
+            raise VersionMismatch(f"{sender} speaks protocol {version}, {reader} {PROTOCOL_VERSION}")
 
 
 @cache

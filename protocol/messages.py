@@ -16,9 +16,9 @@ from protocol.errors import BadArray, BadFeatures, LimitExceeded, MalformedMessa
 from protocol.limits import (MAX_ARRAY_LENGTH, MAX_CONTEXT, MAX_FEATURE_BYTES, MAX_FEATURE_WIDTH, MAX_POOL_CANDIDATES,
                              MAX_POOL_DEPTH)
 
-PROTOCOL_VERSION = 7  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
+PROTOCOL_VERSION = 8  # 3: Ahead and Waiting, and PoolMsg says whether its pool was grown ahead; 4: Waiting.cut;
 # 5: Waiting.cut 2 (weighed cuts); 6: Ready.linear_kernels; 7: EAGLE-3 features (Hello's shape, Ready.feature_layers,
-# Start's and Commit's features)
+# Start's and Commit's features); 8: Hello.feature_dtype (the dtype every Start's and Commit's features then keep)
 FEATURE_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}  # the dtypes a target's features travel in
 # A feature is a hidden state that the target's own RMS norm squared in float32, so its magnitude is below 2^64
 # (float32's largest square root), and it is finite. Per dtype: the unsigned view of its bits, the mask of its
@@ -111,6 +111,7 @@ class Hello(Message):
     capacity: int
     hidden_size: int = 0  # the target's, with its layer count: what an EAGLE-3 drafter checks its head against
     layers: int = 0  # (0: a target without layers, the mock)
+    feature_dtype: str = ""  # the target model's: what its features travel in, if a drafter takes them
 
     def check(self) -> None:
         """Upper bounds only, before the drafter sizes anything by these values; the drafter checks the pool

@@ -60,13 +60,15 @@ class RemoteDrafter:
         self.wants_features = False  # the drafter is an EAGLE-3 head (its Ready names the layers it takes)
 
     def handshake(self, model: str, fingerprint: str, capacity: int, timeout: float,
-                  busy_retry: float = BUSY_RETRY_S, shape: tuple[int, int] = (0, 0)) -> Ready:
+                  busy_retry: float = BUSY_RETRY_S, shape: tuple[int, int] = (0, 0),
+                  feature_dtype: str = "float32") -> Ready:
         """Hello -> Ready; raises VersionMismatch or HandshakeMismatch naming both models, DrafterBusy when the
         drafter still serves another target after `busy_retry` s. shape: the target's (hidden size, layers),
-        which an EAGLE-3 drafter checks its head against ((0, 0): a target without layers)."""
+        which an EAGLE-3 drafter checks its head against ((0, 0): a target without layers); feature_dtype: its
+        model's, which every Start's and Commit's features then keep."""
         c = self.pool_config
         hello = Hello(PROTOCOL_VERSION, self.vocab_size, fingerprint, model, c.topk, c.depth, c.expand, capacity,
-                      *shape)
+                      *shape, feature_dtype)
         try:
             hello.check()
         except ProtocolError as e:  # the target's own options: the user can change them
@@ -77,8 +79,7 @@ class RemoteDrafter:
 
         reply = ask_while_busy(ask, busy_retry)
         if isinstance(reply, Error):
-            kind = REFUSALS.get(reply.code)
-            raise kind(printable(reply.message)) if kind else PeerError(reply.code, reply.message)
+            raise refusal(reply)
         try:
             if reply.version != PROTOCOL_VERSION:
                 raise VersionMismatch(f"drafter speaks protocol {reply.version}, target {PROTOCOL_VERSION}")
@@ -200,6 +201,17 @@ class RemoteDrafter:
                 self.channel.send(Error(error.code, str(error), self.request))
             except Exception as e:  # the peer may be gone; the original error is what matters
                 log.debug("could not send the error reply: %s", e)
+
+
+def refusal(reply: Error) -> ProtocolError:
+    """The error a drafter's refusal of the Hello raises here. A drafter of another protocol version that reads
+    the Hello's fields before its version (those before version 8 did) refuses them as malformed: said as the
+    version mismatch it is."""
+    if reply.code == MalformedMessage.code and reply.message.startswith("Hello needs fields"):
+        return VersionMismatch(f"the drafter cannot read this target's Hello, of protocol {PROTOCOL_VERSION}: it "
+                               f"speaks another version (it said: {printable(reply.message, 300)})")
+    kind = REFUSALS.get(reply.code)
+    return kind(printable(reply.message)) if kind else PeerError(reply.code, reply.message)
 
 
 def feature_fields(features: torch.Tensor | None) -> tuple:

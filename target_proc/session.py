@@ -63,6 +63,9 @@ class TargetSession:
         observe: see pipeline.decode.decode (a RoundRecorder needs room for a pass over the pool).
         The config's stop strings are checked on the text this session's tokenizer gives (target_proc.stops).
         """
+        if self.drafter is None and RULES[config.decoder].select is not None:
+            raise InputError(f"decoder {config.decoder!r} needs a drafter, and this target has none: it decodes "
+                             f"plainly (`ar`)")
         recorded = isinstance(observe, RoundRecorder)
         extra = max(0, RoundRecorder.slots(self.pool.size) - config.largest_tree) if recorded else 0  # see sweep
         config.check_fits(len(prompt_ids) + extra, self.target.capacity)
@@ -113,27 +116,40 @@ def check_planned_kv_memory(options: ModelOptions) -> None:
     check_fits(need, memory.free_bytes(device), options.max_context, device, "target")
 
 
+def _load_target(model: ModelOptions):
+    """The target model loaded, its KV cache sized for model.max_context -> (the loaded model, its Target)."""
+    loaded = load(model, "target")
+    return loaded, Target(KVCache(loaded, "target").at_least(model.max_context), model.cpu_threads)
+
+
 @contextmanager
-def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_timeout: float,
+def open_session(model: ModelOptions, endpoint: str | None, pool: PoolConfig, drafter_timeout: float,
                  ready_timeout: float, drafter_key: str = "", keys: str = "",
                  connect_timeout: float = CONNECT_TIMEOUT_S) -> Iterator[TargetSession]:
     """Connect to the drafter, load the target, handshake; on a clean exit ask the drafter to shut down.
     Nothing answering at `endpoint` within `connect_timeout` s stops it before the load (NothingAnswers); a
-    drafter that answers is given `ready_timeout` s for its handshake (it may still be loading its model)."""
+    drafter that answers is given `ready_timeout` s for its handshake (it may still be loading its model).
+    endpoint None: no drafter, the target alone, decoding plainly (`ar`): one model's memory."""
     log = logging.getLogger("target")
+    if endpoint is None:
+        check_planned_kv_memory(model)
+        loaded, target = _load_target(model)
+        log.info("loaded %s on %s; no drafter: it decodes plainly", model.model, model.device)
+        yield TargetSession(target, loaded.tokenizer, None, pool, {"target": loaded.identity}, costs.PassTimes(),
+                            model.retime)
+        return
     curve = client_keys(endpoint, drafter_key, keys)  # refuses an insecure endpoint before loading anything
     check_planned_kv_memory(model)  # so does too large a cache
     channel = Channel.connect(endpoint, peer="drafter", keys=curve)
     linger = 0.0
     try:
         channel.wait_answer(connect_timeout)  # before the load: a wrong address is said in seconds, not minutes
-        loaded = load(model, "target")
-        target = Target(KVCache(loaded, "target").at_least(model.max_context), model.cpu_threads)
+        loaded, target = _load_target(model)
         log.info("loaded %s on %s; waiting for the drafter at %s%s", model.model, model.device, endpoint,
                  " (CURVE)" if drafter_key else "")
         drafter = RemoteDrafter(channel, loaded.vocab_size, pool, drafter_timeout)
         ready = drafter.handshake(loaded.name, loaded.tokenizer.fingerprint, target.capacity, ready_timeout,
-                                  shape=loaded.shape)
+                                  shape=loaded.shape, feature_dtype=loaded.feature_dtype)
         log.info("drafter %r ready", ready.model)
         if ready.layers():  # an EAGLE-3 drafter: each commit carries the inputs of these layers
             target.keep_features(ready.layers())

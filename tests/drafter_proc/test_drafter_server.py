@@ -94,7 +94,7 @@ GARBAGE = [
     ([b"not msgpack at all"], MalformedMessage, r"header is not valid msgpack"),
     ([msgpack.packb("hello")], MalformedMessage, r"header must be a map with keys k, f, a; got 'hello'"),
     ([msgpack.packb({"k": 42, "f": {}, "a": []})], UnknownMessage, r"unknown message kind 42"),
-    ([msgpack.packb({"k": int(Kind.HELLO), "f": {"version": 1}, "a": []})], MalformedMessage,
+    ([msgpack.packb({"k": int(Kind.HELLO), "f": {"version": PROTOCOL_VERSION}, "a": []})], MalformedMessage,
      r"Hello needs fields \[.*'capacity'.*\], got \['version'\]"),
     ([msgpack.packb({"k": int(Kind.END), "f": {"request": "1"}, "a": []})], MalformedMessage,
      r"End.request must be int, got str"),

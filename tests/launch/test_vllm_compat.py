@@ -285,7 +285,7 @@ def test_llm_refuses_what_means_nothing_here_by_name(arguments, match):
 
 
 def test_llm_maps_vllms_arguments_and_ignores_only_the_harmless(llm):
-    with LLM(model="mock", max_model_len=512, seed=5, dtype="float32", gpu_memory_utilization=0.5,
+    with LLM(model="mock", drafter="mock", max_model_len=512, seed=5, dtype="float32", gpu_memory_utilization=0.5,
              tensor_parallel_size=1, decoder="draft", budget=4) as mapped:
         assert mapped.pair.target_options.max_context == 512 and mapped.pair.drafter_options.dtype == "float32"
         (out,) = mapped.generate("x y", SamplingParams(temperature=1.0, max_tokens=4))

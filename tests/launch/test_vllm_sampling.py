@@ -111,7 +111,7 @@ def test_a_penalty_the_runtime_does_not_apply_is_said_in_a_line(llm, capfd):
 def test_starting_says_so_before_the_models_load(capfd):
     with LLM("mock"):
         err = capfd.readouterr().err.splitlines()
-    assert err[0].startswith("INFO ") and "starting the pair: target mock, drafter mock, decoder ar" in err[0]
+    assert err[0].startswith("INFO ") and "starting the pair: target mock, drafter none, decoder ar" in err[0]
     assert any("the pair is ready" in line for line in err)
 
 

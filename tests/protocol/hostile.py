@@ -54,8 +54,8 @@ from pipeline.decode import decode
 from pipeline.rules import SPECULATIVE
 from pipeline.settings import DecodeConfig
 from protocol.codec import encode
-from protocol.errors import (AccessDenied, BadArray, DrafterBusy, InvalidPoolMessage, MalformedMessage, PeerDied,
-                             PeerError, PeerTimeout, ProtocolError, UnexpectedMessage)
+from protocol.errors import (AccessDenied, BadArray, DrafterBusy, HandshakeMismatch, InvalidPoolMessage,
+                             MalformedMessage, PeerDied, PeerError, PeerTimeout, ProtocolError, UnexpectedMessage)
 from protocol.limits import MAX_CONTEXT, MAX_FRAME_BYTES, REQUEST_CONTEXT, request_frame_bytes
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Ready
 from protocol.keys import key_dir, own_keys
@@ -389,13 +389,14 @@ class HeadPair:
                            None).tokens
 
     @contextmanager
-    def connected(self) -> Iterator[RemoteDrafter]:
-        """A target's client after its handshake with the head, the target keeping the features it takes."""
+    def connected(self, feature_dtype: str | None = None) -> Iterator[RemoteDrafter]:
+        """A target's client after its handshake with the head, the target keeping the features it takes; its
+        Hello says the target's feature dtype, or `feature_dtype`."""
         channel = Channel.connect(self.server.endpoint, peer="drafter")
         try:
             client = RemoteDrafter(channel, self.loaded.vocab_size, POOL, 5.0)
             ready = client.handshake(self.loaded.name, self.loaded.tokenizer.fingerprint, HEAD_CONTEXT, 5.0,
-                                     shape=self.loaded.shape)
+                                     shape=self.loaded.shape, feature_dtype=feature_dtype or self.loaded.feature_dtype)
             self.target.keep_features(ready.layers())
             yield client
         finally:
@@ -770,15 +771,15 @@ def _commit_with(value: float, retry: bool = False):
 
 
 def _to_the_mock_head(convert):
-    """A Start and Commit to the mock head with the target's features converted: legal values it must take,
-    the pools being those of the same values in float32."""
+    """A Start to the mock head with the target's features converted, its Hello saying their dtype: legal values
+    it must take, the pools being those of the same values in float32."""
     def attack(arena: Arena) -> None:
         pair = arena.heads["eagle3:mock"]
-        with pair.connected() as client:
-            features = convert(pair.prompt_features())
+        features = convert(pair.prompt_features())
+        with pair.connected(str(features.dtype).removeprefix("torch.")) as client:
             client.start(HEAD_PROMPT, features)
             got = client.pool()
-            client.end()
+        with pair.connected() as client:
             client.start(HEAD_PROMPT, features.float())
             want = client.pool()
         assert np.array_equal(got.pool.token, want.pool.token) and np.array_equal(got.pool.logp, want.pool.logp)
@@ -797,6 +798,30 @@ def features_to_a_standalone_drafter(message: str):
                 client.commit([4, 4], features)
             client.pool()
     return attack
+
+
+def start_features_of_another_dtype(arena: Arena) -> None:
+    pair = arena.heads[TINY]
+    with pair.connected() as client:  # its Hello says float32
+        client.start(HEAD_PROMPT, pair.prompt_features().to(torch.bfloat16))
+        client.pool()
+
+
+def hello_with_a_feature_dtype_a_head_cannot_take(arena: Arena) -> None:
+    with arena.heads[TINY].connected("float64"):
+        pass
+
+
+def hello_of_protocol_7(arena: Arena) -> None:
+    """A Hello as a target of protocol 7 sent it: no feature_dtype field."""
+    header, *arrays = encode(Hello(7, VOCAB, arena.fingerprint, "attacker", 4, 3, 2, 256))
+    fields = msgpack.unpackb(header)
+    del fields["f"]["feature_dtype"]
+    channel = arena.target()
+    try:
+        _raw(channel, [msgpack.packb(fields), *arrays])
+    finally:
+        channel.close()
 
 
 def commit_features_of_another_dtype(arena: Arena) -> None:
@@ -966,8 +991,15 @@ ATTACKS = [
            r"peer reported features: `features` row 0 holds 1e\+38"),
     Attack("Start with features of 1.5e19 to a head", _head_fc_beyond_float32, PeerError,
            r"peer reported features: `features` row 0 gives the head's fc a row beyond float32's range"),
-    Attack("Commit with features of another dtype than its Start's", commit_features_of_another_dtype, PeerError,
-           r"peer reported features: the Commit's features are bfloat16; its request's Start sent float32"),
+    Attack("Commit with features of another dtype than the Hello's", commit_features_of_another_dtype, PeerError,
+           r"peer reported features: the Commit's features are bfloat16; the Hello said float32"),
+    Attack("Start with features of another dtype than the Hello's", start_features_of_another_dtype, PeerError,
+           r"peer reported features: the Start's features are bfloat16; the Hello said float32"),
+    Attack("Hello with a feature dtype a head cannot take", hello_with_a_feature_dtype_a_head_cannot_take,
+           HandshakeMismatch, r"is an EAGLE-3 head; target 'random:tiny' would send its features in 'float64', "
+                              r"not one of float32, bfloat16, float16"),
+    Attack("Hello of protocol 7 (no feature dtype)", hello_of_protocol_7, PeerError,
+           rf"peer reported version: target speaks protocol 7, drafter {PROTOCOL_VERSION}$"),
     Attack("bfloat16 features to the mock head", _to_the_mock_head(lambda f: f.to(torch.bfloat16)), None, ""),
     Attack("features that are not whole numbers 0-255 to the mock head", _to_the_mock_head(lambda f: f * 0.37 - 9),
            None, ""),

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from protocol.codec import MAX_ARRAY_LENGTH, MAX_HEADER_BYTES, decode, encode
-from protocol.errors import BadArray, BadFeatures, MalformedMessage, ProtocolError, UnexpectedMessage, UnknownMessage
+from protocol.errors import (BadArray, BadFeatures, MalformedMessage, ProtocolError, UnexpectedMessage, UnknownMessage,
+                             VersionMismatch)
 from protocol.messages import (MESSAGES, PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Kind, PoolMsg,
                                Ready, Shutdown, Start, Waiting)
 
@@ -161,8 +162,9 @@ def test_unknown_message_kind_is_refused(kind, shown):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda f: f.pop("capacity"), r"Hello needs fields \['capacity', 'depth', 'expand', 'fingerprint', 'hidden_size', "
-                                  r"'layers', 'model', 'topk', 'version', 'vocab_size'\], got \['depth', .*'vocab_size'\]"),
+    (lambda f: f.pop("capacity"), r"Hello needs fields \['capacity', 'depth', 'expand', 'feature_dtype', 'fingerprint', "
+                                  r"'hidden_size', 'layers', 'model', 'topk', 'version', 'vocab_size'\], got "
+                                  r"\['depth', .*'vocab_size'\]"),
     (lambda f: f.update(extra=1), r"Hello needs fields \[.*\], got \[.*'extra', .*\]"),
     (lambda f: f.update(version="1"), r"Hello.version must be int, got str"),
     (lambda f: f.update(version=True), r"Hello.version must be int, got bool"),
@@ -176,6 +178,17 @@ def test_wrong_scalar_fields_are_refused(change, message):
     h = header_of(SAMPLES[0])
     change(h["f"])
     with pytest.raises(MalformedMessage, match=message):
+        decode(frames(h))
+
+
+@pytest.mark.parametrize("sample, said", [(0, "target speaks protocol 7, drafter"),
+                                          (1, "drafter speaks protocol 7, target")], ids=["Hello", "Ready"])
+def test_a_handshake_of_another_version_is_refused_as_that_before_its_fields(sample, said):
+    """A peer of protocol 7 sends a Hello without feature_dtype: its version is what is wrong, and said."""
+    h = header_of(SAMPLES[sample])
+    h["f"].update(version=7, extra=1)
+    h["f"].pop("feature_dtype", None)
+    with pytest.raises(VersionMismatch, match=rf"^{said} {PROTOCOL_VERSION}$"):
         decode(frames(h))
 
 

@@ -13,7 +13,7 @@ import zmq
 from protocol.errors import AccessDenied
 from protocol.keys import (AUTHORIZED, PUBLIC, SECRET, KeyFileError, authorize, key_dir, own_keys, public_key,
                            trusted_keys)
-from protocol.messages import Ready
+from protocol.messages import PROTOCOL_VERSION, Ready
 from protocol.transport import Channel, ClientKeys, Listener, ServerKeys
 
 from tests.protocol.wire_peers import WAIT_S, FakeDrafter, hello
@@ -94,7 +94,7 @@ def answer_one(listener) -> None:
     while event is not None and not hasattr(event, "frames"):
         event = listener.recv(WAIT_S)
     assert event is not None, "no message reached the drafter"
-    listener.send(event.peer, Ready(2, 64, "f", "curve-drafter"))
+    listener.send(event.peer, Ready(PROTOCOL_VERSION, 64, "f", "curve-drafter"))
 
 
 def test_an_authorized_target_gets_through_encrypted(curve_server, endpoint, tmp_path):

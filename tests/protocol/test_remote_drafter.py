@@ -217,6 +217,17 @@ def test_drafter_refusing_the_hello_raises_its_typed_error(fake_drafter, code, e
     answer.result()
 
 
+def test_a_drafter_of_protocol_7_refusing_the_hellos_fields_is_said_to_speak_another_version(fake_drafter):
+    # Before version 8 a drafter read the Hello's fields before its version: it refuses the new field as malformed.
+    peer, channel = fake_drafter
+    said = "Hello needs fields ['capacity', 'depth', 'expand', 'fingerprint', ...], got [..., 'feature_dtype', ...]"
+    answer = peer.answer(Error("malformed", said))
+    with pytest.raises(VersionMismatch, match=rf"^the drafter cannot read this target's Hello, of protocol "
+                                              rf"{PROTOCOL_VERSION}: it speaks another version \(it said: Hello needs"):
+        remote(channel).handshake(TARGET, FINGERPRINT, CAPACITY, WAIT_S)
+    assert answer.result().feature_dtype == "float32"
+
+
 class Refusing(threading.Thread):
     """The fake drafter answers each Hello with `busy`, the first `times` of them (None: all), then with Ready."""
 
