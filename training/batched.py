@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from models.llama_cpu import _rms, _rotate, unsupported
-from training.distill import STORE_DTYPE, Answer
+from training.distill import STORE_DTYPE, Answer, generate_batch
 
 SLOTS = 32  # sequences decoded at once: on a CPU the passes' tokens a second rise up to about this many
 
@@ -179,3 +179,13 @@ def step(model, s: Slots, draw: Draw, layers: tuple[int, ...]) -> None:
     s.features[rows, pos], s.last[rows, pos], s.argmax[rows, pos] = features[:, 0], last[:, 0], logits.argmax(-1).int()
     s.tokens[rows, pos + 1] = draw(logits, s.prompt[:B]).to(s.tokens.device)
     s.length[:B] = [n + 1 for n in s.length[:B]]
+
+
+def answer_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int, end_ids: tuple[int, ...],
+                 pad_id: int, layers: tuple[int, ...], seed: int) -> list[Answer]:
+    """The target's answers to `prompts` (chat-templated ids), on the model's device: a Llama target's in slots
+    (answer_all), another's in one left-padded generate call. The answers are kept on the CPU."""
+    if supported(model):
+        return answer_all(model, prompts, sample=sample, max_new=max_new, end_ids=end_ids, layers=layers, seed=seed)
+    return generate_batch(model, prompts, sample=sample, max_new=max_new, end_ids=end_ids, pad_id=pad_id,
+                          layers=layers, seed=seed)

@@ -22,13 +22,14 @@ import torch
 
 from evaluation.paths import replace_atomically
 from models.options import DTYPES
-from training.distill import answer_batch, read_shard, shard_path, write_shard
+from training.batched import answer_batch
+from training.distill import read_shard, shard_path, write_shard
 from training.prompts import EVALUATED, context_prompts, source_prompts, training_prompts
 from training.train import Schedule, Target, head_config, train, write_head
 from training.vocab import answer_counts, draft_vocab
 
 TEMPLATED = 480  # training prompts made from templates, unless --prompts says otherwise
-SHARD = 64  # prompts answered per file, unless --shard or the work folder's answers say otherwise
+SHARD = 256  # prompts answered per file, unless --shard or the work folder's answers say otherwise
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -301,9 +302,9 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
     report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
               "data": {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],
                        "context_prompts": args.context_prompts, "made_prompts": args.made_prompts,
-                       "passage_prompts": args.passage_prompts, "exclude": args.exclude, "prompt_seed": args.seed, "shard": args.shard,
-                       "answers_greedy": sum((n + 1) // 2 for n in kinds), "answers_sampled_t1": sum(n // 2 for n in kinds),
-                       "answer_tokens": tokens,
+                       "passage_prompts": args.passage_prompts, "exclude": args.exclude, "prompt_seed": args.seed,
+                       "shard": args.shard, "answers_greedy": sum((n + 1) // 2 for n in kinds),
+                       "answers_sampled_t1": sum(n // 2 for n in kinds), "answer_tokens": tokens,
                        "max_new": args.max_new, "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered},
               "schedule": asdict(schedule), "seconds": times, "threads": torch.get_num_threads(),
               "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),

@@ -75,22 +75,10 @@ class Recorder:
 
 
 @torch.inference_mode()
-def answer_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int, end_ids: tuple[int, ...],
-                 pad_id: int, layers: tuple[int, ...], seed: int) -> list[Answer]:
-    """The target's answers to `prompts` (chat-templated ids), on the model's device: a Llama target's in
-    training.batched's slots, another's in one left-padded generate call. The answers are kept on the CPU."""
-    from training.batched import answer_all, supported
-
-    if supported(model):
-        return answer_all(model, prompts, sample=sample, max_new=max_new, end_ids=end_ids, layers=layers, seed=seed)
-    return generate_batch(model, prompts, sample=sample, max_new=max_new, end_ids=end_ids, pad_id=pad_id,
-                          layers=layers, seed=seed)
-
-
-@torch.inference_mode()
 def generate_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int, end_ids: tuple[int, ...],
                    pad_id: int, layers: tuple[int, ...], seed: int) -> list[Answer]:
-    """answer_batch through transformers' generate, its features kept by forward hooks (any architecture)."""
+    """The target's answers to `prompts` (chat-templated ids) in one left-padded generate call, on the model's
+    device, their features kept by forward hooks (any architecture); the answers are kept on the CPU."""
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)

@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from models.options import DTYPES
+
 KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 
 
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", type=int, default=16, help="generate's prompts per shard, half a call "
                    "(default: %(default)s, the embedded head's)")
     p.add_argument("--slots", type=int, default=32, help="sequences the slots decode at once (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="the target's dtype (auto: float32 on the CPU, as "
+                   "train-head's)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice; 1 on a loaded machine, "
                    "where threads wait for each other)")
     args = p.parse_args(argv)
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.train import head_config
 
     try:
-        model, tokenizer = load_target(args.target)
+        model, tokenizer = load_target(args.target, "cpu", args.dtype)
     except ValueError as e:
         p.error(str(e))
     layers = target_of(model, head_config(model.config, 8)).layers
@@ -82,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     slots = timed(lambda: answer_all(model, prompts, sample=[j % 2 == 1 for j in range(len(prompts))], seed=0,
                                      slots=args.slots, **common))
     ratio = lambda key: round(slots[key] / generate[key], 2)
-    report = {"target": args.target, "prompts": args.prompts, "max_new": args.max_new, "generate_shard": args.shard,
+    report = {"target": args.target, "dtype": str(model.dtype).removeprefix("torch."), "prompts": args.prompts,
+              "max_new": args.max_new, "generate_shard": args.shard,
               "slots": args.slots, "generate": generate, "batched": slots,
               "ratio": ratio("tokens_per_s"), "ratio_cpu": ratio("tokens_per_cpu_s"), "cpu": cpu(),
               "threads": torch.get_num_threads(), "load_before": load,

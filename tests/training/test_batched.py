@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from models.shapes import random_model
-from training.batched import answer_all
-from training.distill import answer_batch
+from training import batched
+from training.batched import answer_all, answer_batch
 
 LAYERS = (0, 1, 1)  # the tiny target's fused layers (it has 2)
 
@@ -64,8 +64,6 @@ def test_sampled_answers_are_the_same_for_a_seed_whatever_their_batch(model):
 
 
 def test_a_llama_target_answers_through_the_slots(model, monkeypatch):
-    import training.distill as distill
-
-    monkeypatch.setattr(distill, "generate_batch", lambda *a, **kw: pytest.fail("generate used for a Llama model"))
+    monkeypatch.setattr(batched, "generate_batch", lambda *a, **kw: pytest.fail("generate used for a Llama model"))
     out = answer_batch(model, _prompts(3), sample=False, max_new=4, end_ids=(0,), pad_id=0, layers=LAYERS, seed=0)
     assert [len(a.tokens) - a.start for a in out] == [4, 4, 4]

@@ -131,3 +131,10 @@ def test_train_head_answers_made_and_passage_prompts(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "w").glob("*.pt") if p.name != "checkpoint.pt") == [
         "answers-0000.pt", "made-0000.pt", "made-0001.pt", "passages-0000.pt"]
     assert cli.main(argv[:-6] + ["--made-prompts", "-1"] + argv[-4:]) == 2
+
+
+def test_an_exclude_source_that_cannot_be_read_is_refused_before_the_target_loads(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "load_target", lambda *a: pytest.fail("the target loaded"))
+    assert cli.main(["--target", "tiny-chat", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "h"),
+                     "--made-prompts", "3", "--exclude", str(tmp_path / "none.jsonl")]) == 2
+    assert "none.jsonl" in capsys.readouterr().err and not (tmp_path / "w").exists()
