@@ -67,3 +67,19 @@ def test_a_llama_target_answers_through_the_slots(model, monkeypatch):
     monkeypatch.setattr(batched, "generate_batch", lambda *a, **kw: pytest.fail("generate used for a Llama model"))
     out = answer_batch(model, _prompts(3), sample=False, max_new=4, end_ids=(0,), pad_id=0, layers=LAYERS, seed=0)
     assert [len(a.tokens) - a.start for a in out] == [4, 4, 4]
+
+
+@pytest.mark.slow
+def test_the_embedded_target_answers_in_slots_as_generate_does_alone():
+    """SmolLM2-135M: greedy answers in slots are its generate answers of each prompt alone."""
+    from training.cli import ends_and_pad, load_target
+
+    model, tok = load_target("smollm2")
+    ends, pad = ends_and_pad(tok)
+    prompts = [tok.chat_ids([t]) for t in ("Name three rivers.", "Write a haiku about rain, please.", "Hi!")]
+    answers = answer_all(model, prompts, sample=False, max_new=24, end_ids=ends, layers=(2, 15, 27), seed=0, slots=2)
+    for p, a in zip(prompts, answers):
+        with torch.inference_mode():
+            alone = model.generate(torch.tensor([p]), max_new_tokens=24, do_sample=False, eos_token_id=list(ends),
+                                   pad_token_id=pad)[0]
+        assert a.tokens.tolist() == alone.tolist()
