@@ -12,7 +12,8 @@ order rotated from prompt to prompt, so all see the same machine state. Prints, 
 of each variant (and over `ar`), the paired per-prompt ratio of each variant over `none` (median and range),
 each variant's median wait for the drafter per round, the hit rate and the drafting hidden per hit; and speeds
 per prompt group. The load average is printed at the start and the end. The last line of stdout is one JSON
-document; `--records FILE` also keeps every timed decode's record, for what the summary does not show.
+document; `--records FILE` also keeps every timed decode's record, for what the summary does not show (in a new
+file: one that exists is refused unless --overwrite).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import bench_parser, close, command_line, load_bracket, refuse, spread
+from evaluation.paths import refuse_overwrite
 from evaluation.prompts import STRATA, PromptError, gather
 from evaluation.record import BenchPlace, DecodeRecord
 from evaluation.summary import category_group
-from pipeline.config import ConfigError, split_list
+from pipeline.config import ConfigError, InputError, split_list
 from pipeline.settings import DecodeConfig
 from programs.options import PromptOptions
 
@@ -71,8 +73,9 @@ class AheadOptions:
     drafter: str = field(default="", metadata={"help": "the pair's drafter (default: the embedded pair's)"})
     seed: int = 0
     records: str = field(default="", metadata={
-        "help": "also write every timed decode's record to FILE, a new file (JSON lines, each with its "
-                "`bench_budget` and `bench_variant`, null for ar)", "metavar": "FILE"})
+        "help": "also write every timed decode's record to FILE, a new file unless --overwrite (JSON lines, each "
+                "with its `bench_budget` and `bench_variant`, null for ar)", "metavar": "FILE"})
+    overwrite: bool = field(default=False, metadata={"help": "write over the --records FILE that exists already"})
     variants: str = field(default=",".join(VARIANTS), metadata={
         "help": f"comma-separated, from {','.join(VARIANTS)}, window-N and cut+window-N (none is always run: the "
                 "others' baseline)", "metavar": "LIST"})
@@ -112,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                                        limit_prompts=options.limit_prompts, stratify=options.stratify), options.seed)
     except (PromptError, ConfigError) as e:
         refuse(__spec__.name, str(e))
+    try:
+        refuse_overwrite([options.records] if options.records else [], options.overwrite, "--records NEW_FILE")
+    except InputError as e:
+        refuse(__spec__.name, str(e))
     if options.records and (problem := _unwritable(Path(options.records))):
         refuse(__spec__.name, f"--records {options.records}: {problem}")
     with load_bracket() as load:
@@ -135,7 +142,7 @@ def run(options: AheadOptions, prompts: list) -> list[dict]:
     pair = Pair(**({"target": options.target} if options.target else {}),
                 **({"drafter": options.drafter} if options.drafter else {}))
     rows = []
-    with pair, open(options.records, "x", encoding="utf-8") if options.records else contextlib.nullcontext() as out:
+    with pair, records_file(options) as out:
         def kept(record: DecodeRecord, budget, variant) -> dict:
             if out is not None:
                 out.write(json.dumps(record.placed(bench=BenchPlace(budget, variant)).to_json()) + "\n")
@@ -161,10 +168,19 @@ def run(options: AheadOptions, prompts: list) -> list[dict]:
     return rows
 
 
+def records_file(options: AheadOptions) -> contextlib.AbstractContextManager:
+    """The --records file opened to write, a new one unless --overwrite (then what it held is replaced), or
+    nothing without --records."""
+    if not options.records:
+        return contextlib.nullcontext()
+    return open(options.records, "w" if options.overwrite else "x", encoding="utf-8")
+
+
 def _unwritable(path: Path) -> str | None:
-    """Why a new file cannot be made at `path` (None: it can)."""
-    if path.exists() or path.is_symlink():
-        return "exists (a new file keeps each run's records apart)"
+    """Why the records cannot be written at `path` (None: they can; whether a file there may be written over is
+    refuse_overwrite's to say)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return "is not a regular file"
     if not path.parent.is_dir():
         return f"no directory {path.parent}"
     if not os.access(path.parent, os.W_OK):

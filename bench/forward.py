@@ -1,6 +1,6 @@
 """python -m bench.forward: the CPU target's passes through transformers' forward and through models.llama_cpu's.
 
-python -m bench.forward [--context 40] [--trees 8,59] [--reps 15] [--threads 1]
+python -m bench.forward [--context 40] [--trees 8,59] [--reps 15] [--threads 1] [--parts]
 
 Loads the default pair's target as a run does (its linear kernels tuned, or taken from the machine's kept
 choice), then times its root pass and tree passes of each size in --trees, each repetition once through
@@ -10,6 +10,12 @@ its own cache, filled by the same prefill. The rows of every pass are compared t
 the same operations in the same order, so they must be equal. A speedup is the median of the per-repetition
 ratios transformers / lean, with its quartiles. The load average is printed before and after; the last line
 of the output is one JSON document.
+
+--parts profiles the lean passes instead: per pass (the root pass, a plain pass of one token, and each tree
+pass), the median milliseconds of each part of its work, as models.llama_cpu.forward's clock names them (the
+linear layers, attention with its K/V writes, the output layer's rows, the elementwise work), the runner's
+staging of inputs and mask, and what is left (Python around them, the host read), with each part's ratio to
+the plain pass's. Run it under `taskset -c 0` (and --threads 1) for a machine with half the arithmetic.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class ForwardOptions:
         "help": "tree pass sizes, comma-separated", "parse": "ints", "metavar": "B,B"})
     reps: int = field(default=15, metadata={"help": "repetitions of every pass, both ways"})
     threads: int = field(default=1, metadata={"help": "torch threads"})
+    parts: bool = field(default=False, metadata={"help": "profile the lean passes part by part"})
 
     def __post_init__(self) -> None:
         ints("trees", self.trees, 1, CPU_BUCKETS[-1])
@@ -70,6 +77,76 @@ def measure(context: int, trees: list[int], reps: int) -> tuple[dict, bool]:
     return times, equal
 
 
+class PartClock:
+    """Milliseconds of each part of one pass: called with a part's name as it ends (models.llama_cpu.forward's
+    tick, models.hf's staging); `start` before the pass, `end` after it (what is left: Python, the host read)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self.last = 0.0
+
+    def start(self) -> None:
+        self.ms, self.last = {}, time.perf_counter()
+
+    def __call__(self, part: str) -> None:
+        now = time.perf_counter()
+        self.ms[part] = self.ms.get(part, 0.0) + 1e3 * (now - self.last)
+        self.last = now
+
+    def end(self) -> dict[str, float]:
+        self(LEFT)
+        return self.ms
+
+
+LEFT = "Python and the host read"
+
+
+def profile(context: int, trees: list[int], reps: int) -> dict[str, dict[str, list[float]]]:
+    """-> pass name -> part -> milliseconds of each repetition, the lean passes in turn each repetition."""
+    from bench.passes import target_passes
+    from models.load import load
+    from models.options import ModelOptions
+
+    loaded = load(ModelOptions(), "target")
+    clock = PartClock()
+    passes = target_passes(loaded.model, context, context + max(trees) + 8, "eager", trees, lean=True, tick=clock)
+    out: dict[str, dict[str, list[float]]] = {name: {} for name in passes}
+    for rep in range(reps + 1):  # the first a warm-up
+        for name in (list(passes) if rep % 2 == 0 else list(reversed(passes))):
+            clock.start()
+            passes[name]()
+            for part, ms in clock.end().items():
+                if rep:
+                    out[name].setdefault(part, []).append(ms)
+    return out
+
+
+def print_profile(times: dict[str, dict[str, list[float]]]) -> dict:
+    """The table of median milliseconds per part and pass, each beside the plain pass's -> the JSON figures."""
+    from models.hf import MASK
+    from models.llama_cpu import PARTS
+
+    names = list(times)
+    parts = [*PARTS, MASK, LEFT]
+    med = {n: {p: float(np.median(times[n].get(p, [0.0]))) for p in parts} for n in names}
+    total = {n: float(np.median(np.sum([times[n][p] for p in times[n]], axis=0))) for n in names}
+    print(f"median ms per part; in brackets, times the root pass's ({names[0]})")
+    print(f"  {'part':<38}" + "".join(f"{n:>22}" for n in names))
+    for p in [*parts, "whole pass"]:
+        row = (lambda n: total[n]) if p == "whole pass" else (lambda n, p=p: med[n][p])
+        base = row(names[0]) or float("nan")
+        print(f"  {p:<38}" + "".join(f"{row(n):10.2f} [{row(n) / base:5.2f}x]    " for n in names))
+    return {"median_ms": med, "whole_ms": total}
+
+
+def cpu_words() -> str:
+    """The CPU as a run's header names it: model, vector width, cores."""
+    from evaluation.machine import device_words
+    from evaluation.provenance import processor, vector_width
+
+    return device_words({"cpu": processor(), "cpu_vectors": vector_width(), "cpu_count": os.cpu_count()}, "cpu")
+
+
 def build_parser() -> argparse.ArgumentParser:
     return bench_parser(ForwardOptions, __spec__.name, __doc__)
 
@@ -80,10 +157,23 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(options.threads)
     with load_bracket() as load:
-        print(f"load average before: {load['before']}, {options.threads} thread(s), {os.cpu_count()} cores")
-        times, equal = measure(options.context, list(options.trees), options.reps)
+        print(f"load average before: {load['before']}, {options.threads} thread(s), {os.cpu_count()} cores, "
+              f"{cpu_words()}")
+        if options.parts:
+            figures = {"parts": print_profile(profile(options.context, list(options.trees), options.reps))}
+        else:
+            figures = print_ways(*measure(options.context, list(options.trees), options.reps), options.reps,
+                                 options.context)
+    print(f"load average after: {load['after']}")
+    close({"context": options.context, "threads": options.threads, "reps": options.reps, **figures,
+           "cpu": cpu_words(), "load_average": load})
+    return 0
+
+
+def print_ways(times: dict, equal: bool, reps: int, context: int) -> dict:
+    """The table of both forwards' passes -> the JSON figures."""
     print(f"rows of every pass equal both ways: {equal}")
-    print(f"median ms [quartiles] over {options.reps} repetitions at {options.context} tokens of context; speedup "
+    print(f"median ms [quartiles] over {reps} repetitions at {context} tokens of context; speedup "
           f"transformers / lean per repetition")
     results = {}
     for name in dict.fromkeys(k[0] for k in times):
@@ -94,10 +184,7 @@ def main(argv: list[str] | None = None) -> int:
               f"[{ms['transformers']['q1']:6.1f},{ms['transformers']['q3']:6.1f}]"
               f"  lean {ms['lean']['median']:7.1f} [{ms['lean']['q1']:6.1f},{ms['lean']['q3']:6.1f}]"
               f"  speedup {speedup['median']:.3f} [{speedup['q1']:.3f}, {speedup['q3']:.3f}]")
-    print(f"load average after: {load['after']}")
-    close({"context": options.context, "threads": options.threads, "reps": options.reps, "equal": equal,
-           "passes": results, "load_average": load})
-    return 0
+    return {"equal": equal, "passes": results}
 
 
 if __name__ == "__main__":

@@ -43,15 +43,17 @@ def runner(model, capacity: int, path: str, lean: bool | None = None):
                     lean=lean if path == "eager" else False)
 
 
-def target_passes(model, context: int, capacity: int, path: str, trees: list[int], lean: bool | None = None
-                  ) -> dict[str, Callable[[], object]]:
+def target_passes(model, context: int, capacity: int, path: str, trees: list[int], lean: bool | None = None,
+                  tick: Callable[[str], None] | None = None) -> dict[str, Callable[[], object]]:
     """name -> a call that runs one pass and reads its result back (the pass is done when it returns), and
-    returns its rows (valid until that runner's next pass). lean: as `runner` takes it."""
+    returns its rows (valid until that runner's next pass). lean: as `runner` takes it; tick: the runner's
+    profile clock (models.hf.HFRunner.tick)."""
     from target_proc.target import Target
 
     rng = np.random.default_rng(context)
     ids = rng.integers(100, 40000, context).tolist()
     target = Target(runner(model, capacity, path, lean))
+    target.runner.tick = tick
     target.prefill(ids[:-1])
     target.root_pass(ids[-1])  # the root's K/V in slot P: tree passes below hang off it
 

@@ -62,9 +62,9 @@ class Drafter:
         # Slots [base, base + kept) hold these tokens already; the last one is passed again for its row.
         kept = min(_shared_prefix(tokens, written), len(tokens) - 1)
         root_row = prefill(self.runner, tokens[kept:], base + kept)
-        self.through_root = base + len(tokens)
-        pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(self.through_root), self.config,
+        pool = grow_pool(torch.log_softmax(root_row.float(), -1), self._expander(base + len(tokens)), self.config,
                          between)  # grow_pool read the last ids back, so the device is idle
+        self.through_root = base + len(tokens)  # only now: a commit that fails leaves the context as it was
         return Drafted(pool, time.perf_counter() - t0, MISSED if tried else NOT_TRIED)
 
     def ahead(self, path: Sequence[int], between: Callable[[], bool] | None = None) -> bool:

@@ -52,7 +52,7 @@ def feature_layers(hello: Hello, loaded: Loaded) -> tuple[int, ...]:
     except HeadError as e:
         raise HandshakeMismatch(f"the drafter {loaded.name!r} does not fit target {printable(repr(hello.model), 200)}"
                                 f": {str(e).removeprefix('`drafter` ')}") from None
-    return cfg.feature_layers(hello.layers)
+    return loaded.model.feature_layers(hello.layers)
 
 
 def ready(loaded: Loaded, layers: tuple[int, ...] = ()) -> Ready:

@@ -24,9 +24,20 @@ from pipeline.ahead import NOT_TRIED, Drafted
 from pipeline.config import CapacityError, PoolConfig
 from pipeline.pool import grow_pool
 from pipeline.tree import ancestor_matrix
+from protocol.errors import BadFeatures
 
 ROWS_CHUNK = 512  # committed rows per pass
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _check_normable(hidden: torch.Tensor) -> None:
+    """(n, H) committed rows' fc outputs: BadFeatures naming the first whose float32 sum of squares overflows,
+    which the head's hidden_norm would norm to zeros (a pool of uniform log-probabilities). A host read, once
+    a commit, before any of its rows is written."""
+    bad = torch.nonzero(~torch.isfinite(hidden.float().square().sum(-1))).flatten()[:1].tolist()
+    if bad:
+        raise BadFeatures(f"`features` row {bad[0]} gives the head's fc a row beyond float32's range (its "
+                          f"hidden_norm could not norm it): the features are not a hidden state of this target")
 
 
 def features_of(msg) -> torch.Tensor:
@@ -61,9 +72,14 @@ class HeadDrafter:
         tokens = np.asarray(tokens, np.int64)
         assert len(tokens) == features.shape[0] > 0, (len(tokens), features.shape)
         self._check(self.rows + len(tokens))
-        logits, hidden = self._write_rows(tokens, features)
-        pool = grow_pool(torch.log_softmax(logits, -1), self._expander(self.rows, hidden), self.config, between,
-                         self.runner.ids)  # grow_pool read the last ids back, so the device is idle
+        rows = self.rows
+        try:  # on any failure the rows are those before: what this commit wrote is scratch the next overwrites
+            logits, hidden = self._write_rows(tokens, features)
+            pool = grow_pool(torch.log_softmax(logits, -1), self._expander(self.rows, hidden), self.config, between,
+                             self.runner.ids)  # grow_pool read the last ids back, so the device is idle
+        except BaseException:
+            self.rows = rows
+            raise
         return Drafted(pool, time.perf_counter() - t0, NOT_TRIED)
 
     def ahead(self, path: Sequence[int], between: Callable[[], bool] | None = None) -> bool:
@@ -73,14 +89,16 @@ class HeadDrafter:
 
     def _write_rows(self, tokens: np.ndarray, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows for `tokens` at slots and positions rows, rows + 1, ... in causal chunks -> the last row's
-        ((Vd,) logits, (H,) output)."""
+        ((Vd,) logits, (H,) output). BadFeatures, before any row, when a row's fc output is beyond what the
+        head can norm."""
+        hidden = self.runner.fuse(features)  # (k, H) fc(cat(low, mid, high))
+        _check_normable(hidden)
         for at in range(0, len(tokens), ROWS_CHUNK):
             chunk = tokens[at: at + ROWS_CHUNK]
             slots = self.rows + np.arange(len(chunk))
             causal = np.tril(np.ones((len(chunk), len(chunk)), bool))
-            hidden = self.runner.fuse(features[at: at + ROWS_CHUNK])  # fc(cat(low, mid, high))
             logits = self.runner.forward(chunk, slots, slots, self.rows, slots, causal, last_only=True,
-                                         rows={"hidden": hidden})
+                                         rows={"hidden": hidden[at: at + ROWS_CHUNK]})
             self.rows += len(chunk)
         return logits[-1], self.runner.outputs[-1]
 

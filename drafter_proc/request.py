@@ -22,6 +22,7 @@ class Request:
 
     id: int  # as the Start named it (a negative id opens no request that a Commit or End can name)
     policy: CutPolicy
+    feature_dtype: str = ""  # its Start's features' dtype, which its Commits keep ("": it takes none)
     round: int = -1  # the last round whose pool was sent; -1 while round 0's is grown
     grown_from: float = 0.0  # when the growth being answered began: its Start's or Commit's arrival
     level_ended: float | None = None  # when its last pass ended (None: none yet)

@@ -6,10 +6,13 @@ exits, or with `persist` waits for the next target) or by closing its connection
 next one; a private drafter, `exit_with_target`, exits). A served target silent for `idle_timeout` seconds
 since the drafter last answered it (stopped, hung, or a Hello and nothing after) is let go when another peer
 speaks, which is then served: the drafter is never held for good by a peer that says nothing. An Error from a
-peer without a session is logged as refusals are, throttled (protocol.log_limit). A refused message gets an Error reply naming the
-problem, and the loop goes on serving; nothing the drafter holds changes on a refused message. The drafter
-keeps one KV cache (models.kv_cache), replaced only by a Hello that needs a larger one; it never allocates one
-beyond `max_request_context` slots, whatever a peer asks, nor one that its device cannot hold.
+peer without a session is logged as refusals are, throttled (protocol.log_limit). A refused message gets an
+Error reply naming the problem, and the loop goes on serving; nothing the drafter holds changes on a refused
+message. A message whose answer fails in the model or the pool (a bug, or values no check foresaw) gets an
+Error reply too, and its traceback goes to the log: a Commit leaves the request's rows as they were, to be sent
+again; a Start leaves no request open. The drafter keeps one KV cache (models.kv_cache), replaced only by a
+Hello that needs a larger one; it never allocates one beyond `max_request_context` slots, whatever a peer
+asks, nor one that its device cannot hold.
 
 Peers come and go through protocol.peers, which drops what a closed connection left queued. Each message
 type has its handler (`DrafterServer.handlers`): the Hello makes the served target's DrafterSession, whose
@@ -142,10 +145,21 @@ class DrafterServer:
         except CapacityError as e:  # a request this drafter cannot serve: beyond its KV cache or memory
             log.warning("cannot serve request %d: %s", getattr(msg, "request", request), e)
             reply = Error("drafter", str(e), getattr(msg, "request", request))
+        except Exception as e:  # a model's or a pool's error: that message is dropped, never the process
+            reply = self._failed(msg, e, getattr(msg, "request", request))
         if reply is not None and not self.peers.send(event.peer, reply) and event.peer == self.peer:
             self._forget()  # it left before its reply: serve the next one
             return self.exit_with_target
         return False
+
+    def _failed(self, msg: Message | None, error: Exception, request: int) -> Error:
+        """The Error reply to a message whose answer failed, logged with its traceback (a flood of them
+        throttled). The session is as it was before the message (DrafterSession.start and commit)."""
+        what = f"{type(msg).__name__} of request {request}" if msg is not None else "message"
+        self.peers.throttle.log(log, logging.ERROR, "failed", "could not answer the %s: %s: %s", what,
+                                type(error).__name__, printable(str(error)), exc_info=error)
+        return Error("drafter", printable(f"the drafter could not answer the {what}: {type(error).__name__}: "
+                                          f"{error}", MAX_TEXT), request)
 
     def _shutdown(self, event: Received) -> bool:
         if self.peer is None or self.peer != event.peer:

@@ -21,7 +21,7 @@ from pipeline.ahead import HIT, Drafted
 from pipeline.cut import LevelValues
 from pipeline.cut_policy import CutPolicy
 from pipeline.pool import out_of_vocab
-from protocol.errors import BadArray, StaleMessage, TokenOutOfRange
+from protocol.errors import BadArray, BadFeatures, StaleMessage, TokenOutOfRange
 from protocol.messages import Ahead, Commit, End, PoolMsg, Start, Waiting
 
 BetweenFor = Callable[[Request, Drafter, Ahead | None], Between]  # the between-passes callback of a growth
@@ -43,9 +43,14 @@ class DrafterSession:
         """A new request: round 0's pool from the prompt."""
         self._check_tokens(msg.prompt, "prompt")
         features = self._features(msg)
-        self.request = request = Request(msg.request, CutPolicy(self.values))
+        self.request = request = Request(msg.request, CutPolicy(self.values), msg.feature_dtype)
         request.growing(arrived)
-        drafted = self.drafter.start(msg.prompt, *features, self.between(request, self.drafter, None))
+        try:
+            drafted = self.drafter.start(msg.prompt, *features, self.between(request, self.drafter, None))
+        except BaseException:  # its rows overwrote the request before it: no request is open
+            self.request = None
+            self.use_threads(False)
+            raise
         request.round = 0
         return self._pool_msg(drafted, arrived)
 
@@ -55,7 +60,11 @@ class DrafterSession:
         features = self._features(msg)
         request.round_ended(msg.tokens, arrived)
         request.growing(arrived)
-        drafted = self.drafter.commit(msg.tokens, *features, self.between(request, self.drafter, None))
+        try:  # a drafter that fails keeps its rows as before (Drafter.commit, HeadDrafter.commit): the round
+            drafted = self.drafter.commit(msg.tokens, *features, self.between(request, self.drafter, None))
+        except BaseException:  # stays the one to commit, and may be sent again
+            self.use_threads(False)
+            raise
         request.round = msg.round
         return self._pool_msg(drafted, arrived)
 
@@ -100,16 +109,23 @@ class DrafterSession:
 
     def _features(self, msg: Start | Commit) -> tuple:
         """(the message's features as a (rows, F) tensor,) for an EAGLE-3 drafter, which needs them; () for a
-        standalone one, which takes none."""
+        standalone one, which takes none. Their values were checked as the message was read
+        (protocol.messages.check_features); here, that they are what this drafter takes."""
+        name = type(msg).__name__
         if not getattr(self.drafter, "wants_features", False):
+            if msg.feature_width or msg.features.shape[0]:
+                raise BadFeatures(f"the drafter is a standalone model, not an EAGLE-3 head: it takes no features; "
+                                  f"the {name} carries {msg.feature_width} values a token")
             return ()
-        if start := isinstance(msg, Start):
-            if msg.prompt.shape[0] < 2:
-                raise BadArray("an EAGLE-3 drafter starts from two tokens at least: `prompt` holds one")
+        if isinstance(msg, Start) and msg.prompt.shape[0] < 2:
+            raise BadArray("an EAGLE-3 drafter starts from two tokens at least: `prompt` holds one")
         want = self.drafter.runner.feature_width
         if msg.feature_width != want:
-            raise BadArray(f"the EAGLE-3 drafter takes features of {want} values a token; the "
-                           f"{'Start' if start else 'Commit'} carries {msg.feature_width or 'none'}")
+            raise BadFeatures(f"the EAGLE-3 drafter takes features of {want} values a token; the {name} carries "
+                              f"{msg.feature_width or 'none'}")
+        if isinstance(msg, Commit) and msg.feature_dtype != self.request.feature_dtype:
+            raise BadFeatures(f"the Commit's features are {msg.feature_dtype}; its request's Start sent "
+                              f"{self.request.feature_dtype} (a target's features keep its model's dtype)")
         return (features_of(msg),)
 
     def _check_tokens(self, tokens: np.ndarray, name: str) -> None:

@@ -1,9 +1,10 @@
 """When a setting's speed gains say nothing about speculation, and why: every summary prints these beside the
 gains instead of a bare number.
 
-- same work: both decoders of a comparison ran plain rounds only, or all but a PLAIN_SHARE's complement of
-  them (budget auto turned speculation off, or `ar`): they did the same work, and the gain between them is
-  the machine's drift, however narrow its interval.
+- same work: both decoders of a comparison verified nothing beyond the root in all their rounds, or all but a
+  PLAIN_SHARE's complement of them (`ar`; budget auto turning speculation off; a rule whose trees held the
+  target's own draw alone): they did the same work, one token a target pass, and the gain between them is the
+  machine's drift, however narrow its interval.
 - spread: the prefill of one prompt, the same work for every decoder (a drafter starting beside it slows it
   at most twofold on shared cores), took more than SPREAD_LIMIT times as long in one decode as in another:
   the machine's speed changed by more than any gain can be told from, and the interval, which resamples
@@ -55,21 +56,15 @@ def cautions(decoders: dict, prompt_ids: list[str], pairs: list[tuple[str, str]]
     return [c for c in found if c is not None]
 
 
-def plain_only(stats) -> bool:
-    """A decoder whose rounds were plain (budget 0), all of them or all but a few (PLAIN_SHARE)."""
-    total = sum(stats.budget_rounds.values())
-    return total > 0 and stats.budget_rounds.get(0, 0) >= PLAIN_SHARE * total
-
-
 def same_work(decoders: dict, pairs: list[tuple[str, str]]) -> Caution | None:
-    same = tuple(p for p in pairs if plain_only(decoders[p[0]]) and plain_only(decoders[p[1]]))
+    same = tuple(p for p in pairs if decoders[p[0]].plain_work and decoders[p[1]].plain_work)
     if not same:
         return None
     names = [d for d in decoders if any(d in p for p in same)]  # in the setting's order
     who = "every decoder" if len(names) == len(decoders) else ", ".join(names)
-    return Caution("same work", f"{who} ran plain rounds (no tree verified) in at least {PLAIN_SHARE:.0%} of their "
-                                f"rounds: the same work, so a gain among them is the machine's drift, not "
-                                f"speculation", same)
+    return Caution("same work", f"{who} ran plain rounds (no tree verified beyond the root: none, or the target's "
+                                f"own draw alone) in at least {PLAIN_SHARE:.0%} of their rounds: the same work, so a "
+                                f"gain among them is the machine's drift, not speculation", same)
 
 
 def spread(decoders: dict, prompt_ids: list[str]) -> Caution | None:

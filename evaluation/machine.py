@@ -8,7 +8,7 @@ import re
 
 
 def device_words(environment: dict, device: str) -> str:
-    """What ran on `device` ("cpu", "cuda:1", ...): the CPU's model and core count from `environment`
+    """What ran on `device` ("cpu", "cuda:1", ...): the CPU's model, vector width and core count from `environment`
     (evaluation.provenance.environment), or the GPU's name; what the header lacks is said as unknown."""
     if device.startswith("cuda"):
         gpus = environment.get("gpus") or []
@@ -16,8 +16,9 @@ def device_words(environment: dict, device: str) -> str:
         name = gpus[index] if index < len(gpus) else "an unnamed GPU"
         return f"{name} ({device})"
     if device == "cpu":
-        cores = environment.get("cpu_count")
-        return f"{environment.get('cpu') or 'an unnamed CPU'}" + (f", {cores} CPUs" if cores else "")
+        cores, vectors = environment.get("cpu_count"), environment.get("cpu_vectors")
+        return (f"{environment.get('cpu') or 'an unnamed CPU'}" + (f" ({vectors})" if vectors else "")
+                + (f", {cores} CPUs" if cores else ""))
     return device
 
 

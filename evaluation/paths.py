@@ -4,6 +4,10 @@ memory runs out, or a dangling link is refused), and where an output goes a fold
 file writable. Each problem is an InputError of one line naming the path and what named it (a flag), which
 the programs end with exit status 2 (programs.cli).
 
+A command that writes results never writes over a file it did not just write: `refuse_overwrite` is the one
+check every writer makes, before any work, naming where else to write and `--overwrite`. (A sweep appending
+to its own records files in its own folder, which it resumes, writes over nothing.)
+
 What only the write itself can tell (a full disk, a folder made read-only meanwhile) stays the write's to
 report; `replace_atomically` keeps a failed write from leaving a partial file behind.
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -71,6 +75,21 @@ def output_file(path: str | Path, what: str) -> Path:
         return path
     output_dir(path.parent, f"the folder of {what}")
     return path
+
+
+def refuse_overwrite(paths: Iterable[str | Path], overwrite: bool, elsewhere: str) -> None:
+    """InputError when one of `paths`, the files a command is about to write, exists already (a report, figures
+    or answers written before, perhaps committed) and `overwrite` is not set. `elsewhere` names the option that
+    writes them somewhere else, with its value's form ("--out NEW_DIR")."""
+    held = [Path(p) for p in paths if os.path.lexists(p)]
+    if not held or overwrite:
+        return
+    by_folder: dict[Path, list[str]] = {}
+    for p in held:
+        by_folder.setdefault(p.parent, []).append(p.name)
+    what = "; ".join(f"{folder} holds {', '.join(names)}" for folder, names in by_folder.items())
+    raise InputError(f"{what} already; write elsewhere ({elsewhere}) or give --overwrite to write over "
+                     f"{'it' if len(held) == 1 else 'them'}")
 
 
 @contextmanager

@@ -23,9 +23,21 @@ def environment() -> dict:
 
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
             "platform": platform.platform(), "python": platform.python_version(),
-            "cpu": processor(), "cpu_count": os.cpu_count(), "gpus": gpus(), "cuda_driver": cuda_driver(),
+            "cpu": processor(), "cpu_vectors": vector_width(), "cpu_count": os.cpu_count(), "gpus": gpus(), "cuda_driver": cuda_driver(),
             "torch_cuda": torch.version.cuda, "packages": {name: version(name) for name in PACKAGES},
             "git": git_state()}
+
+
+def vector_width(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The widest vector arithmetic the CPU's flags name ("AVX-512", "AVX2", "AVX"), None where unknown: a tree
+    pass is bound by arithmetic where the vectors are narrow, so figures differ with it."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None
+    return next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")) if flag in flags),
+                None)
 
 
 def version(name: str) -> str | None:

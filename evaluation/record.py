@@ -123,6 +123,7 @@ class DecodeRecord:
     prompt_token_ids: list[int] | None = None
     load_average: list[float] | None = None  # as the decode started and as it ended
     cpus: int | None = None
+    logprobs: list[list[list[float]]] | None = None  # per output token, where asked for: target_proc.logprobs'
     schema: int = SCHEMA  # the schema it was written in; to_json writes that schema's fields
     sweep: SweepPlace | None = None
     bench: BenchPlace | None = None
@@ -199,8 +200,10 @@ class DecodeRecord:
 
 def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str, category: str, turn: int,
                   prompt_token_ids: Sequence[int], text: str, prompt: str = "", stop_reason: str | int | None = None,
-                  load_average: tuple[float, float] = (0.0, 0.0)) -> DecodeRecord:
-    """The record of one decode; `load_average`: machine_load() as it started and as it ended."""
+                  load_average: tuple[float, float] = (0.0, 0.0),
+                  logprobs: list[list[list[float]]] | None = None) -> DecodeRecord:
+    """The record of one decode; `load_average`: machine_load() as it started and as it ended; `logprobs`: each
+    output token's log-probabilities, where asked for (target_proc.logprobs)."""
     rounds = result.rounds
     return DecodeRecord(
         prompt_id=prompt_id, category=category, turn=turn,
@@ -225,7 +228,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         feature_bytes=[r.feature_bytes for r in rounds],
         lookup=config.lookup if RULES[config.decoder].select is not None else 0, copied=[r.copied for r in rounds],
         load_average=list(load_average), cpus=len(os.sched_getaffinity(0)),
-        finished=time.time(),
+        finished=time.time(), logprobs=logprobs,
     )
 
 
@@ -237,16 +240,17 @@ _ORDER = ("schema", "prompt_id", "category", "turn", "decoder", "temperature", "
           "overshoot", "stop", "seconds", "prefill_seconds", "tokens_per_second", "rounds", "target_passes",
           "accept_lengths", "accepted", "tried", "tree_sizes", "available", "budgets", "phases", "lend_cores",
           "ahead", "ahead_hits", "ahead_seconds", "cut_pools", "cut_weigh", "pool_depths", "drafter_window",
-          "held_rows", "feature_bytes", "lookup", "copied", "load_average", "cpus", "finished")
+          "held_rows", "feature_bytes", "lookup", "copied", "load_average", "cpus", "finished", "logprobs")
 _PLACES = frozenset({"kind", "schema", "grid_budget", "position", "warmup", "shard", "bench_budget", "bench_variant"})
 _SINCE_3 = frozenset({"stop_strings", "stop_token_ids", "prompt", "finish_reason", "stop_reason"})
 # Written only where known: schema 4 has them all (`feature_bytes` and `ignore_eos` since they were added);
 # earlier records as the code of their day wrote them.
 _ADDED = frozenset({"top_k", "top_p", "min_p", "budgets", "lend_cores", "ahead", "ahead_hits", "ahead_seconds",
                     "cut_pools", "cut_weigh", "pool_depths", "drafter_window", "held_rows", "prompt_token_ids",
-                    "load_average", "cpus", "feature_bytes", "ignore_eos", "lookup", "copied"})
+                    "load_average", "cpus", "feature_bytes", "ignore_eos", "lookup", "copied", "logprobs"})
 # None in a schema 4 record too: no stop matched, no sweep or benchmark ran it, a column added while 4 stood.
-_OPTIONAL = frozenset({"stop_reason", "sweep", "bench", "feature_bytes", "ignore_eos", "lookup", "copied"})
+_OPTIONAL = frozenset({"stop_reason", "sweep", "bench", "feature_bytes", "ignore_eos", "lookup", "copied",
+                       "logprobs"})
 
 
 def _int(v: object) -> bool:
@@ -278,6 +282,7 @@ def _stop(v: object) -> bool:
 
 
 _ints, _nums, _strs = _list_of(_int), _list_of(_num), _list_of(_str)
+_logprobs = _list_of(_list_of(_nums))  # per token: [token, log-probability, rank] lists
 
 
 def _phases(v: object) -> bool:
@@ -286,7 +291,7 @@ def _phases(v: object) -> bool:
 
 _WHAT = {_int: "an integer", _num: "a number", _str: "a string", _bool: "true or false", _budget: "an integer or a "
          "name", _stop: "a string or an integer", _ints: "a list of integers", _nums: "a list of numbers",
-         _strs: "a list of strings", _phases: "an object of per-phase lists of numbers"}
+         _strs: "a list of strings", _logprobs: "a list of lists of [token, log-probability, rank]", _phases: "an object of per-phase lists of numbers"}
 
 
 class _Reader:
@@ -332,7 +337,7 @@ _V3_REQUIRED = {**_V2_REQUIRED, "top_k": _int, "top_p": _num, "min_p": _num, "st
 _V3_ADDED = {"lend_cores": _bool, "ahead": _bool, "ahead_hits": _ints, "ahead_seconds": _nums, "cut_pools": _bool,
              "cut_weigh": _bool, "pool_depths": _ints, "drafter_window": _int, "held_rows": _ints}
 _V4_REQUIRED = {**_V3_REQUIRED, **_V3_ADDED, "prompt_token_ids": _ints, "load_average": _nums, "cpus": _int}
-_V4_ADDED = {"feature_bytes": _ints, "ignore_eos": _bool, "lookup": _int, "copied": _ints}
+_V4_ADDED = {"feature_bytes": _ints, "ignore_eos": _bool, "lookup": _int, "copied": _ints, "logprobs": _logprobs}
 
 
 def _v2(r: _Reader) -> dict:

@@ -35,6 +35,9 @@ MAX_POOL = 1 << 20  # candidates in one round's pool
 MAX_ROWS = 64  # retained rows of one round (1 matched, 25 token-only, cache, same-token, preceding)
 PROBABILITY_SLACK = 1e-5  # a probability computed in float32 may pass 1 by rounding
 SUM_SLACK = 1e-4  # ... and a sum of a node's children's (at most a pool's topk of them) by a little more
+# The entropy of a row over V tokens lies in [0, log V]; tokens are int32, so V < 2^31 (a run's identity
+# knows its V and bounds it closer: evaluation.run_identity)
+MAX_ENTROPY = math.log(2 ** 31) + 1e-3
 # The rows a round retains for the next (Appendix C of the paper): the row at the emitted address when a pass
 # scored it, rows at other scored addresses ending in the continuation token, the token-keyed cache's row for
 # it, the same-token row and the row that generated the continuation (its probability of it zeroed).
@@ -192,8 +195,11 @@ def decode_chunk(body: dict, where: str) -> RecordedDecode:
 
 
 def impossible(rnd: RecordedRound) -> str | None:
-    """What a round holds that no recording could, in words (None: nothing): a node whose children's edge
-    probabilities sum past 1, accepted tokens that are not a path of the pool from the root."""
+    """What a round holds that no recording could, in words (None: nothing): root-row figures missing where the
+    round recorded its root row, or held where it did not; a node whose children's edge probabilities sum past
+    1, accepted tokens that are not a path of the pool from the root."""
+    if problem := _unrecorded(rnd):
+        return problem
     sums = np.bincount(rnd.pool.parent + 1, weights=rnd.edge)
     if len(sums) and float(sums.max()) > 1.0 + SUM_SLACK:
         node = int(np.argmax(sums)) - 1
@@ -207,6 +213,20 @@ def impossible(rnd: RecordedRound) -> str | None:
         if not len(child) and (step or rnd.accepted > 1):  # a draw off the pool's first level is accepted alone
             return f"accepted token {token} (step {step}) is not a child of its predecessor in the pool"
         node = int(child[0]) if len(child) else ROOT
+    return None
+
+
+def _unrecorded(rnd: RecordedRound) -> str | None:
+    """A root row's figures are recorded together (target_proc.recorder): its argmax (-1 when not), the entropy
+    and the law at the first-level candidates; the decoder's own-row comparison, its agreement (-1 when not) and
+    total variation. One of a pair without the other is no recording's."""
+    root_row = rnd.root_argmax >= 0
+    if root_row != math.isfinite(rnd.root_entropy):
+        return f"`root_entropy` is {rnd.root_entropy!r} where `root_argmax` is {rnd.root_argmax}"
+    if rnd.first_soft is not None and len(rnd.first_soft) and root_row != bool(np.isfinite(rnd.first_soft).all()):
+        return f"`first_soft` holds {rnd.first_soft.tolist()!r:.60} where `root_argmax` is {rnd.root_argmax}"
+    if (rnd.own_agree >= 0) != math.isfinite(rnd.own_tv):
+        return f"`own_tv` is {rnd.own_tv!r} where `own_agree` is {rnd.own_agree}"
     return None
 
 
@@ -262,7 +282,7 @@ class _Arrays:
         if a.dtype.kind == "f" and not inf and not np.all(np.isfinite(values)):
             raise ValueError(f"`{name}` holds a value that is not finite")
         if len(values) and (np.any(values < low) or np.any(values > high)):
-            bad = values[(values < low) | (values > high)][0]
+            bad = values[(values < low) | (values > high)][0].item()
             raise ValueError(f"`{name}` holds {bad!r}, outside [{low}, {high}]")
         return a
 
@@ -324,12 +344,11 @@ def _decode_v1(body: dict, key: dict) -> RecordedDecode:
 def _decode_v2(body: dict, key: dict) -> RecordedDecode:
     n = _count(body, "rounds")
     arrays = _Arrays(body)
-    big = float(1 << 31)
     s = {"budget": arrays.get("budget", "<i4", n, 0), "accepted": arrays.get("accepted", "<i4", n, 0),
          "seconds": arrays.get("seconds", "<f4", n, 0.0), "pool_size": arrays.get("pool_size", "<i4", n, 1, MAX_POOL),
          "root": arrays.get("root", "<i4", n, -1), "position": arrays.get("position", "<i4", n, -1),
          "root_argmax": arrays.get("root_argmax", "<i4", n, -1),
-         "root_entropy": arrays.get("root_entropy", "<f4", n, 0.0, big, nan=True),
+         "root_entropy": arrays.get("root_entropy", "<f4", n, 0.0, MAX_ENTROPY, nan=True),
          "own_tv": arrays.get("own_tv", "<f4", n, 0.0, 1.0 + PROBABILITY_SLACK, nan=True),
          "own_agree": arrays.get("own_agree", "<i1", n, -1, 1), "prefix_root": arrays.get("prefix_root", "<i4", n, -1),
          "rows_n": arrays.get("rows_n", "<i2", n, 0, MAX_ROWS)}

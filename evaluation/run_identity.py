@@ -22,9 +22,10 @@ from evaluation.rounds import RecordedDecode, RecordedRound
 from pipeline.config import is_int
 
 # A sweep's settings that change where or how patiently a shard works, not what it records (timing.run_config
-# compares the rest on every resume), and a model's setting that each start chooses again.
+# compares the rest on every resume), and a model's settings that each start chooses again.
 SHARD_SETTINGS = ("out", "shard", "drafter_timeout", "ready_timeout", "connect_timeout", "prompt")
-START_SETTINGS = ("retune",)
+START_SETTINGS = ("retune", "retime")
+ENTROPY_SLACK = 1e-3  # an entropy summed in float64 and stored in float32
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,9 @@ class RunIdentity:
             for what, t in tokens.items():
                 if len(t) and int(t.max()) >= self.vocab:
                     return f"{what} {int(t.max())}, outside the run's vocabulary [0, {self.vocab})"
+            if r.root_entropy > math.log(self.vocab) + ENTROPY_SLACK:  # a row over V tokens: at most log V
+                return (f"`root_entropy` {r.root_entropy:.6g}, beyond log {self.vocab} = {math.log(self.vocab):.6g}, "
+                        f"the most a row over the run's vocabulary can hold")
         if self.pool is not None:
             topk, depth, expand = self.pool
             children = np.bincount(r.pool.parent + 1)

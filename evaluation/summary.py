@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evaluation.cautions import Caution, cautions, loaded
+from evaluation.cautions import PLAIN_SHARE, Caution, cautions, loaded
 from evaluation.record import DecodeRecord
 from evaluation.stats import GainResult, paired_gains
 from pipeline.metrics import RoundStats, round_stats, tokens_per_pass
@@ -78,6 +78,22 @@ class DecoderStats:
     passes_by_prompt: np.ndarray | None = None  # (n_prompts,) target passes after the prefills, as `tokens`
     copied: tuple[int, int] = (0, 0)  # context lookup: accepted tokens only its chains proposed, of all accepted
     #                                   ((0, 0) where no decode ran with it)
+    bare: int = 0  # rounds that verified nothing beyond the root (bare_rounds): the work of a plain round
+    pool_depth: int = 0  # the deepest pool the drafter sent; deeper tree nodes came from context lookup's chains
+
+    @property
+    def plain_work(self) -> bool:
+        """Whether its rounds verified nothing beyond the root, all of them or all but a few (PLAIN_SHARE): the
+        work of plain decoding, whatever its rule's name."""
+        return self.rounds.rounds > 0 and self.bare >= PLAIN_SHARE * self.rounds.rounds
+
+    def acceptance_text(self) -> str:
+        """Acceptance by depth as a row reads it: "0.55 0.54 0.67", the depths beyond the deepest pool the drafter
+        sent marked as context lookup's chains ("0.55 0.54 0.67; chains 1.00 1.00"), "—" where none."""
+        rates = [f"{a:.2f}" for a in self.rounds.acceptance]
+        if 0 < self.pool_depth < len(rates):
+            return " ".join(rates[: self.pool_depth]) + "; chains " + " ".join(rates[self.pool_depth:])
+        return " ".join(rates) or "—"
 
     def ahead_summary(self) -> dict | None:
         """Drafting ahead over the rounds that tried it: the share whose pool was grown ahead (hit rate), and
@@ -220,7 +236,23 @@ def _decoder_stats(decoder: str, mine: list[DecodeRecord], index: dict[str, int]
                         int(passes.sum()), rounds, dict(Counter(column("budgets"))),
                         _phase_matrix(mine), ahead_counts(mine), np.array(column("tree_sizes"), float),
                         np.array(column("budgets"), np.int64), np.array(column("accepted"), np.int64),
-                        cut_counts(mine), prefill, *load_of(mine), passes, copied_counts(mine))
+                        cut_counts(mine), prefill, *load_of(mine), passes, copied_counts(mine),
+                        sum(map(bare_rounds, mine)), max(map(pool_depth, mine), default=0))
+
+
+def bare_rounds(record: DecodeRecord) -> int:
+    """The rounds of `record` that verified nothing beyond the root: no tree, or a tree of the target's own draw X1
+    alone, which its root pass or held row had already given (a root-pass rule runs its tree pass only on a tree
+    that holds X1; `cover` draws X1 from a held row): one token a target pass, as `ar`."""
+    rule = RULES[record.decoder]
+    held = record.held_rows or [0] * len(record.tree_sizes)
+    return sum(size <= (1 if rule.root_pass or (rule.covers and h) else 0)
+               for size, h in zip(record.tree_sizes, held))
+
+
+def pool_depth(record: DecodeRecord) -> int:
+    """The deepest pool the drafter sent in `record`'s rounds (0: none, or an older record that does not say)."""
+    return max(record.pool_depths or (), default=0)
 
 
 def load_of(records: Sequence[DecodeRecord]) -> tuple[tuple[float, int] | None, int]:

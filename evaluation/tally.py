@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluation.record import DecodeRecord
-from evaluation.summary import (DELIVERED, SPEED_TOKENS, DecoderStats, Setting, ahead_counts, category_group,
-                                copied_counts, counted_tokens, cut_counts, load_of, with_gains)
+from evaluation.summary import (DELIVERED, SPEED_TOKENS, DecoderStats, Setting, ahead_counts, bare_rounds,
+                                category_group, copied_counts, counted_tokens, cut_counts, load_of, pool_depth,
+                                with_gains)
 from pipeline.metrics import RoundCounts
 from pipeline.rules import DECODERS
 
@@ -38,6 +39,8 @@ class _Sums:
     prefill: float = 0.0  # seconds
     load: tuple[float, int] | None = None  # highest load average at a decode's start or end, fewest CPUs
     loaded: int = 0  # decodes under load
+    bare: int = 0  # rounds that verified nothing beyond the root
+    pool_depth: int = 0  # the deepest pool the drafter sent
 
 
 class Tally:
@@ -71,6 +74,8 @@ class Tally:
         s.cut = tuple(a + b for a, b in zip(s.cut, cut_counts([record])))
         s.copied = tuple(a + b for a, b in zip(s.copied, copied_counts([record])))
         s.prefill += record.prefill_seconds
+        s.bare += bare_rounds(record)
+        s.pool_depth = max(s.pool_depth, pool_depth(record))
         load, under = load_of([record])
         if load is not None:
             s.load = load if s.load is None else (max(s.load[0], load[0]), min(s.load[1], load[1]))
@@ -100,7 +105,8 @@ class Tally:
                             prefill=np.array([s.prefill for s in mine], float), load=_peak(s.load for s in mine),
                             loaded_decodes=sum(s.loaded for s in mine),
                             passes_by_prompt=np.array([s.passes for s in mine], float),
-                            copied=tuple(sum(x) for x in zip((0, 0), *(s.copied for s in mine))))
+                            copied=tuple(sum(x) for x in zip((0, 0), *(s.copied for s in mine))),
+                            bare=sum(s.bare for s in mine), pool_depth=max((s.pool_depth for s in mine), default=0))
 
 
 def _peak(loads) -> tuple[float, int] | None:

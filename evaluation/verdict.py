@@ -18,9 +18,15 @@ from pipeline.rules import SPECULATIVE
 BASELINE = "ar"
 
 
+PAID, LOST, UNDECIDED = "paid", "did not pay", "was not shown to pay"
+SPEC_BENCH = ("PATH being Spec-Bench's question file, data/spec_bench/question.jsonl in its repository "
+              "(github.com/hemingkx/Spec-Bench)")
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The best speculative decoder of a setting against `ar`."""
+    """The best speculative decoder of a setting against `ar`: the one with the highest gain among those whose
+    rounds verified something beyond the root; where none did, the best of them all, `worked` False."""
 
     decoder: str
     gain: float  # speed / ar's speed - 1, over the setting's prompts
@@ -28,6 +34,9 @@ class Verdict:
     round_cost: float  # its mean seconds per round over ar's: what one of its rounds costs in plain rounds
     tau: float  # its tokens per round, the bonus token included
     prompts: int
+    tree: float = 0.0  # its mean tree size over rounds that ran a tree pass
+    tokens_per_pass: float = 0.0  # its output tokens per target pass after the prefill
+    worked: bool = True  # its rounds verified something beyond the root (not plain decoding's work)
 
     def __post_init__(self) -> None:
         if self.round_cost <= 0:
@@ -41,8 +50,21 @@ class Verdict:
         return self.round_cost
 
     @property
+    def rounds_pay(self) -> bool:
+        """Whether its τ is above what a round of its cost needs."""
+        return self.tau > self.tau_needed
+
+    @property
+    def outcome(self) -> str:
+        """PAID: its interval lies above zero and its τ above what pays; LOST: it was no faster than `ar`;
+        UNDECIDED: faster, but without an interval above zero or without the τ that explains it."""
+        if self.gain <= 0:
+            return LOST
+        return PAID if self.settled and self.interval[0] > 0 and self.rounds_pay else UNDECIDED
+
+    @property
     def paid(self) -> bool:
-        return self.gain > 0
+        return self.outcome == PAID
 
     @property
     def settled(self) -> bool:
@@ -59,50 +81,81 @@ def mean_round_seconds(stats: DecoderStats) -> float | None:
 
 
 def verdict_of(setting: Setting) -> Verdict | None:
-    """The verdict on the speculative decoder with the highest gain over `ar`; None when the setting has no
-    `ar`, no speculative decoder with a gain over it, or rounds whose time cannot be told."""
+    """The verdict on the speculative decoder with the highest gain over `ar` among those that did more than
+    plain decoding's work (all of them, `worked` False, where none did); None when the setting has no `ar`, no
+    speculative decoder with a gain over it, or rounds whose time cannot be told."""
     if BASELINE not in setting.decoders:
         return None
     plain = mean_round_seconds(setting.decoders[BASELINE])
     gains = {d: g for (d, b), g in setting.gains.items() if b == BASELINE and d in SPECULATIVE}
     if not gains or not plain or plain <= 0:
         return None
-    best = max(gains, key=lambda d: gains[d].gain)
-    seconds = mean_round_seconds(setting.decoders[best])
+    worked = [d for d in gains if not setting.decoders[d].plain_work]
+    best = max(worked or gains, key=lambda d: gains[d].gain)
+    stats = setting.decoders[best]
+    seconds = mean_round_seconds(stats)
     if seconds is None or seconds <= 0:
         return None
     g = gains[best]
-    return Verdict(best, g.gain, (g.low, g.high) if g.has_interval else None, seconds / plain,
-                   setting.decoders[best].rounds.tau, len(setting.prompt_ids))
+    return Verdict(best, g.gain, (g.low, g.high) if g.has_interval else None, seconds / plain, stats.rounds.tau,
+                   len(setting.prompt_ids), stats.rounds.mean_tree_size, stats.tokens_per_pass, bool(worked))
 
 
 def verdict_lines(v: Verdict, *, budget, machine: str, drafter: str, loaded: bool) -> list[str]:
     """The verdict in words: paid or not and by how much, why (round cost against τ), what to try next, and
     the machine and drafter it holds for (where speculation did not pay, a line that says so and names budget
-    auto). `loaded`: other work shared the machine (a caution said so)."""
-    size = f"{100 * v.gain:+.1f}%" + (f" [95% interval {100 * v.interval[0]:+.1f}, {100 * v.interval[1]:+.1f}]"
-                                      if v.interval else f" (no interval: fewer than {MIN_INTERVAL_PROMPTS} prompts)")
-    said = "paid" if v.paid else "did not pay"
-    if v.interval is not None and not v.settled:
-        size += ", an interval that spans zero: not settled"
-    why = (f"a {v.decoder} round cost {v.round_cost:.2f} plain rounds, so it pays from τ {v.tau_needed:.2f}; "
-           f"it reached τ {v.tau:.2f}")
-    lines = [f"verdict: {v.decoder}, the best speculative decoder here, {said} against ar: {size}",
-             f"  why: {why} ({'above' if v.tau > v.tau_needed else 'below'} what pays)",
-             f"  on: {machine or 'an unnamed machine'}, drafter {drafter or 'unnamed'}, {v.prompts} prompts"]
-    auto = str(budget) == "auto"
-    if not v.paid:
+    auto; where no decoder did more than plain decoding's work, a verdict of plain decoding). `loaded`: other
+    work shared the machine (a caution said so)."""
+    on = f"  on: {machine or 'an unnamed machine'}, drafter {drafter or 'unnamed'}, {v.prompts} prompts"
+    if not v.worked:
+        return _plain_lines(v, on, budget)
+    outcome, auto = v.outcome, str(budget) == "auto"
+    lines = [f"verdict: {v.decoder}, the best speculative decoder here, {outcome} against ar: {_size(v)}",
+             f"  why: {_why(v)}", on]
+    if outcome == LOST:
         lines.append("speculation did not pay on this machine with this drafter: " + (
             "--budget auto, used here, settles on plain decoding where it sees speculation lose" if auto else
             "launch/pair.sh --budget auto sizes each round's tree to what pays here and settles on plain decoding "
             "where speculation does not pay (the first run times the passes)"))
     tries = []
-    if not auto and v.paid:
+    if not auto and outcome != LOST:
         tries.append("--budget auto (trees sized to what pays on this machine; the first run times its passes)")
-    if v.interval is None or not v.settled:
-        tries.append(f"more prompts, e.g. --prompts spec-bench:PATH --limit-prompts 20 (an interval needs "
-                     f"{MIN_INTERVAL_PROMPTS}; a narrow one, more)")
+    if not v.settled:
+        tries.append(f"more prompts (an interval needs {MIN_INTERVAL_PROMPTS}; a narrow one, more), e.g. --prompts "
+                     f"spec-bench:PATH --limit-prompts 20, {SPEC_BENCH}")
     if loaded or not v.settled:
         tries.append("a quiet machine (other work moves a round's time more than speculation does)")
-    lines += [f"  next: launch/pair.sh {t}" if t.startswith("--") else f"  next: {t}" for t in tries]
-    return lines
+    return lines + [f"  next: launch/pair.sh {t}" if t.startswith("--") else f"  next: {t}" for t in tries]
+
+
+def _size(v: Verdict) -> str:
+    """The gain with its interval, and what keeps a faster decoder from having paid."""
+    size = f"{100 * v.gain:+.1f}%" + (f" [95% interval {100 * v.interval[0]:+.1f}, {100 * v.interval[1]:+.1f}]"
+                                      if v.interval else f" (no interval: fewer than {MIN_INTERVAL_PROMPTS} prompts)")
+    if v.interval is not None and not v.settled:
+        size += ", an interval that spans zero: not settled"
+    if v.outcome == UNDECIDED and v.settled and not v.rounds_pay:
+        size += ", a gain its rounds do not explain (τ below what pays): time outside them, not speculation"
+    return size
+
+
+def _why(v: Verdict) -> str:
+    """Its round cost against its τ, its tree and tokens a target pass."""
+    why = (f"a {v.decoder} round cost {v.round_cost:.2f} plain rounds, so it pays from τ {v.tau_needed:.2f}; it "
+           f"reached τ {v.tau:.2f} ({'above' if v.rounds_pay else 'below'} what pays) with trees of {v.tree:.1f} "
+           f"nodes, {v.tokens_per_pass:.2f} tokens a target pass")
+    if v.outcome == LOST and v.rounds_pay:
+        why += "; its rounds paid, but the time outside them (its prefill, the machine's drift) cost more"
+    return why
+
+
+def _plain_lines(v: Verdict, on: str, budget) -> list[str]:
+    """The verdict where no speculative decoder verified anything beyond the root: plain decoding's work."""
+    size = f"{100 * v.gain:+.1f}%" + (f" [{100 * v.interval[0]:+.1f}, {100 * v.interval[1]:+.1f}]" if v.interval
+                                      else "")
+    return [f"verdict: plain decoding here: no decoder verified anything beyond the root; {v.decoder}'s rounds (trees "
+            f"of {v.tree:.1f} nodes, {v.tokens_per_pass:.2f} tokens a target pass) did the work of ar, so its "
+            f"{size} over ar is the machine's drift, not speculation", on,
+            "  next: launch/pair.sh --budget 8 (trees that verify more than the root's own draw" + (
+                "; budget auto, used here, kept to the root where it timed speculation as not paying)"
+                if str(budget) == "auto" else ")")]

@@ -9,7 +9,7 @@ Importing this module starts nothing and changes nothing process-wide.
 """
 
 from launch.pair_api import Pair, PairClosed, default_pool, settings, summarize
-from launch.vllm_compat import LLM, CompletionOutput, RequestMetrics, RequestOutput, SamplingParams
+from launch.vllm_compat import LLM, CompletionOutput, Logprob, RequestMetrics, RequestOutput, SamplingParams
 
-__all__ = ["LLM", "CompletionOutput", "Pair", "PairClosed", "RequestMetrics", "RequestOutput", "SamplingParams",
-           "default_pool", "settings", "summarize"]
+__all__ = ["LLM", "CompletionOutput", "Logprob", "Pair", "PairClosed", "RequestMetrics", "RequestOutput",
+           "SamplingParams", "default_pool", "settings", "summarize"]

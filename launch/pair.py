@@ -39,12 +39,13 @@ from launch.children import GRACE_SECONDS, PY, Children, drafter_command, status
 from models.memory import host_free_bytes
 from models.kv_plan import planned_kv_bytes
 from models.present import check_present
-from models.options import (DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_LOOKUP, EMBEDDED_POOL, ModelOptions, embedded_pool,
-                            for_target)
+from models.options import (DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_LOOKUP, EMBEDDED_POOL, ModelOptions, drafted_for,
+                            embedded_pool, for_target)
 from pipeline.config import InputError, PoolConfig
 from pipeline.settings import DecodeConfig
 from programs.cli import Parser, add_log_level, add_options, args_of, flags_of, from_options, to_argv
 from programs.options import ConnectOptions, KeyOptions, RemoteOptions, RunOptions
+from programs.pool_program import chosen_pool
 from protocol.keys import key_dir, own_keys
 from protocol.transport import (check_endpoint, endpoint_in_use, is_loopback, loopback_tcp_endpoint,
                                 private_ipc_endpoint, remove_stale_private_dirs)
@@ -182,9 +183,10 @@ def _sweep_only(parser: argparse.ArgumentParser, extra: list[str], mode: str) ->
 
 def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode: str,
                    notes: list[str]) -> PoolConfig:
-    """The pair's models (the embedded default pair when none is named), and what goes with the embedded
-    pair: its smaller pool, and in a decode run its context lookup and output limit (each said in `notes`) ->
-    the pool. Its prompts are the built-in ones, as for any run that names none."""
+    """The pair's models (the embedded default pair when none is named; a drafter alone beside the target it
+    drafts for), its pool (programs.pool_program.chosen_pool: the CPU pool for the embedded target, named or
+    not), and what goes with the embedded pair unnamed: in a decode run its context lookup and output limit
+    (each said in `notes`) -> the pool. Its prompts are the built-in ones, as for any run that names none."""
     remote_drafter = bool(ns.drafter_at)
     if remote_drafter and ns.drafter is not None:
         parser.error("--drafter names the model of a local drafter; with --drafter-at the remote one serves")
@@ -193,9 +195,15 @@ def _pair_defaults(parser: argparse.ArgumentParser, ns: argparse.Namespace, mode
         ns.target, ns.drafter = EMBEDDED, DEFAULT_DRAFTER
     elif remote_drafter or (ns.drafter is None and ns.target == "mock"):
         ns.drafter = "mock"  # with --drafter-at, a placeholder: no drafter starts here
+    elif ns.target is None and (made_for := drafted_for(ns.drafter)):  # a drafter alone: beside its own target
+        ns.target, embedded = made_for, made_for == EMBEDDED
+        defaults = ", with the embedded pair's defaults" if embedded else ""
+        notes.append(f"target {made_for}: the one {ns.drafter} drafts for{defaults}; --target names another")
     elif ns.drafter is None or ns.target is None:
-        parser.error("--target and --drafter go together (or give neither for the embedded default pair)")
-    pool = _pool(parser, ns, embedded, notes)
+        parser.error("--target and --drafter go together (or give neither for the embedded default pair)"
+                     + (f": {ns.drafter} does not say which target it drafts for (a head trained by train-head says "
+                        f"so in its training.json)" if ns.drafter else ""))
+    pool = chosen_pool(parser, ns, notes)
     if ns.lookup is None:
         ns.lookup = DecodeConfig().lookup
         if embedded and mode == "decode" and not ns.record_rounds:  # recorded rounds keep the drafter's pools
@@ -282,22 +290,6 @@ def _models(parser: argparse.ArgumentParser, ns: argparse.Namespace, devices: di
 
 def _sizes(pool: PoolConfig) -> str:
     return f"{pool.topk}, {pool.depth}, {pool.expand}"
-
-
-def _pool(parser: argparse.ArgumentParser, ns: argparse.Namespace, embedded: bool, notes: list[str]) -> PoolConfig:
-    given = {k: getattr(ns, "pool_" + k) for k in ("topk", "depth", "expand")}
-    if ns.paper_pool:
-        if any(v is not None for v in given.values()):
-            parser.error("--paper-pool sets --pool-topk, --pool-depth and --pool-expand: give one or the others")
-        return PoolConfig()
-    if all(v is None for v in given.values()) and embedded:
-        pool = embedded_pool(ns.drafter)
-        notes.append(f"embedded default pair on the CPU: pool reduced to topk={pool.topk} depth="
-                     f"{pool.depth} expand={pool.expand} (paper: 10, 8, 10); --pool-* options "
-                     f"change it")
-        return pool
-    chosen = {"pool_" + k: getattr(PoolConfig(), k) if v is None else v for k, v in given.items()}
-    return from_options(parser, argparse.Namespace(**chosen), PoolConfig, prefix="pool-")
 
 
 def _devices(parser: argparse.ArgumentParser, ns: argparse.Namespace, env: dict) -> dict[str, str]:

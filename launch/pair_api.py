@@ -49,7 +49,7 @@ from pathlib import Path
 from evaluation.output import DecodeOutput, StreamChunk
 from evaluation.record import DecodeRecord
 from models.options import DEFAULT_DRAFTER, EMBEDDED, ModelOptions, for_target
-from pipeline.config import ConfigError, InputError, PoolConfig
+from pipeline.config import ConfigError, InputError, PoolConfig, is_int
 from pipeline.settings import DecodeConfig
 from launch.children import PY, Children, drafter_command
 from launch.targets import InProcessTarget, ProcessTarget
@@ -188,8 +188,8 @@ class Pair:
         """One decode -> its DecodeOutput; a list of prompts -> each decoded, a list of outputs (as vLLM's
         `generate`), with a progress bar on stderr unless `use_tqdm` is False. A prompt is one user turn's text
         (through the chat template), token ids (used as they are), or chat messages [{"role": "system" | "user"
-        | "assistant", "content": ...}, ...] ending with the user's. `prompt_id` names a single prompt (it
-        seeds the sampling streams; by default it is derived from the prompt)."""
+        | "assistant", "content": ...}, ...] ending with the user's. `prompt_id` names a single prompt (it seeds
+        the sampling streams; derived from the prompt by default). `logprobs=k`: see _with_logprobs."""
         if not _is_many(prompt):
             (record,) = self._run(self._request(prompt, decoder, prompt_id, category, settings))
             return DecodeOutput.of(record)
@@ -239,6 +239,7 @@ class Pair:
         """A request as the target takes it: the prompt, its id (derived from it by default), the category and
         the checked settings."""
         self._check_open()
+        settings, asked = _with_logprobs(settings)
         config = DecodeConfig(decoder, **_settings(settings))
         if isinstance(prompt, str):
             if not prompt:
@@ -250,12 +251,10 @@ class Pair:
             prompt, key = list(prompt), "context"
         else:
             raise InputError(f"`prompt` must be text, token ids or chat messages, got {type(prompt).__name__}")
-        if key == "turns":
-            digest = hashlib.blake2b("\x00".join(prompt).encode(), digest_size=6).hexdigest()
-        else:
-            digest = hashlib.blake2b(json.dumps(prompt, default=str).encode(), digest_size=6).hexdigest()
+        raw = "\x00".join(prompt) if key == "turns" else json.dumps(prompt, default=str)
+        digest = hashlib.blake2b(raw.encode(), digest_size=6).hexdigest()
         return {"id": prompt_id or f"{'text' if key == 'turns' else 'context'}/{digest}", "category": category,
-                key: prompt, "config": dataclasses.asdict(config)}
+                key: prompt, "config": dataclasses.asdict(config), **asked}
 
     def _run(self, request: dict) -> list[DecodeRecord]:
         """One request's records, read from the answer lines that hold them."""
@@ -312,6 +311,28 @@ def _records(outputs: Sequence[DecodeOutput | DecodeRecord]) -> list[DecodeRecor
     return records
 
 
+def check_present_as(options: ModelOptions, argument: str) -> None:
+    """models.present's check_present, its error naming `argument`: how the caller's API lets a model that is
+    not on this machine download (the command line's names a flag)."""
+    from models.present import ModelNotFound, check_present
+
+    try:
+        check_present(options)
+    except ModelNotFound as e:
+        raise ModelNotFound(f"{str(e).removesuffix('set `allow_download`')}pass {argument}") from None
+
+
+def _with_logprobs(settings: dict) -> tuple[dict, dict]:
+    """A call's settings -> (the decode's settings, the request's `logprobs` entry): `logprobs=k` keeps each
+    output token's log-probability under the target, from the row the verifier drew it from, with the k most
+    likely tokens of that row, in the record (`out.record.logprobs`: target_proc.logprobs)."""
+    settings = dict(settings)
+    logprobs = settings.pop("logprobs", None)
+    if not (logprobs is None or (is_int(logprobs) and logprobs >= 0)):
+        raise ConfigError("logprobs", f"must be None or a whole number >= 0, got {logprobs!r}")
+    return settings, {} if logprobs is None else {"logprobs": logprobs}
+
+
 def _check_spec(name: str, spec) -> None:
     """A model spec is a non-empty string, as --target and --drafter take it."""
     if not isinstance(spec, str) or not spec:
@@ -320,14 +341,17 @@ def _check_spec(name: str, spec) -> None:
 
 
 def _model_options(name: str, model: str, options) -> ModelOptions:
-    """ModelOptions for `model` with the other fields of `options` (a dict), unknown fields refused by name."""
+    """ModelOptions for `model` with the other fields of `options` (a dict), unknown fields refused by name, and a
+    model this machine lacks and may not download refused (ModelNotFound naming `name`'s allow_download)."""
     options = {} if options is None else options
     if not isinstance(options, dict):
         raise ConfigError(name, f"must be a dict of model options, got {type(options).__name__}")
     fields = [f.name for f in dataclasses.fields(ModelOptions) if f.name != "model"]
     if unknown := [key for key in options if key not in fields]:
         raise ConfigError(name, f"has {unknown[0]!r}, not a model option; the options are {', '.join(fields)}")
-    return ModelOptions(model=model, **options)
+    made = ModelOptions(model=model, **options)
+    check_present_as(made, f"`{name}={{'allow_download': True}}`")  # a model missing here, before anything starts
+    return made
 
 
 def _pool(pool) -> PoolConfig | None:

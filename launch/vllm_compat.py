@@ -1,34 +1,40 @@
-"""vLLM's offline API over a pair: `LLM`, `SamplingParams` and `RequestOutput`, so that a script written for
-vLLM runs here with its import line changed.
+"""vLLM's offline API over a pair: `LLM`, `SamplingParams` (launch.sampling_params) and `RequestOutput`, so that a
+script written for vLLM runs here with its import line changed.
 
     from launch.vllm_compat import LLM, SamplingParams
 
     llm = LLM()  # the embedded default pair; LLM("mock") needs no weights; LLM(target, drafter=...) any pair
-    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0.8, max_tokens=32))
+    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0.8, max_tokens=32, n=2))
     for output in outputs:
         print(output.prompt, output.outputs[0].text, output.metrics.time_to_first_token)
 
 It builds on launch.api's `Pair` and its public methods. As vLLM's: `generate` reads a text prompt as raw
 text (no chat template: the layer tokenizes it here and the pair continues the ids), `chat` takes message
-lists through the chat template, `SamplingParams()` samples at temperature 1 for 16 tokens, and a finished
-output's text leaves out the stop string or stop token (`include_stop_str_in_output` keeps it). The
-runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM` and of each call.
+lists through the chat template, `SamplingParams()` samples at temperature 1 for 16 tokens with a fresh seed,
+`n` outputs are independent decodes, `logprobs` are the target's, a model without a drafter decodes plainly,
+and a finished output's text leaves out the stop string or stop token (`include_stop_str_in_output` keeps it).
+The runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM` and of each call.
 What vLLM names but the runtime cannot do is refused by name with a ConfigError, never ignored, except the
-few arguments listed in IGNORED_LLM, which change nothing here. docs/api.md lists every name side by side.
+few arguments listed in IGNORED_LLM, which change nothing here, and the penalties, which are said in a logged
+line not to apply. docs/api.md lists every name side by side.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
+import random
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from evaluation.output import DecodeMetrics, DecodeOutput
 from evaluation.record import DecodeRecord
-from launch.pair_api import Pair
-from models.options import EMBEDDED, ModelOptions
+from launch.pair_api import Pair, check_present_as
+from launch.sampling_params import SamplingParams
+from models.options import DEFAULT_DRAFTER, EMBEDDED, HEAD_PREFIX, ModelOptions
 from pipeline.config import ConfigError, is_int
 from pipeline.metrics import tokens_per_pass
 from pipeline.settings import DecodeConfig
@@ -36,13 +42,6 @@ from programs.progress import Progress
 from target_proc.conversation import ROLES
 from target_proc.stops import StopStrings
 
-# vLLM's SamplingParams fields that the runtime has no use for, each accepted at its vLLM default only (which
-# changes nothing) and refused at any other value, naming it.
-UNSUPPORTED_SAMPLING = {"best_of": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                        "repetition_penalty": 1.0, "min_tokens": 0, "logprobs": None,
-                        "prompt_logprobs": None, "detokenize": True, "bad_words": None, "allowed_token_ids": None,
-                        "logits_processors": None, "truncate_prompt_tokens": None, "guided_decoding": None,
-                        "spaces_between_special_tokens": True}
 # The runtime's own decode settings (DecodeConfig's fields that SamplingParams has no name for).
 RUNTIME = ("budget", "budget_max", "budget_prior", "lend_cores", "cut_pools", "cut_weigh", "ahead", "drafter_window",
            "lookup")
@@ -51,115 +50,34 @@ RUNTIME = ("budget", "budget_max", "budget_prior", "lend_cores", "cut_pools", "c
 IGNORED_LLM = ("gpu_memory_utilization", "swap_space", "disable_log_stats")
 # vLLM's LLM arguments accepted at the value that changes nothing here, refused at any other.
 NEUTRAL_LLM = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "trust_remote_code": False,
-               "tokenizer": None, "tokenizer_mode": "auto", "quantization": None, "speculative_config": None}
+               "tokenizer": None, "tokenizer_mode": "auto", "quantization": None}
 PAIR_ARGUMENTS = ("pool", "target_options", "drafter_options", "target_process", "drafter_timeout",
                   "ready_timeout", "log_level")
+# vLLM's speculative_config keys taken here, and its methods: a drafter model, or an EAGLE head (eagle3:PATH).
+SPECULATIVE_KEYS = ("model", "method", "num_speculative_tokens")
+SPECULATIVE_METHODS = (None, "draft_model", "eagle", "eagle3")
+LOG = logging.getLogger("specpair")  # the layer's lines, at INFO on stderr as vLLM's own logger writes them
 
 
-@dataclass(slots=True, init=False)
-class SamplingParams:
-    """vLLM's sampling parameters, those the runtime honours; keyword arguments only, as vLLM's take them.
-    `top_k`, `top_p` and `min_p` filter the target's law exactly as the command line's filters do (every
-    decoder's output follows the filtered law); `seed` None is the runtime's seed 0, so outputs repeat from run
-    to run (vLLM's differ)."""
+@dataclass(frozen=True, slots=True)
+class Logprob:
+    """vLLM's Logprob: a token's log-probability under the target, its rank in the target's row (1: the most
+    likely) and its text."""
 
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 or -1: every token
-    min_p: float = 0.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()  # given as a string or a list of them
-    stop_token_ids: tuple[int, ...] = ()
-    max_tokens: int = 16
-    ignore_eos: bool = False
-    include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
-
-    def __init__(self, *positional, **given) -> None:
-        if positional:
-            raise ConfigError("sampling_params", f"are keyword arguments only (temperature=..., max_tokens=...), "
-                                                 f"got {len(positional)} positional")
-        names = [f.name for f in dataclasses.fields(self)]
-        for name, value in given.items():
-            if name in UNSUPPORTED_SAMPLING:
-                if value != UNSUPPORTED_SAMPLING[name]:
-                    raise ConfigError(name, f"is not supported here: the runtime decodes by exact speculative "
-                                            f"sampling of the target's law and accepts only "
-                                            f"{UNSUPPORTED_SAMPLING[name]!r}, got {value!r}")
-            elif name not in names:
-                raise ConfigError(name, f"is not a SamplingParams field; the fields are {', '.join(names)}")
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, given.get(f.name, f.default))
-        self.__post_init__()
-
-    def __post_init__(self) -> None:
-        if not (is_int(self.n) and self.n == 1):
-            raise ConfigError("n", f"must be 1: the runtime decodes one output per prompt, got {self.n!r}")
-        if not (is_int(self.max_tokens) and self.max_tokens >= 1):
-            raise ConfigError("max_tokens", f"must be a whole number >= 1 (the runtime has no unbounded decode), "
-                                            f"got {self.max_tokens!r}")
-        if not (self.seed is None or (is_int(self.seed) and self.seed >= 0)):
-            raise ConfigError("seed", f"must be None or a whole number >= 0, got {self.seed!r}")
-        if is_int(self.top_k) and self.top_k == -1:
-            self.top_k = 0  # vLLM's older spelling of "every token"
-        if isinstance(self.stop, str):
-            self.stop = (self.stop,)
-        elif isinstance(self.stop, list):
-            self.stop = tuple(self.stop)
-        elif self.stop is None:
-            self.stop = ()
-        if isinstance(self.stop_token_ids, list):
-            self.stop_token_ids = tuple(self.stop_token_ids)
-        elif self.stop_token_ids is None:
-            self.stop_token_ids = ()
-        for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(name, f"must be True or False, got {getattr(self, name)!r}")
-        self.decode_config("ar")  # the shared fields checked as the runtime checks them, under the same names
-
-    def decode_config(self, decoder: str, seed: int = 0, **runtime) -> DecodeConfig:
-        """These parameters as the runtime's DecodeConfig; `seed`: the one a params seed of None takes."""
-        return DecodeConfig(decoder, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                            min_p=self.min_p, stop=self.stop, stop_token_ids=self.stop_token_ids,
-                            ignore_eos=self.ignore_eos,
-                            max_new_tokens=self.max_tokens, seed=seed if self.seed is None else self.seed,
-                            **runtime)
-
-    @classmethod
-    def of(cls, value, count: int) -> list[SamplingParams]:
-        """`sampling_params` as `generate` takes it (None, one SamplingParams or dict of its fields, or a list
-        of them, one per prompt) -> one per prompt."""
-        if isinstance(value, (list, tuple)):
-            if len(value) != count:
-                raise ConfigError("sampling_params", f"holds {len(value)} parameters for {count} prompts: give "
-                                                     f"one, or one per prompt")
-            return [cls._one(v) for v in value]
-        return [cls._one(value)] * count
-
-    @classmethod
-    def _one(cls, value) -> SamplingParams:
-        if value is None:
-            return cls()
-        if isinstance(value, SamplingParams):
-            return value
-        if isinstance(value, dict):
-            if bad := [k for k in value if not isinstance(k, str)]:
-                raise ConfigError("sampling_params", f"keys must be field names, got {bad[0]!r}")
-            return cls(**value)
-        raise ConfigError("sampling_params", f"must be a SamplingParams, a dict of its fields or a list of them, "
-                                             f"got {type(value).__name__}")
+    logprob: float
+    rank: int
+    decoded_token: str
 
 
 @dataclass(frozen=True, slots=True)
 class CompletionOutput:
-    """vLLM's CompletionOutput: one output of a request (here always the one, index 0)."""
+    """vLLM's CompletionOutput: one output of a request (index i of its n)."""
 
     index: int
     text: str
     token_ids: list[int]  # ending with the stop token id or end-of-sequence token that ended it, if one did
-    cumulative_logprob: float | None  # None: the runtime keeps no log-probabilities
-    logprobs: None
+    cumulative_logprob: float | None  # the sum of `logprobs`' chosen tokens' (None: none were asked for)
+    logprobs: list[dict[int, Logprob]] | None  # per token: the chosen token's and the top `logprobs` tokens'
     finish_reason: str | None  # "stop" or "length"; None while a stream is under way
     stop_reason: str | int | None  # the stop string or stop token id that matched, else None
 
@@ -169,7 +87,7 @@ class CompletionOutput:
 
 @dataclass(frozen=True, slots=True)
 class RequestMetrics:
-    """vLLM's request metrics (Unix times) and the runtime's own figures of the decode."""
+    """vLLM's request metrics (Unix times) and the runtime's own figures of the decode (the first output's)."""
 
     arrival_time: float  # when the call took the request
     first_token_time: float | None  # when the first output tokens were committed
@@ -190,8 +108,9 @@ class RequestMetrics:
 
 @dataclass(frozen=True, slots=True)
 class RequestOutput:
-    """vLLM's RequestOutput: one prompt's request, its outputs and metrics; `decode_output` is the pair's own
-    DecodeOutput (its `.record` the command line's record), None while a stream is under way."""
+    """vLLM's RequestOutput: one prompt's request, its outputs and metrics; `decode_outputs` are the pair's own
+    DecodeOutputs, one per output (their `.record` the command line's records; with `best_of`, every decode),
+    `decode_output` the first; empty while a stream is under way."""
 
     request_id: str
     prompt: str | None  # the text given (for chat, the templated text); None for token ids
@@ -199,7 +118,11 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     metrics: RequestMetrics
-    decode_output: DecodeOutput | None = field(default=None, repr=False)
+    decode_outputs: list[DecodeOutput] = field(default_factory=list, repr=False)
+
+    @property
+    def decode_output(self) -> DecodeOutput | None:
+        return self.decode_outputs[0] if self.decode_outputs else None
 
     @property
     def prompt_logprobs(self) -> None:
@@ -207,42 +130,47 @@ class RequestOutput:
 
 
 class LLM:
-    """vLLM's `LLM` over a pair: `LLM()` the embedded default pair, `LLM(target, drafter=...)` (or
-    `LLM(model=...)`) any pair, as `Pair` takes them; `decoder` and the runtime's settings (RUNTIME) apply to
-    every call that names none; `pool`, `target_options`, ... (PAIR_ARGUMENTS) go to the Pair. vLLM's `dtype`,
-    `max_model_len`, `enforce_eager` and `seed` become the models' dtype, the target's max_context, CUDA
-    graphs off and the seed of parameters whose seed is None."""
+    """vLLM's `LLM` over a pair: `LLM()` the embedded default pair, `LLM(model)` a model decoding plainly (`ar`)
+    as vLLM's does, `LLM(model, drafter=...)` or vLLM's `speculative_config` a pair decoding speculatively;
+    `decoder` and the runtime's settings (RUNTIME) apply to every call that names none; `pool`,
+    `target_options`, ... (PAIR_ARGUMENTS) go to the Pair. vLLM's `dtype`, `max_model_len`, `enforce_eager` and
+    `seed` become the models' dtype, the target's max_context, CUDA graphs off and the seed of the fresh seeds
+    that parameters whose seed is None take; `allow_download` lets a model missing here download."""
 
-    def __init__(self, model: str = EMBEDDED, *positional, drafter: str | None = None, decoder: str = "root-draw",
-                 dtype: str | None = None, max_model_len: int | None = None, enforce_eager: bool = False,
-                 seed: int = 0, **arguments) -> None:
+    def __init__(self, model: str = EMBEDDED, *positional, drafter: str | None = None, decoder: str | None = None,
+                 speculative_config: dict | None = None, dtype: str | None = None, max_model_len: int | None = None,
+                 enforce_eager: bool = False, seed: int | None = 0, allow_download: bool = False,
+                 **arguments) -> None:
         if positional:  # vLLM's older LLM took its tokenizer second: a drafter here is named, never positional
             raise ConfigError("drafter", f"and every argument after `model` are keyword arguments, got "
                                          f"{len(positional)} more positional")
+        runtime, pair_arguments = _split_arguments(arguments)
+        drafter, budget = _speculative(speculative_config, drafter)
+        runtime = {"budget": budget, **runtime} if budget is not None else runtime
         for name, spec in (("model", model), ("drafter", drafter)):
             if not (isinstance(spec, str) and spec) and not (name == "drafter" and spec is None):
                 raise ConfigError(name, f"must be a model spec as `Pair` takes it (text), got {spec!r}")
-        runtime, pair_arguments = _split_arguments(arguments)
+        decoder = decoder or ("root-draw" if drafter is not None or model == EMBEDDED else "ar")
         DecodeConfig(decoder, **runtime)  # checked before anything starts
-        if not (is_int(seed) and seed >= 0):
-            raise ConfigError("seed", f"must be a whole number >= 0, got {seed!r}")
-        if not (max_model_len is None or (is_int(max_model_len) and max_model_len >= 1)):
-            raise ConfigError("max_model_len", f"must be None or a whole number >= 1, got {max_model_len!r}")
-        if not isinstance(enforce_eager, bool):
-            raise ConfigError("enforce_eager", f"must be True or False, got {enforce_eager!r}")
+        if not (seed is None or (is_int(seed) and seed >= 0)):
+            raise ConfigError("seed", f"must be None or a whole number >= 0, got {seed!r}")
+        for name, value in (("enforce_eager", enforce_eager), ("allow_download", allow_download)):
+            if not isinstance(value, bool):
+                raise ConfigError(name, f"must be True or False, got {value!r}")
         self.decoder, self.runtime, self.seed = decoder, runtime, seed
-        target_options = dict(pair_arguments.pop("target_options", None) or {})
-        drafter_options = dict(pair_arguments.pop("drafter_options", None) or {})
-        for options in (target_options, drafter_options):
-            options.update({"dtype": dtype} if dtype is not None else {})
-            options.update({"graphs": False} if enforce_eager else {})
-        if max_model_len is not None:
-            target_options["max_context"] = max_model_len
-        for name, options in (("target_options", target_options), ("drafter_options", drafter_options)):
-            if unknown := sorted(set(options) - {f.name for f in dataclasses.fields(ModelOptions)}):
-                raise ConfigError(name, f"holds {unknown[0]!r}, not a model option")
+        self._seeds = random.Random(seed)  # the fresh seeds of parameters whose seed is None, as vLLM draws them
+        target_options, drafter_options = _model_options(pair_arguments, dtype, max_model_len, enforce_eager,
+                                                         allow_download)
+        for spec, options in ((model, target_options), (drafter, drafter_options)):
+            if spec is not None:  # a model missing here named before anything starts, with this API's argument
+                check_present_as(ModelOptions(spec, **options), "`allow_download=True`")
+        shown = drafter or (DEFAULT_DRAFTER if model == EMBEDDED else model)  # as Pair chooses it
+        _say(logging.INFO, f"starting the pair: target {model}, drafter {shown}, decoder {decoder} (loading the "
+                           f"models may take a while)")
+        t0 = time.perf_counter()
         self.pair = Pair(model, drafter, target_options=target_options, drafter_options=drafter_options,
                          **pair_arguments)
+        _say(logging.INFO, f"the pair is ready ({time.perf_counter() - t0:.1f} s)")
         self._tokenizer = None
         self._counter = itertools.count()
 
@@ -258,9 +186,11 @@ class LLM:
         bar on stderr (`use_tqdm=False`: none). Every prompt and parameter is checked before the first decode."""
         given = _prompt_list(prompts)
         params = SamplingParams.of(sampling_params, len(given))
-        configs = [self._config(p, decoder, runtime) for p in params]
-        requests = [self._prompt(p) for p in given]
-        return self._decode_all(requests, params, configs, use_tqdm)
+        requests = []
+        for p in given:
+            shown, ids = self._prompt(p)
+            requests.append((shown, ids, ids))
+        return self._decode_all(requests, params, decoder, runtime, use_tqdm)
 
     def chat(self, messages, sampling_params=None, *, use_tqdm: bool = True, decoder: str | None = None,
              chat_template: None = None, add_generation_prompt: bool = True, **runtime) -> list[RequestOutput]:
@@ -273,8 +203,8 @@ class LLM:
             raise ConfigError("add_generation_prompt", "must be True: a chat decode answers the user's message")
         conversations = _conversations(messages)
         params = SamplingParams.of(sampling_params, len(conversations))
-        configs = [self._config(p, decoder, runtime) for p in params]
-        return self._decode_all([(None, c) for c in conversations], params, configs, use_tqdm)
+        requests = [(None, c, self._project_tokenizer().message_ids(c)) for c in conversations]
+        return self._decode_all(requests, params, decoder, runtime, use_tqdm)
 
     def stream(self, prompt, sampling_params=None, *, decoder: str | None = None,
                **runtime) -> Iterator[RequestOutput]:
@@ -286,13 +216,17 @@ class LLM:
                                         f"dict, got {type(prompt).__name__}")
         (given,) = _prompt_list(prompt)
         (params,) = SamplingParams.of(sampling_params, 1)
-        config = self._config(params, decoder, runtime)
+        if params.decodes > 1:
+            raise ConfigError("n", f"must be 1 in a stream (one output streamed), got {params.decodes}: `generate` "
+                                   f"takes n and best_of")
         shown, ids = self._prompt(given)
+        (config,) = self._plan(params, len(ids), decoder, runtime)
+        _say_unapplied([params])
         request_id, arrival, first = str(next(self._counter)), time.time(), None
         token_ids, text = [], ""
-        for chunk in self.pair.stream(ids, config.decoder, **_settings(config)):
+        for chunk in self.pair.stream(ids, config.decoder, logprobs=params.logprobs, **_settings(config)):
             if chunk.finished:
-                yield self._output(request_id, shown, chunk.output, params, arrival, first)
+                yield self._output(request_id, shown, [chunk.output], params, arrival, first)
                 return
             if chunk.token_ids:
                 first = first or time.time()
@@ -312,11 +246,19 @@ class LLM:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _config(self, params: SamplingParams, decoder: str | None, runtime: dict) -> DecodeConfig:
+    def _plan(self, params: SamplingParams, prompt_tokens: int, decoder: str | None,
+              runtime: dict) -> list[DecodeConfig]:
+        """A request's decodes: one DecodeConfig per output (`best_of` of them, else `n`), seeded `seed + i`, or
+        with fresh seeds where `seed` is None, as vLLM seeds a request's outputs."""
         if unknown := [name for name in runtime if name not in RUNTIME]:
             raise ConfigError(unknown[0], f"is not a decode setting here; the runtime's are decoder, "
                                           f"{', '.join(RUNTIME)}; vLLM's go in `sampling_params`")
-        return params.decode_config(decoder or self.decoder, self.seed, **{**self.runtime, **runtime})
+        settings, decoder = {**self.runtime, **runtime}, decoder or self.decoder
+        limit = params.max_tokens or _room(params.decode_config(decoder, 0, 1, **settings), prompt_tokens,
+                                           self.pair.target_options.max_context)
+        seeds = [params.seed + i if params.seed is not None else self._seeds.randrange(2 ** 32)
+                 for i in range(params.decodes)]
+        return [params.decode_config(decoder, seed, limit, **settings) for seed in seeds]
 
     def _prompt(self, prompt) -> tuple[str | None, list[int]]:
         """A prompt as `generate` takes it -> (its text or None, its token ids)."""
@@ -332,46 +274,42 @@ class LLM:
                                          f"[0, {vocab})")
         return None, ids
 
-    def _decode_all(self, requests: list[tuple[str | None, list]], params: list[SamplingParams],
-                    configs: list[DecodeConfig], use_tqdm: bool) -> list[RequestOutput]:
-        """(shown prompt or None, token ids or messages) decoded one after another with one bar."""
+    def _decode_all(self, requests: list[tuple[str | None, list, list[int]]], params: list[SamplingParams],
+                    decoder: str | None, runtime: dict, use_tqdm: bool) -> list[RequestOutput]:
+        """(shown prompt or None, token ids or messages, token ids) decoded one after another with one bar, each
+        request's decodes planned (and so checked) before the first runs."""
+        plans = [self._plan(p, len(ids), decoder, runtime) for (_, _, ids), p in zip(requests, params)]
+        _say_unapplied(params)
         outputs = []
         with Progress(len(requests), bar=use_tqdm) as progress:
-            for (shown, prompt), p, config in zip(requests, params, configs):
+            for (shown, prompt, _), p, configs in zip(requests, params, plans):
                 request_id, arrival = str(next(self._counter)), time.time()
-                out = self.pair.decode(prompt, config.decoder, use_tqdm=False, **_settings(config))
-                first = out.metrics.finished_time - out.metrics.seconds + _first_commit_seconds(out.record)
+                logprobs = p.logprobs if p.logprobs is not None or p.decodes == p.n else 0  # best_of ranks by them
+                outs = [self.pair.decode(prompt, c.decoder, use_tqdm=False, logprobs=logprobs, **_settings(c))
+                        for c in configs]
+                first = min(o.metrics.finished_time - o.metrics.seconds + _first_commit_seconds(o.record) for o in outs)
                 templated = shown is None and not _are_ids(prompt)  # chat: vLLM shows the templated text
-                outputs.append(self._output(request_id, out.prompt if templated else shown, out, p, arrival, first))
+                outputs.append(self._output(request_id, outs[0].prompt if templated else shown, outs, p, arrival,
+                                            first))
                 progress.step()
         return outputs
 
-    def _output(self, request_id: str, shown: str | None, out: DecodeOutput, params: SamplingParams,
+    def _output(self, request_id: str, shown: str | None, outs: list[DecodeOutput], params: SamplingParams,
                 arrival: float, first: float | None) -> RequestOutput:
-        m = out.metrics
-        first = first if first is not None else m.finished_time
-        completion = CompletionOutput(0, self._text(out, params), list(out.token_ids), None, None, out.finish_reason,
-                                      out.stop_reason)
-        metrics = RequestMetrics(arrival, first, m.finished_time, m.finished_time, first - arrival, out.decoder,
-                                 m.tokens_per_second, tokens_per_pass(len(out.token_ids), m.target_passes), m.tau,
-                                 m.rounds, m.target_passes, m.mean_tree_size, m.tree_sizes, m.acceptance, m)
-        return RequestOutput(request_id, shown, list(out.prompt_token_ids or []), [completion], True, metrics, out)
-
-    def _text(self, out: DecodeOutput, params: SamplingParams) -> str:
-        """The output's text as `params` ask for it: the pair's (vLLM's defaults) unless the stop's text is
-        kept or special tokens shown, then decoded again from the ids."""
-        if not params.include_stop_str_in_output and params.skip_special_tokens:
-            return out.text
-        tokenizer = self._project_tokenizer()
-        ids = out.token_ids
-        if out.finish_reason == "stop" and not isinstance(out.stop_reason, str) and \
-                not params.include_stop_str_in_output:
-            ids = ids[:-1]  # a stop token id or end-of-sequence token: its text left out, as vLLM leaves it
-        text = tokenizer.decode(ids) if params.skip_special_tokens else tokenizer.prompt_text(ids)
-        if isinstance(out.stop_reason, str) and (found := StopStrings(tokenizer, params.stop).first(text)):
-            at, string = found
-            text = text[: at + (len(string) if params.include_stop_str_in_output else 0)]
-        return text
+        """A request's decodes as vLLM's output: with `best_of`, the `n` of highest cumulative log-probability."""
+        completions = [_completion(i, out, params, self._project_tokenizer()) for i, out in enumerate(outs)]
+        if params.decodes > params.n:
+            order = sorted(range(len(outs)), key=lambda i: -completions[i].cumulative_logprob)[: params.n]
+            outs = [outs[i] for i in order]
+            completions = [_completion(k, out, params, self._project_tokenizer()) for k, out in enumerate(outs)]
+        m = outs[0].metrics
+        finished = max(o.metrics.finished_time for o in outs)
+        first = first if first is not None else finished
+        metrics = RequestMetrics(arrival, first, finished, finished, first - arrival, outs[0].decoder,
+                                 m.tokens_per_second, tokens_per_pass(len(outs[0].token_ids), m.target_passes),
+                                 m.tau, m.rounds, m.target_passes, m.mean_tree_size, m.tree_sizes, m.acceptance, m)
+        return RequestOutput(request_id, shown, list(outs[0].prompt_token_ids or []), completions, True, metrics,
+                             outs)
 
     def _project_tokenizer(self):
         """The pair's tokenizer (models.tokenizers): the in-process target's, or loaded here once when the
@@ -386,6 +324,49 @@ class LLM:
         return self._tokenizer
 
 
+def _room(config: DecodeConfig, prompt_tokens: int, max_context: int) -> int:
+    """`max_tokens=None`: the most new tokens the target's cache holds after this prompt (and a round's tree), as
+    vLLM's is the context's limit less the prompt."""
+    room = max_context - config.kv_slots(prompt_tokens)
+    if room < 0:
+        raise ConfigError("max_tokens", f"None leaves no room: a prompt of {prompt_tokens} tokens fills "
+                                        f"max_model_len {max_context} (with a round's tree of {config.largest_tree})")
+    return 1 + room
+
+
+def _say_unapplied(params: list[SamplingParams]) -> None:
+    """One logged line for the penalties a call's parameters give that the runtime does not apply."""
+    if unapplied := sorted({name for p in params for name in p.unapplied()}):
+        _say(logging.WARNING, f"{', '.join(unapplied)} not applied: the runtime samples the target's law as it is, "
+                              f"so these outputs decode as with the penalties at their neutral values")
+
+
+def _completion(index: int, out: DecodeOutput, params: SamplingParams, tokenizer) -> CompletionOutput:
+    """One decode as vLLM's CompletionOutput; its cumulative log-probability wherever the record keeps them."""
+    kept = out.record.logprobs
+    cumulative = None if kept is None else sum(entry[0][1] for entry in kept)
+    logprobs = None if params.logprobs is None or kept is None else [  # per token: the chosen one, the top ones
+        {int(t): Logprob(float(lp), int(r), tokenizer.decode([int(t)])) for t, lp, r in entry[: 1 + params.logprobs]}
+        for entry in kept]
+    return CompletionOutput(index, _text(out, params, tokenizer), list(out.token_ids), cumulative, logprobs,
+                            out.finish_reason, out.stop_reason)
+
+
+def _text(out: DecodeOutput, params: SamplingParams, tokenizer) -> str:
+    """The output's text as `params` ask for it: the pair's (vLLM's defaults) unless the stop's text is kept or
+    special tokens shown, then decoded again from the ids."""
+    if not params.include_stop_str_in_output and params.skip_special_tokens:
+        return out.text
+    ids = out.token_ids
+    if out.finish_reason == "stop" and not isinstance(out.stop_reason, str) and not params.include_stop_str_in_output:
+        ids = ids[:-1]  # a stop token id or end-of-sequence token: its text left out, as vLLM leaves it
+    text = tokenizer.decode(ids) if params.skip_special_tokens else tokenizer.prompt_text(ids)
+    if isinstance(out.stop_reason, str) and (found := StopStrings(tokenizer, params.stop).first(text)):
+        at, string = found
+        text = text[: at + (len(string) if params.include_stop_str_in_output else 0)]
+    return text
+
+
 def _split_arguments(arguments: dict) -> tuple[dict, dict]:
     """LLM's keyword arguments -> (the runtime's decode settings, Pair's arguments); vLLM's that mean nothing
     here dropped (IGNORED_LLM) or checked neutral (NEUTRAL_LLM), any other refused by name."""
@@ -397,13 +378,83 @@ def _split_arguments(arguments: dict) -> tuple[dict, dict]:
             pair[name] = value
         elif name in NEUTRAL_LLM:
             if value != NEUTRAL_LLM[name]:
-                hint = "; name the drafter with `drafter`" if name == "speculative_config" else ""
                 raise ConfigError(name, f"is not supported here: only {NEUTRAL_LLM[name]!r} is accepted, got "
-                                        f"{value!r}{hint}")
+                                        f"{value!r}")
         elif name not in IGNORED_LLM:
-            raise ConfigError(name, f"is not an argument here; besides model and drafter they are decoder, dtype, "
-                                    f"max_model_len, enforce_eager, seed, {', '.join(RUNTIME + PAIR_ARGUMENTS)}")
+            raise ConfigError(name, f"is not an argument here; besides model and drafter they are decoder, "
+                                    f"speculative_config, dtype, max_model_len, enforce_eager, seed, allow_download, "
+                                    f"{', '.join(RUNTIME + PAIR_ARGUMENTS)}")
     return runtime, pair
+
+
+def _speculative(config, drafter: str | None) -> tuple[str | None, int | None]:
+    """vLLM's `speculative_config` ({"model", "method", "num_speculative_tokens"}) -> (the drafter's spec, the
+    tree budget: vLLM's draft tokens a round); without one, (`drafter`, None)."""
+    if config is None:
+        return drafter, None
+    if not isinstance(config, dict) or not isinstance(config.get("model"), str) or not config["model"]:
+        raise ConfigError("speculative_config", f"must be a dict with the drafter's 'model' (a model spec), got "
+                                                f"{config!r:.80}")
+    if unknown := sorted(set(config) - set(SPECULATIVE_KEYS)):
+        raise ConfigError("speculative_config", f"holds {unknown[0]!r}; the keys taken here are "
+                                                f"{', '.join(SPECULATIVE_KEYS)}")
+    if drafter is not None:
+        raise ConfigError("speculative_config", "and `drafter` both name a drafter: give one")
+    method = config.get("method")
+    if method not in SPECULATIVE_METHODS:
+        raise ConfigError("speculative_config", f"'method' must be one of "
+                                                f"{', '.join(map(str, SPECULATIVE_METHODS))}, got {method!r}")
+    tokens = config.get("num_speculative_tokens")
+    if not (tokens is None or (is_int(tokens) and tokens >= 1)):
+        raise ConfigError("speculative_config", f"'num_speculative_tokens' must be a whole number >= 1, got "
+                                                f"{tokens!r}")
+    model = config["model"]
+    if method in ("eagle", "eagle3") and not model.startswith(HEAD_PREFIX):
+        model = HEAD_PREFIX + model  # an EAGLE head, as --drafter names one
+    return model, tokens
+
+
+def _model_options(pair_arguments: dict, dtype: str | None, max_model_len: int | None, enforce_eager: bool,
+                   allow_download: bool) -> tuple[dict, dict]:
+    """The target's and the drafter's model options: those given to Pair, with vLLM's `dtype`, `max_model_len`
+    and `enforce_eager` and `allow_download` put in (taken from `pair_arguments`)."""
+    if not (max_model_len is None or (is_int(max_model_len) and max_model_len >= 1)):
+        raise ConfigError("max_model_len", f"must be None or a whole number >= 1, got {max_model_len!r}")
+    target_options = dict(pair_arguments.pop("target_options", None) or {})
+    drafter_options = dict(pair_arguments.pop("drafter_options", None) or {})
+    for options in (target_options, drafter_options):
+        options.update({"dtype": dtype} if dtype is not None else {})
+        options.update({"graphs": False} if enforce_eager else {})
+        options.update({"allow_download": True} if allow_download else {})
+    if max_model_len is not None:
+        target_options["max_context"] = max_model_len
+    for name, options in (("target_options", target_options), ("drafter_options", drafter_options)):
+        if unknown := sorted(set(options) - {f.name for f in dataclasses.fields(ModelOptions)}):
+            raise ConfigError(name, f"holds {unknown[0]!r}, not a model option")
+    return target_options, drafter_options
+
+
+def _say(level: int, message: str) -> None:
+    """A line of the layer's on stderr, as vLLM's logger writes its own (its handler set up at the first)."""
+    if not LOG.handlers:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S"))
+        LOG.addHandler(handler)
+        LOG.setLevel(logging.INFO)
+        LOG.propagate = False
+    LOG.log(level, message)
+
+
+class _Stderr(logging.StreamHandler):
+    """A handler writing to whatever sys.stderr is when a line is written (a notebook's or a test's capture)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def _settings(config: DecodeConfig) -> dict:

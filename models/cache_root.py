@@ -1,5 +1,6 @@
-"""Where the project keeps what it makes once per machine: the converted default model and the CPU linear
-kernels' choice. `$SPECPAIR_CACHE`, else `$XDG_CACHE_HOME/specpair`, else `~/.cache/specpair`."""
+"""Where the project keeps what it makes once per machine: the converted default model, the CPU linear
+kernels' choice and budget auto's pass timings beside it. `$SPECPAIR_CACHE`, else `$XDG_CACHE_HOME/specpair`,
+else `~/.cache/specpair`."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ A row of the head takes a token's embedding and a hidden state: for committed ro
 the token before it (fc of the target's three layer inputs), for tree rows the head's own output at the
 row's parent. The layer follows the reference (SafeAILab/EAGLE, eagle/model/cnets.py): input_layernorm on
 the embedding, hidden_norm on the hidden, attention of both side by side (2 x hidden wide) added to the
-un-normed hidden, then post_attention_layernorm, the MLP and its residual. That output is the row's hidden
+un-normed hidden (the normed one where the config says norm_before_residual, as vLLM speculators' heads
+train), then post_attention_layernorm, the MLP and its residual. That output is the row's hidden
 (what its children take); norm and lm_head give its logits over the draft vocabulary, whose id d is target
 id d + d2t[d].
 
@@ -55,11 +56,8 @@ def rotary(cfg: HeadConfig, device) -> tuple[torch.Tensor, float]:
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    params = dict(cfg.rope_scaling or {})
-    kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
-    if kind not in ("default", "linear", "llama3"):
-        raise HeadError(f"the head's rope scaling type {kind!r} is not one this runtime reads (default, linear, "
-                        f"llama3)")
+    params = dict(cfg.rope_scaling or {})  # HeadConfig checked its type and numbers
+    kind = params.pop("rope_type", "default")
     llama = LlamaConfig(hidden_size=cfg.hidden, num_attention_heads=cfg.heads, head_dim=cfg.head_dim,
                         max_position_embeddings=cfg.max_positions,
                         rope_parameters={"rope_type": kind, "rope_theta": cfg.rope_theta, **params})
@@ -127,6 +125,10 @@ class Eagle3Head:
         inv, scale = rotary(cfg, device)
         return cls(cfg, w, embed.to(device=device, dtype=dtype), ids, inv, scale)
 
+    def feature_layers(self, target_layers: int) -> tuple[int, int, int]:
+        """The target layers whose inputs the head fuses (models.eagle3_config.HeadConfig.feature_layers)."""
+        return self.cfg.feature_layers(target_layers)
+
     @property
     def device(self) -> torch.device:
         return self.embed.device
@@ -134,7 +136,7 @@ class Eagle3Head:
     def quantize(self) -> None:
         """Run every linear layer as a dynamic int8 product (int8 weights per output channel, activations
         quantized per pass), on the CPU: a pass of a few rows is bound by reading the weights, and int8 reads
-        a quarter of float32's bytes (the default head's pools grow about 6x faster: results/README.md). Drafts change; what a
+        a quarter of float32's bytes (the default head's pools grow about 6x faster: results/benchmarks.md). Drafts change; what a
         decoder emits does not (verification is the target's)."""
         if self.device.type != "cpu":
             raise HeadError("dynamic int8 quantization of a head runs on the CPU only")
@@ -180,12 +182,14 @@ class Eagle3Head:
         w, cfg = self.w, self.cfg
         n = tokens.shape[0]
         emb = rms_norm(self.embed[tokens], w["midlayer.input_layernorm.weight"], cfg.rms_eps)
-        x = torch.cat([emb, rms_norm(hidden, w["midlayer.hidden_norm.weight"], cfg.rms_eps)], -1)  # (n, 2H)
+        normed = rms_norm(hidden, w["midlayer.hidden_norm.weight"], cfg.rms_eps)
+        x = torch.cat([emb, normed], -1)  # (n, 2H)
         qkv = self.linears(QKV, x).view(n, cfg.heads + 2 * cfg.kv_heads, cfg.head_dim)
         qk = apply_rope(qkv[:, :cfg.heads + cfg.kv_heads], *self.rope(positions)).transpose(0, 1)[None]
         q, k, v = qk[:, :cfg.heads], qk[:, cfg.heads:], qkv[:, cfg.heads + cfg.kv_heads:].transpose(0, 1)[None]
         out = attend(q, k, v).transpose(1, 2).reshape(n, cfg.heads * cfg.head_dim)
-        h = hidden + self.linear("midlayer.self_attn.o_proj.weight", out)
+        residual = normed if cfg.norm_before_residual else hidden  # vLLM speculators' heads: the normed one
+        h = residual + self.linear("midlayer.self_attn.o_proj.weight", out)
         y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], cfg.rms_eps)
         gate, up = self.linears(GATE_UP, y).chunk(2, -1)
         return h + self.linear("midlayer.mlp.down_proj.weight", F.silu(gate) * up)

@@ -23,7 +23,7 @@ from models import shapes
 from models.shapes import HEAD_SHAPES
 from models.eagle3 import Eagle3Head, HeadRunner, random_head
 from models.eagle3_config import PREFIX, RANDOM_PREFIX, HeadConfig, HeadError, head_dir, read_head
-from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions
+from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, head_path_spec
 from models.runner import RunnerKind
 
 MOCK_HEAD = PREFIX + "mock"
@@ -40,11 +40,32 @@ class TargetSide:
     embedding: object  # () -> (V, T) tensor, read only where the head holds no embedding
 
 
+@dataclass(frozen=True, slots=True)
+class ReadHead:
+    """A head directory read and checked (read_head), before the drafter binds its endpoint."""
+
+    directory: Path
+    cfg: HeadConfig
+    weights: dict
+
+
+def read_head_dir(model: str) -> ReadHead | None:
+    """The head directory of an `eagle3:PATH` spec (`:int8` or not) read and checked -> ReadHead; None for any
+    other spec. HeadError names what is wrong in one line."""
+    spec = head_path_spec(model.removesuffix(INT8_SUFFIX))
+    if not spec.startswith(PREFIX) or spec == MOCK_HEAD:
+        return None
+    directory = head_dir(spec)
+    return ReadHead(directory, *read_head(directory))
+
+
 def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], Path],
-              revision_of: Callable[[str], str]) -> tuple[object, RunnerKind, object, str]:
+              revision_of: Callable[[str], str],
+              read: ReadHead | None = None) -> tuple[object, RunnerKind, object, str]:
     """An EAGLE-3 drafter -> (its model: an Eagle3Head or a MockHead, its runner class, its target's tokenizer,
     what its weights are). embedded: the embedded default's checkpoint directory (converted once); revision_of: what a
-    checkpoint directory's weights are (models.load hands both in)."""
+    checkpoint directory's weights are (models.load hands both in); read: the head directory as read_head_dir read
+    it already (else it is read here)."""
     spec = options.model.removesuffix(INT8_SUFFIX)
     quantized = options.model.endswith(INT8_SUFFIX)  # the head's linear layers as dynamic int8 (CPU)
     if spec == MOCK_HEAD:
@@ -71,8 +92,8 @@ def load_head(options: ModelOptions, dtype: torch.dtype, embedded: Callable[[], 
         embed = torch.randn(cfg.vocab, cfg.hidden, generator=torch.Generator().manual_seed(1)) * 0.02
         head, revision = random_head(cfg, embed, options.device, dtype), f"{spec} seed=0"
     else:
-        directory = head_dir(spec)
-        cfg, weights = read_head(directory)
+        read = read or read_head_dir(spec)
+        directory, cfg, weights = read.directory, read.cfg, read.weights
         cfg.check_target(target.hidden, target.vocab, target.layers)
         embed = None if "embed_tokens.weight" in weights else target.embedding()
         head, revision = Eagle3Head.build(cfg, weights, embed, options.device, dtype), revision_of(str(directory))

@@ -27,6 +27,7 @@ import bisect
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -42,6 +43,7 @@ from models.options import CPU_BUCKETS, CUDA_BUCKETS
 from models.runner import ModelRunner, RowInputs, check_rows
 
 ATTENTION = "specpair_static_tree"
+MASK = "staging and mask"  # a profile's part (models.llama_cpu.forward's tick): the inputs and mask of a pass
 MAX_COLS = 128  # visible non-prefix columns per pass (tree nodes, or the drafter's fed candidates)
 SPAN_STEP = 64  # eager passes attend over the used cache rounded up to this
 GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/2, 1/4 and 1/8 of it
@@ -169,9 +171,8 @@ class HFRunner:
         attend = attend or ("ladder" if on_cuda else "used")
         self.spans = {"used": None, "ladder": graph_spans(self.slots), "whole": (self.slots,)}[attend]
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (bucket, span) -> graph
-        self.features: torch.Tensor | None = None  # (S, layers, hidden) kept layer inputs (keep_features)
-        self.kept: dict[int, list[int]] = {}  # decoder layer -> its indices in `features` (a layer may repeat)
-        self.keeping = False  # a pass of this runner is under way: the layer hooks write `features`
+        self.kept: KeptFeatures | None = None  # the inputs of the decoder layers a head fuses (keep_features)
+        self.tick: Callable[[str], None] | None = None  # a profile's clock (models.llama_cpu.forward's tick)
         self.outputs: dict[int, torch.Tensor] = {}  # bucket -> the logits its graphs write
         self.eager_reason = graphs_blocked_by(model) if graphs and on_cuda else None
         if self.eager_reason:
@@ -180,7 +181,7 @@ class HFRunner:
         elif graphs and on_cuda:
             if self.spans is None:
                 raise ValueError("captured graphs have fixed spans: attend 'ladder' or 'whole', not 'used'")
-            self._capture()
+            capture(self)
 
     # -- passes ---------------------------------------------------------------------------------------
 
@@ -246,16 +247,14 @@ class HFRunner:
         self.kv.mask = mask.repeat(self.group, 1)[None, None]  # rows ordered (g, i) like the folded queries
         self.kv.slots, self.kv.span = slots, span
         if self.lean:
-            return llama_cpu.forward(self.model, ids, pos, self.kv, last_only, self._keep if self.kept else None
-                                     ).float()
+            if self.tick:
+                self.tick(MASK)
+            return llama_cpu.forward(self.model, ids, pos, self.kv, last_only, self.kept.keep if self.kept else None,
+                                     self.tick).float()
         backends = sdpa_kernel(list(self.sdpa_backends)) if self.sdpa_backends else contextlib.nullcontext()
-        self.keeping = True
-        try:
-            with backends:
-                out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
-                                 use_cache=False, static_kv=self.kv, logits_to_keep=1 if last_only else 0)
-        finally:
-            self.keeping = False
+        with backends, self.kept or contextlib.nullcontext():
+            out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask[None, None],
+                             use_cache=False, static_kv=self.kv, logits_to_keep=1 if last_only else 0)
         return out.logits[0].float()
 
     # -- the features an EAGLE-3 head takes ----------------------------------------------------------
@@ -264,38 +263,16 @@ class HFRunner:
         """From now on every pass keeps the inputs of these decoder layers at the slots it writes (pad rows
         at the scratch slot), and `move` moves them with the K/V. Captured graphs are captured again with
         the layer hooks in them."""
-        decoder = decoder_layers(self.model)
-        if any(not 0 <= i < len(decoder) for i in layers):
-            raise ValueError(f"layers {list(layers)} are not all among the model's {len(decoder)} decoder layers")
-        hidden = self.model.config.get_text_config().hidden_size
-        self.features = torch.zeros(self.slots, len(layers), hidden, dtype=self.dtype, device=self.device)
-        self.kept = {}
-        for j, i in enumerate(layers):
-            self.kept.setdefault(i, []).append(j)
-        for i in self.kept:
-            decoder[i].register_forward_pre_hook(lambda module, args, kwargs, i=i: self._hooked(i, args, kwargs),
-                                                 with_kwargs=True)
+        self.kept = KeptFeatures(self.model, layers, self.kv, self.slots)
         if self.graphs:
             self.graphs.clear()
             self.outputs.clear()
-            self._capture()
-
-    def _hooked(self, i: int, args, kwargs) -> None:
-        """Decoder layer i's hook in transformers' forward: its input rows (1, n, H), while a pass of this
-        runner is under way."""
-        if self.keeping:
-            self._keep(i, (args[0] if args else kwargs["hidden_states"])[0])
-
-    def _keep(self, i: int, hidden: torch.Tensor) -> None:
-        """Write decoder layer i's input rows (n, H) at the pass's physical slots, wherever `features` keeps
-        that layer (models.llama_cpu's forward calls it before each layer)."""
-        for j in self.kept.get(i, ()):
-            self.features[self.kv.slots, j] = hidden
+            capture(self)
 
     def features_at(self, slots) -> torch.Tensor:
         """(n,) logical slots -> (n, layers * hidden) kept features in the model's dtype, low layers first."""
         s = torch.as_tensor(np.asarray(slots) + 1, dtype=torch.long, device=self.device)
-        return self.features[s].reshape(len(s), -1)
+        return self.kept.features[s].reshape(len(s), -1)
 
     def move(self, src, dst) -> None:
         """Copy the K/V of logical slots src to dst; the gather completes before the write."""
@@ -303,8 +280,8 @@ class HFRunner:
         d = torch.as_tensor(np.asarray(dst) + 1, dtype=torch.long, device=self.device)
         self.kv.k[:, :, :, d] = self.kv.k[:, :, :, s]
         self.kv.v[:, :, :, d] = self.kv.v[:, :, :, s]
-        if self.features is not None:
-            self.features[d] = self.features[s]
+        if self.kept is not None:
+            self.kept.features[d] = self.kept.features[s]
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -331,39 +308,78 @@ class HFRunner:
     def vocab_size_of(model) -> int:
         return model.config.get_text_config().vocab_size
 
-    # -- CUDA graphs ----------------------------------------------------------------------------------
 
-    @torch.inference_mode()
-    def _capture(self) -> None:
-        """Capture a graph per bucket and span, largest first, in one memory pool, after warm-up passes.
+class KeptFeatures:
+    """The inputs of the decoder layers an EAGLE-3 head fuses, kept at the physical slots each pass writes:
+    (S, layers, hidden) in the model's dtype. transformers' forward writes them through layer hooks, while a
+    pass of the runner is under way (the `with` block); models.llama_cpu's forward calls `keep` itself."""
 
-        A bucket's graphs write one output: its whole-cache graph's logits, which the smaller spans' graphs
-        copy theirs into (a copy of b rows, against a set of logits per span). Capture inputs are all pad
-        rows, so warm-up and capture write only the scratch slot.
-        """
-        start = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle()
-        for b in reversed(self.buckets):
-            buf = self.buffers[b]
-            buf.stage(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0,
-                      np.zeros(0, np.int64), np.zeros((0, 0), bool))
-            for span in reversed(self.spans):
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    for _ in range(2):
-                        self._step(b, span)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    if b in self.outputs:
-                        self.outputs[b].copy_(self._step(b, span))
-                    else:
-                        self.outputs[b] = self._step(b, span)
-                self.graphs[b, span] = graph
-        torch.cuda.synchronize(self.device)
-        log.info("captured %d CUDA graphs (%d buckets at spans %s of %d slots) in %.1f s", len(self.graphs),
-                 len(self.buckets), ", ".join(map(str, self.spans)), self.slots, time.perf_counter() - start)
+    def __init__(self, model, layers: tuple[int, ...], kv: StaticKV, slots: int) -> None:
+        decoder = decoder_layers(model)
+        if any(not 0 <= i < len(decoder) for i in layers):
+            raise ValueError(f"layers {list(layers)} are not all among the model's {len(decoder)} decoder layers")
+        hidden = model.config.get_text_config().hidden_size
+        param = next(model.parameters())
+        self.features = torch.zeros(slots, len(layers), hidden, dtype=param.dtype, device=param.device)
+        self.kv = kv
+        self.at: dict[int, list[int]] = {}  # decoder layer -> its indices in `features` (a layer may repeat)
+        for j, i in enumerate(layers):
+            self.at.setdefault(i, []).append(j)
+        self.keeping = False  # a pass of the runner is under way: the layer hooks write `features`
+        for i in self.at:
+            decoder[i].register_forward_pre_hook(lambda module, args, kwargs, i=i: self._hooked(i, args, kwargs),
+                                                 with_kwargs=True)
+
+    def __enter__(self) -> KeptFeatures:
+        self.keeping = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.keeping = False
+
+    def _hooked(self, i: int, args, kwargs) -> None:
+        """Decoder layer i's hook in transformers' forward: its input rows (1, n, H), during a pass."""
+        if self.keeping:
+            self.keep(i, (args[0] if args else kwargs["hidden_states"])[0])
+
+    def keep(self, i: int, hidden: torch.Tensor) -> None:
+        """Write decoder layer i's input rows (n, H) at the pass's physical slots, wherever it is kept."""
+        for j in self.at.get(i, ()):
+            self.features[self.kv.slots, j] = hidden
+
+
+@torch.inference_mode()
+def capture(runner: HFRunner) -> None:
+    """Capture a graph per bucket and span of `runner`, largest first, in one memory pool, after warm-up passes.
+
+    A bucket's graphs write one output: its whole-cache graph's logits, which the smaller spans' graphs
+    copy theirs into (a copy of b rows, against a set of logits per span). Capture inputs are all pad
+    rows, so warm-up and capture write only the scratch slot.
+    """
+    start = time.perf_counter()
+    pool = torch.cuda.graph_pool_handle()
+    device = runner.device
+    for b in reversed(runner.buckets):
+        buf = runner.buffers[b]
+        buf.stage(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0,
+                  np.zeros(0, np.int64), np.zeros((0, 0), bool))
+        for span in reversed(runner.spans):
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    runner._step(b, span)
+            torch.cuda.current_stream(device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                if b in runner.outputs:
+                    runner.outputs[b].copy_(runner._step(b, span))
+                else:
+                    runner.outputs[b] = runner._step(b, span)
+            runner.graphs[b, span] = graph
+    torch.cuda.synchronize(device)
+    log.info("captured %d CUDA graphs (%d buckets at spans %s of %d slots) in %.1f s", len(runner.graphs),
+             len(runner.buckets), ", ".join(map(str, runner.spans)), runner.slots, time.perf_counter() - start)
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:

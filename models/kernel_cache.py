@@ -4,9 +4,8 @@ A choice (one kernel per row class) is kept under what it depends on: the proces
 timed at, the torch version, the dtype, the weight's shape (and bias), the row classes and the kernels
 offered. The file holds the choices of every such key made here (a home shared by several machines keeps each
 machine's apart). Writers merge under a lock and replace the file whole, so two processes tuning at once lose
-neither's choice and a reader never sees half a file. A file that cannot be read, or that is not such a file
-(damaged, another program's, from a future format), is named in a warning and ignored: the kernels are timed
-again and the file rewritten.
+neither's choice and a reader never sees half a file; a file that cannot be read, or that is not such a file,
+is named in a warning and ignored: the kernels are timed again and the file rewritten (models.kept_file).
 
 `$SPECPAIR_KERNEL_CACHE` names another file (the tests keep theirs apart); by default it lies in the cache
 directory beside the converted default model (models.cache_root).
@@ -14,21 +13,17 @@ directory beside the converted default model (models.cache_root).
 
 from __future__ import annotations
 
-import fcntl
-import json
-import logging
 import os
 import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from models.cache_root import cache_root
+from models.kept_file import KeptFile
 
 FORMAT = 1
 FILE_NAME = "linear-kernels.json"
 ENV = "SPECPAIR_KERNEL_CACHE"
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,55 +62,20 @@ def default_path() -> Path:
     return Path(os.environ.get(ENV) or cache_root() / FILE_NAME).expanduser()
 
 
-class KernelCache:
-    """One cache file: `read` the choices it holds, `add` new ones."""
+class KernelCache(KeptFile):
+    """One cache file: `read` the choices it holds, `add` new ones (models.kept_file)."""
+
+    noun = "the linear kernel cache"
+    redo = "the kernels are timed again"
 
     def __init__(self, path: Path | str | None = None) -> None:
-        self.path = Path(path) if path is not None else default_path()
+        super().__init__(path if path is not None else default_path())
 
-    def read(self) -> dict[Key, tuple[str, ...]]:
-        """Every valid choice in the file; {} (with a warning naming the file) for a file that is not one."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return {}
-        except (OSError, UnicodeDecodeError) as e:
-            log.warning("the linear kernel cache %s cannot be read (%s); ignoring it: the kernels are timed again",
-                        self.path, getattr(e, "strerror", None) or e)
-            return {}
-        try:
-            return _entries(json.loads(text))
-        except (ValueError, TypeError, KeyError) as e:
-            log.warning("the linear kernel cache %s is not one this version wrote (%s); ignoring it: the kernels "
-                        "are timed again and the file rewritten", self.path, str(e)[:200])
-            return {}
+    def entries(self, document) -> dict[Key, tuple[str, ...]]:
+        return _entries(document)
 
-    def add(self, choices: dict[Key, tuple[str, ...]]) -> None:
-        """Merge `choices` into the file (they replace choices under the same keys); a file system that
-        refuses is said in a warning, and the choices are only lost for later starts."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # one writer at a time: each merges what the last one wrote
-                merged = {**self._quiet_read(), **choices}
-                partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
-                with open(partial, "w", encoding="utf-8") as f:
-                    json.dump(_document(merged), f, indent=1)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(partial, self.path)  # readers see the old file or the new one, whole
-        except OSError as e:
-            log.warning("the linear kernel choice could not be kept in %s (%s): the next start times the kernels "
-                        "again", self.path, e.strerror or e)
-
-    def _quiet_read(self) -> dict[Key, tuple[str, ...]]:
-        """What the file holds now, without warning again about a file `read` already named."""
-        previous = log.disabled
-        log.disabled = True
-        try:
-            return self.read()
-        finally:
-            log.disabled = previous
+    def document(self, entries: dict[Key, tuple[str, ...]]) -> dict:
+        return _document(entries)
 
 
 def _entries(document) -> dict[Key, tuple[str, ...]]:

@@ -47,35 +47,71 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def forward(model, ids: torch.Tensor, pos: torch.Tensor, kv, last_only: bool,
-            keep: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
+            keep: Callable[[int, torch.Tensor], None] | None = None,
+            tick: Callable[[str], None] | None = None) -> torch.Tensor:
     """ids, pos: (n,) -> (n or 1, V) logits in the model's dtype. Writes each layer's K/V at kv.slots and
     attends over physical slots [0, kv.span) under kv.mask (models.hf.StaticKV); keep(i, h), where given,
-    gets the input (n, hidden) of decoder layer i before it runs. Called under inference mode (the runner's
-    passes are)."""
+    gets the input (n, hidden) of decoder layer i before it runs; tick(part), where given, is called as each
+    part of the work ends (PARTS: a profile's clock, bench.forward --parts). Called under inference mode (the
+    runner's passes are)."""
+    t = tick or _untimed
     m = model.model
     h = m.embed_tokens(ids)
-    n = h.shape[0]
     cos, sin = m.rotary_emb(h[None], pos[None])
     cos, sin = cos[0, :, None], sin[0, :, None]  # (n, 1, D): one row per token, broadcast over heads
+    t(NORMS)
     for i, layer in enumerate(m.layers):
         if keep is not None:
             keep(i, h)
-        attn = layer.self_attn
-        x = _rms(h, layer.input_layernorm)
-        q = _rotate(attn.q_proj(x).view(n, -1, attn.head_dim), cos, sin)
-        k = _rotate(attn.k_proj(x).view(n, -1, attn.head_dim), cos, sin)
-        v = attn.v_proj(x).view(n, -1, attn.head_dim)
-        k_all, v_all = kv.k[i], kv.v[i]  # (1, Hkv, S, D)
-        k_all.index_copy_(2, kv.slots, k.transpose(0, 1)[None].to(k_all.dtype))
-        v_all.index_copy_(2, kv.slots, v.transpose(0, 1)[None].to(v_all.dtype))
-        heads, kv_heads = q.shape[1], k.shape[1]
-        q = q.transpose(0, 1).reshape(1, kv_heads, (heads // kv_heads) * n, attn.head_dim)  # as models.hf folds
-        out = F.scaled_dot_product_attention(q, k_all[:, :, :kv.span], v_all[:, :, :kv.span], attn_mask=kv.mask,
-                                             scale=attn.scaling)
-        h = h + attn.o_proj(out.reshape(heads, n, attn.head_dim).transpose(0, 1).reshape(n, -1))
+        h = h + _attention(layer.self_attn, _rms(h, layer.input_layernorm), cos, sin, kv, i, t)
         mlp = layer.mlp
         x = _rms(h, layer.post_attention_layernorm)
-        h = h + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        t(NORMS)
+        gate, up = mlp.gate_proj(x), mlp.up_proj(x)
+        t(LINEARS)
+        x = F.silu(gate) * up
+        t(NORMS)
+        x = mlp.down_proj(x)
+        t(LINEARS)
+        h = h + x
     if last_only:
         h = h[-1:]
-    return model.lm_head(_rms(h, m.norm))
+    h = _rms(h, m.norm)
+    t(NORMS)
+    logits = model.lm_head(h)
+    t(OUTPUT)
+    return logits
+
+
+def _attention(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv, i: int,
+               t: Callable[[str], None]) -> torch.Tensor:
+    """Decoder layer i's attention on its normed input x (n, hidden) -> its output (n, hidden), before the
+    residual; writes the layer's K/V at kv.slots."""
+    n = x.shape[0]
+    t(NORMS)
+    q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+    t(LINEARS)
+    q = _rotate(q.view(n, -1, attn.head_dim), cos, sin)
+    k = _rotate(k.view(n, -1, attn.head_dim), cos, sin)
+    v = v.view(n, -1, attn.head_dim)
+    t(NORMS)
+    k_all, v_all = kv.k[i], kv.v[i]  # (1, Hkv, S, D)
+    k_all.index_copy_(2, kv.slots, k.transpose(0, 1)[None].to(k_all.dtype))
+    v_all.index_copy_(2, kv.slots, v.transpose(0, 1)[None].to(v_all.dtype))
+    heads, kv_heads = q.shape[1], k.shape[1]
+    q = q.transpose(0, 1).reshape(1, kv_heads, (heads // kv_heads) * n, attn.head_dim)  # as models.hf folds
+    out = F.scaled_dot_product_attention(q, k_all[:, :, :kv.span], v_all[:, :, :kv.span], attn_mask=kv.mask,
+                                         scale=attn.scaling)
+    t(ATTENTION)
+    o = attn.o_proj(out.reshape(heads, n, attn.head_dim).transpose(0, 1).reshape(n, -1))
+    t(LINEARS)
+    return o
+
+
+NORMS, LINEARS, ATTENTION, OUTPUT = ("embedding, norms, rope, activations", "linear layers",
+                                     "attention (K/V writes and SDPA)", "output layer")
+PARTS = (LINEARS, ATTENTION, OUTPUT, NORMS)  # the parts of the work `forward`'s tick names
+
+
+def _untimed(part: str) -> None:
+    pass

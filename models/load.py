@@ -18,7 +18,7 @@ import torch
 from models import shapes
 from models.cache_root import cache_root, embedded_dir
 from models.cuda_env import require_cuda
-from models.eagle3_load import load_head
+from models.eagle3_load import ReadHead, load_head
 from models.mock import MockModel, MockRunner
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, is_head_spec
 from models.present import ModelNotFound, not_found
@@ -90,8 +90,9 @@ class Loaded:
         return self.kind.build(self.model, capacity, graphs=self.graphs, rehearse=self.rehearse)
 
 
-def load(options: ModelOptions, role: str) -> Loaded:
-    """Load the model of `role` ("target" or "drafter") as `options` describe it.
+def load(options: ModelOptions, role: str, read: ReadHead | None = None) -> Loaded:
+    """Load the model of `role` ("target" or "drafter") as `options` describe it; `read`, a head directory
+    already read (models.eagle3_load.read_head_dir), is not read again.
 
     Nothing process-wide changes here: the programs set torch's thread count themselves.
     """
@@ -110,7 +111,7 @@ def load(options: ModelOptions, role: str) -> Loaded:
     spec = options.model.removesuffix(INT8_SUFFIX)
     dtype = _dtype(options)
     if is_head_spec(spec):
-        head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision)
+        head, kind, tokenizer, revision = load_head(options, dtype, embedded_checkpoint, checkpoint_revision, read)
         return Loaded(options.model, head, kind, tokenizer, options.graphs, revision,
                       rehearse=options.rehearse_graphs)
     if spec.startswith(shapes.PREFIX):

@@ -8,7 +8,8 @@ perturbation to the target's logits, so its agreement with the target is partial
 
 The mock target's "features" (what an EAGLE-3 head takes) are its slots' digests, 16 bytes as 16 float32
 values. The mock head (MockHead) extends the digest its row takes by the row's token: fed the right features
-it gives the mock drafter's rows, and any feature that is off by a token gives rows of another prefix.
+it gives the mock drafter's rows, and any feature that is off by a token gives rows of another prefix, as
+does any other row of finite values, in any dtype a target sends.
 """
 
 from __future__ import annotations
@@ -145,6 +146,12 @@ def digest_values(digest: bytes) -> np.ndarray:
     return np.frombuffer(digest, np.uint8).astype(np.float32)
 
 
+def is_digest(values: np.ndarray) -> bool:
+    """Whether (FEATURE_WIDTH,) float32 values are a digest's: whole numbers 0 to 255."""
+    return values.shape == (FEATURE_WIDTH,) and bool(np.all((values >= 0) & (values <= 255)
+                                                            & (values == np.round(values))))
+
+
 class MockHead:
     """The mock drafter as an EAGLE-3 head: a row's digest is its input digest extended by its token."""
 
@@ -154,6 +161,10 @@ class MockHead:
     def __init__(self, model: MockModel) -> None:
         self.model = model
         self.vocab_size = model.vocab_size
+
+    def feature_layers(self, target_layers: int) -> tuple[int, ...]:
+        """The mock target's features are its digests, whatever the layer: one layer's."""
+        return (0,)
 
 
 class MockHeadRunner:
@@ -172,8 +183,13 @@ class MockHeadRunner:
         self.outputs: torch.Tensor | None = None  # (n, FEATURE_WIDTH) the last pass's row digests
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        """The mock target's features are digests already: a committed row takes them as they are."""
-        return features
+        """(n, FEATURE_WIDTH) features of any dtype -> (n, FEATURE_WIDTH) float32 digests. The mock target's
+        features are digests already, which a committed row takes as they are; a row of other values (not
+        whole numbers 0 to 255) takes the digest of their float32 bytes: the rows of some other prefix."""
+        values = features.float().numpy()
+        digests = [row if is_digest(row) else digest_values(hashlib.blake2b(row.tobytes(), digest_size=16).digest())
+                   for row in values]
+        return torch.from_numpy(np.stack(digests)) if digests else torch.from_numpy(values)
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray, prefix: int,
                 cols: np.ndarray, vis: np.ndarray, last_only: bool = False,
@@ -181,8 +197,8 @@ class MockHeadRunner:
         """tokens: (n,); rows["hidden"]: (n, FEATURE_WIDTH) digests -> (n or 1, V) logits."""
         check_rows(self, rows, len(tokens))
         logits, outs = [], []
-        for token, values in zip(np.asarray(tokens).tolist(), np.asarray(rows["hidden"], np.float32)):
-            if values.shape != (FEATURE_WIDTH,) or np.any((values < 0) | (values > 255) | (values != np.round(values))):
+        for token, values in zip(np.asarray(tokens).tolist(), rows["hidden"].float().numpy()):
+            if not is_digest(values):  # fuse makes a committed row's, and an output is one
                 raise MaskError(f"a mock head row takes a digest of {FEATURE_WIDTH} byte values, got {values[:4]}...")
             digest = self.head.model.extend(values.astype(np.uint8).tobytes(), token)
             logits.append(self.head.model.logits(digest))

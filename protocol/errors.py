@@ -36,6 +36,14 @@ class BadArray(ProtocolError):
     code = "bad-array"
 
 
+class BadFeatures(ProtocolError):
+    """Features a drafter cannot take: a value not finite or beyond the bound a hidden state keeps
+    (protocol.messages.check_features), a row wider or narrower than its head takes, another dtype than its
+    request's Start, or any features sent to a drafter that is not an EAGLE-3 head."""
+
+    code = "features"
+
+
 class VersionMismatch(ProtocolError):
     code = "version"
 

@@ -17,7 +17,7 @@ class Throttle:
         self.burst, self.window, self.clock = burst, window, clock
         self.kinds: dict[str, tuple[float, int, int]] = {}  # kind -> (window start, logged in it, left out)
 
-    def log(self, logger: logging.Logger, level: int, kind: str, text: str, *args) -> bool:
+    def log(self, logger: logging.Logger, level: int, kind: str, text: str, *args, exc_info=None) -> bool:
         """Log `text % args` unless `kind` has had its burst in this window -> whether it was logged."""
         now = self.clock()
         start, logged, left_out = self.kinds.get(kind, (now, 0, 0))
@@ -28,7 +28,7 @@ class Throttle:
             return False
         if left_out:
             text += f" ({left_out} more like this were not logged)"
-        logger.log(level, text, *args)
+        logger.log(level, text, *args, exc_info=exc_info)
         self.kinds[kind] = (start, logged + 1, 0)
         return True
 

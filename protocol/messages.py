@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline.config import pool_size
 from pipeline.cut import NOW, WEIGH
-from protocol.errors import BadArray, LimitExceeded, MalformedMessage
+from protocol.errors import BadArray, BadFeatures, LimitExceeded, MalformedMessage
 from protocol.limits import (MAX_ARRAY_LENGTH, MAX_CONTEXT, MAX_FEATURE_BYTES, MAX_FEATURE_WIDTH, MAX_POOL_CANDIDATES,
                              MAX_POOL_DEPTH)
 
@@ -20,6 +20,12 @@ PROTOCOL_VERSION = 7  # 3: Ahead and Waiting, and PoolMsg says whether its pool 
 # 5: Waiting.cut 2 (weighed cuts); 6: Ready.linear_kernels; 7: EAGLE-3 features (Hello's shape, Ready.feature_layers,
 # Start's and Commit's features)
 FEATURE_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}  # the dtypes a target's features travel in
+# A feature is a hidden state that the target's own RMS norm squared in float32, so its magnitude is below 2^64
+# (float32's largest square root), and it is finite. Per dtype: the unsigned view of its bits, the mask of its
+# magnitude (all but the sign) and the bits of the first magnitude refused (2^64; float16's infinity).
+FEATURE_BITS = {"float32": (np.uint32, 0x7FFFFFFF, 0x5F800000), "bfloat16": (np.uint16, 0x7FFF, 0x5F80),
+                "float16": (np.uint16, 0x7FFF, 0x7C00)}
+FEATURE_CHUNK = 1 << 22  # values checked at once: the check's temporaries stay a few MiB at any frame size
 
 
 class Kind(IntEnum):
@@ -60,6 +66,27 @@ def check_features(features: np.ndarray, dtype: str, width: int, rows: int) -> N
     if features.shape[0] != rows * width * FEATURE_ITEMSIZE[dtype]:
         raise BadArray(f"`features` holds {features.shape[0]} bytes; {rows} rows of {width} {dtype} values take "
                        f"{rows * width * FEATURE_ITEMSIZE[dtype]}")
+    if (at := first_unbounded(features, dtype)) >= 0:
+        raise BadFeatures(f"`features` row {at // width} holds {feature_value(features, dtype, at):.4g}: a target's "
+                          f"features are finite and below 2^64 in magnitude (an RMS norm squares them in float32)")
+
+
+def first_unbounded(features: np.ndarray, dtype: str) -> int:
+    """(bytes,) raw features of `dtype` -> the index of the first value that is not finite or is 2^64 or more in
+    magnitude; -1 when none is."""
+    kind, magnitude, limit = FEATURE_BITS[dtype]
+    bits = features.view(kind)
+    for at in range(0, bits.shape[0], FEATURE_CHUNK):
+        if len(bad := np.flatnonzero((bits[at: at + FEATURE_CHUNK] & magnitude) >= limit)):
+            return at + int(bad[0])
+    return -1
+
+
+def feature_value(features: np.ndarray, dtype: str, at: int) -> float:
+    """Value `at` of raw features of `dtype` (bfloat16 is float32's upper half)."""
+    if dtype == "bfloat16":
+        return float((np.array([features.view(np.uint16)[at]], np.uint32) << 16).view(np.float32)[0])
+    return float(features.view(np.dtype(dtype))[at])
 
 
 class Message:

@@ -21,12 +21,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from evaluation.held_rows import held_rows
-from evaluation.paths import output_dir
+from evaluation.paths import output_dir, refuse_overwrite
 from evaluation.record import DecodeRecord, record_key
 from evaluation.rounds import decode_key
 from evaluation.rounds_check import timed_keys
 from evaluation.rounds_file import ends_early, load_rounds, records_beside
-from pipeline.config import InputError
 from study.coverage_section import coverage_section
 from study.options import ValuesOptions
 from study.rows_section import FIGURE as ROWS_FIGURE, rows_section
@@ -48,10 +47,7 @@ def output_directory(runs: Sequence[str], options: ValuesOptions) -> Path:
     report or figures already and `options.overwrite` is not set: a run's committed study is never lost to a
     rerun that did not ask for it."""
     out = Path(options.out or runs[0])
-    held = [name for name in OUTPUTS if (out / name).exists()]
-    if held and not options.overwrite:
-        raise InputError(f"{out} holds {', '.join(held)} already; give another directory (--out NEW_DIR) or "
-                         f"--overwrite to write over them")
+    refuse_overwrite((out / name for name in OUTPUTS), options.overwrite, "--out NEW_DIR")
     return out
 
 

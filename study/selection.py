@@ -181,16 +181,6 @@ def matched_cap(full: dict[str, np.ndarray], rounds: np.ndarray, budget: int = 5
     return int(hit[0]) + 1 if len(hit) else None
 
 
-def entropy_quintiles(entropy: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rounds split into quintiles of the root row's entropy (over the rounds given) -> ((5,) mean gain per
-    quintile, lowest first, (5,) rounds in each). Ties go to the lower quintile."""
-    which = quintiles(entropy)
-    counts = np.bincount(which, minlength=5)
-    sums = np.bincount(which, weights=gain, minlength=5)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return sums / counts, counts
-
-
 def quintiles(entropy: np.ndarray) -> np.ndarray:
     """(R,) each round's quintile of the root row's entropy over the rounds given, 0 the lowest; ties go to the
     lower quintile."""

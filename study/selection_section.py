@@ -15,6 +15,7 @@ import numpy as np
 
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group, group_order
+from pipeline.config import PoolConfig
 from study.values import VALUED, Agreement, Averages, RoundValues, agreement, evaluate, reach
 from study.options import ValuesOptions
 from study import table_lines, tables
@@ -56,13 +57,22 @@ class Selection:
     def headline(self) -> list[str]:
         """The paper's headline figures beside this run's, one column per temperature: the opening screen."""
         cells = [_headline(rv, avg) for rv, avg in zip(self.tables, self.averages)]
+        sizes = [pool_candidates(rv) for rv in self.tables]
         lines = [HEADLINE, "",
-                 "| figure | the paper | " + " | ".join(f"this run, T = {rv.temperature:g}" for rv in self.tables)
+                 f"| figure | the paper, pools of {PAPER_POOL.size} | " + " | ".join(
+                     f"this run, T = {rv.temperature:g}, pools up to {n}" for rv, n in zip(self.tables, sizes))
                  + " |", "|---|---|" + "---|" * len(self.tables)]
         for i, (name, paper) in enumerate(HEADLINE_ROWS):
             lines.append(f"| {name} | {paper} | " + " | ".join(c[i] for c in cells) + " |")
-        return lines + ["", "Gains and shares in expected accepted tokens per round, with paired prompt-bootstrap "
-                            "intervals; the tables below give every figure and the paper's words beside each."]
+        lines += ["", "Gains and shares in expected accepted tokens per round, with paired prompt-bootstrap "
+                      "intervals; the tables below give every figure and the paper's words beside each."]
+        if max(sizes, default=PAPER_POOL.size) < PAPER_POOL.size:
+            lines += ["", f"Not like with like: this run's pools hold up to {max(sizes)} candidates, the paper's "
+                          f"{PAPER_POOL.size}, so a tree of B candidates takes a larger share of this run's pool "
+                          f"(at B = 59, {min(59 / max(sizes), 1):.0%} of it against the paper's "
+                          f"{59 / PAPER_POOL.size:.0%}) and the rules' trees differ less than the paper's; "
+                          f"`--paper-pool` records at the paper's pool."]
+        return lines
 
     def plots(self, out: Path) -> list[str]:
         from study import plots  # matplotlib: only when drawing
@@ -74,6 +84,12 @@ class Selection:
 
 
 HEADLINE = "## The headline figures beside the paper's"
+PAPER_POOL = PoolConfig()  # the paper's pool: topk 10, depth 8, expand 10, 710 candidates
+
+
+def pool_candidates(rv: RoundValues) -> int:
+    """The most candidates a recorded round's pool held."""
+    return int(rv.full["draft"].shape[1])
 # (figure, the paper's: study.tables.PAPER's Tables 2, 9, 12 and D.13 in brief), in _headline's order.
 HEADLINE_ROWS = (("root over draft, B = 8", "larger than at B = 59"),
                  ("root over draft, B = 59", "up to +8.0%"),

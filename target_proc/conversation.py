@@ -11,6 +11,7 @@ from evaluation.record import DecodeRecord, decode_record, machine_load
 from pipeline.config import InputError, is_int
 from pipeline.pool import out_of_vocab
 from pipeline.settings import DecodeConfig
+from target_proc.logprobs import TokenLogprobs
 from target_proc.recorder import RoundRecorder
 from target_proc.stops import output_text
 
@@ -26,14 +27,16 @@ class Conversation(Protocol):
 def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
                         done: Mapping[int, DecodeRecord] | None = None,
                         rounds: Callable[[DecodeRecord, list], None] | None = None,
-                        on_tokens=None) -> Iterator[DecodeRecord]:
+                        on_tokens=None, logprobs: int | None = None) -> Iterator[DecodeRecord]:
     """Decode each turn of `prompt` in one conversation, yielding a record per turn as it ends.
 
     Turn k's context holds the earlier user turns and this decoder's own answers to them, through the
     target's chat template (as Spec-Bench's inference builds it). `done`: records of turns decoded before
     (a resumed sweep), whose answers are reused instead of decoded again. `rounds`: record every round's
     pool with one measurement pass (target_proc.recorder) and hand (record, recorded rounds) to this
-    callable before the record is yielded. `on_tokens`: see pipeline.decode.decode (streaming).
+    callable before the record is yielded. `on_tokens`: see pipeline.decode.decode (streaming). `logprobs`: keep
+    each output token's log-probability and the top `logprobs` of its row (target_proc.logprobs) in the record,
+    for a decode that does not record its rounds.
     """
     history: list[str] = []
     for turn, user in enumerate(prompt.turns):
@@ -42,10 +45,12 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
             ids = session.tokenizer.chat_ids([*history, user])
             key = prompt.id if turn == 0 else f"{prompt.id}#{turn}"  # the verifier's stream of this turn
             recorder = RoundRecorder(session.target, config, ids) if rounds else None
+            kept = TokenLogprobs(logprobs) if logprobs is not None and not rounds else None
             load = machine_load()
-            result = session.decode(ids, config, key, **_given(observe=recorder, on_tokens=on_tokens))
+            result = session.decode(ids, config, key, **_given(observe=recorder or kept, on_tokens=on_tokens))
             record = decode_record(result, config, prompt_id=prompt.id, category=prompt.category, turn=turn,
                                    prompt_token_ids=ids, load_average=(load, machine_load()),
+                                   logprobs=kept.of(len(result.tokens)) if kept else None,
                                    **_texts(session.tokenizer, ids, result, config))
             if rounds:
                 rounds(record, recorder.rounds)
@@ -77,13 +82,16 @@ def context_ids(tokenizer, vocab_size: int, prompt) -> list[int]:
 
 
 def decode_context(session, prompt, config: DecodeConfig, *, prompt_id: str, category: str,
-                   on_tokens=None) -> DecodeRecord:
-    """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0)."""
+                   on_tokens=None, logprobs: int | None = None) -> DecodeRecord:
+    """One decode continuing token ids or chat messages (see context_ids) -> its record (turn 0); `logprobs` as
+    decode_conversation's."""
     ids = context_ids(session.tokenizer, session.target.runner.vocab_size, prompt)
+    kept = TokenLogprobs(logprobs) if logprobs is not None else None
     load = machine_load()
-    result = session.decode(ids, config, prompt_id, **_given(on_tokens=on_tokens))
+    result = session.decode(ids, config, prompt_id, **_given(observe=kept, on_tokens=on_tokens))
     return decode_record(result, config, prompt_id=prompt_id, category=category, turn=0, prompt_token_ids=ids,
-                         load_average=(load, machine_load()), **_texts(session.tokenizer, ids, result, config))
+                         load_average=(load, machine_load()), logprobs=kept.of(len(result.tokens)) if kept else None,
+                         **_texts(session.tokenizer, ids, result, config))
 
 
 def _texts(tokenizer, ids: list[int], result, config: DecodeConfig) -> dict:

@@ -1,7 +1,6 @@
 """This device's pass times for budget auto (pipeline.budget turns them into each rule's costs): a plain
 round, the root pass while the drafter works, tree passes of each candidate size, the prefill, alone and
-beside the drafter, and the drafter's pool after a one-token commit, timed once on a scratch context before
-the first decode that needs them.
+beside the drafter, and the drafter's pool after a one-token commit, timed on a scratch context.
 
 The prefill beside a standalone drafter is timed as a decode's first round starts it: the drafter's own
 prefill and first pool running beside the target's, on a scratch prompt of PREFILL tokens. With a drafter as
@@ -11,17 +10,32 @@ a first decode on a long prompt would otherwise pay for the lesson.
 
 The pool is timed here rather than learnt from rounds alone: a round waits for it, and a decode that had to
 speculate to learn what a round costs would pay for the lesson with rounds dearer than plain ones (with a
-drafter as costly as the target, several plain rounds' worth each)."""
+drafter as costly as the target, several plain rounds' worth each).
+
+What was timed is kept (PassTimes) beside the CPU linear kernels' choice, under a key of everything the timings
+depend on (`timing_key`: the machine, torch, the target's threads, both models as records name them with their
+kernels, the pool, the cap and the cache size), so that later starts on this machine, from the command line or
+the Python API, reuse it: `kept_or_measured`. `--retime` (ModelOptions.retime) times them again."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
+import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+import torch
 
+from evaluation.record import machine_load
+from models.kept_file import KeptFile
+from models.kernel_cache import default_path, processor
 from pipeline.budget import MeasuredPasses, candidate_sizes
+from pipeline.config import MAX_POOL_CANDIDATES, is_int
 from pipeline.decode import DrafterClient, takes_features
 from pipeline.feed import DrafterFeed
 from pipeline.tree import Tree
@@ -33,6 +47,9 @@ PREFILL = 256  # scratch tokens of the prefill timed beside the drafter's start 
 # the command line (`launch/pair.sh sweep`, `launch/pair.sh --budget auto`) at a load average about 1.5, 46 s
 # at about 3 and minutes above (47 s was once seen through the Python API): said before it starts, as a hint.
 TYPICAL = "about 5-10 s for the embedded pair on two CPU cores, a minute or more while other work shares them"
+REPS = 3  # timings of each pass after an untimed one
+FORMAT = 1  # of the kept file; also in each key: a change to what is timed, or how, makes earlier timings another key's
+FILE_NAME = "pass-timings.json"  # beside the kernels' choice (models.kernel_cache.default_path)
 
 log = logging.getLogger("budget")
 
@@ -54,7 +71,7 @@ def timed(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def measure(target: Target, cap: int, reps: int = 3, drafter: DrafterClient | None = None,
+def measure(target: Target, cap: int, reps: int = REPS, drafter: DrafterClient | None = None,
             pool_size: int = 0) -> MeasuredPasses:
     """Seconds of a plain pass, a root pass beside the drafter, tree passes of every candidate size,
     without (root-pass rules) and with (draft) the root's row, of the prefill per token, alone and beside
@@ -65,8 +82,8 @@ def measure(target: Target, cap: int, reps: int = 3, drafter: DrafterClient | No
     sizes = [b for b in candidate_sizes(cap) if b]
     # At WARNING, so that the Python API (which logs at WARNING by default) says it too: seconds of waiting (a
     # minute on a busy machine) before a first decode must not pass in silence.
-    log.warning("budget auto: timing this machine's passes once per session (%d kinds of pass, %d times each; %s) "
-                "before the first decode", 4 + 2 * len(sizes) + (drafter is not None), reps + 1, TYPICAL)
+    log.warning("budget auto: timing this machine's passes (%d kinds of pass, %d times each; %s)",
+                4 + 2 * len(sizes) + (drafter is not None), reps + 1, TYPICAL)
     out = _measure(target, cap, sizes, reps)
     if drafter is not None:
         out = dataclasses.replace(out, pool=pool_seconds(target, drafter, pool_size, reps))
@@ -74,8 +91,8 @@ def measure(target: Target, cap: int, reps: int = 3, drafter: DrafterClient | No
             out = dataclasses.replace(out, prefill_shared=out.prefill)  # alone: its start adds nothing to it
         elif both := prefill_seconds(target, drafter, pool_size, reps):
             out = dataclasses.replace(out, prefill=both[0], prefill_shared=both[1])
-    log.info("budget auto: passes timed in %.1f s (a plain pass %.1f ms, the drafter's pool %.1f ms)",
-             time.perf_counter() - t0, 1000 * out.plain, 1000 * out.pool)
+    log.warning("budget auto: passes timed in %.1f s (a plain pass %.1f ms, the drafter's pool %.1f ms)",
+                time.perf_counter() - t0, 1000 * out.plain, 1000 * out.pool)
     return out
 
 
@@ -180,3 +197,76 @@ def fastest(kinds: dict, reps: int) -> dict:
             fn()
             best[kind] = min(best[kind], time.perf_counter() - t0)
     return best
+
+
+class PassTimes(KeptFile):
+    """The kept pass timings: {key as canonical JSON: (MeasuredPasses, when they were timed, the machine's load
+    average then)}."""
+
+    noun = "budget auto's kept pass timings"
+    redo = "the passes are timed again"
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        super().__init__(path if path is not None else default_path().with_name(FILE_NAME))
+
+    def entries(self, document) -> dict[str, tuple[MeasuredPasses, str, float]]:
+        if not (isinstance(document, dict) and document.get("format") == FORMAT
+                and isinstance(document["entries"], list)):
+            raise ValueError(f"expected an object with \"format\": {FORMAT} and a list of \"entries\"")
+        return dict(_entry(i, entry) for i, entry in enumerate(document["entries"]))
+
+    def document(self, entries: dict[str, tuple[MeasuredPasses, str, float]]) -> dict:
+        return {"format": FORMAT, "entries": [{"key": json.loads(k), "passes": dataclasses.asdict(p), "timed": when,
+                                               "load": load} for k, (p, when, load) in entries.items()]}
+
+
+def _entry(i: int, entry) -> tuple[str, tuple[MeasuredPasses, str, float]]:
+    """A kept entry as PassTimes holds it; ValueError, TypeError or KeyError for anything else."""
+    if not (isinstance(entry, dict) and set(entry) == {"key", "passes", "timed", "load"}
+            and isinstance(entry["key"], dict) and isinstance(entry["timed"], str)
+            and isinstance(entry["load"], (int, float)) and math.isfinite(entry["load"]) and entry["load"] >= 0):
+        raise ValueError(f"entry {i} is not {{\"key\": {{...}}, \"passes\": {{...}}, \"timed\": \"...\", "
+                         f"\"load\": N}}")
+    passes, cap = _passes(entry["passes"]), entry["key"]["cap"]
+    if not (is_int(cap) and 0 < cap <= MAX_POOL_CANDIDATES and sorted(passes.tree) == list(candidate_sizes(cap)[1:])):
+        raise ValueError(f"entry {i}'s tree passes are not those of its cap, {cap!r:.20}")
+    return canonical(entry["key"]), (passes, entry["timed"], float(entry["load"]))
+
+
+def _passes(fields) -> MeasuredPasses:
+    """A kept entry's timings; ValueError or TypeError for anything else."""
+    if not isinstance(fields, dict) or not all(isinstance(fields.get(n), dict) for n in ("tree", "tree_with_root")):
+        raise ValueError("its passes are not an object with \"tree\" and \"tree_with_root\" objects")
+    by_size = {n: {int(b): float(t) for b, t in fields[n].items()} for n in ("tree", "tree_with_root")}
+    return MeasuredPasses(**{**fields, **by_size})
+
+
+def canonical(key: dict) -> str:
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+def timing_key(target: Target, models: dict, pool_size: int, cap: int, reps: int = REPS) -> dict:
+    """What this device's pass timings depend on: the machine (processor, the target's GPU, the cores this
+    process may use, torch), the target's CPU threads, both models as records name them (dtype, device and
+    linear kernels with them), the pool, the cap and the cache's size (the scratch context's room)."""
+    gpu = torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None
+    return {"format": FORMAT, "cpu": processor(), "gpu": gpu, "cpus": len(os.sched_getaffinity(0)),
+            "torch": torch.__version__, "threads": list(target.threads or ()), "target": models.get("target"),
+            "drafter": models.get("drafter"), "pool": pool_size, "cap": cap, "capacity": target.capacity,
+            "reps": reps}
+
+
+def kept_or_measured(kept: PassTimes, key: dict, timed: Callable[[], MeasuredPasses],
+                     retime: bool = False) -> MeasuredPasses:
+    """The timings `kept` holds under `key` (said in one line), else (or with `retime`) `timed()`'s, then kept."""
+    entry = None if retime else kept.read().get(canonical(key))
+    if entry is not None:
+        passes, when, load = entry
+        log.info("budget auto: pass timings as kept in %s (timed %s at a load average of %.1f on %d CPUs: a plain "
+                 "pass %.1f ms, the drafter's pool %.1f ms); --retime times them again", kept.path, when, load,
+                 key["cpus"], 1000 * passes.plain, 1000 * passes.pool)
+        return passes
+    passes = timed()
+    if kept.add({canonical(key): (passes, time.strftime("%Y-%m-%d %H:%M"), machine_load())}):
+        log.info("budget auto: pass timings kept in %s for later starts on this machine", kept.path)
+    return passes

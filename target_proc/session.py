@@ -11,7 +11,7 @@ import torch
 from models.kv_cache import KVCache
 from models.load import load
 from models.options import ModelOptions
-from pipeline.budget import SessionBudgets
+from pipeline.budget import MeasuredPasses, SessionBudgets
 from pipeline.config import InputError, PoolConfig
 from pipeline.decode import DrafterClient, Observer, decode
 from pipeline.result import DecodeResult
@@ -36,14 +36,23 @@ class TargetSession:
     """The target's side of a decoding session: its model with the KV cache, its tokenizer and its drafter."""
 
     def __init__(self, target: Target, tokenizer, drafter: DrafterClient | None, pool: PoolConfig,
-                 models: dict | None = None) -> None:
+                 models: dict | None = None, kept: costs.PassTimes | None = None, retime: bool = False) -> None:
+        """kept: where this machine's pass timings for budget auto are kept (None: timed at every start);
+        retime: time them again and keep the new ones."""
         self.target = target
         self.tokenizer = tokenizer
         self.drafter = drafter
         self.pool = pool
         self.models = models or {}  # "target" and "drafter": model, revision, dtype, device (provenance)
-        self.budgets = SessionBudgets(  # budget auto's memory
-            lambda cap: costs.measure(self.target, cap, drafter=self.drafter, pool_size=self.pool.size))
+        self.kept, self.retime = kept, retime
+        self.budgets = SessionBudgets(self._pass_timings)  # budget auto's memory
+
+    def _pass_timings(self, cap: int) -> MeasuredPasses:
+        timed = lambda: costs.measure(self.target, cap, drafter=self.drafter, pool_size=self.pool.size)  # noqa: E731
+        if self.kept is None:
+            return timed()
+        key = costs.timing_key(self.target, self.models, self.pool.size, cap)
+        return costs.kept_or_measured(self.kept, key, timed, self.retime)
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
                sync_phases: bool = False, observe: Observer | None = None, on_tokens=None) -> DecodeResult:
@@ -51,10 +60,11 @@ class TargetSession:
 
         sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
         CPU the target switches torch's thread count between passes; the caller's count is restored.
-        observe: see pipeline.decode.decode (a RoundRecorder, which needs room for a pass over the pool).
+        observe: see pipeline.decode.decode (a RoundRecorder needs room for a pass over the pool).
         The config's stop strings are checked on the text this session's tokenizer gives (target_proc.stops).
         """
-        extra = max(0, RoundRecorder.slots(self.pool.size) - config.largest_tree) if observe else 0  # see sweep
+        recorded = isinstance(observe, RoundRecorder)
+        extra = max(0, RoundRecorder.slots(self.pool.size) - config.largest_tree) if recorded else 0  # see sweep
         config.check_fits(len(prompt_ids) + extra, self.target.capacity)
         check_stop_ids(config, self.target.runner.vocab_size)
         generator = torch.Generator(device=self.target.device)
@@ -133,7 +143,7 @@ def open_session(model: ModelOptions, endpoint: str, pool: PoolConfig, drafter_t
         models = {"target": loaded.identity,
                   "drafter": {"model": ready.model, "revision": ready.revision, "dtype": ready.dtype,
                               "device": ready.device, **({"linear_kernels": kernels} if kernels else {})}}
-        yield TargetSession(target, loaded.tokenizer, drafter, pool, models)
+        yield TargetSession(target, loaded.tokenizer, drafter, pool, models, costs.PassTimes(), model.retime)
         drafter.shutdown()
         linger = SHUTDOWN_WAIT_S
     finally:

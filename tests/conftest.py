@@ -133,7 +133,7 @@ def _private_key_dir(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def _private_kernel_cache(tmp_path_factory):
     """The CPU linear kernels chosen during the tests (and by the processes they start) are kept in a file of
-    their own, never in the user's cache directory."""
+    their own, never in the user's cache directory, and budget auto's pass timings beside it."""
     with _environment("SPECPAIR_KERNEL_CACHE", tmp_path_factory.mktemp("kernels") / "linear-kernels.json"):
         yield
 

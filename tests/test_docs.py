@@ -17,6 +17,7 @@ from pipeline.rules import RULES
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+RESULT_PAGES = sorted((ROOT / "results").glob("**/*.md"))  # their links are checked; their commands ran then
 MAX_README_LINES = 150
 PACKAGES = ("pipeline", "protocol", "models", "evaluation", "target_proc", "drafter_proc", "programs", "study",
             "training", "timing", "launch", "bench")
@@ -87,7 +88,7 @@ def test_the_readme_is_short():
     assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines; move the rest to docs/"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=page_id)
+@pytest.mark.parametrize("page", PAGES + RESULT_PAGES, ids=page_id)
 def test_every_relative_link_resolves(page):
     broken = []
     for target in LINK.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):

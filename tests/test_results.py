@@ -1,6 +1,7 @@
-"""results/README.md quotes the committed JSON figure for figure.
+"""The results pages quote the committed JSON figure for figure.
 
-A table that quotes a results folder's JSON names the file in its last column's heading ("from `values.jsonl`",
+The pages: each run folder's README.md (its heading names the folder) and the benchmark pages beside
+results/README.md, the index. A table that quotes a results folder's JSON names the file in its last column's heading ("from `values.jsonl`",
 the file in the folder of the section's heading) and, in each row, the line and fields each figure comes from:
 `KIND KEY=VALUE ...: FIELD ...`, KIND the line's `kind` and every KEY=VALUE one of its fields (values compare
 as text). Each column headed "T = x" holds the figures at temperature x: its numbers, in order, are the FIELDs
@@ -20,8 +21,7 @@ from pathlib import Path
 import pytest
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-README = RESULTS / "README.md"
-SECTION = re.compile(r"^## `([\w./-]+)/`", re.M)
+SECTION = re.compile(r"^#{1,2} `([\w./-]+)/`", re.M)
 SOURCE = re.compile(r"from `([\w.-]+\.jsonl?)`")
 CITATION = re.compile(r"^`([\w-]+)((?: [\w-]+=\S+)*): ([\w ]+)`$")
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+(?:\.(\d+))?)(?:e([+-]?\d+))?(%?)")
@@ -33,9 +33,16 @@ QUOTING = ("cpu-smollm2-paper-pool", "cpu-smollm2-eagle3-paper-pool", "cpu-smoll
            "cpu-smollm2-auto-drafters/ledger-int8-t0", "cpu-smollm2-lookup/head-b8-lookup8")  # every table quotes its JSON
 
 
+def pages_text() -> str:
+    """Every results page, one after the other (each run folder's README.md, then the pages beside the index)."""
+    pages = sorted(RESULTS.glob("*/**/README.md")) + sorted(p for p in RESULTS.glob("*.md") if p.name != "README.md")
+    return "\n".join(p.read_text(encoding="utf-8") for p in pages)
+
+
 def sections(text: str) -> dict[str, str]:
-    """Each `## \\`FOLDER/\\`` section's text (to the next heading of its level), by folder."""
-    headings = list(re.finditer(r"^## ", text, re.M))
+    """Each `# \\`FOLDER/\\`` or `## \\`FOLDER/\\`` section's text (to the next heading of level 1 or 2), by
+    folder."""
+    headings = list(re.finditer(r"^#{1,2} ", text, re.M))
     ends = [m.start() for m in headings[1:]] + [len(text)]
     return {m.group(1): text[h.start():end] for h, end in zip(headings, ends)
             if (m := SECTION.match(text, h.start()))}
@@ -133,7 +140,7 @@ def check_table(rows: list[list[str]], lines_of, where: str) -> tuple[int, list[
 
 
 def check(text: str) -> tuple[int, list[str]]:
-    """(figures checked, problems) of every quoting table of results/README.md's `text`."""
+    """(figures checked, problems) of every quoting table of the results pages' `text`."""
     checked, problems = 0, []
     for folder, section in sections(text).items():
         quoting = [rows for rows in tables(section) if SOURCE.search(rows[0][-1])]
@@ -158,8 +165,8 @@ def check(text: str) -> tuple[int, list[str]]:
     return checked, problems
 
 
-def test_every_figure_the_results_readme_quotes_is_the_committed_jsons():
-    checked, problems = check(README.read_text(encoding="utf-8"))
+def test_every_figure_the_results_pages_quote_is_the_committed_jsons():
+    checked, problems = check(pages_text())
     assert not problems, f"{len(problems)} figures differ from the JSON they name:\n  " + "\n  ".join(problems[:20])
     assert checked >= 100  # the quoting tables are there, not left out
 
@@ -167,14 +174,14 @@ def test_every_figure_the_results_readme_quotes_is_the_committed_jsons():
 @pytest.mark.parametrize("old, new", [("+20.1% [+16.6%, +24.1%]", "+20.2% [+16.6%, +24.1%]"),
                                       ("+20.1% [+16.6%, +24.1%]", "+20.1% [+16.6%]")])
 def test_a_changed_figure_is_caught(old, new):
-    text = README.read_text(encoding="utf-8")
+    text = pages_text()
     assert old in text
     checked, problems = check(text.replace(old, new, 1))
     assert problems and "T = 0" in problems[0]
 
 
 def test_a_changed_figure_of_a_side_column_is_caught_against_its_own_folder():
-    text = README.read_text(encoding="utf-8")
+    text = pages_text()
     section = sections(text)["cpu-smollm2-eagle3-paper-pool"]
     row = next(line for line in section.splitlines() if "| root over draft, B = 8 |" in line)
     cells = row.split(" | ")

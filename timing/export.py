@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from evaluation.paths import output_dir, output_file, replace_atomically
+from evaluation.paths import output_dir, output_file, refuse_overwrite, replace_atomically
 from evaluation.record import DecodeRecord
 from evaluation.summary import EVERY_BUDGET
 from pipeline.config import InputError
@@ -46,15 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     def body(ns, options: ExportOptions) -> int:
-        for path in export(ns.run_dir, ns.out_dir, options.model_id or None):
+        for path in export(ns.run_dir, ns.out_dir, options.model_id or None, overwrite=options.overwrite):
             print(path)
         return 0
 
     return run_files_program(build_parser(), argv, ExportOptions, body)
 
 
-def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path]:
-    """Write the Spec-Bench answer files of a sweep directory -> their paths."""
+def export(run_dir: str, out_dir: str, model_id: str | None = None, *, overwrite: bool = False) -> list[Path]:
+    """Write the Spec-Bench answer files of a sweep directory -> their paths. InputError, before any is written,
+    where one exists already and `overwrite` is not set."""
     if not Path(run_dir).is_dir():
         raise InputError(f"the run directory {run_dir} " + ("is not a directory" if Path(run_dir).exists() else
                                                             "does not exist"))
@@ -67,16 +68,21 @@ def export(run_dir: str, out_dir: str, model_id: str | None = None) -> list[Path
     groups: dict[tuple, list[DecodeRecord]] = {}
     for r in records:
         groups.setdefault((r.decoder, float(r.temperature), r.setting_budget), []).append(r)
-    written = []
-    for (decoder, temperature, budget), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        shared = budget == EVERY_BUDGET  # a sweep's `ar`: one file, whatever the budgets
-        path = out / f"{model_id}-{decoder}-temperature-{temperature:g}{'' if shared else f'-budget-{budget}'}.jsonl"
-        lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{decoder}", run_dir)]
+    files = {out / answer_file(model_id, *key): rs for key, rs in sorted(groups.items(), key=lambda kv: str(kv[0]))}
+    refuse_overwrite(files, overwrite, "a new OUT_DIR")
+    for path, rs in files.items():
+        lines = [json.dumps(answer) for answer in answers(rs, f"{model_id}-{rs[0].decoder}", run_dir)]
         output_file(path, "the answer file")
         with replace_atomically(path) as tmp:  # a failed write leaves no partial or empty answer file
             tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
+    return list(files)
+
+
+def answer_file(model_id: str, decoder: str, temperature: float, budget: int | str) -> str:
+    """The answer file's name of a (decoder, T, B); a sweep's `ar`, decoded once for every budget, has one file
+    whatever the budgets."""
+    shared = budget == EVERY_BUDGET
+    return f"{model_id}-{decoder}-temperature-{temperature:g}{'' if shared else f'-budget-{budget}'}.jsonl"
 
 
 def answers(records: Sequence[DecodeRecord], model_id: str, run: str) -> list[dict]:

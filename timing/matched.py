@@ -124,7 +124,7 @@ def command(config: dict, temperatures: Sequence[float], budget: int, cap: int, 
         argv += ["--gpus", gpus]
     else:
         argv += ["--target-device", target.device, "--drafter-device", drafter.device if drafter else "cpu"]
-    argv += _changed(target, ModelOptions(), skip=("model", "device", "retune"))  # the launcher gives both sides these
+    argv += _changed(target, ModelOptions(), skip=("model", "device", "retune", "retime"))  # the launcher gives both sides these
     argv += to_argv(PoolConfig(**config["pool"]), prefix="pool-")
     for source in sweep["prompts"]:
         argv += ["--prompts", source]

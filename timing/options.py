@@ -157,7 +157,10 @@ class ReportOptions:
     """Report"""
 
     out: str = field(default="", metadata={
-        "help": "directory for report.md and the plots; empty: the first DIR", "metavar": "DIR"})
+        "help": "directory for report.md and the plots; empty: the first DIR (refused where they exist already, "
+                "unless --overwrite)", "metavar": "DIR"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "write over the report.md and plots the output directory holds already"})
     resamples: int = field(default=2000, metadata={"help": "paired bootstrap resamples of prompts"})
     confidence: float = field(default=0.95, metadata={"help": "interval coverage", "metavar": "P"})
     bootstrap_seed: int = field(default=0, metadata={
@@ -187,6 +190,8 @@ class ExportOptions:
                 "reads them", "metavar": "NAME"})
     model_id: str = field(default="", metadata={
         "help": "the answers' model_id prefix (default: the target model's name)", "metavar": "NAME"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "write over the answer files OUT_DIR holds already (refused otherwise)"})
 
     def __post_init__(self) -> None:
         if self.format != "spec-bench":

@@ -54,10 +54,10 @@ def plot_gains(settings: Sequence[Setting], path: Path, confidence: float = 0.95
         ax.set_ylabel("speed gain (%)", fontsize="small")
         ax.grid(axis="y", alpha=0.3)
     _hide_unused(axes, len(pairs))
-    fig.text(0.5, 0.005, f"bars: {confidence:.0%} paired bootstrap interval over prompts; open circle: fewer than "
-             f"{MIN_INTERVAL_PROMPTS} prompts, no interval; ×: a caution of report.md says the gain measures the "
-             f"machine", ha="center", va="bottom", fontsize="x-small")
-    return _save(fig, path, bottom=0.06)
+    bottom = _caption(fig, f"bars: {confidence:.0%} paired bootstrap interval over prompts; open circle: fewer than "
+                           f"{MIN_INTERVAL_PROMPTS} prompts, no interval; ×: a caution of report.md says the gain "
+                           f"measures the machine")
+    return _save(fig, path, bottom=bottom)
 
 
 def _gain_tick(s: Setting, g, marks: str) -> str:
@@ -123,6 +123,18 @@ def _phase_legend(fig, names: Sequence[str]) -> None:
                ncol=4, fontsize="x-small", frameon=False)
 
 
+CAPTION_CHARS_PER_INCH = 15  # x-small characters an inch of the figure holds, with room to spare
+
+
+def _caption(fig, text: str) -> float:
+    """Write `text` under the panels, each of its lines wrapped to the figure's width so that none runs past
+    its edges -> the share of the figure's height the caption takes, for the panels' layout to leave free."""
+    width = max(20, int(CAPTION_CHARS_PER_INCH * fig.get_figwidth()))
+    lines = [wrapped for line in text.split("\n") for wrapped in textwrap.wrap(line, width)]
+    fig.text(0.5, 0.005, "\n".join(lines), ha="center", va="bottom", fontsize="x-small")
+    return (0.1 + 0.13 * len(lines) + 0.05) / fig.get_figheight()
+
+
 def _save(fig, path: Path, top: float = 1.0, bottom: float = 0.0) -> bool:
     fig.tight_layout(rect=(0, bottom, 1, top))
     fig.savefig(path, dpi=120)
@@ -151,10 +163,9 @@ def plot_speed(panels, path: Path) -> bool:
             ax.set_ylabel(unit, fontsize="small")
             ax.set_title(f"{title}: {'speed' if metric == 'speed' else 'τ'}", fontsize="medium")
     _decoder_legend(fig, names)
-    fig.text(0.5, 0.005, "speed: summed tokens over summed seconds, no interval (the gains' are in gains.png)\n"
-             "hatched: τ = 1 by construction (plain rounds only); ⚠: a caution in report.md", ha="center",
-             va="bottom", fontsize="x-small")
-    return _save(fig, path, 1 - 0.4 / height, 0.45 / height)
+    bottom = _caption(fig, "speed: summed tokens over summed seconds, no interval (the gains' are in gains.png)\n"
+                           "hatched: τ = 1 by construction (plain rounds only); ⚠: a caution in report.md")
+    return _save(fig, path, 1 - 0.4 / height, bottom)
 
 
 def plot_acceptance(panels, path: Path) -> bool:
@@ -176,16 +187,25 @@ def plot_acceptance(panels, path: Path) -> bool:
                 ax.plot(d[:1], share[:1], "o", markersize=8, color=line.get_color(), markerfacecolor="white")
         ax.set_xticks(d)
         ax.set_ylim(0, 105)
+        _mark_chains(ax, max(st.pool_depth for _, st in series), depth)
         ax.set_xlabel("d, tree tokens accepted (bonus token not counted)", fontsize="small")
         ax.set_ylabel("tree rounds accepting ≥ d (%)", fontsize="small")
         ax.set_title(title, fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
     _hide_unused(axes, len(panels))
-    if any(figures.by_construction(st.decoder) for _, series in panels for _, st in series):
-        fig.text(0.5, 0.005, "open circle: 100% by construction (the tree holds the target's own draw X1, which "
-                 "every tree round accepts)", ha="center", va="bottom", fontsize="x-small")
-    return _save(fig, path, bottom=0.25 / (3.4 * -(-len(panels) // 3)))
+    notes = (["open circle: 100% by construction (the tree holds the target's own draw X1, which every tree round "
+              "accepts)"] if any(figures.by_construction(st.decoder) for _, series in panels for _, st in series)
+             else []) + (["shaded: depths beyond the deepest pool the drafter sent, which only context lookup's "
+                          "chains reach"] if any(st.pool_depth for _, series in panels for _, st in series) else [])
+    return _save(fig, path, bottom=_caption(fig, "\n".join(notes)) if notes else 0.0)
+
+
+def _mark_chains(ax, pool_depth: int, depth: int) -> None:
+    """Shade the depths beyond the deepest pool the drafter sent: only context lookup's chains reach them."""
+    if 0 < pool_depth < depth:
+        ax.axvspan(pool_depth + 0.5, depth + 0.5, color="0.9", zorder=0)
+        ax.text(pool_depth + 0.6, 102, "context lookup's chains", fontsize="x-small", va="top")
 
 
 TREE_SIZE_NOTE = ("tree size: the nodes a round verified; report.md's table gives the budgets budget auto chose, "
@@ -208,9 +228,7 @@ def plot_tree_sizes(panels, path: Path) -> bool:
         ax.set_title(title, fontsize="medium")
         ax.legend(fontsize="x-small")
     _hide_unused(axes, len(panels))
-    note = textwrap.fill(TREE_SIZE_NOTE, int(15 * fig.get_figwidth()))  # x-small characters an inch holds
-    fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize="x-small")
-    return _save(fig, path, bottom=(0.1 + 0.15 * note.count("\n") + 0.15) / fig.get_figheight())
+    return _save(fig, path, bottom=_caption(fig, TREE_SIZE_NOTE))
 
 
 def plot_phases(panels, path: Path) -> bool:
@@ -242,10 +260,9 @@ def plot_phases(panels, path: Path) -> bool:
     _hide_unused(axes, len(panels))
     _phase_legend(fig, [*PHASES, "plain"])
     few = any(n <= FEW_ROUNDS for lanes in rows for *_, n in lanes)
-    if few:
-        fig.text(0.5, 0.005, f"⚠ few: a row resting on {FEW_ROUNDS} rounds or fewer, whose medians are those "
-                 f"rounds' own", ha="center", va="bottom", fontsize="x-small")
-    return _save(fig, path, 1 - 0.6 / (sum(heights) + 0.6), 0.3 / (sum(heights) + 0.6) if few else 0.0)
+    bottom = _caption(fig, f"⚠ few: a row resting on {FEW_ROUNDS} rounds or fewer, whose medians are those rounds' "
+                           f"own") if few else 0.0
+    return _save(fig, path, 1 - 0.6 / (sum(heights) + 0.6), bottom)
 
 
 def _grouped_bars(ax, groups: Sequence[str], values: dict[str, np.ndarray],

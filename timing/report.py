@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from evaluation.paths import refuse_overwrite
 from evaluation.record import DecodeRecord
 from evaluation.stats import percent
 from evaluation.summary import (DELIVERED, PAPER_ROUND, Setting, analyse, as_json, category_group, group_order,
@@ -24,6 +25,10 @@ from timing import prog, run_config
 from timing.figures import phase_profile
 from timing.options import ReportOptions
 from timing.record_store import directory, load_records
+
+# Every plot a report may draw (see draw), each refused where it exists already unless --overwrite
+PLOTS = ("gains.png", "timeline.png", "speed.png", "acceptance.png", "tree_sizes.png", "phases.png",
+         "speed_by_category.png", "acceptance_by_category.png", "tree_sizes_by_category.png", "phases_by_category.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +46,9 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
         if not Path(d).is_dir():
             raise InputError(f"the run directory {d} " + ("is not a directory" if Path(d).exists() else
                                                           "does not exist"))
-    directory(options.out or dirs[0], "--out")
+    out = directory(options.out or dirs[0], "--out")
+    refuse_overwrite((out / name for name in ("report.md", *(PLOTS if options.plots else ()))), options.overwrite,
+                     "--out NEW_DIR")
     config = merged_config(dirs)
     records = load_records(dirs)
     timed = [r for r in records if not r.warmup]
@@ -55,8 +62,6 @@ def report(dirs: Sequence[str], options: ReportOptions) -> int:
         groups = group_order({category_group(r.category) for r in timed})
         by_category = {s.label: [analyse(timed, s.temperature, s.budget, g, **kw) for g in groups]
                        for s in settings}
-    out = Path(options.out or dirs[0])
-    out.mkdir(parents=True, exist_ok=True)
     plots = draw(settings, by_category, options, out) if options.plots else []
     text = render(dirs, config, records, settings, by_category, options, plots)
     (out / "report.md").write_text(text, encoding="utf-8")
@@ -82,7 +87,7 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
                       "construction) by decoder, temperature and budget",
          lambda path: p.plot_speed(f.speed_panels(settings), path)),
         ("acceptance.png", "acceptance by depth: the share of tree rounds that accepted at least d tree tokens "
-                           "(open circle: 100% by construction)",
+                           "(open circle: 100% by construction; shaded: depths only context lookup's chains reach)",
          lambda path: p.plot_acceptance(f.decoder_panels(settings, f.has_acceptance), path)),
         ("tree_sizes.png", "under budget auto, the share of rounds at each tree size (0: a plain round), for the "
                            "settings where some round verified a tree",
@@ -101,6 +106,7 @@ def draw(settings: Sequence[Setting], by_category: dict[str, list[Setting]], opt
             ("phases_by_category.png", "where a round's time goes by prompt category, per setting and decoder",
              lambda path: p.plot_phases(f.category_panels(settings, cats, f.has_rounds), path)),
         ]
+    assert {name for name, _, _ in wanted} <= set(PLOTS), "a plot missing from PLOTS would be written over unasked"
     return [(name, caption) for name, caption, plot in wanted if plot(out / name)]
 
 
@@ -144,7 +150,8 @@ def render(dirs: Sequence[str], config: dict, records: Sequence[DecodeRecord], s
         f"{options.bootstrap_seed})",
         "- τ: tokens per round, the bonus token included (Spec-Bench's mean accepted tokens); tok/pass: per "
         "target pass after the prefill (a root-pass rule makes two a round); acceptance at depth d: rounds "
-        "that accepted a node at depth d among those that reached depth d - 1 with candidates below it",
+        "that accepted a node at depth d among those that reached depth d - 1 with candidates below it (after "
+        "`chains`: the depths beyond the deepest pool the drafter sent, which only context lookup's chains reach)",
         "",
     ]
     for s in settings:
@@ -181,7 +188,7 @@ def _setting(s: Setting, options: ReportOptions, level: int) -> list[str]:
     elif len(s.decoders) > 1:
         out += ["No gains: they need at least two complete prompts and a comparison decoder.", ""]
     out += ["Round ms: median target-side round (root + wait + select + tree + commit); phase columns are "
-            "medians over rounds, draft on the drafter, concurrent with root.", ""] if level == 2 else []
+            "medians over rounds, draft on the drafter, concurrent with root.", ROOT_MS, ""] if level == 2 else []
     return out
 
 
@@ -234,6 +241,13 @@ def _round_tables(s: Setting) -> list[str]:
     return out
 
 
+ROOT_MS = ("Root ms is the same one-token pass for every decoder, but not on the same cores: `ar` and plain "
+           "rounds run it on every core the target may use (`--solo-threads`), a root-pass rule on `--threads` "
+           "(1 by default) while the drafter drafts beside it. On a quiet machine the two are close; on a loaded "
+           "one a pass spread over every core waits at each step for its slowest thread, so `ar`'s root ms can "
+           "exceed a root-pass rule's by far (the load caution says when the machine was loaded).")
+
+
 def _decoder_table(s: Setting) -> list[str]:
     """A setting's row per decoder: speed, its gain over ar, tokens, acceptance and round phases."""
     head = ["decoder", "tok/s", "vs ar", "tokens", "seconds", "τ", "tok/pass", "tree size", "acceptance by depth",
@@ -247,8 +261,7 @@ def _decoder_table(s: Setting) -> list[str]:
         cells = [name, f"{st.speed:.1f}", "—" if gain is None else _gain(s, (d, "ar"), gain),
                  f"{st.tokens.sum():.0f}", f"{st.seconds.sum():.2f}", f"{st.rounds.tau:.2f}",
                  f"{st.tokens_per_pass:.2f}", f"{st.rounds.mean_tree_size:.2f}" if st.rounds.mean_tree_size else "—",
-                 " ".join(f"{a:.2f}" for a in st.rounds.acceptance) or "—",
-                 _ms(ms["round_ms"])]
+                 st.acceptance_text(), _ms(ms["round_ms"])]
         cells += [_ms(ms[f"{p}_ms"]) for p in PHASES]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]

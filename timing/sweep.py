@@ -157,17 +157,26 @@ def summary(options: SweepOptions, tasks: Sequence[Task], records: Sequence[Deco
 
 
 def next_commands(options: SweepOptions) -> list[str]:
-    """The commands that read a sweep's directory, as its user would type them."""
-    out = shlex.quote(options.out)
-    commands = [f"{prog('report')} {out}   # speeds, gains and plots (--by-category: per prompt group)",
-                f"{prog('export')} {out} {shlex.quote(options.out.rstrip('/') + '-spec-bench')} --format spec-bench"]
+    """The commands that read a sweep's directory, as its user would type them (with --overwrite where what one
+    writes is there already, from before this run's records: it refuses otherwise)."""
+    out, answers = shlex.quote(options.out), options.out.rstrip("/") + "-spec-bench"
+    commands = [f"{prog('report')} {out}{_again(Path(options.out) / 'report.md')}   # speeds, gains and plots "
+                f"(--by-category: per prompt group)",
+                f"{prog('export')} {out} {shlex.quote(answers)} --format spec-bench"
+                f"{_again(*Path(answers).glob('*.jsonl'))}"]
     if {"pearl", "root-draw"} <= set(options.decoder_list):
         commands.append(f"{prog('matched')} {out}   # root-draw's cap that matches pearl's tree size")
     if options.record_rounds:
-        commands.append(f"{prog('values')} {out}   # every rule on the recorded rounds")
+        commands.append(f"{prog('values')} {out}{_again(Path(options.out) / 'values.md')}   # every rule on the "
+                        f"recorded rounds")
     if options.shard_index[1] > 1:
         commands = [f"{c}   # once every shard has ended" if "#" not in c else c for c in commands]
     return commands
+
+
+def _again(*held: Path) -> str:
+    """--overwrite where a file a next command writes is there already (a report of fewer records, say)."""
+    return " --overwrite" if any(p.exists() for p in held) else ""
 
 
 def _keys(task: Task) -> list[tuple]:

@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--work: {args.work} holds no training shard ({shard_path(args.work, 0).name})")
     try:
         check_device(args.device)
+        shards = [] if args.work is None else [shard_path(args.work, s) for s in range(args.shards)
+                                               if shard_path(args.work, s).is_file()]
+        trained = [a for path in shards for a in read_shard(path)]  # a damaged shard is said before any work
         heads = [read_head(path) for path in (args.head, args.against) if path is not None]
         chosen = gather(PromptOptions(prompts=tuple(args.prompts), limit_prompts=args.limit, stratify=args.stratify),
                         0)[: args.limit]
@@ -157,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    for g in report["held_out_by_group"]},
                              **compared(counts, theirs)}
     if args.work is not None:
-        shards = [shard_path(args.work, s) for s in range(args.shards) if shard_path(args.work, s).is_file()]
-        report["training"] = agreement(head, [a for s in shards for a in read_shard(s)], args.steps)
+        report["training"] = agreement(head, trained, args.steps)
         report["training_shards"] = len(shards)
     for name in ("held_out", "training"):
         if name in report:

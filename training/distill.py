@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from evaluation.paths import replace_atomically
+from training.files import written
 
 STORE_DTYPE = torch.bfloat16  # features and hidden states on disk (the target's activations exceed float16)
 
@@ -115,19 +115,38 @@ def shard_path(work: Path, index: int, kind: str = "answers") -> Path:
 
 
 def write_shard(path: Path, answers: list[Answer]) -> None:
-    """Atomically: a killed write leaves no shard."""
-    with replace_atomically(path) as partial:
+    """Atomically: a killed write leaves no shard, a failed one (a full disk) is NotWritten naming it."""
+    with written(path) as partial:
         torch.save([a.to_dict() for a in answers], partial)
 
 
 def read_shard(path: Path) -> list[Answer]:
     """The shard's answers, their tensors mapped from the file rather than read into memory: the training
     reads each answer's rows as it batches them, and a run's answers need not fit in memory (the OS keeps in
-    its page cache what does)."""
+    its page cache what does). ValueError naming the file where it cannot be read."""
     try:
-        return [Answer(**row) for row in torch.load(path, weights_only=True, mmap=True)]
-    except OSError as e:  # a file system that cannot map files, or no memory left to map it: the shard may be good
-        raise ValueError(f"{path}: cannot be mapped into memory ({e})") from None
-    except Exception as e:  # a file that is not a shard this program wrote
-        raise ValueError(f"{path}: not a training shard ({type(e).__name__}: {e}); delete it to write it again")\
-            from None
+        return _answers(torch.load(path, weights_only=True, mmap=True))
+    except OSError as e:  # a file system that cannot map files, no memory left to map it, or a damaged file
+        if _readable(path):
+            raise ValueError(f"{path}: cannot be mapped into memory ({e})") from None
+        error = e
+    except Exception as e:  # a truncated or foreign file, whatever torch's reader raised for it
+        error = e
+    raise ValueError(f"{path} is damaged or not a training shard ({type(error).__name__}: "
+                     f"{str(error).splitlines()[0][:160] if str(error) else ''}); delete it and run the same command "
+                     f"again to answer its prompts again") from None
+
+
+def _answers(rows) -> list[Answer]:
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise TypeError("it holds no list of answers")
+    return [Answer(**row) for row in rows]
+
+
+def _readable(path: Path) -> bool:
+    """Whether the shard reads whole when it is not mapped: a good file on a file system that cannot map it."""
+    try:
+        _answers(torch.load(path, weights_only=True))
+        return True
+    except Exception:  # damaged: the caller says so
+        return False

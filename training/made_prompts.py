@@ -21,7 +21,7 @@ import json
 import random
 from pathlib import Path
 
-from evaluation.paths import replace_atomically
+from training.files import written
 from training.novelty import Novelty
 from training.prompts import CODE, CONTEXT, EXPLAIN, HOWTO, LANGUAGES, ROLES, SUBJECTS, TRANSLATE, WRITING
 
@@ -93,7 +93,7 @@ def written_prompts(model, tokenizer, count: int, seed: int, work: Path, novelty
         else:
             texts = write_round(model, tokenizer, rounds, seed)
             path.parent.mkdir(parents=True, exist_ok=True)
-            with replace_atomically(path) as partial:
+            with written(path) as partial:
                 partial.write_text(json.dumps(texts, ensure_ascii=False))
         before = len(kept)
         for t in texts:

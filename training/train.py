@@ -11,7 +11,6 @@ gradients of `batch` answers. A checkpoint (weights, optimizer, the step) is wri
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -19,13 +18,14 @@ from pathlib import Path
 
 import torch
 
-from evaluation.paths import replace_atomically
 from models.eagle3 import Eagle3Head, rotary
 from models.eagle3_config import HEAD_KEYS, HeadConfig, shapes_of
 from training.distill import Answer
+from training.files import write_json, written
 from training.ttt import unrolled_loss
 
 HEAD_DTYPE = torch.float16  # the written head's weights (models.eagle3 casts them to the runtime's dtype)
+CHECKPOINT_KEYS = {"weights", "optimizer", "curve", "step", "schedule", "answers"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +45,17 @@ class Schedule:
         for name in ("epochs", "batch", "steps", "save_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be at least 1, not {getattr(self, name)}")
-        if not self.lr > 0 or not 0 < self.decay <= 1 or not 0 <= self.min_lr <= 1:
-            raise ValueError(f"`lr` must be positive, `decay` in (0, 1] and `min_lr` in [0, 1] (got {self.lr}, "
-                             f"{self.decay}, {self.min_lr})")
+        if not 0 <= self.warmup < 1 << 31 or not 0 <= self.seed < 1 << 32:
+            raise ValueError(f"`warmup` must be in [0, 2^31) and `seed` in [0, 2^32) (got {self.warmup}, {self.seed})")
+        if not 0 < self.lr < math.inf or not 0 < self.decay <= 1 or not 0 <= self.min_lr <= 1:
+            raise ValueError(f"`lr` must be positive and finite, `decay` in (0, 1] and `min_lr` in [0, 1] (got "
+                             f"{self.lr}, {self.decay}, {self.min_lr})")
+        if not 0 < self.clip < math.inf:
+            raise ValueError(f"`clip` must be positive and finite, not {self.clip}")
+
+    def total(self, answers: int) -> int:
+        """Optimizer steps of a run on `answers` answers."""
+        return math.ceil(answers / self.batch) * self.epochs
 
     def lr_at(self, step: int, total: int) -> float:
         if step < self.warmup:
@@ -116,23 +124,22 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
     ids = d2t + torch.arange(len(d2t))
     output_rows = target.output[ids].to(device, torch.float32)  # (Vd, T): the target's logits over the draft vocab
     per_epoch = math.ceil(len(answers) / schedule.batch)
-    total = per_epoch * schedule.epochs
+    total = schedule.total(len(answers))
     checkpoint = work / "checkpoint.pt"
     data = data_digest(answers, d2t)
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=True, map_location="cpu")
-        if (state["schedule"] != asdict(schedule) or state["answers"] != len(answers)
-                or state.get("data", data) != data):  # a checkpoint written before the digest: by the count
-            raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to "
-                             f"train from the start")
-        start, curve, step = state["weights"], state["curve"], state["step"]
-    else:
-        start, curve, step = initial_weights(target, cfg, d2t, schedule.seed), [], 0
+    start, curve, step, moments = _start(checkpoint, initial_weights(target, cfg, d2t, schedule.seed), schedule,
+                                         len(answers), data)
+    if progress:
+        progress(step, total, None)  # where the training starts: 0, or the checkpoint's step
     weights = {k: v.to(device).requires_grad_(True) for k, v in start.items()}
     head = build_head(target, cfg, weights, d2t, device)
     optimizer = torch.optim.AdamW(list(weights.values()), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    if checkpoint.exists():
-        optimizer.load_state_dict(state["optimizer"])  # its state moves to the weights' device
+    if moments is not None:
+        try:
+            optimizer.load_state_dict(moments)  # its state moves to the weights' device
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"{checkpoint} is damaged or not a checkpoint (its optimizer's state: {e}); delete it "
+                             f"to train from the start") from None
     t2d = t2d.bool().to(device)
     while step < total:
         epoch, at = divmod(step, per_epoch)
@@ -142,16 +149,7 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
             group["lr"] = schedule.lr_at(step, total)
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss_sum, rows, hits = 0.0, [0] * schedule.steps, [0] * schedule.steps
-        for a in (answers[j] for j in batch):
-            scores = unrolled_loss(head, a.last.to(device, torch.float32) @ output_rows.T, a.tokens.to(device),
-                                   a.start, a.features.to(device, torch.float32), a.argmax.to(device), t2d,
-                                   schedule.steps, schedule.decay)
-            (scores.loss / len(batch)).backward()
-            loss_sum += float(scores.loss.detach())
-            for k, (r, h) in enumerate(zip(scores.rows, scores.hits)):
-                rows[k] += r
-                hits[k] += h
+        loss_sum, rows, hits = _gradients(head, [answers[j] for j in batch], output_rows, t2d, schedule, device)
         norm = torch.nn.utils.clip_grad_norm_(list(weights.values()), schedule.clip)
         optimizer.step()
         step += 1
@@ -168,6 +166,35 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
     return {k: v.detach().cpu() for k, v in weights.items()}, curve
 
 
+def _gradients(head: Eagle3Head, batch: list[Answer], output_rows: torch.Tensor, t2d: torch.Tensor,
+               schedule: Schedule, device) -> tuple[float, list[int], list[int]]:
+    """Accumulate the batch's mean loss gradient -> (summed loss, scored rows per step, top-1 hits per step)."""
+    loss_sum, rows, hits = 0.0, [0] * schedule.steps, [0] * schedule.steps
+    for a in batch:
+        scores = unrolled_loss(head, a.last.to(device, torch.float32) @ output_rows.T, a.tokens.to(device),
+                               a.start, a.features.to(device, torch.float32), a.argmax.to(device), t2d,
+                               schedule.steps, schedule.decay)
+        (scores.loss / len(batch)).backward()
+        loss_sum += float(scores.loss.detach())  # a host-device sync per answer
+        for k, (r, h) in enumerate(zip(scores.rows, scores.hits)):
+            rows[k] += r
+            hits[k] += h
+    return loss_sum, rows, hits
+
+
+def _start(checkpoint: Path, initial: dict, schedule: Schedule, answers: int, data: str):
+    """-> (weights, loss curve, step, the optimizer's state or None) to train from: the checkpoint's where there is
+    one (ValueError where it is damaged or of another run), else `initial` at step 0."""
+    if not checkpoint.exists():
+        return initial, [], 0, None
+    state = read_checkpoint(checkpoint, {k: v.shape for k, v in initial.items()})
+    if (state["schedule"] != asdict(schedule) or state["answers"] != answers
+            or state.get("data", data) != data):  # a checkpoint written before the digest: by the count
+        raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to train from "
+                         f"the start")
+    return state["weights"], state["curve"], state["step"], state["optimizer"]
+
+
 def data_digest(answers: list[Answer], d2t: torch.Tensor) -> str:
     """What a checkpoint was trained on: the answers' tokens and starts, and the draft vocabulary."""
     h = hashlib.blake2b(digest_size=16)
@@ -179,8 +206,31 @@ def data_digest(answers: list[Answer], d2t: torch.Tensor) -> str:
 
 
 def _save(path: Path, state: dict) -> None:
-    with replace_atomically(path) as partial:
+    with written(path) as partial:
         torch.save(state, partial)
+
+
+def read_checkpoint(path: Path, shapes: dict) -> dict:
+    """The state `_save` wrote, its weights of `shapes`; ValueError naming the file and saying to delete it where
+    it is damaged (truncated, of another program, of another head's shapes)."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+        problem = _checkpoint_problem(state, shapes)
+    except Exception as e:  # a truncated or foreign file, whatever torch's reader raised for it
+        problem = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    if problem:
+        raise ValueError(f"{path} is damaged or not a checkpoint ({problem}); delete it to train from the start")
+    return state
+
+
+def _checkpoint_problem(state, shapes: dict) -> str | None:
+    if not isinstance(state, dict) or not CHECKPOINT_KEYS <= set(state):
+        return "not the state of a training"
+    if {k: v.shape for k, v in state["weights"].items()} != shapes:
+        return "its weights are not this head's"
+    if not isinstance(state["step"], int) or state["step"] < 1 or len(state["curve"]) != state["step"]:
+        return f"step {state['step']!r} beside {len(state['curve'])} rows of its loss curve"
+    return None
 
 
 def write_head(out: Path, config: dict, weights: dict, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
@@ -193,5 +243,6 @@ def write_head(out: Path, config: dict, weights: dict, d2t: torch.Tensor, t2d: t
     if big:
         raise ValueError(f"the head's weights {big} do not fit {HEAD_DTYPE} (training diverged?)")
     tensors["d2t"], tensors["t2d"] = d2t.long().contiguous(), t2d.bool().contiguous()
-    save_file(tensors, str(out / "model.safetensors"))
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    with written(out / "model.safetensors") as partial:
+        save_file(tensors, str(partial))
+    write_json(out / "config.json", config, indent=2)

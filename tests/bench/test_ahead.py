@@ -78,15 +78,16 @@ def test_a_run_on_the_mock_pair_ends_with_one_json_document(tmp_path):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda d: (d / "old.jsonl").write_text("{}\n") and d / "old.jsonl", r"old.jsonl: exists \(a new file keeps each"),
-    (lambda d: d / "missing" / "r.jsonl", r"r.jsonl: no directory .*missing"),
+    (lambda d: (d / "old.jsonl").write_text("{}\n") and d / "old.jsonl",
+     r"holds old.jsonl already; write elsewhere \(--records NEW_FILE\) or give --overwrite"),
+    (lambda d: d / "missing" / "r.jsonl", r"--records .*r.jsonl: no directory .*missing"),
 ], ids=["exists", "no-directory"])
 def test_records_go_to_a_new_file_only(tmp_path, make, message):
     path = make(tmp_path)
     before = path.read_text() if path.exists() else None
     done = subprocess.run([sys.executable, "-m", "bench.ahead", "--target", "mock", "--prompts", "humaneval",
                            "--records", str(path)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and re.search(r"error: --records .*" + message, done.stderr), done.stderr
+    assert done.returncode == 2 and re.search(r"error: .*" + message, done.stderr), done.stderr
     assert (path.read_text() if path.exists() else None) == before  # another run's records untouched
 
 

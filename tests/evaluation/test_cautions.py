@@ -89,3 +89,19 @@ def test_a_machine_busier_than_the_pair_keeps_itself_is_flagged(make_record):
 def test_a_caution_kind_is_one_of_those_known():
     with pytest.raises(ValueError, match="`kind` must be one of"):
         Caution("noise", "x")
+
+
+def test_trees_of_the_target_s_own_draw_alone_are_plain_decoding_s_work(make_record):
+    """A root-pass rule's tree of one node holds the draw X1 its root pass made (it runs no tree pass otherwise):
+    nothing beyond the root is verified, one token a target pass, as `ar`; draft's tree of one node is a candidate
+    of the drafter's, speculation."""
+    records = [plain(make_record, f"p/{i}", "ar") for i in range(3)]
+    records += [make_record(f"p/{i}", d, budget="auto", tree_sizes=(1, 1, 1), accepted=(1, 1, 1), budgets=(1, 1, 1))
+                for i in range(3) for d in ("pearl", "root", "draft")]
+    for s in both(records):
+        (caution,) = s.cautions
+        assert caution.kind == "same work" and set(caution.pairs) == {("pearl", "ar"), ("root", "ar")}
+        assert s.decoders["pearl"].bare == s.decoders["root"].bare == 9 and s.decoders["draft"].bare == 0
+    held = [make_record(f"p/{i}", "cover", budget="auto", tree_sizes=(1, 1), accepted=(1, 0), budgets=(1, 1),
+                        held_rows=(1, 0)) for i in range(3)]
+    assert analyse(held, 0.0, "auto").decoders["cover"].bare == 3  # its held rounds' trees held the draw alone

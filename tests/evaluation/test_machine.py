@@ -3,7 +3,10 @@ the header lacks said as such."""
 
 from __future__ import annotations
 
+import pytest
+
 from evaluation.machine import device_words, drafter_name, machine_line
+from evaluation.provenance import vector_width
 
 CPU = {"cpu": "Intel(R) Xeon(R) CPU @ 2.20GHz", "cpu_count": 2, "gpus": []}
 
@@ -31,3 +34,14 @@ def test_what_the_header_lacks_is_said_unnamed():
     assert machine_line({}) == "machine: an unnamed CPU; target unnamed, drafter unnamed"
     assert device_words({}, "cuda:3") == "an unnamed GPU (cuda:3)"
     assert drafter_name({"models": {"drafter": "smollm2:int8"}}) == "smollm2:int8"
+
+
+@pytest.mark.parametrize("flags, width", [("fpu avx avx2 fma avx512f avx512bw", "AVX-512"), ("fpu avx avx2 fma", "AVX2"),
+                                          ("fpu avx", "AVX"), ("fpu sse2", None)])
+def test_the_cpus_vector_width_is_read_from_its_flags(tmp_path, flags, width):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: {flags}\n")
+    assert vector_width(str(info)) == width
+    assert vector_width(str(tmp_path / "missing")) is None
+    named = device_words({"cpu": "AMD EPYC", "cpu_vectors": width, "cpu_count": 2}, "cpu")
+    assert named == (f"AMD EPYC ({width}), 2 CPUs" if width else "AMD EPYC, 2 CPUs")

@@ -436,6 +436,26 @@ IMPOSSIBLE = {  # well-formed chunks, valid checksums, that their run could not 
     "a temperature of 1e308": ({"key.temperature": 1e308}, "temperature 1e+308 is none the run decoded at (1)"),
     "first_soft summing past 1": (dict(first_soft=_array("first_soft", "<f4", lambda a: a.__setitem__(slice(3), 0.9))),
                                   "`first_soft` sums to"),
+    "a root entropy NaN of a recorded root row": (
+        dict(root_entropy=_array("root_entropy", "<f4", lambda a: a.__setitem__(1, np.nan))),
+        "round 1: `root_entropy` is nan where `root_argmax` is 7"),
+    "a root entropy beyond log V": (dict(root_entropy=_array("root_entropy", "<f4", lambda a: a.__setitem__(0, 4.5))),
+                                    "`root_entropy` 4.5, beyond log 64 = 4.15888"),
+    "a root entropy without its root row": (
+        dict(root_argmax=_array("root_argmax", "<i4", lambda a: a.__setitem__(0, -1))),
+        "`root_entropy` is 2.5 where `root_argmax` is -1"),
+    "a root entropy below 0": (dict(root_entropy=_array("root_entropy", "<f4", lambda a: a.__setitem__(0, -0.5))),
+                               "`root_entropy` holds -0.5, outside [0.0, 21.4"),
+    "a root entropy past log 2^31": (dict(root_entropy=_array("root_entropy", "<f4", lambda a: a.__setitem__(0, 30))),
+                                     "`root_entropy` holds 30.0, outside [0.0, 21.4"),
+    "seconds NaN": (dict(seconds=_array("seconds", "<f4", lambda a: a.__setitem__(0, np.nan))),
+                    "`seconds` holds a value that is not finite"),
+    "own tv NaN where the own row was compared": (
+        dict(own_tv=_array("own_tv", "<f4", lambda a: a.__setitem__(1, np.nan))),
+        "round 1: `own_tv` is nan where `own_agree` is 1"),
+    "first_soft NaN of a recorded root row": (
+        dict(first_soft=_array("first_soft", "<f4", lambda a: a.__setitem__(4, np.nan))),
+        "round 1: `first_soft` holds"),
 }
 
 
@@ -510,6 +530,18 @@ def test_check_lists_rounds_without_records_and_speaks_json(tmp_path, capsys):
     assert [line["kind"] for line in lines] == ["set-aside"] * 3 + ["summary"]
     assert check([str(tmp_path)]) == 0
     assert "nothing damaged or missing" in capsys.readouterr().out
+
+
+def test_check_names_a_chunk_whose_root_entropy_is_nan_as_damaged(tmp_path, capsys):
+    write_shard(tmp_path, 1, ["p0", "p1"])
+    _records(tmp_path, 1, ["p0", "p1", "p2"])
+    path = rounds_path(tmp_path, 1, 2)
+    nan = _array("root_entropy", "<f4", lambda a: a.__setitem__(0, np.nan))
+    body = {**_decode_body(root_entropy=nan), "run": read_rounds(path).run.as_dict()}
+    path.write_bytes(path.read_bytes() + frame(msgpack.packb(body, use_bin_type=True)))
+    assert check([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "`root_entropy` is nan where `root_argmax` is 7" in out and "nothing damaged" not in out
 
 
 def test_check_rounds_counts_what_it_was_given(tmp_path):

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -71,10 +73,31 @@ def test_a_settled_gain_under_budget_auto_suggests_nothing_but_a_quiet_machine_w
     assert any("quiet machine" in line for line in loaded)
 
 
-def test_an_interval_over_zero_is_said():
+def test_an_interval_over_zero_is_said_and_is_not_paying():
     v = Verdict("draw", 0.05, (-0.05, 0.15), 1.5, 1.6, 8)
     assert verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=False)[0].endswith(
-        "paid against ar: +5.0% [95% interval -5.0, +15.0], an interval that spans zero: not settled")
+        "was not shown to pay against ar: +5.0% [95% interval -5.0, +15.0], an interval that spans zero: not settled")
+
+
+def test_more_prompts_say_where_spec_benchs_questions_come_from():
+    v = Verdict("draw", 0.05, None, 1.5, 1.6, 3)
+    (more,) = [line for line in verdict_lines(v, budget=8, machine="c", drafter="d", loaded=False)
+               if "spec-bench:PATH" in line]
+    assert "data/spec_bench/question.jsonl in its repository (github.com/hemingkx/Spec-Bench)" in more
+
+
+def test_the_verdict_passes_over_a_decoder_that_did_plain_work_for_one_that_speculated():
+    bare = dataclasses.replace(stats("pearl", [2.0, 2.0], [0.0, 0.0], 20, 2.0), bare=20)
+    s = setting({"ar": stats("ar", [2.0, 2.0], [0.0, 0.0], 40, 1.0), "pearl": bare,
+                 "draft": stats("draft", [2.0, 2.0], [0.0, 0.0], 20, 2.2)},
+                {("pearl", "ar"): gain(0.3, 8), ("draft", "ar"): gain(0.1, 8)}, n=8)
+    v = verdict_of(s)
+    assert v.decoder == "draft" and v.worked
+    s.decoders["draft"] = dataclasses.replace(s.decoders["draft"], bare=20)
+    v = verdict_of(s)
+    assert v.decoder == "pearl" and not v.worked
+    (line, *_) = verdict_lines(v, budget="auto", machine="c", drafter="d", loaded=False)
+    assert line.startswith("verdict: plain decoding here: no decoder verified anything beyond the root; pearl's")
 
 
 def test_bad_verdicts_are_refused():

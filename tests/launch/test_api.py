@@ -14,6 +14,7 @@ from evaluation.output import DecodeOutput
 from evaluation.record import DecodeRecord
 from launch.api import Pair
 from models.mock import MockModel
+from models.present import ModelNotFound
 from models.tokenizers import MockTokenizer
 from pipeline.config import ConfigError, InputError
 from tests.processes.proc_tools import ROOT
@@ -90,10 +91,12 @@ def test_a_target_in_its_own_process_gives_the_same_records(pair):
     assert there.token_ids == here.token_ids and there.record.to_json().keys() == here.record.to_json().keys()
 
 
-def test_a_drafter_that_cannot_load_is_reported_at_once():
+def test_a_drafter_that_cannot_load_is_reported_at_once(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a directory that is not a checkpoint: found when it loads
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="the drafter process exited with status 2"):
-        Pair("mock", drafter="nobody/no-such-model", ready_timeout=300)
+    with pytest.raises(RuntimeError, match="the drafter process exited with status 2 before it was ready: "
+                                           "\\[drafter\\] error: model .* is not a transformers checkpoint"):
+        Pair("mock", drafter=str(tmp_path), ready_timeout=300)
     assert time.monotonic() - t0 < 60
 
 
@@ -220,8 +223,9 @@ def test_bad_stops_are_refused_naming_the_setting(pair, settings, message):
         pair.decode("x", max_new_tokens=4, **settings)
 
 
-def test_a_drafter_that_cannot_load_names_its_cause():
-    with pytest.raises(RuntimeError, match="exited with status 2 before it was ready: .*nobody/no-such-model"):
+def test_a_drafter_missing_here_is_named_before_anything_starts():
+    with pytest.raises(ModelNotFound, match=r"^model 'nobody/no-such-model' is neither a local directory nor in the "
+                                            r"local .* or pass `drafter_options=\{'allow_download': True\}`$"):
         Pair("mock", drafter="nobody/no-such-model", ready_timeout=300)
 
 
@@ -263,3 +267,19 @@ def test_no_decoders_is_refused_naming_the_argument(pair):
     for decoders in ("", " , ", []):
         with pytest.raises(ConfigError, match="^`decoders` must name at least one decoder"):
             pair.decode_many(["hi"], decoders=decoders)
+
+
+def test_budget_autos_pass_timings_are_timed_once_and_the_next_pair_reuses_them(tmp_path, monkeypatch, caplog):
+    """The first pair times them, saying at WARNING (what the API shows) when it starts and when it ends; the
+    next pair on the machine takes them as kept, in one line."""
+    monkeypatch.setenv("SPECPAIR_KERNEL_CACHE", str(tmp_path / "linear-kernels.json"))  # pass timings beside it
+    said = []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="budget"), Pair("mock") as p:
+            p.decode("a b c", decoder="draft", budget="auto", budget_max=8, max_new_tokens=4)
+        said.append([(r.levelname, r.getMessage()) for r in caplog.records if r.name == "budget"])
+    timing, timed = said[0][0], said[0][1]
+    assert timing[0] == timed[0] == "WARNING" and timing[1].startswith("budget auto: timing this machine's passes")
+    assert timed[1].startswith("budget auto: passes timed in") and (tmp_path / "pass-timings.json").exists()
+    assert len(said[1]) == 1 and said[1][0][1].startswith(f"budget auto: pass timings as kept in {tmp_path}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +148,81 @@ def test_processes_on_the_cpu_spin_briefly_unless_the_user_says_how_threads_wait
         p = planned(["--target", "mock"])
         assert "GOMP_SPINCOUNT" not in p.env["target"] and "GOMP_SPINCOUNT" not in p.env["drafter"]
         monkeypatch.delenv(name)
+
+
+def trained_head(tmp_path, target: str | None) -> str:
+    """A head folder as train-head leaves it: the committed head's weights, with a training.json naming
+    `target` (none without one)."""
+    from models.options import EMBEDDED_HEAD_DIR
+
+    head = tmp_path / "head"
+    head.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (head / name).symlink_to(EMBEDDED_HEAD_DIR / name)
+    if target is not None:
+        (head / "training.json").write_text(f'{{"command": "launch/pair.sh train-head", "target": "{target}"}}\n')
+    return f"eagle3:{head}"
+
+
+def pool_of(p) -> tuple[str, ...]:
+    return tuple(p.target[p.target.index(flag) + 1] for flag in ("--pool-topk", "--pool-depth", "--pool-expand"))
+
+
+def test_a_head_trained_for_the_embedded_target_alone_takes_the_embedded_pairs_defaults(tmp_path):
+    """docs/training.md's decode command, `--drafter eagle3:OUT` alone: the target is the one the head's
+    training.json names, and the embedded pair's pool, context lookup and output limit come with it, each said."""
+    from models.options import EMBEDDED_HEAD_POOL, EMBEDDED_LOOKUP
+
+    head = trained_head(tmp_path, "smollm2")
+    p = planned(["--drafter", head, "--decoders", "ar,draft,root-draw"])
+    assert p.target[p.target.index("--model") + 1] == "smollm2"
+    assert pool_of(p) == tuple(map(str, (EMBEDDED_HEAD_POOL.topk, EMBEDDED_HEAD_POOL.depth, EMBEDDED_HEAD_POOL.expand)))
+    assert p.target[p.target.index("--lookup") + 1] == str(EMBEDDED_LOOKUP)
+    assert any(f"target smollm2: the one {head} drafts for" in n for n in p.notes)
+    assert any("pool reduced to topk=10 depth=3 expand=3" in n for n in p.notes)
+
+
+def test_the_embedded_target_named_runs_the_cpu_pool_and_a_start_line_says_which(tmp_path):
+    """--target smollm2 beside its head: the CPU pool as without --target (lookup and the output limit stay
+    the command line's); any other named target the paper's pool, said too."""
+    p = planned(["--target", "smollm2", "--drafter", trained_head(tmp_path, "smollm2")])
+    assert pool_of(p) == ("10", "3", "3") and p.target[p.target.index("--lookup") + 1] == "0"
+    said = [n for n in p.notes if "pool" in n]
+    assert len(said) == 1 and "embedded target smollm2 on the CPU: pool reduced to topk=10 depth=3 expand=3" in said[0]
+    p = planned(["--target", "mock", "--drafter", "mock"])
+    assert pool_of(p) == ("10", "8", "10")
+    assert [n for n in p.notes if "pool" in n] == ["pool: the paper's, topk=10 depth=8 expand=10 (710 candidates); "
+                                                   "--pool-* options change it"]
+
+
+def test_docs_training_decode_command_plans_as_written_with_the_head_it_trains(tmp_path):
+    lines = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8").splitlines()
+    argv = shlex.split(next(line for line in lines if line.startswith("launch/pair.sh --drafter eagle3:")))[1:]
+    head = trained_head(tmp_path, "smollm2")
+    p = planned([head if a.startswith("eagle3:") else a for a in argv])
+    assert p.target[p.target.index("--model") + 1] == "smollm2" and pool_of(p) == ("10", "3", "3")
+
+
+def test_a_head_that_does_not_say_its_target_needs_one_named(tmp_path, capsys):
+    head = trained_head(tmp_path, None)
+    with pytest.raises(SystemExit) as exited:
+        planned(["--drafter", head])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--target and --drafter go together" in err and f"{head} does not say" in err
+
+
+@pytest.mark.parametrize("pair", [[], ["--drafter", "HEAD"], ["--target", "smollm2", "--drafter", "HEAD"],
+                                  ["--drafter", "smollm2:int8"], ["--target", "mock", "--drafter", "mock"],
+                                  ["--target", "random:tiny", "--drafter", "random:tiny"],
+                                  ["--drafter", "HEAD", "--pool-depth", "2"], ["--drafter", "HEAD", "--paper-pool"]],
+                         ids=["embedded", "head", "named-target", "int8", "mock", "random", "pool-depth",
+                              "paper-pool"])
+def test_launch_pair_pool_grows_the_pool_a_decode_of_the_same_pair_runs(pair, tmp_path):
+    from programs.pool_program import build_parser, chosen_pool, pair_of
+
+    pair = [trained_head(tmp_path, "smollm2") if a == "HEAD" else a for a in pair]
+    ns = build_parser("launch/pair.sh pool").parse_args([*pair, "--prompt-ids", "1,2"])
+    pair_of(ns)
+    pool = chosen_pool(build_parser("pool"), ns, [])
+    assert (str(pool.topk), str(pool.depth), str(pool.expand)) == pool_of(planned(pair))

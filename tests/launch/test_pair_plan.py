@@ -309,7 +309,8 @@ def test_a_context_the_hosts_memory_cannot_hold_is_refused_before_any_process_st
 def test_a_rounds_directory_that_cannot_take_this_runs_rounds_is_refused_before_any_process_starts(capsys, tmp_path):
     (tmp_path / "file").write_text("")
     (tmp_path / "rounds.shard-1-of-1.bin").write_bytes(b"")
-    for given, said in (("file", "is not a directory"), ("", "rounds.shard-1-of-1.bin exists already")):
+    refused = "holds rounds.shard-1-of-1.bin already; write elsewhere (--record-rounds NEW_DIR) or give --overwrite"
+    for given, said in (("file", "is not a directory"), ("", refused)):
         with pytest.raises(SystemExit) as exited:
             plan(["--target", "mock", "--record-rounds", str(tmp_path / given)])
         assert exited.value.code == 2

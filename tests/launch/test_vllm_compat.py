@@ -3,6 +3,8 @@ pair's own decodes in vLLM's shape, and what the runtime cannot do is refused by
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from launch.api import LLM, SamplingParams
@@ -42,13 +44,14 @@ def run_as_for_vllm(model: str) -> dict:
 
 @pytest.fixture(scope="module")
 def llm():
-    with LLM("mock") as instance:
+    with LLM("mock", drafter="mock") as instance:  # a drafter named: it decodes speculatively (root-draw)
         yield instance
 
 
-def check_outputs_read_by_the_script(namespace: dict, tokenizer, capsys) -> None:
+def check_outputs_read_by_the_script(namespace: dict, tokenizer, capsys, decoder: str) -> None:
     """Every field the script reads, and those of vLLM's outputs beside them, against the pair's own decode."""
     outputs, llm = namespace["outputs"], namespace["llm"]
+    assert len({o.decode_output.record.seed for o in outputs}) == len(outputs)  # seed None: a fresh seed each
     printed = capsys.readouterr().out.splitlines()
     assert len(outputs) == len(namespace["prompts"]) == len(printed)
     for i, (output, prompt, line) in enumerate(zip(outputs, namespace["prompts"], printed)):
@@ -56,15 +59,15 @@ def check_outputs_read_by_the_script(namespace: dict, tokenizer, capsys) -> None
         assert output.prompt == prompt and output.prompt_token_ids == tokenizer.text_ids(prompt)  # raw text
         (completion,) = output.outputs
         assert line == f"Prompt: {prompt!r}, Generated text: {completion.text!r}"
-        same = llm.pair.decode(output.prompt_token_ids, "root-draw", temperature=0.8, top_p=0.95,
-                               max_new_tokens=16, use_tqdm=False)
+        same = llm.pair.decode(output.prompt_token_ids, decoder, temperature=0.8, top_p=0.95,
+                               max_new_tokens=16, seed=output.decode_output.record.seed, use_tqdm=False)
         assert completion.token_ids == same.token_ids and completion.text == same.text
         assert (completion.index, completion.cumulative_logprob, completion.logprobs) == (0, None, None)
         assert completion.finish_reason == same.finish_reason and completion.stop_reason == same.stop_reason
         assert completion.finish_reason == "stop" or len(completion.token_ids) == 16  # SamplingParams()'s
         m = output.metrics
         assert m.arrival_time < m.first_token_time <= m.finished_time
-        assert m.time_to_first_token == pytest.approx(m.first_token_time - m.arrival_time) and m.decoder == "root-draw"
+        assert m.time_to_first_token == pytest.approx(m.first_token_time - m.arrival_time) and m.decoder == decoder
         assert m.rounds == len(m.tree_sizes) and m.tokens_per_target_pass == len(completion.token_ids) / m.target_passes
         assert output.decode_output.record.prompt_token_ids == output.prompt_token_ids
 
@@ -72,7 +75,7 @@ def check_outputs_read_by_the_script(namespace: dict, tokenizer, capsys) -> None
 def test_a_script_written_for_vllm_runs_with_its_import_line_changed(capsys):
     namespace = run_as_for_vllm("mock")
     try:
-        check_outputs_read_by_the_script(namespace, MockTokenizer(64), capsys)
+        check_outputs_read_by_the_script(namespace, MockTokenizer(64), capsys, "ar")  # no drafter: plain, as vLLM
     finally:
         namespace["llm"].close()
 
@@ -107,7 +110,7 @@ def test_params_per_prompt_and_the_runtimes_settings_per_call(llm):
                                               SamplingParams(temperature=0, max_tokens=3)], decoder="ar", budget=4)
     assert len(hot.outputs[0].token_ids) == 5 and len(cold.outputs[0].token_ids) == 3
     assert hot.metrics.decoder == "ar" and hot.decode_output.record.seed == 4
-    assert hot.decode_output.record.budget == 4 and cold.decode_output.record.seed == 0
+    assert hot.decode_output.record.budget == 4
 
 
 def test_stops_leave_their_text_out_unless_asked_to_keep_it(llm):
@@ -165,15 +168,17 @@ def test_the_tokenizer_is_the_targets_and_loads_without_the_model(llm):
 
 
 @pytest.mark.parametrize("fields, match", [
-    (dict(n=2), r"^`n` must be 1: the runtime decodes one output per prompt, got 2"),
-    (dict(best_of=3), r"^`best_of` is not supported here: .* accepts only None, got 3"),
-    (dict(presence_penalty=0.5), r"^`presence_penalty` is not supported here: .* accepts only 0.0, got 0.5"),
-    (dict(logprobs=1), r"^`logprobs` is not supported here"),
+    (dict(n=0), r"^`n` must be a whole number >= 1, got 0"),
+    (dict(n=3, best_of=2), r"^`best_of` must be None or a whole number >= n \(3\), got 2"),
+    (dict(presence_penalty=2.5), r"^`presence_penalty` must be a number from -2 to 2, got 2.5"),
+    (dict(repetition_penalty=0), r"^`repetition_penalty` must be a finite number > 0, got 0"),
+    (dict(logprobs=21), r"^`logprobs` must be None or a whole number from 0 to 20 \(vLLM's max_logprobs\), got 21"),
+    (dict(logprobs=-1), r"^`logprobs` must be None or a whole number from 0 to 20"),
     (dict(min_tokens=4), r"^`min_tokens` is not supported here"),
+    (dict(prompt_logprobs=1), r"^`prompt_logprobs` is not supported here"),
     (dict(ignore_eos=1), r"^`ignore_eos` must be True or False"),
-    (dict(max_tokens=None), r"^`max_tokens` must be a whole number >= 1 \(the runtime has no unbounded decode\)"),
-    (dict(max_tokens=0), r"^`max_tokens` must be a whole number >= 1"),
-    (dict(max_new_tokens=5), r"^`max_new_tokens` is not a SamplingParams field; the fields are n, temperature, "),
+    (dict(max_tokens=0), r"^`max_tokens` must be None \(up to the context's limit\) or a whole number >= 1"),
+    (dict(max_new_tokens=5), r"^`max_new_tokens` is not a SamplingParams field; the fields are n, presence_penalty, "),
     (dict(temperature=-1), r"^`temperature` must be a finite number >= 0"),
     (dict(top_p=0), r"^`top_p` must be a number with 0 < top_p <= 1"),
     (dict(top_k=-2), r"^`top_k` must be a non-negative integer"),
@@ -188,9 +193,15 @@ def test_sampling_params_refuse_by_name(fields, match):
         SamplingParams(**fields)
 
 
-def test_positional_arguments_vllm_might_take_are_refused_by_name():
-    with pytest.raises(ConfigError, match=r"^`sampling_params` are keyword arguments only \(temperature=..., "):
-        SamplingParams(0.8)
+def test_positional_arguments_take_vllms_order():
+    params = SamplingParams(2, 0.0, 0.0, 1.0, 0.7, 0.9, 5, 0.0, 11, "x", [3], True, 40, 0, 2)
+    assert (params.n, params.temperature, params.top_p, params.top_k, params.seed) == (2, 0.7, 0.9, 5, 11)
+    assert (params.stop, params.stop_token_ids, params.ignore_eos, params.max_tokens, params.logprobs) == \
+        (("x",), (3,), True, 40, 2)
+    with pytest.raises(ConfigError, match=r"^`n` is given both by position and by keyword"):
+        SamplingParams(2, n=3)
+    with pytest.raises(ConfigError, match=r"^`sampling_params` take at most 16 positional arguments \(n, "):
+        SamplingParams(*[0] * 17)
     with pytest.raises(ConfigError, match=r"^`drafter` and every argument after `model` are keyword arguments, "
                                           r"got 1 more positional"):
         LLM("mock", "facebook/opt-125m")
@@ -204,7 +215,7 @@ def test_the_pairs_api_refuses_sampling_params_given_as_its_decoder_by_name(llm)
 
 def test_vllms_defaults_that_change_nothing_are_accepted():
     params = SamplingParams(best_of=None, presence_penalty=0.0, repetition_penalty=1.0, top_k=-1, stop="x",
-                            stop_token_ids=[3])
+                            stop_token_ids=[3], min_tokens=0, detokenize=True)
     assert (params.top_k, params.stop, params.stop_token_ids) == (0, ("x",), (3,))
     assert (SamplingParams().temperature, SamplingParams().max_tokens) == (1.0, 16)  # vLLM's
 
@@ -248,14 +259,21 @@ def test_calls_refuse_by_name_before_decoding(llm, call, match):
     (dict(model=None), r"^`model` must be a model spec as `Pair` takes it \(text\), got None"),
     (dict(drafter=3), r"^`drafter` must be a model spec"),
     (dict(tensor_parallel_size=2), r"^`tensor_parallel_size` is not supported here: only 1 is accepted, got 2"),
-    (dict(speculative_config={"model": "x"}), r"^`speculative_config` is not supported here: .*; name the drafter "
-                                              r"with `drafter`"),
+    (dict(speculative_config={"model": "mock", "method": "ngram"}), r"^`speculative_config` 'method' must be one "
+                                                                    r"of None, draft_model, eagle, eagle3, got 'ngram'"),
+    (dict(speculative_config={"model": "mock", "prompt_lookup_max": 4}), r"^`speculative_config` holds "
+                                                                         r"'prompt_lookup_max'; the keys taken here"),
+    (dict(speculative_config={"model": "mock", "num_speculative_tokens": 0}),
+     r"^`speculative_config` 'num_speculative_tokens' must be a whole number >= 1, got 0"),
+    (dict(speculative_config={"num_speculative_tokens": 3}), r"^`speculative_config` must be a dict with the "),
+    (dict(speculative_config={"model": "mock"}, drafter="mock"), r"^`speculative_config` and `drafter` both name "),
+    (dict(allow_download="yes"), r"^`allow_download` must be True or False"),
     (dict(trust_remote_code=True), r"^`trust_remote_code` is not supported here"),
     (dict(enable_prefix_caching=True), r"^`enable_prefix_caching` is not an argument here; besides model and "
-                                       r"drafter they are decoder, dtype, "),
+                                       r"drafter they are decoder, speculative_config, dtype, "),
     (dict(decoder="eagle"), r"^`decoder` must be one of"),
     (dict(budget="big"), r"^`budget` must be"),
-    (dict(seed=-1), r"^`seed` must be a whole number >= 0"),
+    (dict(seed=-1), r"^`seed` must be None or a whole number >= 0"),
     (dict(max_model_len=0), r"^`max_model_len` must be None or a whole number >= 1"),
     (dict(enforce_eager="no"), r"^`enforce_eager` must be True or False"),
     (dict(target_options={"gpus": 2}), r"^`target_options` holds 'gpus', not a model option"),
@@ -272,13 +290,14 @@ def test_llm_maps_vllms_arguments_and_ignores_only_the_harmless(llm):
         assert mapped.pair.target_options.max_context == 512 and mapped.pair.drafter_options.dtype == "float32"
         (out,) = mapped.generate("x y", SamplingParams(temperature=1.0, max_tokens=4))
         record = out.decode_output.record
-        assert (record.seed, record.decoder, record.budget) == (5, "draft", 4)
+        assert (record.decoder, record.budget) == ("draft", 4)
+        assert record.seed == random.Random(5).randrange(2 ** 32)  # the first fresh seed LLM(seed=5) draws
 
 
 @pytest.mark.slow
 def test_a_target_in_its_own_process_reads_raw_text_with_a_tokenizer_loaded_here(llm):
-    params = SamplingParams(temperature=0, max_tokens=8)
-    with LLM("mock", target_process=True) as remote:
+    params = SamplingParams(temperature=0, max_tokens=8, logprobs=2)  # the log-probabilities cross the wire too
+    with LLM("mock", drafter="mock", target_process=True) as remote:
         assert remote.pair.session is None and isinstance(remote.get_tokenizer(), MockTokenizer)
         (there,) = remote.generate("a b c", params)
     (here,) = llm.generate("a b c", params)
@@ -291,7 +310,7 @@ def test_a_script_written_for_vllm_runs_on_the_embedded_pair(capsys):
     llm = namespace["llm"]
     try:
         tokenizer = llm.get_tokenizer()
-        check_outputs_read_by_the_script(namespace, llm.pair.session.tokenizer, capsys)
+        check_outputs_read_by_the_script(namespace, llm.pair.session.tokenizer, capsys, "root-draw")
         raw = namespace["outputs"][0].prompt_token_ids
         assert raw == tokenizer("Hello, my name is")["input_ids"]  # raw text: no chat template
         messages = [{"role": "user", "content": "Hello, my name is"}]

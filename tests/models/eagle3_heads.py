@@ -37,7 +37,7 @@ def head_weights(cfg: dict, seed: int = 1, embed: bool = False) -> dict[str, tor
     g = torch.Generator().manual_seed(seed)
     h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     t = cfg.get("target_hidden_size", h)
-    d = h // heads
+    d = cfg.get("head_dim", h // heads)
     inter, vd, v = cfg["intermediate_size"], cfg["draft_vocab_size"], cfg["vocab_size"]
     r = lambda *shape: torch.randn(*shape, generator=g) * 0.2
     w = {"fc.weight": r(h, 3 * t), "midlayer.hidden_norm.weight": 1 + r(h),
@@ -71,10 +71,29 @@ def rms(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def rope(x, pos, theta):
-    """x: (heads, n, D); the reference's cos/sin tables indexed by position."""
+def inverse_frequencies(dim: int, theta: float) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, dim, 2).float() / dim))
+
+
+def llama3_frequencies(inv: torch.Tensor, factor, low, high, context) -> torch.Tensor:
+    """Llama 3's rope scaling written out: wavelengths longer than context / low divided by `factor`, shorter
+    than context / high kept, those between blended by where context / wavelength lies in [low, high]."""
+    out = []
+    for f in inv.tolist():
+        wavelength = 2 * math.pi / f
+        if wavelength < context / high:
+            out.append(f)
+        elif wavelength > context / low:
+            out.append(f / factor)
+        else:
+            smooth = (context / wavelength - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return torch.tensor(out)
+
+
+def rope(x, pos, inv):
+    """x: (heads, n, D); inv: (D / 2,) inverse frequencies; the reference's cos/sin tables by position."""
     dim = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, dim, 2).float() / dim))
     freqs = torch.einsum("i,j->ij", pos.float(), inv)
     emb = torch.cat((freqs, freqs), -1)
     cos, sin = emb.cos(), emb.sin()
@@ -83,26 +102,29 @@ def rope(x, pos, theta):
 
 
 def reference_rows(cfg: dict, w: dict, embed: torch.Tensor, x_hidden: torch.Tensor, tokens: torch.Tensor,
-                   pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                   pos: torch.Tensor, inv: torch.Tensor | None = None,
+                   norm_before_residual: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """One causal sequence of head rows, each attending to every row before it and itself.
 
-    x_hidden: (n, H) fused features or head outputs; tokens, pos: (n,).
+    x_hidden: (n, H) fused features or head outputs; tokens, pos: (n,); inv: the rope's inverse frequencies
+    (theta's unscaled ones where None); norm_before_residual: the attention adds to the normed hidden.
     -> (layer outputs (n, H), logits over the TARGET vocabulary (n, V), -inf off the draft vocabulary)."""
     eps, heads, kv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     h = cfg["hidden_size"]
-    d = h // heads
-    residual = x_hidden
-    x = torch.cat((rms(embed[tokens], w["midlayer.input_layernorm.weight"], eps),
-                   rms(x_hidden, w["midlayer.hidden_norm.weight"], eps)), -1)
+    d = cfg.get("head_dim", h // heads)
+    inv = inverse_frequencies(d, cfg["rope_theta"]) if inv is None else inv
+    normed = rms(x_hidden, w["midlayer.hidden_norm.weight"], eps)
+    residual = normed if norm_before_residual else x_hidden
+    x = torch.cat((rms(embed[tokens], w["midlayer.input_layernorm.weight"], eps), normed), -1)
     n = len(tokens)
     q = (x @ w["midlayer.self_attn.q_proj.weight"].T).view(n, heads, d).transpose(0, 1)
     k = (x @ w["midlayer.self_attn.k_proj.weight"].T).view(n, kv, d).transpose(0, 1)
     v = (x @ w["midlayer.self_attn.v_proj.weight"].T).view(n, kv, d).transpose(0, 1)
-    q, k = rope(q, pos, cfg["rope_theta"]), rope(k, pos, cfg["rope_theta"])
+    q, k = rope(q, pos, inv), rope(k, pos, inv)
     k, v = k.repeat_interleave(heads // kv, 0), v.repeat_interleave(heads // kv, 0)
     scores = q @ k.transpose(1, 2) / math.sqrt(d)
     scores = scores + torch.triu(torch.full((n, n), float("-inf")), 1)
-    out = (torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(n, h)
+    out = (torch.softmax(scores, -1) @ v).transpose(0, 1).reshape(n, heads * d)
     y = residual + out @ w["midlayer.self_attn.o_proj.weight"].T
     z = rms(y, w["midlayer.post_attention_layernorm.weight"], eps)
     z = (torch.nn.functional.silu(z @ w["midlayer.mlp.gate_proj.weight"].T) * (z @ w["midlayer.mlp.up_proj.weight"].T))
@@ -121,7 +143,7 @@ def target_features(target, tokens: list[int], layers=(2, TARGET_LAYERS // 2, TA
     return torch.cat([out.hidden_states[i][0] for i in layers], -1)
 
 
-def reference_path(cfg, w, embed, feats: torch.Tensor, context: list[int], path: list[int]):
+def reference_path(cfg, w, embed, feats: torch.Tensor, context: list[int], path: list[int], **arithmetic):
     """The rows of a committed context followed by one tree path, recomputed from scratch.
 
     Row j < len(context) - 1 pairs the feature of token j with the embedding of token j + 1 (position j);
@@ -132,7 +154,7 @@ def reference_path(cfg, w, embed, feats: torch.Tensor, context: list[int], path:
     tokens = context[1:]
     for i in range(len(path) + 1):
         outs, logits = reference_rows(cfg, w, embed, torch.stack(rows_hidden), torch.tensor(tokens),
-                                      torch.arange(len(tokens)))
+                                      torch.arange(len(tokens)), **arithmetic)
         if i < len(path):
             rows_hidden.append(outs[-1])
             tokens = tokens + [path[i]]

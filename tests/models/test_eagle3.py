@@ -38,8 +38,8 @@ def _head(target, directory) -> Eagle3Head:
 def test_reference_layers_are_2_half_and_third_last():
     cfg = HeadConfig.from_dict(head_config())
     assert cfg.feature_layers(32) == (2, 16, 29) and cfg.feature_layers(36) == (2, 18, 33)
-    named = HeadConfig.from_dict(head_config(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 6]}))
-    assert named.feature_layers(8) == (1, 3, 6)
+    named = HeadConfig.from_dict(head_config(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 3, 6]}))
+    assert named.feature_layers(8) == (0, 3, 6)
 
 
 def test_target_keeps_the_inputs_of_the_fused_layers():
@@ -269,17 +269,31 @@ def test_random_heads_of_public_shapes_fit_their_targets():
         HeadConfig.from_dict(HEAD_SHAPES[name]).check_target(side.hidden, side.vocab, side.layers)
 
 
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+
+
 def test_llama3_rope_scaling_gives_transformers_frequencies():
-    """The public Llama-3.1-8B head's rope (theta 500,000, llama3 scaling) as transformers' Llama computes it."""
+    """A head of Llama 3.1's rope (theta 500,000, llama3 scaling) as transformers' Llama computes it."""
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     from models.eagle3 import rotary
-    from models.shapes import HEAD_SHAPES, LLAMA3_ROPE
+    from models.shapes import HEAD_SHAPES
 
-    inv, scale = rotary(HeadConfig.from_dict(HEAD_SHAPES["llama-3.1-8b"]), "cpu")
+    cfg = HeadConfig.from_dict({**HEAD_SHAPES["llama-3.1-8b"], "rope_scaling": LLAMA3_ROPE,
+                                "max_position_embeddings": 131072})
+    inv, scale = rotary(cfg, "cpu")
     llama = LlamaConfig(hidden_size=4096, num_attention_heads=32, max_position_embeddings=131072,
                         rope_parameters={"rope_theta": 500000.0, **LLAMA3_ROPE})
     want = LlamaRotaryEmbedding(llama)
     torch.testing.assert_close(inv, want.inv_freq.float())
     assert scale == want.attention_scaling
+
+
+def test_the_random_llama_head_claims_no_scaling_the_references_config_class_refuses():
+    """The reference's config class takes a rope scaling of type linear or dynamic only: the public head's
+    config has none."""
+    from models.shapes import HEAD_SHAPES
+
+    assert HeadConfig.from_dict(HEAD_SHAPES["llama-3.1-8b"]).rope_scaling is None

@@ -78,7 +78,8 @@ def test_another_thread_count_or_kernel_set_is_timed_apart(tmp_path, counted):
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b"[1, 2]", b'{"format": 99, "entries": []}',
-                                     b'{"format": 1, "entries": [{"key": {"cpu": 1}, "choice": []}]}'])
+                                     b'{"format": 1, "entries": [{"key": {"cpu": 1}, "choice": []}]}',
+                                     b"[" * 100_000])  # nested past the parser's recursion limit
 def test_a_damaged_or_foreign_file_is_named_ignored_and_rewritten(tmp_path, counted, caplog, content):
     calls, timer = counted
     path = tmp_path / "k.json"

@@ -52,7 +52,7 @@ def test_its_rows_and_kept_features_are_transformers_bit_for_bit(build):
     stock.keep_features(layers)
     for a, b in zip(passes(lean, 0), passes(stock, 0), strict=True):
         assert torch.equal(a, b)
-    assert torch.equal(lean.features, stock.features) and lean.features.abs().sum() > 0
+    assert torch.equal(lean.kept.features, stock.kept.features) and lean.kept.features.abs().sum() > 0
     assert torch.equal(lean.kv.k, stock.kv.k) and torch.equal(lean.kv.v, stock.kv.v)
 
 
@@ -65,3 +65,20 @@ def test_other_models_and_a_gpus_path_keep_transformers_forward():
     llama.config.hidden_act = "gelu"
     assert llama_cpu.unsupported(llama) == "its MLP's activation is 'gelu', not silu"
     assert not HFRunner.build(tiny_llama(), 64, graphs=False, rehearse=True).lean  # as on CUDA
+
+
+def test_a_profile_clock_names_every_part_and_changes_no_row():
+    """The clock a profile passes (bench.forward --parts) hears each part of the work and the runner's staging;
+    the rows are those of a pass without it."""
+    from bench.forward import LEFT, PartClock
+    from models.hf import MASK
+
+    model = tiny_llama()
+    timed, plain = HFRunner(model, 256), HFRunner(copy.deepcopy(model), 256)
+    clock = PartClock()
+    timed.tick = clock
+    clock.start()
+    rows = passes(timed, 5)
+    heard = clock.end()
+    assert set(heard) == {*llama_cpu.PARTS, MASK, LEFT} and all(ms >= 0 for ms in heard.values())
+    assert all(torch.equal(a, b) for a, b in zip(rows, passes(plain, 5)))

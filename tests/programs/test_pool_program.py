@@ -66,3 +66,13 @@ def test_bad_options_are_refused_in_one_line(argv, message, capsys):
 def test_a_head_from_one_id_is_refused(capsys):
     assert main(["pool", "--target", "mock", "--drafter", "eagle3:mock", "--prompt-ids", "4"]) == 2
     assert "--prompt-ids must hold two ids at least" in capsys.readouterr().err
+
+
+def test_it_says_what_it_loads_before_the_wait(capsys):
+    """The models' loads (seconds each for the embedded pair, and the kernels' timing on a first start) come
+    after a line saying what the pool will be, each load with its own line."""
+    tiny = "random:tiny"
+    assert main(["pool", "--target", tiny, "--drafter", tiny, "--prompt-ids", "1,2,3", "--pool-depth", "2"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"[pool] the pool of {tiny} (top-k 10, depth 2, expand 10: 110 candidates) after 3 ids")
+    assert [line for line in err if "loading random" in line] == [f"[pool] loading {tiny} on cpu"] * 2

@@ -368,6 +368,78 @@ class Campaign:
 
 # -- targeted attacks: each raises the typed error that refuses it, or returns when it was accepted ----------
 
+HEAD_CONTEXT = 256  # the KV slots of a head pair's target and its Hello
+HEAD_PROMPT = [5, 17, 3, 40, 41]
+HEADS = {  # drafter serving an EAGLE-3 head -> (its options, its target's)
+    "eagle3:mock": (ModelOptions(model="eagle3:mock", mock_noise=0.5), ModelOptions(model="mock")),
+    "random:eagle3-tiny": (ModelOptions(model="random:eagle3-tiny", head_target="random:tiny",
+                                        max_context=HEAD_CONTEXT),
+                           ModelOptions(model="random:tiny", max_context=HEAD_CONTEXT))}
+
+
+class HeadPair:
+    """A persisting DrafterServer serving an EAGLE-3 head (HEADS), and an in-process target it fits."""
+
+    def __init__(self, arena: Arena, name: str) -> None:
+        head, target = HEADS[name]
+        self.server = arena.serve(f"ipc://{arena.folder}/{name.replace(':', '-')}.sock", head)
+        self.loaded = load(target, "target")
+        self.target = Target(self.loaded.runner(HEAD_CONTEXT))
+        self.want = decode(self.target, None, HEAD_PROMPT, DecodeConfig("ar", 0.0, 1, MAX_NEW), frozenset(),
+                           None).tokens
+
+    @contextmanager
+    def connected(self) -> Iterator[RemoteDrafter]:
+        """A target's client after its handshake with the head, the target keeping the features it takes."""
+        channel = Channel.connect(self.server.endpoint, peer="drafter")
+        try:
+            client = RemoteDrafter(channel, self.loaded.vocab_size, POOL, 5.0)
+            ready = client.handshake(self.loaded.name, self.loaded.tokenizer.fingerprint, HEAD_CONTEXT, 5.0,
+                                     shape=self.loaded.shape)
+            self.target.keep_features(ready.layers())
+            yield client
+        finally:
+            channel.close()
+
+    def prompt_features(self, prompt=HEAD_PROMPT) -> torch.Tensor:
+        """(n - 1, F) the features a Start of `prompt` carries: the target's prefill keeps them."""
+        decode(self.target, None, prompt, DecodeConfig("ar", 0.0, 1, 1), frozenset(), None)
+        return self.target.features(0, len(prompt) - 1)
+
+    def decodes_as_ar(self) -> bool:
+        """Whether a fresh target's greedy draft decode through the head gives ar's output."""
+        _released(self.server)
+        with self.connected() as client:
+            got = decode(self.target, client, HEAD_PROMPT, DecodeConfig("draft", 0.0, 4, MAX_NEW), frozenset(),
+                         None).tokens
+            client.shutdown()
+        return self.server.thread.is_alive() and got == self.want
+
+    def close(self) -> None:
+        _stop(self.server, Channel.connect(self.server.endpoint, peer="drafter"), self.loaded.vocab_size,
+              self.loaded.tokenizer.fingerprint, self.loaded.shape)
+
+
+def _released(server: DrafterServer) -> None:
+    """Wait until `server` has let its last target go."""
+    deadline = time.monotonic() + 5.0
+    while server.peer is not None and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def _stop(server: DrafterServer, channel: Channel, vocab: int, fingerprint: str, shape=(0, 0)) -> None:
+    """Stop a persisting server through `channel` (closed after), and close its listener."""
+    server.persist = False
+    if server.thread.is_alive():
+        server.peer = None
+        client = RemoteDrafter(channel, vocab, POOL, 5.0)
+        client.handshake("closing", fingerprint, HEAD_CONTEXT, 5.0, shape=shape)
+        client.shutdown()
+        server.thread.join(5.0)
+    channel.close()
+    server.peers.listener.close()
+
+
 class Arena:
     """Where targeted attacks run: a persisting DrafterServer in clear, one with CURVE (trusting only its own
     key), and fresh endpoints for fake drafters; every endpoint in a private directory."""
@@ -381,14 +453,15 @@ class Arena:
         self.keys = key_dir(str(self.folder / "keys"))
         self.own = own_keys(self.keys)
         self.contexts: list = []
-        self.plain = self._server(f"ipc://{self.folder}/plain.sock", None)
+        self.plain = self.serve(f"ipc://{self.folder}/plain.sock")
         trust = ServerKeys(self.own, lambda key: key in trusted_keys(self.keys))
-        self.curve = self._server(f"ipc://{self.folder}/curve.sock", trust)
+        self.curve = self.serve(f"ipc://{self.folder}/curve.sock", keys=trust)
+        self.heads = {name: HeadPair(self, name) for name in HEADS}
         self.fakes = 0
 
-    def _server(self, endpoint: str, keys) -> DrafterServer:
-        server = DrafterServer(Listener.bind(endpoint, keys), load(ModelOptions(model="mock"), "drafter"),
-                               persist=True)
+    def serve(self, endpoint: str, options: ModelOptions = ModelOptions(model="mock"), keys=None) -> DrafterServer:
+        """A persisting DrafterServer of `options`' model on a thread."""
+        server = DrafterServer(Listener.bind(endpoint, keys), load(options, "drafter"), persist=True)
         server.endpoint = endpoint
         server.thread = threading.Thread(target=server.serve, daemon=True)
         server.thread.start()
@@ -433,35 +506,28 @@ class Arena:
         return sock, endpoint
 
     def serving(self) -> bool:
-        """Both servers alive, and the plain one answers a fresh target once the last has gone."""
+        """Every server alive, the plain one answers a fresh target once the last has gone, and each head's
+        serves a fresh target's decode equal to ar's."""
         for server in (self.plain, self.curve):
-            deadline = time.monotonic() + 5.0
-            while server.peer is not None and time.monotonic() < deadline:
-                time.sleep(0.002)
+            _released(server)
         channel = self.target()
         try:
             return self.plain.thread.is_alive() and self.curve.thread.is_alive() and \
-                isinstance(self.shake(channel).channel, Channel)
+                isinstance(self.shake(channel).channel, Channel) and \
+                all(pair.decodes_as_ar() for pair in self.heads.values())
         except (ProtocolError, PeerDied, PeerTimeout):
             return False
         finally:
             channel.close()
 
     def close(self) -> None:
-        for server in (self.plain, self.curve):
-            server.persist = False
-            if server.thread.is_alive():
-                keys = None
-                if server is self.curve:
-                    from protocol.transport import ClientKeys
+        from protocol.transport import ClientKeys
 
-                    keys = ClientKeys(self.own, self.own.public)
-                channel = self.target(server.endpoint, keys)
-                server.peer = None
-                self.shake(channel).shutdown()
-                server.thread.join(5.0)
-                channel.close()
-            server.peers.listener.close()
+        _stop(self.plain, self.target(self.plain.endpoint), VOCAB, self.fingerprint)
+        _stop(self.curve, self.target(self.curve.endpoint, ClientKeys(self.own, self.own.public)), VOCAB,
+              self.fingerprint)
+        for pair in self.heads.values():
+            pair.close()
         for context in self.contexts:
             context.destroy(0)
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -643,6 +709,108 @@ def terminal_escapes_in_an_error(arena: Arena) -> None:
     arena.handshake(endpoint)
 
 
+# -- features on the wire: a head must refuse what it cannot take before any of its rows is written ---------
+
+TINY = "random:eagle3-tiny"
+
+
+def _spoiled(features: torch.Tensor, value: float, at: tuple | None = None) -> torch.Tensor:
+    """`features` with `value` at `at` (every value when None)."""
+    out = features.clone()
+    if at is None:
+        out.fill_(value)
+    else:
+        out[at] = value
+    return out
+
+
+def _start_with(value: float, at: tuple | None = None, head: str = TINY):
+    """A Start whose features hold `value` at `at` (everywhere when None)."""
+    def attack(arena: Arena) -> None:
+        pair = arena.heads[head]
+        features = _spoiled(pair.prompt_features(), value, at)
+        with pair.connected() as client:
+            client.start(HEAD_PROMPT, features)
+            client.pool()
+    return attack
+
+
+def _round_one(pair: HeadPair, client: RemoteDrafter, commit_features: torch.Tensor | None = None):
+    """Start HEAD_PROMPT and commit its next token with the target's features (or `commit_features`) -> the
+    pool of round 1, or the PeerError that refused the Commit."""
+    features = pair.prompt_features(HEAD_PROMPT + [pair.want[len(HEAD_PROMPT)]])
+    client.start(HEAD_PROMPT, features[:-1])
+    client.pool()
+    client.commit(pair.want[len(HEAD_PROMPT):][:1], features[-1:] if commit_features is None else commit_features)
+    try:
+        return client.pool()
+    except PeerError as e:
+        return e
+
+
+def _commit_with(value: float, retry: bool = False):
+    """A valid Start, then a Commit whose features are all `value`; with `retry`, the same Commit with the
+    target's features next, whose pool must be the one an undisturbed request gets."""
+    def attack(arena: Arena) -> None:
+        pair = arena.heads[TINY]
+        with pair.connected() as client:
+            clean = _round_one(pair, client)
+            client.end()
+            got = _round_one(pair, client, torch.full((1, pair.target.features(0, 1).shape[1]), value))
+            if retry:
+                client.round -= 1
+                features = pair.prompt_features(HEAD_PROMPT + [pair.want[len(HEAD_PROMPT)]])
+                client.commit(pair.want[len(HEAD_PROMPT):][:1], features[-1:])
+                again = client.pool()
+                assert np.array_equal(again.pool.token, clean.pool.token) and \
+                    np.array_equal(again.pool.logp, clean.pool.logp), "the retried Commit's pool differs"
+        if isinstance(got, PeerError):
+            raise got
+    return attack
+
+
+def _to_the_mock_head(convert):
+    """A Start and Commit to the mock head with the target's features converted: legal values it must take,
+    the pools being those of the same values in float32."""
+    def attack(arena: Arena) -> None:
+        pair = arena.heads["eagle3:mock"]
+        with pair.connected() as client:
+            features = convert(pair.prompt_features())
+            client.start(HEAD_PROMPT, features)
+            got = client.pool()
+            client.end()
+            client.start(HEAD_PROMPT, features.float())
+            want = client.pool()
+        assert np.array_equal(got.pool.token, want.pool.token) and np.array_equal(got.pool.logp, want.pool.logp)
+    return attack
+
+
+def features_to_a_standalone_drafter(message: str):
+    def attack(arena: Arena) -> None:
+        with arena.connected() as (channel, client):
+            features = torch.zeros(2, 16)
+            if message == "Start":
+                client.start([5, 17, 3], features)
+            else:
+                client.start([5, 17, 3])
+                client.pool()
+                client.commit([4, 4], features)
+            client.pool()
+    return attack
+
+
+def commit_features_of_another_dtype(arena: Arena) -> None:
+    pair = arena.heads[TINY]
+    with pair.connected() as client:
+        got = _round_one(pair, client, pair.prompt_features(HEAD_PROMPT + [7])[-1:].to(torch.bfloat16))
+    if isinstance(got, PeerError):
+        raise got
+
+
+def _head_fc_beyond_float32(arena: Arena) -> None:
+    _start_with(1.5e19)(arena)
+
+
 # -- raw ZMTP: peers libzmq's own sockets would not be --------------------------------------------------------
 
 ZMTP1_GREETING = bytes([5, 0]) + b"V1ID" + bytes([2, 0]) + b"x"  # identity "V1ID", then a one-byte message
@@ -729,7 +897,7 @@ def many_frames(count: int):
 class Attack:
     name: str
     run: object  # Callable[[Arena], None]
-    error: type  # the typed error that refuses it
+    error: type | None  # the typed error that refuses it; None: legal, it must be accepted
     match: str  # a regular expression its message matches
 
 
@@ -782,6 +950,32 @@ ATTACKS = [
            r"`seconds` must be a finite number >= 0, got nan"),
     Attack("terminal escapes in an Error", terminal_escapes_in_an_error, PeerError,
            r"peer reported x\\x1b\[2J: \\x1b\[31mred\\nline$"),
+    Attack("Start with every feature NaN to a head", _start_with(math.nan), PeerError,
+           r"peer reported features: `features` row 0 holds nan: a target's features are finite and below 2\^64"),
+    Attack("Start with every feature +Inf to a head", _start_with(math.inf), PeerError,
+           r"peer reported features: `features` row 0 holds inf"),
+    Attack("Start with one NaN feature to a head", _start_with(math.nan, (2, 5)), PeerError,
+           r"peer reported features: `features` row 2 holds nan"),
+    Attack("Commit with NaN features to a head", _commit_with(math.nan), PeerError,
+           r"peer reported features: `features` row 0 holds nan"),
+    Attack("Commit with NaN features to a head, then a valid retry", _commit_with(math.nan, retry=True),
+           PeerError, r"peer reported features: `features` row 0 holds nan"),
+    Attack("Commit with +Inf features to a head", _commit_with(math.inf), PeerError,
+           r"peer reported features: `features` row 0 holds inf"),
+    Attack("Start with features of 1e38 to a head", _start_with(1e38), PeerError,
+           r"peer reported features: `features` row 0 holds 1e\+38"),
+    Attack("Start with features of 1.5e19 to a head", _head_fc_beyond_float32, PeerError,
+           r"peer reported features: `features` row 0 gives the head's fc a row beyond float32's range"),
+    Attack("Commit with features of another dtype than its Start's", commit_features_of_another_dtype, PeerError,
+           r"peer reported features: the Commit's features are bfloat16; its request's Start sent float32"),
+    Attack("bfloat16 features to the mock head", _to_the_mock_head(lambda f: f.to(torch.bfloat16)), None, ""),
+    Attack("features that are not whole numbers 0-255 to the mock head", _to_the_mock_head(lambda f: f * 0.37 - 9),
+           None, ""),
+    Attack("Start with features to a standalone drafter", features_to_a_standalone_drafter("Start"), PeerError,
+           r"peer reported features: the drafter is a standalone model, not an EAGLE-3 head: it takes no features; "
+           r"the Start carries 16 values a token"),
+    Attack("Commit with features to a standalone drafter", features_to_a_standalone_drafter("Commit"), PeerError,
+           r"the Commit carries 16 values a token"),
 ]
 
 

@@ -3,6 +3,7 @@ ProtocolError whose message names the problem."""
 
 from __future__ import annotations
 
+import math
 import pickle
 from dataclasses import fields
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from protocol.codec import MAX_ARRAY_LENGTH, MAX_HEADER_BYTES, decode, encode
-from protocol.errors import BadArray, MalformedMessage, ProtocolError, UnexpectedMessage, UnknownMessage
+from protocol.errors import BadArray, BadFeatures, MalformedMessage, ProtocolError, UnexpectedMessage, UnknownMessage
 from protocol.messages import (MESSAGES, PROTOCOL_VERSION, Ahead, Commit, End, Error, Hello, Kind, PoolMsg,
                                Ready, Shutdown, Start, Waiting)
 
@@ -124,6 +125,32 @@ def test_malformed_header_is_refused(frame_list, message):
 def test_features_that_do_not_fit_their_tokens_are_refused(make, message):
     with pytest.raises(ProtocolError, match=message):
         decode(encode(make()))
+
+
+def raw_features(values, dtype: str) -> np.ndarray:
+    """(rows, width) values -> the bytes a target sends them as, in `dtype` (bfloat16's through torch)."""
+    import torch
+
+    tensor = torch.tensor(values, dtype=torch.float32).to(getattr(torch, dtype))
+    return tensor.contiguous().view(torch.uint8).numpy().reshape(-1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("value, shown", [(math.nan, "nan"), (math.inf, "inf"), (-math.inf, "-inf"),
+                                          (1e38, "(1e\\+38|9.969e\\+37|inf)"), (-2.0**64, "(-1.845e\\+19|-inf)")],
+                         ids=["nan", "inf", "-inf", "1e38", "-2^64"])
+def test_features_not_finite_or_beyond_2_to_the_64_are_refused_naming_their_row(dtype, value, shown):
+    values = [[1.0, -2.5, 3.0], [0.5, 0.25, value]]
+    with pytest.raises(BadFeatures, match=rf"`features` row 1 holds {shown}: a target's features are finite and "
+                                          rf"below 2\^64 in magnitude"):
+        decode(encode(Commit(7, 3, np.array([5, 6], np.int32), raw_features(values, dtype), dtype, 3)))
+
+
+@pytest.mark.parametrize("dtype, largest", [("float32", 1.8e19), ("bfloat16", 1.8e19), ("float16", 65504.0)])
+def test_features_up_to_the_bound_pass_unchanged(dtype, largest):
+    raw = raw_features([[0.0, -0.0, 1e-30], [-largest, largest, 3.5]], dtype)
+    msg = decode(encode(Start(7, np.array([5, 6, 7], np.int32), raw, dtype, 3)))
+    np.testing.assert_array_equal(msg.features, raw)
 
 
 @pytest.mark.parametrize("kind, shown", [(99, "99"), (0, "0"), ("1", "'1'"), (True, "True"), (1.0, "1.0"),

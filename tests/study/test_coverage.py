@@ -5,13 +5,15 @@ theorems' properties hold on random pools."""
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from study.binary_example import binary_figures, binary_round
+from study.binary_example import main as binary_example_main
 from study.coverage import MEMBERS, coverage_tables, round_coverage, scored_names
-from evaluation.rounds import RecordedRound
 from evaluation.rounds_file import RoundStore, load_rounds, rounds_path
 from study.values import VALUED
 from models.mock import MockModel
@@ -30,20 +32,12 @@ STOPS = list(STOPPINGS)
 DRAWN = {"root-draw", "pearl", "pearl-top1"}  # the rules whose tree hangs beneath the draw X1
 
 
-def binary_example() -> RecordedRound:
-    """The IID uniform binary target on the trie {a, b, aa, ab, ba, aaa, aab} (a = 0, b = 1): every edge 1/2,
-    eight scored rows with the root's. `draft` at B = 7 keeps the whole pool."""
-    token, parent = [0, 1, 0, 1, 0, 0, 1], [-1, -1, 0, 0, 1, 2, 2]
-    pool = Pool.from_edges(np.array(token), np.array(parent), np.log(np.full(7, 0.5)), np.arange(7) < 3)
-    return RecordedRound(budget=7, accepted=2, emitted=np.array([0, 0, 1]), pool=pool, edge=np.full(7, 0.5))
-
-
 def test_the_binary_example_has_the_papers_figures(tmp_path):
     """The paper's example after Theorem 2, through a rounds file and the values program's reading:
-    (coverage, expected acceptance, shortfall) exactly."""
+    (coverage, expected acceptance, shortfall) exactly, scoring the tree or the pool (the same trie)."""
     key = dict(prompt_id="p", category="qa", turn=0, decoder="draft", temperature=1.0, budget=7, seed=0)
     with RoundStore(rounds_path(tmp_path, 1, 1), {"test": "binary"}) as store:
-        store.append(key, [binary_example()])
+        store.append(key, [binary_round()])
     decodes = [d for found in load_rounds([tmp_path]) for d in found.decodes]
     (table,) = coverage_tables(decodes, budgets=(7,))
     want = {"exhaustive": (0, 2, 0), "cap-1": (Fraction(3, 4), 1, 1),
@@ -52,6 +46,13 @@ def test_the_binary_example_has_the_papers_figures(tmp_path):
     for stopping, figures in want.items():
         for scored in ("tree", "pool"):  # the pool is the tree: nothing more to score
             assert table.at("draft", scored, stopping, 7) == figures, (stopping, scored)
+    assert binary_figures() == want
+
+
+def test_the_committed_binary_example_is_the_programs_output(capsys):
+    assert binary_example_main() == 0
+    committed = Path(__file__).resolve().parents[2] / "results" / "theorem1-binary.txt"
+    assert committed.read_text(encoding="utf-8") == capsys.readouterr().out
 
 
 def test_every_valued_rule_has_its_trees():

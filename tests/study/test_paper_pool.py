@@ -1,5 +1,5 @@
 """The committed study of the paper's pool (results/cpu-smollm2-paper-pool) rebuilt from its committed rounds by
-the commands results/README.md gives, figure for figure.
+the commands results/cpu-smollm2-paper-pool/README.md gives, figure for figure.
 
 What a rebuild may change, and nothing else: the runs line (the folder it was given), the seconds the rerankers'
 fits took (the machine's speed), and the last bits of a bootstrap interval's ends in the JSON lines (the order of
@@ -22,7 +22,7 @@ from timing.values import main
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "cpu-smollm2-paper-pool"
 ROUNDS = "rounds.shard-1-of-1.bin"
-ARGS = ["--by-category", "--cut-levels"]  # as results/README.md runs it
+ARGS = ["--by-category", "--cut-levels"]  # as results/cpu-smollm2-paper-pool/README.md runs it
 RUNS_LINE = re.compile(r"^- runs: .*$", re.M)
 FIT_SECONDS = re.compile(r"(took base )[0-9.]+ s, rows [0-9.]+ s")
 HEADLINE = re.compile(r"^## The headline figures beside the paper's\n.*?(?=^## )", re.M | re.S)  # to the next part

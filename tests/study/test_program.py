@@ -85,7 +85,9 @@ def test_report_and_figure(recorded, tmp_path, capsys):
     text = (tmp_path / "values.md").read_text()
     opening = text.split("## Selection rules at shared contexts")[0]  # the headline figures come first
     assert "## The headline figures beside the paper's" in opening
-    assert "| figure | the paper | this run, T = 0 | this run, T = 1 |" in opening
+    assert ("| figure | the paper, pools of 710 | this run, T = 0, pools up to 20 | this run, T = 1, pools up to 20 |"
+            in opening)  # B = 59 of a pool of 20 is no B = 59 of the paper's 710: each says its pool
+    assert "Not like with like: this run's pools hold up to 20 candidates, the paper's 710" in opening
     assert re.search(r"^\| root over draft, B = 8 \| larger than at B = 59 \| [+-]\d+\.\d% \[", opening, re.M)
     assert re.search(r"^\| root-draw over PEARL, B = 59 \| up to \+7\.0% \| — \| — \|$", opening, re.M)  # B <= 20
     assert "## T = 0:" in text and "## T = 1:" in text

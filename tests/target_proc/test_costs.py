@@ -1,11 +1,15 @@
-"""Budget auto's start-up timing: every cost the choice needs is measured, and the cache is left empty."""
+"""Budget auto's start-up timing: every cost the choice needs is measured, and the cache is left empty; what
+was timed is kept per machine, reused by later sessions, timed again where the key changes or on --retime,
+and a damaged or foreign file is named in one line and timed again."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from models.mock import MockModel, MockRunner
-from pipeline.budget import candidate_sizes, costs_for
+from pipeline.budget import MeasuredPasses, candidate_sizes, costs_for
 from target_proc import costs
 from target_proc.target import Target
 
@@ -33,7 +37,8 @@ def test_measure_says_what_it_waits_for_and_when_it_is_done(caplog):
     said = [r.getMessage() for r in caplog.records if r.name == "budget"]
     assert len(said) == 2 and costs.TYPICAL in said[0] and said[0].startswith("budget auto: timing")
     assert said[1].startswith("budget auto: passes timed in ")
-    assert [r.levelname for r in caplog.records if r.name == "budget"] == ["WARNING", "INFO"]  # the API says the wait
+    # the Python API (which logs at WARNING) says the wait and its end
+    assert [r.levelname for r in caplog.records if r.name == "budget"] == ["WARNING", "WARNING"]
 
 
 class Timed:
@@ -111,3 +116,88 @@ def test_the_prefill_beside_a_standalone_drafter_is_timed_with_the_drafters_star
     tokens = costs.PREFILL  # the scratch prompt: what start() charges per token of the drafter's start
     assert measured.prefill > 0 and (measured.prefill_shared - measured.prefill) * tokens >= 0.02
     assert costs_for(True, measured).start(tokens) >= 0.02 and not drafter.open and target.before_root == 0
+
+
+@pytest.fixture
+def sessions(mock_session, monkeypatch, tmp_path):
+    """session(**kw) -> a mock TargetSession keeping its pass timings in tmp_path (the models as records would
+    name them); `timed` lists the caps costs.measure timed, each at once (no pass is run)."""
+    from target_proc.session import TargetSession
+
+    timed = []
+
+    def fake_measure(target, cap, reps=costs.REPS, drafter=None, pool_size=0):
+        timed.append(cap)
+        sizes = dict.fromkeys(candidate_sizes(cap)[1:], 0.002)
+        return MeasuredPasses(0.001 * len(timed), 0.001, sizes, sizes, 1e-4, 2e-4, 0.003)
+
+    monkeypatch.setattr(costs, "measure", fake_measure)
+
+    def session(models=None, retime=False, path=tmp_path / "pass-timings.json"):
+        s = mock_session()
+        models = models or {"target": {"model": "mock"}, "drafter": {"model": "mock"}}
+        return TargetSession(s.target, s.tokenizer, s.drafter, s.pool, models, costs.PassTimes(path), retime)
+
+    session.timed = timed
+    return session
+
+
+def test_a_later_session_reuses_the_kept_timings_and_says_so_in_one_line(sessions, caplog):
+    first = sessions().budgets.timings(8)
+    assert sessions.timed == [8]
+    caplog.clear()  # the first session's lines
+    with caplog.at_level("INFO", logger="budget"):
+        again = sessions().budgets.timings(8)
+    assert again == first and sessions.timed == [8]  # not timed again
+    said = [r.getMessage() for r in caplog.records if r.name == "budget"]
+    assert len(said) == 1 and "as kept in" in said[0] and "pass-timings.json" in said[0] and "--retime" in said[0]
+    assert re.search(r"at a load average of [\d.]+ on \d+ CPUs", said[0])  # what the timings saw
+
+
+def test_another_key_or_retime_times_again_and_keeps_the_new_timings(sessions):
+    first = sessions().budgets.timings(8)
+    sessions().budgets.timings(16)  # another cap
+    sessions(models={"target": {"model": "mock", "dtype": "float16"}, "drafter": {"model": "mock"}}).budgets.timings(8)
+    assert sessions.timed == [8, 16, 8]
+    fresh = sessions(retime=True).budgets.timings(8)
+    assert sessions.timed == [8, 16, 8, 8] and fresh != first
+    assert sessions().budgets.timings(8) == fresh and len(sessions.timed) == 4  # the new timings are kept
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b"[1, 2]", b'{"format": 99, "entries": []}',
+                                     b'{"format": 1, "entries": [{"key": {"cap": 8}, "passes": {}, "timed": "", '
+                                     b'"load": 0}]}',
+                                     b'{"format": 1, "entries": [{"key": {"cap": 1e400}, "passes": {"tree": {}, '
+                                     b'"tree_with_root": {}}, "timed": "", "load": 0}]}', b"[" * 100_000])
+def test_a_damaged_or_foreign_file_is_named_in_one_line_and_timed_again(sessions, caplog, tmp_path, content):
+    path = tmp_path / "pass-timings.json"
+    path.write_bytes(content)
+    with caplog.at_level("WARNING"):
+        sessions().budgets.timings(8)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and str(path) in r.getMessage()]
+    assert sessions.timed == [8] and len(warned) == 1 and "timed again" in warned[0]
+    assert sessions().budgets.timings(8) and sessions.timed == [8]  # rewritten whole, then reused
+
+
+WRITER = """
+import sys
+from pipeline.budget import MeasuredPasses, candidate_sizes
+from target_proc.costs import PassTimes, canonical
+kept, who = PassTimes(sys.argv[1]), sys.argv[2]
+sizes = dict.fromkeys(candidate_sizes(8)[1:], 0.002)
+passes = MeasuredPasses(0.1, 0.1, sizes, sizes, 0.0, 0.0)
+for i in range(40):
+    kept.add({canonical({"who": who, "i": i, "cap": 8}): (passes, "now", 1.0)})
+"""
+
+
+def test_two_processes_keeping_timings_at_once_leave_a_whole_file_with_both(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.processes.proc_tools import ROOT
+
+    path = tmp_path / "pass-timings.json"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who], cwd=ROOT) for who in ("a", "b")]
+    assert [p.wait(120) for p in procs] == [0, 0]
+    assert len(costs.PassTimes(path).read()) == 80 and not list(tmp_path.glob(".*partial"))

@@ -122,3 +122,26 @@ def test_tree_sizes_says_they_are_not_the_budgets_and_phases_flag_rows_of_few_ro
     assert TREE_SIZE_NOTE in [" ".join(t.split()) for t in figures_drawn["tree_sizes.png"][0]]
     texts, _, _ = figures_drawn["phases.png"]
     assert any(t.startswith("⚠ few: a row resting on 2 rounds or fewer") for t in texts)
+
+
+def test_every_caption_fits_its_figure_and_clears_its_panels(make_record, tmp_path, monkeypatch):
+    """A caption runs past neither edge of its figure (one panel's figure is 4 inches wide) nor into the panels'
+    tick labels above it."""
+    from timing import plots
+
+    save, checked = plots._save, []
+
+    def checking(fig, path, top=1.0, bottom=0.0):
+        fig.tight_layout(rect=(0, bottom, 1, top))
+        renderer = fig.canvas.get_renderer()
+        panels = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible())
+        for text in fig.texts:
+            box = text.get_window_extent(renderer)
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y0 >= 0, (path.name, text.get_text())
+            assert box.y1 <= panels + 1, (path.name, text.get_text())
+            checked.append(path.name)
+        return save(fig, path, top, bottom)
+
+    monkeypatch.setattr(plots, "_save", checking)
+    draw(run(make_record, ("ar", "root-draw"), (8, "auto")), tmp_path)
+    assert {"gains.png", "speed.png", "acceptance.png", "tree_sizes.png"} <= set(checked)

@@ -167,11 +167,24 @@ def test_a_gain_among_decoders_that_did_the_same_work_is_never_printed_bare(make
                            seconds=1.0 if d == "draft" else 1.9) for i in range(6) for d in ("ar", "draft")]
     text = "\n".join(report._setting(analyse(records, 0.0, "auto"), ReportOptions(), 2))
     assert "**Caution: gains marked ⚠ measure the machine, not speculation.**" in text
-    assert "- ⚠ same work: every decoder ran plain rounds (no tree verified)" in text
+    assert "- ⚠ same work: every decoder ran plain rounds (no tree verified beyond the root" in text
     row = next(line for line in text.splitlines() if line.startswith("| draft |"))  # the speed table's
     assert "| ⚠ +90.0% [" in row
     (gain,) = [line for line in text.splitlines() if line.startswith("| draft over ar |")]
     assert gain.startswith("| draft over ar | ⚠ +90.0% |") and gain.endswith("| same work |")
+
+
+def test_depths_beyond_the_pools_are_marked_as_context_lookups_chains_and_root_ms_is_explained(make_record):
+    from evaluation.summary import analyse
+    from timing.options import ReportOptions
+
+    records = [make_record(f"p/{i}", d, tree_sizes=(8, 8), accepted=(5, 1)) for i in range(3)  # pools of 3 levels
+               for d in ("ar", "draft")]
+    text = "\n".join(report._setting(analyse(records, 0.0, 8), ReportOptions(), 2))
+    row = next(line for line in text.splitlines() if line.startswith("| draft |"))
+    assert "| 1.00 1.00 1.00; chains 1.00 1.00 |" in row  # depths 4 and 5: a chain's, past the pool's 3
+    assert "Root ms is the same one-token pass for every decoder, but not on the same cores" in text
+    assert "`--solo-threads`" in text
 
 
 def test_each_comparison_is_given_in_tokens_per_target_pass_with_its_interval(make_record):

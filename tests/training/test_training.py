@@ -192,7 +192,7 @@ def test_a_checkpoint_of_other_answers_is_refused_though_their_count_is_the_same
 
 def test_the_shard_size_defaults_to_the_work_folders_answers_else_64(tmp_path, capsys):
     def run(work, *extra):
-        return cli.main(["--target", "random:tiny", "--work", str(work), "--out", str(tmp_path / "h"),
+        return cli.main(["--target", "random:tiny", "--work", str(work), "--out", str(tmp_path / f"h-{work.name}"),
                          "--prompts", "4", "--max-new", "8", "--draft-vocab", "64", "--epochs", "1", *extra])
 
     assert run(tmp_path / "w", "--shard", "2") == 0
