@@ -26,8 +26,9 @@ from pathlib import Path
 
 import torch
 
+from training.batched import answer_batch
 from training.cli import device_arguments
-from training.distill import Answer, answer_batch, read_shard, shard_path
+from training.distill import Answer, read_shard, shard_path
 from training.ttt import scored_rows, unrolled_rows
 
 TOP = 3  # the wider of the two agreements: a tree keeps a few first tokens

