@@ -37,7 +37,6 @@ from typing import Any, NoReturn
 from pipeline.config import AUTO, ConfigError, InputError, split_list
 from programs.rule_options import OPTIONS
 from protocol.errors import PeerDied, PeerTimeout, ProtocolError
-from protocol.transport import check_endpoint
 from protocol.wakeup import ending, woken_by_signals
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PEER = 0, 1, 2, 3
@@ -258,6 +257,8 @@ def add_endpoint(parser: argparse.ArgumentParser, help_text: str, required: bool
 def endpoint_option(parser: argparse.ArgumentParser, text: str) -> str:
     """A checked --endpoint value, or a usage error."""
     try:
+        from protocol.transport import check_endpoint  # ZeroMQ's: a GPU image's training runs without pyzmq
+
         return check_endpoint(text)
     except ValueError as e:
         parser.error(flags_of(parser).rewrite(str(e)))
