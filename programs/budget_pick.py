@@ -49,5 +49,5 @@ def _no_gain(measured: MeasuredPasses, rates: np.ndarray) -> str:
     """Where no size promises more than plain rounds by budget auto's margin, a clause that says so."""
     if rates.max() > (1 + MARGIN) / measured.plain:
         return ""
-    return (f"; no size promises more than plain rounds here by {100 * MARGIN:.0f}%: --budget auto would settle on "
-            f"plain rounds")
+    return (f"; at this cautious τ no size promises more than plain rounds here by {100 * MARGIN:.0f}%: the τ the "
+            f"rounds reach decides (context lookup's copies are not in it; --budget auto learns it as it decodes)")

@@ -81,8 +81,9 @@ def test_where_no_tree_promises_more_than_plain_decoding_the_line_says_so_and_na
     dear = passes(44, {1: 90, 2: 95, 4: 100, 8: 120, 16: 160})
     picked, line = pick_budget(Session(dear), run())
     assert picked.decode.budget == 4
-    assert line.endswith("no size promises more than plain rounds here by 10%: --budget auto would settle on plain "
-                         "rounds; --budget N or auto sets it yourself")
+    assert line.endswith("at this cautious τ no size promises more than plain rounds here by 10%: the τ the rounds "
+                         "reach decides (context lookup's copies are not in it; --budget auto learns it as it "
+                         "decodes); --budget N or auto sets it yourself")
 
 
 def test_a_run_without_speculation_times_nothing_and_keeps_its_budget():
