@@ -24,7 +24,8 @@ import pytest
 from tests.test_results import json_lines, matches, printed
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "results").glob("*.md")),
+         *sorted((ROOT / "results").glob("*/**/README.md"))]  # not the values.md and report.md programs write
 CLAIM = re.compile(r"<!-- claim (above|below|across)(?: null=([\d.]+))?: (\S+) ([\w-]+)((?: [\w-]+=\S+)*): "
                    r"(\w+) (\w+) (\w+) -->")
 WORDS = {
