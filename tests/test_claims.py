@@ -7,7 +7,8 @@ A claim is an HTML comment right after the figure it is about:
 
 `above` (a gain, more, faster: the interval's low end above the null), `below` (a loss, fewer, slower: its high
 end below it) or `across` (undecided, a tie: the interval holds the null); `null=1` for a ratio (the default is
-0), then the file under the repository, the line (`KIND KEY=VALUE ...`, as tests/test_results.py reads lines) and
+0), then the file under the repository, the line (`KIND KEY=VALUE ...`, as tests/test_results.py reads lines; in a
+program's printed output, a `.txt` file, each object within a JSON line it printed is a line of its name's KIND) and
 the fields of the figure and its interval's two ends. The clause before the comment (from the previous claim or
 the sentence's start; a clause without a direction word shares the one before it) must hold a word of the claim's direction. A sentence with a direction word and a
 figure (a percentage or a ratio such as 1.65x) that names no claim says "one run" (one run, no interval) or
@@ -16,6 +17,7 @@ gives no direction at all.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -24,7 +26,8 @@ import pytest
 from tests.test_results import json_lines, matches, printed
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "results").glob("*.md")),
+         *sorted((ROOT / "results").glob("*/**/README.md"))]  # not the values.md and report.md programs write
 CLAIM = re.compile(r"<!-- claim (above|below|across)(?: null=([\d.]+))?: (\S+) ([\w-]+)((?: [\w-]+=\S+)*): "
                    r"(\w+) (\w+) (\w+) -->")
 WORDS = {
@@ -49,6 +52,15 @@ def prose(page: Path) -> list[str]:
     return out
 
 
+def claim_lines(source: Path) -> list[dict]:
+    """The lines a claim can name: a JSON file's (tests/test_results.py), or in printed output (`.txt`) each object
+    of a JSON line, of its name's kind (`against`: the line's `against` object)."""
+    if source.suffix != ".txt":
+        return json_lines(source)
+    printed_lines = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.startswith("{")]
+    return [{"kind": name, **value} for doc in printed_lines for name, value in doc.items() if isinstance(value, dict)]
+
+
 def claim_problems(sentence: str) -> list[str]:
     """What in one sentence's claims the JSON or the words contradict."""
     problems, start, clause = [], 0, ""
@@ -63,7 +75,7 @@ def claim_problems(sentence: str) -> list[str]:
             problems.append(f"{path} is not committed")
             continue
         keys = dict(k.split("=", 1) for k in keys.split())
-        found = [line for line in json_lines(source) if matches(line, kind, keys)]
+        found = [line for line in claim_lines(source) if matches(line, kind, keys)]
         if len(found) != 1:
             problems.append(f"{len(found)} lines are `{kind}{m.group(5)}` in {path}")
             continue
@@ -121,3 +133,12 @@ def test_an_agreeing_claim_passes_and_a_bare_one_is_found():
     assert claim_problems(f"at T = 1 lookup is undecided, +9.1% [−0.2, +20.0]<!-- claim across: {LOOKUP8} -->") == []
     assert uncited("with lookup draft gains +9.1% over ar at T = 1")
     assert not uncited("with lookup draft gains +9.1% over ar at T = 1 (one run)")
+
+
+AGREEMENT = "results/cpu-smollm2-eagle3-head/agreement-evals.txt against prompts=48: gain low high"
+
+
+def test_a_claim_reads_an_object_of_a_programs_printed_json_line():
+    assert claim_problems(f"its top-1 is lower, −13.5% [−18.6%, −7.5%]<!-- claim below: {AGREEMENT} -->") == []
+    assert "`above` but" in claim_problems(f"its top-1 is higher, −13.5% [−18.6%, −7.5%]<!-- claim above: {AGREEMENT} -->")[0]
+    assert "0 lines are" in claim_problems(f"it is lower, −13.5%<!-- claim below: {AGREEMENT.replace('=48', '=12')} -->")[0]
