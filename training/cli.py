@@ -378,10 +378,10 @@ def eval_texts(sources: list[str]) -> list[str]:
 
 
 def judge_of(held: list, evals: list, steps: int, improved):
-    """The training's Judge: training.agreement's figures per drafting step on the held-out answers and on
+    """The training's Judge: training.ttt's agreement per drafting step on the held-out answers and on
     --eval-prompts', its score the held-out first step's top-1 (the eval prompts' where none is held out); None
     where there is neither."""
-    from training.agreement import agreement
+    from training.ttt import agreement
 
     def score(head) -> dict:
         row = {"held_out": agreement(head, held, steps)} if held else {}

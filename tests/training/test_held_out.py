@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.training import killed_after
-from training import agreement, cli
+from training import cli, ttt
 from training.distill import read_shard
 from training.prompts import training_prompts
 from training.train import train
@@ -66,7 +66,7 @@ def test_held_out_prompts_are_chosen_by_their_text_never_trained_on_and_scored_p
 
 def test_the_head_written_is_the_best_judged_not_the_last(tmp_path, one_in_three, monkeypatch):
     scores = iter([0.5, 0.9, 0.7, 0.2, 0.1, 0.0, 0.0, 0.0])
-    monkeypatch.setattr(agreement, "agreement", lambda head, answers, steps: {
+    monkeypatch.setattr(ttt, "agreement", lambda head, answers, steps: {
         "rows": [1] * steps, "top1": [next(scores)] * steps, "top3": [1.0] * steps})
     assert _run(tmp_path / "w", tmp_path / "h") == 0
     state = torch.load(tmp_path / "w" / "checkpoint.pt", weights_only=True)
