@@ -17,6 +17,7 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -280,10 +281,10 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
                   "data": data_report(args, prompts, answers, covered, held, evals), "schedule": asdict(schedule),
                   "seconds": times.seconds, "threads": torch.get_num_threads(), "device": str(model.device),
                   "dtype": str(model.dtype).removeprefix("torch.")}
-        best = lambda weights, curve: write_best(args.out, report, curve, times, (config, weights, d2t, t2d))  # noqa: E731
+        write = partial(write_best, args.out, report, times, (config, d2t, t2d))
         weights, curve = train_stage(answers, target, d2t, t2d, schedule, args.work, model.device,
-                                     judge_of(held, evals, schedule.steps, best))
-        best(weights, curve)
+                                     judge_of(held, evals, schedule.steps, write))
+        write(weights, curve)
     except ValueError as e:  # a bad flag, a target that cannot serve, a damaged file, answers of other settings
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -391,14 +392,15 @@ def judge_of(held: list, evals: list, steps: int, improved):
     return Judge(score, improved) if held or evals else None
 
 
-def write_best(out: Path, report: dict, curve: list[dict], times: Times, head: tuple) -> None:
-    """--out's files for `head` (config, weights, d2t, t2d): the best judged so far (the last where none is
-    judged), with the curve to now and the step it is of; the training's seconds kept in the work folder."""
+def write_best(out: Path, report: dict, times: Times, head: tuple, weights: dict, curve: list[dict]) -> None:
+    """--out's files for `weights`, the best judged so far (the last where none is judged), with the head's
+    (config, d2t, t2d), the curve to now and the step they are of; the training's seconds kept in --work."""
     times.seconds["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
     times.save()
     judged = [r for r in curve if "eval" in r]
     step = max(judged, key=lambda r: r["eval"]["score"])["step"] if judged else len(curve)
-    write_out(out, {**report, "head_step": step, "curve": curve}, *head)
+    config, d2t, t2d = head
+    write_out(out, {**report, "head_step": step, "curve": curve}, config, weights, d2t, t2d)
 
 
 def vocabulary(answers: list, vocab: int, size: int, schedule: Schedule) -> tuple:
@@ -479,7 +481,8 @@ def plot_curve(curve: list[dict], path: Path) -> None:
         b.plot(steps, [r["top1"][k] if k < len(r["top1"]) else None for r in curve], lw=0.8, label=f"step {k + 1}")
     judged = [r for r in curve if "eval" in r]
     if judged:
-        b.plot([r["step"] for r in judged], [r["eval"]["score"] for r in judged], "k--", lw=1, label="held out, step 1")
+        b.plot([r["step"] for r in judged], [r["eval"]["score"] for r in judged], "k--", lw=1,
+               label="held out, step 1")
     b.set(xlabel="optimizer step", ylabel="top-1 = target's top", title="agreement per drafting step")
     b.legend(fontsize=7)
     fig.tight_layout()

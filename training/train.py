@@ -169,7 +169,6 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
     return best["weights"] if best else {k: v.detach().cpu() for k, v in weights.items()}, curve
 
 
-
 def _optimizer(trained: list, schedule: Schedule, moments, checkpoint: Path) -> torch.optim.AdamW:
     """AdamW over the `trained` weights, from the checkpoint's `moments` where there are (ValueError where they
     are damaged)."""
@@ -181,6 +180,7 @@ def _optimizer(trained: list, schedule: Schedule, moments, checkpoint: Path) -> 
             raise ValueError(f"{checkpoint} is damaged or not a checkpoint (its optimizer's state: {e}); delete it "
                              f"to train from the start") from None
     return optimizer
+
 
 @dataclass(frozen=True, slots=True)
 class Judge:

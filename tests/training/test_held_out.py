@@ -48,8 +48,8 @@ def test_held_out_prompts_are_chosen_by_their_text_never_trained_on_and_scored_p
     assert 0 < len(held) < 12 and held == [q for q in training_prompts(24, 0) if cli.held_out(q)][: len(held)]
     assert _run(tmp_path / "w", tmp_path / "h") == 0
     _, tokenizer = cli.load_target("random:tiny")
-    trained, kept_out = ([t for path in sorted((tmp_path / "w").glob(f"{kind}-*.pt")) for t in _prompts_of(path, tokenizer)]
-                         for kind in ("answers", "held"))
+    trained, kept_out = ([t for path in sorted((tmp_path / "w").glob(f"{kind}-*.pt"))
+                          for t in _prompts_of(path, tokenizer)] for kind in ("answers", "held"))
     assert len(kept_out) == len(held) and len(trained) == 12 - len(held)
     assert all(q in t for q, t in zip(held, kept_out)) and not any(q in t for q in held for t in trained)
     report = _report(tmp_path / "h")
