@@ -10,6 +10,7 @@ written to OUT with `training.json` (the command, the data, the times and the lo
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import json
@@ -17,7 +18,6 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
                   "data": data_report(args, prompts, answers, covered, held, evals), "schedule": asdict(schedule),
                   "seconds": times.seconds, "threads": torch.get_num_threads(), "device": str(model.device),
                   "dtype": str(model.dtype).removeprefix("torch.")}
-        write = partial(write_best, args.out, report, times, (config, d2t, t2d))
+        write = functools.partial(write_best, args.out, report, times, (config, d2t, t2d))
         weights, curve = train_stage(answers, target, d2t, t2d, schedule, args.work, model.device,
                                      judge_of(held, evals, schedule.steps, write))
         write(weights, curve)
