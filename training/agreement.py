@@ -28,37 +28,8 @@ import torch
 
 from training.batched import answer_batch
 from training.cli import device_arguments
-from training.distill import Answer, read_shard, shard_path
-from training.ttt import scored_rows, unrolled_rows
-
-TOP = 3  # the wider of the two agreements: a tree keeps a few first tokens
-
-
-def answer_counts(head, a: Answer, steps: int) -> torch.Tensor:
-    """(3, steps) for one answer: its scored rows, top-1 hits and top-3 hits at each drafting step."""
-    counts = torch.zeros(3, steps, dtype=torch.long)
-    dev = head.device
-    with torch.inference_mode():
-        tokens, argmax = a.tokens.to(dev), a.argmax.to(dev).long()
-        for k, logits in enumerate(unrolled_rows(head, tokens, a.features.to(dev, torch.float32), steps)):
-            row, keep = scored_rows(len(tokens), a.start, k, dev)
-            want = argmax[row][keep]
-            drafted = head.ids[logits[keep].topk(min(TOP, logits.shape[-1]), -1).indices]  # (r, TOP) target ids
-            counts[:, k] = torch.tensor([len(want), int((drafted[:, 0] == want).sum()),
-                                         int((drafted == want[:, None]).any(-1).sum())])
-    return counts
-
-
-def shares(counts: list[torch.Tensor]) -> dict[str, list]:
-    """{"rows", "top1", "top3"} per drafting step over answers' counts (answer_counts)."""
-    rows, top1, top3 = (sum(counts, torch.zeros_like(counts[0])) if counts else torch.zeros(3, 0)).tolist()
-    return {"rows": rows, "top1": [h / max(r, 1) for h, r in zip(top1, rows)],
-            "top3": [h / max(r, 1) for h, r in zip(top3, rows)]}
-
-
-def agreement(head, answers: list[Answer], steps: int) -> dict[str, list]:
-    """Per drafting step over `answers`' rows from each answer's start: {"rows", "top1", "top3"} (shares)."""
-    return shares([answer_counts(head, a, steps) for a in answers])
+from training.distill import read_shard, shard_path
+from training.ttt import agreement, answer_counts, shares
 
 
 def compared(mine: list[torch.Tensor], theirs: list[torch.Tensor], seed: int = 0) -> dict:

