@@ -26,7 +26,6 @@ import dataclasses
 import itertools
 import logging
 import random
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from pipeline.config import ConfigError, is_int
 from pipeline.metrics import tokens_per_pass
 from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig
+from programs.cli import Stderr
 from programs.progress import Progress
 from target_proc.conversation import ROLES
 from target_proc.stops import StopStrings
@@ -445,24 +445,12 @@ def _model_options(pair_arguments: dict, dtype: str | None, max_model_len: int |
 def _say(level: int, message: str) -> None:
     """A line of the layer's on stderr, as vLLM's logger writes its own (its handler set up at the first)."""
     if not LOG.handlers:
-        handler = _Stderr()
+        handler = Stderr()
         handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S"))
         LOG.addHandler(handler)
         LOG.setLevel(logging.INFO)
         LOG.propagate = False
     LOG.log(level, message)
-
-
-class _Stderr(logging.StreamHandler):
-    """A handler writing to whatever sys.stderr is when a line is written (a notebook's or a test's capture)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
 
 
 def _settings(config: DecodeConfig) -> dict:

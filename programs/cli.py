@@ -282,7 +282,7 @@ class _Formatter(logging.Formatter):
         return f"[{self.prog}] {level}{record.getMessage()}"
 
 
-class _Stderr(logging.StreamHandler):
+class Stderr(logging.StreamHandler):
     """A handler that writes to whatever sys.stderr is when it writes (tests and notebooks swap it)."""
 
     @property
@@ -296,7 +296,7 @@ class _Stderr(logging.StreamHandler):
 
 def setup_logging(prog: str, level: str = "INFO") -> None:
     """Logs on stderr, one line each, prefixed with the program's name."""
-    handler = _Stderr()
+    handler = Stderr()
     handler.setFormatter(_Formatter(prog))
     root = logging.getLogger()
     root.handlers[:] = [handler]
