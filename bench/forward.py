@@ -181,7 +181,8 @@ def cpu_words() -> str:
     from evaluation.machine import device_words
     from evaluation.provenance import processor, vector_width
 
-    return device_words({"cpu": processor(), "cpu_vectors": vector_width(), "cpu_count": os.cpu_count()}, "cpu")
+    return device_words({"cpu": processor(), "cpu_vectors": vector_width(),
+                         "cpu_count": len(os.sched_getaffinity(0))}, "cpu")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ def device_words(environment: dict, device: str) -> str:
     if device == "cpu":
         cores, vectors = environment.get("cpu_count"), environment.get("cpu_vectors")
         return (f"{environment.get('cpu') or 'an unnamed CPU'}" + (f" ({vectors})" if vectors else "")
-                + (f", {cores} CPUs" if cores else ""))
+                + (f", {cores} CPU{'s' if cores != 1 else ''}" if cores else ""))
     return device
 
 

@@ -23,7 +23,9 @@ def environment() -> dict:
 
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
             "platform": platform.platform(), "python": platform.python_version(),
-            "cpu": processor(), "cpu_vectors": vector_width(), "cpu_count": os.cpu_count(), "gpus": gpus(), "cuda_driver": cuda_driver(),
+            "cpu": processor(), "cpu_vectors": vector_width(),
+            "cpu_count": len(os.sched_getaffinity(0)),  # the CPUs this process may run on (taskset narrows them)
+            "gpus": gpus(), "cuda_driver": cuda_driver(),
             "torch_cuda": torch.version.cuda, "packages": {name: version(name) for name in PACKAGES},
             "git": git_state()}
 

@@ -45,3 +45,7 @@ def test_the_cpus_vector_width_is_read_from_its_flags(tmp_path, flags, width):
     assert vector_width(str(tmp_path / "missing")) is None
     named = device_words({"cpu": "AMD EPYC", "cpu_vectors": width, "cpu_count": 2}, "cpu")
     assert named == (f"AMD EPYC ({width}), 2 CPUs" if width else "AMD EPYC, 2 CPUs")
+
+
+def test_one_cpu_is_named_in_the_singular():
+    assert device_words({"cpu": "AMD EPYC", "cpu_vectors": "AVX2", "cpu_count": 1}, "cpu") == "AMD EPYC (AVX2), 1 CPU"
