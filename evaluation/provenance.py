@@ -30,14 +30,19 @@ def environment() -> dict:
             "git": git_state()}
 
 
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (Linux's /proc/cpuinfo); empty where unknown."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
 def vector_width(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     """The widest vector arithmetic the CPU's flags name ("AVX-512", "AVX2", "AVX"), None where unknown: a tree
     pass is bound by arithmetic where the vectors are narrow, so figures differ with it."""
-    try:
-        with open(cpuinfo, encoding="utf-8") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return None
+    flags = cpu_flags(cpuinfo)
     return next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")) if flag in flags),
                 None)
 

@@ -26,15 +26,11 @@ KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_til
 
 
 def cpu() -> dict:
-    """The CPU's model name and which of KERNEL_FLAGS it has (Linux's /proc/cpuinfo; empty elsewhere)."""
-    try:
-        info = open("/proc/cpuinfo").read()
-    except OSError:
-        return {"model": "unknown", "flags": []}
-    field = lambda name: next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith(name)), "")
-    flags = set(field("flags").split())
-    return {"model": field("model name"), "flags": [f for f in KERNEL_FLAGS if f in flags],
-            "cores": os.cpu_count()}
+    """The CPU's model name, which of KERNEL_FLAGS it has and its usable cores."""
+    from evaluation.provenance import cpu_flags, processor
+
+    flags = cpu_flags()
+    return {"model": processor(), "flags": [f for f in KERNEL_FLAGS if f in flags], "cores": os.cpu_count()}
 
 
 def timed(answer) -> dict:
