@@ -1,7 +1,7 @@
 """The results pages quote the committed JSON figure for figure.
 
-The pages: each run folder's README.md (its heading names the folder) and the benchmark pages beside
-results/README.md, the index. A table that quotes a results folder's JSON names the file in its last column's heading ("from `values.jsonl`",
+The pages: each run folder's README.md (every folder under results/ has one, its heading naming the folder)
+and the benchmark pages beside results/README.md, the index. A table that quotes a results folder's JSON names the file in its last column's heading ("from `values.jsonl`",
 the file in the folder of the section's heading) and, in each row, the line and fields each figure comes from:
 `KIND KEY=VALUE ...: FIELD ...`, KIND the line's `kind` and every KEY=VALUE one of its fields (values compare
 as text). Each column headed "T = x" holds the figures at temperature x: its numbers, in order, are the FIELDs
@@ -163,6 +163,30 @@ def check(text: str) -> tuple[int, list[str]]:
             n, found = check_table(rows, lines_of, f"{folder}/{source.name}")
             checked, problems = checked + n, problems + found
     return checked, problems
+
+
+def pageless(results: Path) -> list[str]:
+    """The folders under `results` without a page of their own: a README.md whose heading names the folder."""
+    missing = []
+    for folder in sorted(p for p in results.rglob("*") if p.is_dir()):
+        page, name = folder / "README.md", f"# `{folder.relative_to(results).as_posix()}/`"
+        if not page.is_file() or not page.read_text(encoding="utf-8").startswith(name):
+            missing.append(folder.relative_to(results).as_posix())
+    return missing
+
+
+def test_every_run_folder_has_a_page_that_names_it():
+    missing = pageless(RESULTS)
+    assert not missing, f"folders under results/ without a README.md whose heading names them: {missing}"
+
+
+def test_a_folder_without_its_page_is_found(tmp_path):
+    (tmp_path / "run" / "sub").mkdir(parents=True)
+    (tmp_path / "run" / "README.md").write_text("# `run/`: a run\n", encoding="utf-8")
+    (tmp_path / "run" / "sub" / "README.md").write_text("# `other/`: misnamed\n", encoding="utf-8")
+    assert pageless(tmp_path) == ["run/sub"]
+    (tmp_path / "run" / "sub" / "README.md").write_text("# `run/sub/`: a part\n", encoding="utf-8")
+    assert pageless(tmp_path) == []
 
 
 def test_every_figure_the_results_pages_quote_is_the_committed_jsons():
