@@ -392,8 +392,8 @@ def _ends(t: LateRounds) -> str:
         return "No record says how the outputs end (`finish_reason`): the late rounds are not split by it."
     return (f"Outputs cut at the limit (`finish_reason` `length`): {t.ended['length']} of "
             f"{sum(t.ended.values())} ({pct(t.limit_share, 1, sign=False)}). Of the {t.prompts} outputs holding a "
-            f"late round, {t.late_ended['stop']} end at a stop and {t.late_ended['length']} at the limit; each kind's "
-            f"late rounds are given apart from {FEWEST_APART} prompts on, with an interval from "
+            f"late round, ending at a stop: {t.late_ended['stop']}, cut at the limit: {t.late_ended['length']}; each "
+            f"kind's late rounds are given apart from {FEWEST_APART} prompts on, with an interval from "
             f"{MIN_INTERVAL_PROMPTS}.")
 
 

@@ -1,7 +1,9 @@
 """Table 20's late rounds: the rounds that start with LATE or more output tokens give root's and root-draw's gains
 over draft as their values do (rounds pooled), beside the whole outputs' gains, the gains over the rounds before
 token LATE and the difference of the two, paired by prompt; late intervals come from enough prompts only, and a
-recording limited to LATE tokens says it has no late round."""
+recording limited to LATE tokens says it has no late round. The outputs holding a late round are counted apart by
+how their records say they end, and a separate run of the same prompts limited to LATE tokens (--short) is paired
+with the long one by prompt, or refused where it is not the same run's twin."""
 
 from __future__ import annotations
 
@@ -111,7 +113,7 @@ def test_late_outputs_are_counted_apart_by_how_they_end(values, stopped):
             assert (line[f"{field}_low"] is None) == (prompts < MIN_INTERVAL_PROMPTS)
     text = "\n".join(table_20(rv, Averages(rv, n_resamples=200)))
     assert f"Outputs cut at the limit (`finish_reason` `length`): {n - stopped} of {n}" in text
-    assert f"{stopped} end at a stop and {n - stopped} at the limit" in text
+    assert f"ending at a stop: {stopped}, cut at the limit: {n - stopped};" in text
     kinds = [("stop", stopped), ("length", n - stopped)]
     assert text.count("prompts, no interval)") == 2 * sum(2 <= p < MIN_INTERVAL_PROMPTS for _, p in kinds)
     assert text.count(", no figure") == 2 * sum(p < 2 for _, p in kinds)
