@@ -124,6 +124,7 @@ class RecordedDecode:
     # (len(rounds),) bool: each round held its root's exact row from the pass before (`cover`), joined from the
     # decode's record (evaluation.held_rows; the payload does not hold it); None: no record says
     held: np.ndarray | None = None
+    finish: str = ""  # how the output ended, from the decode's record: "stop", "length" ("": no record says)
 
 
 # -- the chunk payload --------------------------------------------------------------------------------------

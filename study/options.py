@@ -29,6 +29,9 @@ class ValuesOptions:
     cut_levels: bool = field(default=False, metadata={
         "help": "add each rule's value from the pools cut after 1, 2, ... levels (what --cut-pools costs; "
                 "several times the work)"})
+    short: str = field(default="", metadata={
+        "help": "a run of the same prompts recorded with the same command at --max-new-tokens 256: Table 20 "
+                "compares the whole outputs' gains with its, paired by prompt", "metavar": "RUN"})
     plots: bool = field(default=True, metadata={"help": "do not draw the figures"})
     check: bool = field(default=False, metadata={
         "help": "list every damaged, impossible or set-aside chunk of the rounds files, every file cut short, "

@@ -23,9 +23,11 @@ from pathlib import Path
 from evaluation.held_rows import held_rows
 from evaluation.paths import output_dir, refuse_overwrite
 from evaluation.record import DecodeRecord, record_key
-from evaluation.rounds import decode_key
+from evaluation.rounds import RecordedDecode, decode_key, key_text
 from evaluation.rounds_check import timed_keys
 from evaluation.rounds_file import ends_early, load_rounds, records_beside
+from pipeline.config import InputError
+from study import tables
 from study.coverage_section import coverage_section
 from study.options import ValuesOptions
 from study.rows_section import FIGURE as ROWS_FIGURE, rows_section
@@ -66,10 +68,40 @@ def load(runs: Sequence[str], options: ValuesOptions,
             data.damage.append(cut)
     for d in data.damage:
         log.warning("%s", d)
+    if options.short:
+        data.short = load_short(options.short, data.decodes)
     by_key = {record_key(r): r for listed in (records or {}).values() for r in listed}
-    for d in data.decodes:  # which rounds held their root's row (`cover`): the records say, the rounds do not
-        d.held = held_rows(by_key.get(decode_key(d.key)), d.rounds)
+    for d in data.decodes:  # which rounds held their root's row (`cover`), how the output ended: the records say
+        record = by_key.get(decode_key(d.key))
+        d.held, d.finish = held_rows(record, d.rounds), record.finish_reason if record else ""
     return data
+
+
+def load_short(run: str, decodes: Sequence[RecordedDecode]) -> list[RecordedDecode]:
+    """The decodes of `run` (--short), a run of the same prompts, decoders, budgets and temperatures as `decodes`
+    limited to LATE tokens; InputError naming what differs, or the first round that starts at LATE or later."""
+    try:
+        found = list(load_rounds([run]))
+    except InputError as e:
+        raise InputError(f"--short: {e}") from None
+    short = [d for f in found for d in f.decodes]
+    for d in (d for f in found for d in f.damage):
+        log.warning("--short: %s", d)
+    timed = [[d.key for d in ds if d.rounds and not d.key.get("warmup", False)] for ds in (decodes, short)]
+    differ = []
+    for what, of in (("prompts", lambda k: str(k["prompt_id"])), ("decoders", lambda k: str(k["decoder"])),
+                     ("budgets", lambda k: str(k.get("grid_budget", k["budget"]))),
+                     ("temperatures", lambda k: f"{float(k['temperature']):g}")):
+        mine, theirs = ({of(k) for k in keys} for keys in timed)
+        if mine != theirs:
+            differ.append(f"{what} ({', '.join(sorted(mine - theirs)[:3]) or 'none'} only in the run, "
+                          f"{', '.join(sorted(theirs - mine)[:3]) or 'none'} only in {run})")
+    if differ:
+        raise InputError(f"--short {run}: not the same decodes as the run's: {'; '.join(differ)}")
+    if late := next((d for d in short for r in d.rounds if r.position >= tables.LATE), None):
+        raise InputError(f"--short {run}: decode {key_text(late.key)} has rounds from output token "
+                         f"{tables.LATE} on; record it at --max-new-tokens {tables.LATE}")
+    return short
 
 
 def values(runs: Sequence[str], options: ValuesOptions,

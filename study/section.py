@@ -23,6 +23,7 @@ class ValuesInput:
     recording: dict = field(default_factory=dict)  # how the rounds were recorded (the run chunk's)
     decodes: list[RecordedDecode] = field(default_factory=list)
     damage: list = field(default_factory=list)  # evaluation.rounds_file.Damage of every file
+    short: list[RecordedDecode] = field(default_factory=list)  # the decodes of --short's run, limited to 256 tokens
 
     @property
     def resampling(self) -> dict:

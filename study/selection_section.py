@@ -33,6 +33,7 @@ class Selection:
     data: ValuesInput
     tables: list[RoundValues]
     averages: list[Averages]
+    short: dict[float, RoundValues]  # Table 20's run of the same prompts limited to 256 tokens, by temperature
 
     @property
     def options(self) -> ValuesOptions:
@@ -41,14 +42,14 @@ class Selection:
     def json_lines(self) -> list[dict]:
         return [line for rv, avg in zip(self.tables, self.averages)
                 for line in _json_lines(rv, avg, agreement(rv, self.options.confidence))
-                + table_lines.json_lines(rv, avg)]
+                + table_lines.json_lines(rv, avg, self.short.get(rv.temperature))]
 
     def markdown(self) -> list[str]:
         lines = ["", "## Selection rules at shared contexts", ""]
         for rv, avg in zip(self.tables, self.averages):
             lines += [f"### T = {rv.temperature:g}: {rv.rounds} rounds, {avg.n_prompts} prompts, pools up to "
                       f"{rv.full['draft'].shape[1]} candidates", ""]
-            lines += tables.tables(rv, avg)
+            lines += tables.tables(rv, avg, self.short.get(rv.temperature))
             lines += _temperature(rv, avg, agreement(rv, self.options.confidence), self.data.level)
             if self.options.by_category:
                 lines += _by_category(rv, self.options, self.data.level)
@@ -114,7 +115,8 @@ def selection_section(data: ValuesInput) -> Selection:
     """The recorded rounds of `data` -> every rule's value at each round and their averages, by temperature."""
     options = data.options
     values = [with_emitted(rv) for rv in evaluate(data.decodes, options.budget_list, cut_levels=options.cut_levels)]
-    return Selection(data, values, [Averages(rv, **data.resampling) for rv in values])
+    short = {rv.temperature: rv for rv in evaluate(data.short, options.budget_list)} if data.short else {}
+    return Selection(data, values, [Averages(rv, **data.resampling) for rv in values], short)
 
 
 def with_emitted(rv: RoundValues) -> RoundValues:

@@ -13,19 +13,20 @@ from study.section import number
 from study.selection import RESTRICTED
 from study.splits import QUINTILES, TASK_PAIRS, TaskGains, each_task, first_token_split, task_weighted
 from study.covered_rounds import RULES as COVERED_RULES, covered_rounds
-from study.tables import (LATE, LATE_RULES, late_rounds, lowered_cap, matched, own_budget, reaches, stronger_pearl,
-                          table_15_budgets)
+from study.tables import (ENDS, LATE, LATE_RULES, late_rounds, lowered_cap, matched, own_budget, reaches,
+                          stronger_pearl, table_15_budgets)
 from study.values import Averages, Estimate, RoundValues
 
 EMITTED_PAIRS = (("root", "draft"), ("root-draw", "pearl"))  # Table 8's gains in emitted tokens
 
 
-def json_lines(rv: RoundValues, avg: Averages) -> list[dict]:
-    """Every selection table's figures at one temperature, one JSON object each."""
+def json_lines(rv: RoundValues, avg: Averages, short: RoundValues | None = None) -> list[dict]:
+    """Every selection table's figures at one temperature, one JSON object each (`short`: Table 20's run of the
+    same prompts limited to LATE tokens)."""
     base = {"temperature": rv.temperature, "rounds": rv.rounds}
     lines = _depth(rv, avg, base) + _sizes(rv, avg, base) + _restricted(rv, avg, base) + _matched(rv, avg, base)
     lines += _draw(avg, base) + _emitted(rv, avg, base) + _stronger(rv, avg, base) + _tasks(rv, avg, base)
-    lines += _reach(rv, avg, base) + _first_token(rv, avg, base) + _late(rv, avg, base) + _held_row(rv, avg, base)
+    lines += _reach(rv, avg, base) + _first_token(rv, avg, base) + _late(rv, avg, base, short) + _held_row(rv, avg, base)
     return lines + _cap(rv, avg, base)
 
 
@@ -153,19 +154,26 @@ def _first_token(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
     return lines
 
 
-def _late(rv: RoundValues, avg: Averages, base: dict) -> list[dict]:
-    t = late_rounds(rv, avg)
+def _late(rv: RoundValues, avg: Averages, base: dict, short: RoundValues | None) -> list[dict]:
+    t = late_rounds(rv, avg, short)
     if t is None:
         return [{"kind": "late", **base, "from_token": LATE, "late_rounds": 0, "late_prompts": 0}]
     lines = []
     for i, b in enumerate(t.budgets):
         line = {"kind": "late", **base, "budget": b, "from_token": LATE, "late_rounds": t.rounds,
-                "late_prompts": t.prompts, "outputs": t.outputs}
+                "late_prompts": t.prompts, "outputs": t.outputs, **{f"{end}_outputs": t.ended[end] for end in ENDS},
+                "limit_share": number(t.limit_share), **{f"late_prompts_{end}": t.late_ended[end] for end in ENDS}}
         for rule in LATE_RULES:
-            line.update(estimate(f"{_pair(rule, 'draft')}_late", t.late[rule][i]))
-            line.update(estimate(_pair(rule, "draft"), t.whole[rule][i]))
-            line.update(estimate(f"{_pair(rule, 'draft')}_before", t.default_length[rule][i]))
-            line.update(estimate(f"{_pair(rule, 'draft')}_whole_less_before", t.whole_less_default[rule][i]))
+            name = _pair(rule, "draft")
+            line.update(estimate(f"{name}_late", t.late[rule][i]))
+            for end in ENDS:
+                line.update(estimate(f"{name}_late_{end}", t.late_by_end[end][rule][i]))
+            line.update(estimate(name, t.whole[rule][i]))
+            line.update(estimate(f"{name}_before", t.default_length[rule][i]))
+            line.update(estimate(f"{name}_whole_less_before", t.whole_less_default[rule][i]))
+            if t.short:
+                line.update(estimate(f"{name}_short", t.short[rule][i]))
+                line.update(estimate(f"{name}_whole_less_short", t.whole_less_short[rule][i]))
         lines.append(line)
     return lines
 

@@ -17,6 +17,7 @@ from study.selection import EXCEEDS, RESTRICTED, Matched, match_pearl, matched_c
 from study.splits import QUINTILES, TASK_PAIRS, FirstTokenSplit, each_task, first_token_split, task_weighted
 from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group
+from pipeline.config import InputError
 from study.values import Averages, Estimate, PerRound, RoundValues, by_prompt
 from study.section import est, pct, plain, share
 
@@ -77,12 +78,13 @@ def _head(*names: str) -> list[str]:
     return [_row(names), "|" + "---|" * len(names)]
 
 
-def tables(rv: RoundValues, avg: Averages) -> list[str]:
-    """Every paper table this temperature's rounds give, in the paper's order."""
+def tables(rv: RoundValues, avg: Averages, short: RoundValues | None = None) -> list[str]:
+    """Every paper table this temperature's rounds give, in the paper's order (`short`: Table 20's run of the same
+    prompts limited to LATE tokens)."""
     out = table_2_9(rv, avg) + figure_2_5(rv, avg) + table_8(rv, avg)
     if len({category_group(c) for c in rv.categories}) > 1:
         out += table_10(rv, avg)
-    out += table_11(rv, avg) + table_12(rv, avg) + table_13(rv, avg) + table_15(rv, avg) + table_20(rv, avg)
+    out += table_11(rv, avg) + table_12(rv, avg) + table_13(rv, avg) + table_15(rv, avg) + table_20(rv, avg, short)
     return out + table_27(rv, avg) + table_29(rv, avg)
 
 
@@ -281,57 +283,126 @@ class LateRounds:
     whole: dict[str, list[Estimate]]  # the same over every round
     default_length: dict[str, list[Estimate]]  # over the rounds that start before LATE (greedy: a LATE-token run's)
     whole_less_default: dict[str, list[Estimate]]  # whole less default_length, paired by prompt
+    ended: dict[str, int]  # ENDS -> the outputs (decodes) that end so, as their records say
+    late_ended: dict[str, int]  # ENDS -> the prompts whose late rounds are of outputs that end so
+    # ENDS -> rule -> the gain over draft in those late rounds (NaN from fewer than FEWEST_APART prompts)
+    late_by_end: dict[str, dict[str, list[Estimate]]]
+    short: dict[str, list[Estimate]]  # the --short run's whole-output gains (empty: no such run)
+    whole_less_short: dict[str, list[Estimate]]  # whole less short, paired by prompt
+
+    @property
+    def limit_share(self) -> float:
+        """The share of the outputs whose records say how they end that reach the limit."""
+        known = sum(self.ended.values())
+        return self.ended["length"] / known if known else float("nan")
 
 
 LATE_RULES = ("root", "root-draw")
+ENDS = ("stop", "length")  # the records' finish_reason: at a stop, or cut at the limit
+FEWEST_APART = 2  # the fewest prompts whose late rounds are given apart by how their outputs end
 
 
-def late_rounds(rv: RoundValues, avg: Averages) -> LateRounds | None:
-    """Table 20's figures, or None where no round is late (every run limited to LATE tokens)."""
+def late_rounds(rv: RoundValues, avg: Averages, short: RoundValues | None = None) -> LateRounds | None:
+    """Table 20's figures, or None where no round is late (every run limited to LATE tokens); `short`: the same
+    prompts' rounds in a run limited to LATE tokens, whose whole outputs the whole outputs here are set against."""
     late = rv.position >= LATE
     if not late.any():
         return None
-    kept = np.unique(rv.prompt[late])
-    sub = PerRound(rv.temperature, rv.budgets, np.searchsorted(kept, rv.prompt[late]), [rv.prompts[i] for i in kept],
-                   [rv.categories[i] for i in kept], {n: rv.values[n][late] for n in ("draft", *LATE_RULES)})
-    resampling = dict(n_resamples=avg.counts.shape[0], confidence=1 - 2 * avg.tail)
-    late_avg = Averages(sub, **resampling)
-    n = len(rv.prompts)
-    # every prompt's sums over its early rounds and over all of them, resampled as `avg` is
-    totals = {f"{name}:{part}": by_prompt(rv.values[name][keep], rv.prompt[keep], n)
-              for name in ("draft", *LATE_RULES) for part, keep in (("early", ~late), ("all", slice(None)))}
-    parts = Averages.of_totals(totals, np.bincount(rv.prompt, minlength=n), **resampling,
-                               seed=avg.resampling["seed"])
     cols = picks(rv)
-    bare = (lambda e: e) if len(kept) >= MIN_INTERVAL_PROMPTS else (lambda e: Estimate(e.value, np.nan, np.nan))
+    n = len(rv.prompts)
+    # every prompt's sums over its early rounds, over all of them and over the short run's, resampled as `avg` is
+    totals = {f"{name}:{part}": by_prompt(rv.values[name][keep][:, [k for _, k in cols]], rv.prompt[keep], n)
+              for name in ("draft", *LATE_RULES) for part, keep in (("early", ~late), ("all", slice(None)))}
+    totals |= _short_totals(rv, short, [b for b, _ in cols]) if short is not None else {}
+    parts = Averages.of_totals(totals, np.bincount(rv.prompt, minlength=n), **avg.resampling)
+    gain = lambda part: {r: [_less_one(e) for e in parts.ratio(f"{r}:{part}", f"draft:{part}")]  # noqa: E731
+                         for r in LATE_RULES}
+    less = lambda part: {r: parts.difference((f"{r}:all", "draft:all"), (f"{r}:{part}", f"draft:{part}"))  # noqa
+                         for r in LATE_RULES}
+    _, first = np.unique(np.c_[rv.prompt, rv.recorded_in], axis=0, return_index=True)  # each output's first round
+    apart = {end: _late_gains(rv, avg, late & (rv.finish == end), cols, FEWEST_APART) for end in ENDS}
+    prompts, gains = _late_gains(rv, avg, late, cols, 1)
     return LateRounds(
-        int(late.sum()), len(kept), n, [b for b, _ in cols],
-        {r: [bare(late_avg.gain(r, "draft")[k]) for _, k in cols] for r in LATE_RULES},
-        {r: [avg.gain(r, "draft")[k] for _, k in cols] for r in LATE_RULES},
-        {r: [_less_one(parts.ratio(f"{r}:early", "draft:early")[k]) for _, k in cols] for r in LATE_RULES},
-        {r: [parts.difference((f"{r}:all", "draft:all"), (f"{r}:early", "draft:early"))[k] for _, k in cols]
-         for r in LATE_RULES})
+        int(late.sum()), prompts, n, [b for b, _ in cols], gains,
+        {r: [avg.gain(r, "draft")[k] for _, k in cols] for r in LATE_RULES}, gain("early"), less("early"),
+        {end: int(np.sum(rv.finish[first] == end)) for end in ENDS}, {end: apart[end][0] for end in ENDS},
+        {end: apart[end][1] for end in ENDS}, gain("short") if short else {}, less("short") if short else {})
+
+
+def _late_gains(rv: RoundValues, avg: Averages, keep: np.ndarray, cols: list[tuple[int, int]],
+                fewest: int) -> tuple[int, dict[str, list[Estimate]]]:
+    """The prompts whose rounds `keep` holds, and root's and root-draw's gains over draft in those rounds (rounds
+    pooled) at `cols`: NaN from fewer than `fewest` prompts, no interval from fewer than MIN_INTERVAL_PROMPTS."""
+    kept = np.unique(rv.prompt[keep])
+    if len(kept) < fewest:
+        return len(kept), {r: [Estimate(np.nan, np.nan, np.nan)] * len(cols) for r in LATE_RULES}
+    sub = PerRound(rv.temperature, rv.budgets, np.searchsorted(kept, rv.prompt[keep]), [rv.prompts[i] for i in kept],
+                   [rv.categories[i] for i in kept], {n: rv.values[n][keep] for n in ("draft", *LATE_RULES)})
+    kept_avg = Averages(sub, **avg.resampling)
+    bare = (lambda e: e) if len(kept) >= MIN_INTERVAL_PROMPTS else (lambda e: Estimate(e.value, np.nan, np.nan))
+    return len(kept), {r: [bare(kept_avg.gain(r, "draft")[k]) for _, k in cols] for r in LATE_RULES}
+
+
+def _short_totals(rv: RoundValues, short: RoundValues, budgets: list[int]) -> dict[str, np.ndarray]:
+    """The short run's sums of draft's, root's and root-draw's values by prompt at `budgets` (`NAME:short`), in
+    the prompt order of `rv`; InputError where it has no output of one of rv's prompts or its pools are smaller."""
+    at, have = {p: i for i, p in enumerate(short.prompts)}, short.budgets.tolist()
+    if lost := next((p for p in rv.prompts if p not in at), None):
+        raise InputError(f"--short: the run limited to {LATE} tokens has no output of prompt {lost} at "
+                         f"T = {rv.temperature:g}")
+    if lost := next((b for b in budgets if b not in have), None):
+        raise InputError(f"--short: the run limited to {LATE} tokens has no pool of {lost} candidates at "
+                         f"T = {rv.temperature:g}")
+    order, ks = [at[p] for p in rv.prompts], [have.index(b) for b in budgets]
+    return {f"{name}:short": by_prompt(short.values[name][:, ks], short.prompt, len(short.prompts))[order]
+            for name in ("draft", *LATE_RULES)}
 
 
 def _less_one(e: Estimate) -> Estimate:
     return Estimate(e.value - 1, e.low - 1, e.high - 1)
 
 
-def table_20(rv: RoundValues, avg: Averages) -> list[str]:
-    t = late_rounds(rv, avg)
+def table_20(rv: RoundValues, avg: Averages, short: RoundValues | None = None) -> list[str]:
+    t = late_rounds(rv, avg, short)
     if t is None:
         return [f"#### Table 20: no late round (none starts with {LATE} or more output tokens: the runs' limit)", ""]
     cell = est if t.prompts >= MIN_INTERVAL_PROMPTS else (lambda e: pct(e.value))
+    against = [f"the {LATE}-token run's whole outputs", f"whole less the {LATE}-token run's (points)"] if t.short \
+        else []
     out = [f"#### Table 20: late rounds (starting with {LATE} or more output tokens: {t.rounds} rounds, in "
-           f"{t.prompts} of {t.outputs} outputs) against whole outputs and against the rounds before the "
-           f"{LATE}th token (under greedy decoding, what a run limited to {LATE} tokens records)", "",
-           *_head("budget", "rule over draft", "late rounds", "whole outputs", f"before token {LATE}",
-                  "whole less before (points)")]
+           f"{t.prompts} of {t.outputs} outputs) against whole outputs, against the rounds before the {LATE}th "
+           f"token (under greedy decoding, what a run limited to {LATE} tokens records)"
+           + (f" and against a separate run of the same prompts limited to {LATE} tokens (`--short`)" if t.short
+              else ""), "", _ends(t), "",
+           *_head("budget", "rule over draft", "late rounds", "late, outputs ending at a stop",
+                  "late, outputs cut at the limit", "whole outputs", f"before token {LATE}",
+                  "whole less before (points)", *against)]
     for i, b in enumerate(t.budgets):
         for r in LATE_RULES:
-            out.append(_row([b, r, cell(t.late[r][i]), est(t.whole[r][i]), est(t.default_length[r][i]),
-                             _points(t.whole_less_default[r][i])]))
+            apart = [_apart(t.late_by_end[end][r][i], t.late_ended[end]) for end in ENDS]
+            shorter = [est(t.short[r][i]), _points(t.whole_less_short[r][i])] if t.short else []
+            out.append(_row([b, r, cell(t.late[r][i]), *apart, est(t.whole[r][i]), est(t.default_length[r][i]),
+                             _points(t.whole_less_default[r][i]), *shorter]))
     return out + ["", paper("Table 20"), ""]
+
+
+def _ends(t: LateRounds) -> str:
+    """How the outputs end, in words: those that reach the limit, and those that hold a late round."""
+    if not sum(t.ended.values()):
+        return "No record says how the outputs end (`finish_reason`): the late rounds are not split by it."
+    return (f"Outputs cut at the limit (`finish_reason` `length`): {t.ended['length']} of "
+            f"{sum(t.ended.values())} ({pct(t.limit_share, 1, sign=False)}). Of the {t.prompts} outputs holding a "
+            f"late round, ending at a stop: {t.late_ended['stop']}, cut at the limit: {t.late_ended['length']}; each "
+            f"kind's late rounds are given apart from {FEWEST_APART} prompts on, with an interval from "
+            f"{MIN_INTERVAL_PROMPTS}.")
+
+
+def _apart(e: Estimate, prompts: int) -> str:
+    """A late-round gain of one kind of output: with its interval, its value alone, or its prompts' count."""
+    if prompts >= MIN_INTERVAL_PROMPTS:
+        return est(e)
+    return f"{pct(e.value)} ({prompts} prompts, no interval)" if prompts >= FEWEST_APART else \
+        f"{prompts} prompt{'' if prompts == 1 else 's'}, no figure"
 
 
 def _points(e: Estimate) -> str:

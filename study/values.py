@@ -57,6 +57,8 @@ class RoundValues:
     first_agree: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (R,) drafter's top first = target's
     # (R,) the round held its root's exact row from the pass before (`cover`; False where no record says)
     held: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # (R,) how the round's output ended, as its record says: "stop", "length" ("": no record says)
+    finish: np.ndarray = field(default_factory=lambda: np.zeros(0, "U6"))
     recorded: list[tuple[str, str]] = field(default_factory=list)  # the settings (decoder, budget) recorded along
     recorded_in: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (R,) index into `recorded`
     depth: int = 0  # the deepest pool
@@ -142,7 +144,7 @@ class _Collect:
         self.rows: dict[str, list[np.ndarray]] = {}
         self.full: dict[str, list[np.ndarray]] = {name: [] for name in FULL}  # each prompt's sum, in prompt order
         self.per_round: dict[str, list] = {name: [] for name in ("prompt", "off_pool", "seconds", "position",
-                                                                  "first_agree", "entropy", "held", "recorded_in")}
+                                                                  "first_agree", "entropy", "held", "recorded_in", "finish")}
         self.recorded: dict[tuple[str, str], int] = {}  # each recording setting's index, in the order first read
         self.by_depth: dict[str, list[np.ndarray]] = {name: [] for name in CUT_RULES}
         self.settings: dict[tuple[str, str], dict] = {}
@@ -161,6 +163,7 @@ class _Collect:
             curves = self.round(rnd, self.prompts[pid])
             self.per_round["held"].append(bool(holds))
             self.per_round["recorded_in"].append(recorded_in)
+            self.per_round["finish"].append(d.finish)
             if own is not None and rnd.budget > 0:
                 setting["realized"].append(rnd.accepted)
                 setting["expected"].append(float(curves[d.key["decoder"]].at([rnd.budget])[0]))
@@ -202,6 +205,7 @@ class _Collect:
                            by_depth={name: _padded(v) for name, v in self.by_depth.items() if v}, full=full,
                            position=np.array(r["position"], np.int64), entropy=np.array(r["entropy"], np.float64),
                            first_agree=np.array(r["first_agree"], bool), held=np.array(r["held"], bool),
+                           finish=np.array(r["finish"], "U6"),
                            recorded=list(self.recorded), recorded_in=np.array(r["recorded_in"], np.int64),
                            depth=self.depth)
 
