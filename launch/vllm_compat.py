@@ -8,17 +8,10 @@ script written for vLLM runs here with its import line changed.
     for output in outputs:
         print(output.prompt, output.outputs[0].text, output.metrics.time_to_first_token)
 
-It builds on launch.api's `Pair` and its public methods. As vLLM's: `generate` reads a text prompt as raw
-text (no chat template: the layer tokenizes it here and the pair continues the ids), `chat` takes message
-lists through the chat template, `SamplingParams()` samples at temperature 1 for 16 tokens with a fresh seed,
-`n` outputs are independent decodes, `logprobs` are the target's, a model without a drafter decodes plainly
-(no drafter process starts: one model's memory), and a finished output's text leaves out the stop string or
-stop token (`include_stop_str_in_output` keeps it).
-The runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM` and of each call.
-What vLLM names but the runtime cannot do is refused by name with a ConfigError, never ignored, except the
-few arguments listed in IGNORED_LLM, which change nothing here, and the penalties, which are said in a logged
-line not to apply. docs/api.md lists every name side by side.
-"""
+It builds on launch.api's `Pair`. The runtime's own settings (the decoder, the tree budget) are keyword-only
+arguments of `LLM` and of each call. What vLLM names but the runtime cannot do is refused by name with a
+ConfigError, never ignored, except IGNORED_LLM (which changes nothing here) and the penalties (said in a logged
+line not to apply). docs/api.md lists every name side by side."""
 
 from __future__ import annotations
 
