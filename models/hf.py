@@ -1,25 +1,12 @@
 """Transformers causal LMs behind the runner interface: our static KV cache, tree masks, CUDA graphs.
 
-Attention goes through a function registered with transformers' AttentionInterface: it writes the new
-K/V at slots we choose and attends under our mask, so every architecture transformers implements with
-the standard attention call (Llama, Qwen2, Qwen3, SmolLM2, ...) runs unchanged.
-
-Cache layout: K and V are (layers, 1, kv_heads, S, head_dim) with S = 1 + capacity rounded up to a
-multiple of SLOT_ALIGN. Physical slot 0 is a scratch slot that only pad rows write and see; logical slot s
-lives at physical s + 1; slots past 1 + capacity are never written and always masked. The rounding keeps
-the attention bias's rows (S wide) a multiple of 16 bytes apart, which fused SDPA kernels need: an odd S
-such as 2049 makes them copy the bias into an aligned one on every call, or reject it.
-
-Passes after the prefill go through per-bucket static buffers (ids, positions, slots, visible columns):
-the pass is padded up to a bucket size, the mask is built on the device from those buffers, and on CUDA
-the whole step is a captured graph replayed after `copy_`-ing new inputs in. A graph has fixed shapes, so
-each bucket is captured at a few spans (graph_spans: the whole cache and its halvings) and a pass replays
-the smallest span that covers the used slots: a short context in a large cache does not read all of it.
-On the CPU the same step runs eagerly, attending over the used slots rounded up to SPAN_STEP, and for Llama
-models through models.llama_cpu's forward (the same operations without transformers' per-layer plumbing).
-On CUDA, attention runs in the SDPA backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and
-its plan do not change with the shape (cuDNN's would be re-planned for each new shape, inside timed regions).
-"""
+Attention goes through a function registered with transformers' AttentionInterface: it writes the new K/V at
+slots we choose and attends under our mask, so every architecture transformers implements with the standard
+attention call runs unchanged. K and V are (layers, 1, kv_heads, S, head_dim), S = 1 + capacity rounded up to
+SLOT_ALIGN (fused SDPA kernels want the bias's rows 16-byte aligned); physical slot 0 is a scratch slot that only
+pad rows write and see, logical slot s lives at s + 1. Passes after the prefill are padded up to a bucket, and
+on CUDA replay a captured graph at the smallest span that covers the used slots; DESIGN.md section 7 gives the
+spans, the CPU's eager path and models.llama_cpu's forward."""
 
 from __future__ import annotations
 
@@ -50,6 +37,7 @@ GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/
 # What a padded pass attends over: the used slots rounded up to SPAN_STEP, the smallest of graph_spans that
 # covers them (the shapes graphs are captured at), or the whole cache.
 ATTEND = ("used", "ladder", "whole")
+# Named explicitly, so that the kernel and its plan do not change with the shape (cuDNN re-plans per shape).
 # The mask is an arbitrary additive bias, which flash attention does not take. Memory-efficient attention
 # takes it in any shape; math is the fallback that takes everything.
 CUDA_SDPA_BACKENDS = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
