@@ -3,19 +3,11 @@ rule's tree, every scored set containing it and every stopping rule, exactly, th
 scored the continuation's address, the expected accepted tokens and the shortfall from exhaustive traversal of
 the scored trie, at every budget at once.
 
-A rule's tree at budget B holds the candidates whose rank (their place in the rule's order; for a draw rule,
-in the order beneath the draw) is below B. Every event a stopping rule turns on is then an interval of budgets
-per candidate (in the tree, on its frontier, with a child in it, its parent with a child in it), so each figure
-is a sum of path masses over intervals: one count over every rule's candidates and a running sum over the
-budgets. Only which frontier candidates come first in draft order changes with the budget in no interval; that
-one takes a (candidates, budgets) mask.
-
-The draw rules' trees are merged into one trie in which every first-level candidate u heads its own draw's
-tree (rank 0): a candidate v beneath u weighs m(u) * m(v) / m(u) = m(v), so summing path masses over the
-merged trie takes the expectation over X1 = u. The draw off the pool's first level (probability
-Scored.off_pool) is X1 alone: accepted, its continuation uncovered, under exhaustive traversal and the caps;
-under sampled-leaf stopping X1 is a leaf, emitted as the continuation, covered (the pass scored its row).
-"""
+Each event a stopping rule turns on is an interval of budgets per candidate, so each figure is a sum of path
+masses over intervals (one count, then a running sum over the budgets); only the first frontier candidates in
+draft order take a (candidates, budgets) mask. The draw rules' trees are merged into one trie in which every
+first-level candidate u heads its own draw's tree: a candidate v beneath u weighs m(u) * m(v) / m(u) = m(v),
+so summing path masses over it takes the expectation over X1 = u."""
 
 from __future__ import annotations
 
