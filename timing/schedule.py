@@ -1,12 +1,8 @@
 """Which decodes a sweep runs, in what order: the seeded prompt order, shards, warm-ups and rotation.
 
-Pure functions of the options and the prompt list (DESIGN.md section 6). Every prompt runs each
-combination of (decoder, T, B, seed) once (`ar` once per (T, seed), whatever the budgets), a (T, seed)'s
-decodes one after another; the prompt at position i of the seeded prompt order starts at group i mod G and
-each group at its combination i mod its size, cyclically, so that each combination meets the slots of a
-prompt's schedule about equally often and resampling prompts also resamples when in a prompt each decode
-ran.
-"""
+Pure functions of the options and the prompt list (DESIGN.md section 6). Every prompt runs each combination of
+(decoder, T, B, seed) once (`ar` once per (T, seed)), in an order rotated by the prompt's position in the seeded
+order, so that resampling prompts also resamples when in a prompt each decode ran."""
 
 from __future__ import annotations
 
