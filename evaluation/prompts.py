@@ -194,12 +194,10 @@ STRATA = ("category", "group")  # what a subset spreads its prompts over: catego
 
 
 def stratified_subset(prompts: Sequence[Prompt], limit: int, seed: int, by: str = "category") -> list[Prompt]:
-    """`limit` prompts spread evenly over categories, or over their groups with `by` "group" (the eight
-    MT-bench categories one group), in their original order (0 or >= len keeps all).
-
-    Strata take turns in a seeded order, each giving its next prompt in a seeded shuffle, until `limit` are
-    taken: stratum counts differ by at most one unless a stratum runs out.
-    """
+    """`limit` prompts spread evenly over categories, or over their groups with `by` "group" (the eight MT-bench
+    categories one group), in their original order (0 or >= len keeps all).
+    Strata take turns in a seeded order, each giving its next prompt in a seeded shuffle, until `limit` are taken:
+    stratum counts differ by at most one unless a stratum runs out."""
     if by not in STRATA:
         raise ValueError(f"`by` must be one of {', '.join(STRATA)}, got {by!r}")
     if limit <= 0 or limit >= len(prompts):

@@ -44,12 +44,10 @@ class DamagedRounds(InputError):
 @dataclass(slots=True, kw_only=True)
 class RetainedRows:
     """The rows a round retained for the next one, each reduced against the next round's root row.
-
-    kind: (n,) int index into ROW_KINDS; tv: (n,) float32 total variation from the next root row over the
-    whole vocabulary; agree: (n,) bool, the two argmaxes agree; on_path: (n,) bool, a token-only row at a
-    prefix of the accepted path (the root included); age: (n,) int, rounds since a cache row was stored (-1
-    for the other kinds); logp: (n, k) float32 log-probabilities at the next round's k first-level tokens.
-    """
+    kind: (n,) int index into ROW_KINDS; tv: (n,) float32 total variation from the next root row over the whole
+    vocabulary; agree: (n,) bool, the two argmaxes agree; on_path: (n,) bool, a token-only row at a prefix of the
+    accepted path (the root included); age: (n,) int, rounds since a cache row was stored (-1 for the other kinds);
+    logp: (n, k) float32 log-probabilities at the next round's k first-level tokens."""
 
     kind: np.ndarray
     tv: np.ndarray

@@ -182,10 +182,8 @@ def _named(payload: bytes) -> str:
 @dataclass(slots=True)
 class RoundsFile:
     """What one rounds file holds: the run's provenance, its decodes and what could not be read.
-
-    spans: each decode's chunk, (start, end) byte offsets, in the order of `decodes`; run: the identity of
-    the run that wrote it (None when neither its run chunk nor any decode chunk says); size: its bytes.
-    """
+    spans: each decode's chunk, (start, end) byte offsets, in the order of `decodes`; run: the identity of the run that
+    wrote it (None when neither its run chunk nor any decode chunk says); size: its bytes."""
 
     path: Path
     provenance: dict
@@ -297,13 +295,10 @@ def _key_words(key: tuple) -> str:
 
 class RoundStore:
     """One shard's rounds file, opened for appending (the shard's records lock covers it).
-
-    vocab: the target's vocabulary size, kept in the run's identity (None: not known, tokens not checked).
-    run: the identity every chunk carries: the file's own when it exists already (its provenance's for a file
-    written before chunks carried one), else this run's. notes: what reopening found and did (a torn tail
-    moved aside and cut off, length fields repaired, damage left in place), one line each, for the caller to
-    log.
-    """
+    vocab: the target's vocabulary size, kept in the run's identity (None: not known, tokens not checked). run: the
+    identity every chunk carries: the file's own when it exists already (its provenance's for a file written before
+    chunks carried one), else this run's. notes: what reopening found and did (a torn tail moved aside and cut off,
+    length fields repaired, damage left in place), one line each, for the caller to log."""
 
     def __init__(self, path: Path, provenance: dict, recording: dict | None = None, vocab: int | None = None) -> None:
         self.path = path

@@ -166,10 +166,8 @@ def analyse(records: Sequence[DecodeRecord], temperature: float, budget, categor
             speed_tokens: str = DELIVERED, n_resamples: int = 2000, confidence_level: float = 0.95,
             rng: int = 0) -> Setting:
     """Speeds, round metrics and gains at one setting from timed (non-warm-up) records.
-
-    category: a category group (see category_group), or None for all. Every setting's bootstrap starts
-    from the same `rng` seed over prompts sorted by id, so settings with the same prompts are resampled
-    with the same prompt indices.
+    category: a category group (see category_group), or None for all. Every setting's bootstrap starts from the same
+    `rng` seed over prompts sorted by id, so settings with the same prompts are resampled with the same prompt indices.
     """
     assert speed_tokens in SPEED_TOKENS, speed_tokens
     at = records_at(records, temperature, budget, category)

@@ -59,9 +59,8 @@ KERNELS: dict[str, Callable] = {"stock": _stock, "transposed": _transposed, "pac
 
 class TunedLinear(nn.Module):
     """An nn.Linear whose forward runs, for each row class, the kernel `choice` names (ROW_CLASSES order).
-
-    The copies a kernel reads are made here from the weight as it is now; a weight changed since (in place,
-    replaced, moved or cast) makes every class run F.linear, so a copy can never give stale rows."""
+    The copies a kernel reads are made here from the weight as it is now; a weight changed since (in place, replaced,
+    moved or cast) makes every class run F.linear, so a copy can never give stale rows."""
 
     def __init__(self, linear: nn.Linear | SimpleNamespace, choice: tuple[str, ...],
                  keep: tuple[str, ...] | None = None) -> None:
@@ -121,16 +120,14 @@ def available() -> list[str]:
 
 def tune(model: nn.Module, kernels: list[str] | None = None, timer: Callable | None = None, *,
          cache: KernelCache | None = None, retune: bool = False) -> dict:
-    """Replace every float32 CPU nn.Linear of `model` by a TunedLinear with the fastest kernel of each row
-    class for its weight shape -> {"OUTxIN": [kernel per row class]} for the shapes tuned (others stay stock;
-    " with bias" follows the shape of layers with a bias). A shape is left stock, untimed, where the copies of
-    every kernel could take more than MEMORY_SHARE of the memory available.
-
+    """Replace every float32 CPU nn.Linear of `model` by a TunedLinear with the fastest kernel of each row class for its
+    weight shape -> {"OUTxIN": [kernel per row class]} for the shapes tuned (others stay stock; " with bias" follows the
+    shape of layers with a bias). A shape is left stock, untimed, where the copies of every kernel could take more than
+    MEMORY_SHARE of the memory available.
     cache: the machine's kept choices (models.kernel_cache): a shape timed before under the same key (processor,
-    threads, torch, dtype, shape, row classes, kernels) takes its kept choice; those timed here are added to
-    it. retune: time every shape again (and keep the new choices). timer(fn) -> seconds of one call (tests give
-    their own); the default is the wall clock.
-    """
+    threads, torch, dtype, shape, row classes, kernels) takes its kept choice; those timed here are added to it. retune:
+    time every shape again (and keep the new choices). timer(fn) -> seconds of one call (tests give their own); the
+    default is the wall clock."""
     kernels = kernels or available()
     t0 = time.perf_counter()
     groups = _tunable(model, kernels)

@@ -166,9 +166,8 @@ class Eagle3Head:
     def layer(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
               attend) -> torch.Tensor:
         """tokens, positions: (n,); hidden: (n, H) -> (n, H) the layer's output.
-
-        attend(q (1, heads, n, D), k, v (1, kv, n, D)) -> (1, heads, n, D): writes k, v where the pass says
-        and attends under its mask (HeadRunner), or over the rows alone (a test's plain recompute)."""
+        attend(q (1, heads, n, D), k, v (1, kv, n, D)) -> (1, heads, n, D): writes k, v where the pass says and attends
+        under its mask (HeadRunner), or over the rows alone (a test's plain recompute)."""
         w, cfg = self.w, self.cfg
         n = tokens.shape[0]
         emb = rms_norm(self.embed[tokens], w["midlayer.input_layernorm.weight"], cfg.rms_eps)

@@ -62,10 +62,8 @@ class StaticKV:
 def _static_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                            static_kv: StaticKV | None = None, **kwargs):
     """query: (1, H, n, D); key, value: (1, Hkv, n, D). Writes K/V into the cache, attends under our mask.
-
-    The `group` query heads that share a K/V head are folded into the query length, so grouped-query
-    attention reads each cached K/V head once instead of repeating it per query head.
-    """
+    The `group` query heads that share a K/V head are folded into the query length, so grouped-query attention reads
+    each cached K/V head once instead of repeating it per query head."""
     if static_kv is None:  # a plain forward of the same model (e.g. transformers' generate): stock SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
                                       dropout=dropout, **kwargs)
@@ -177,10 +175,8 @@ class HFRunner:
     def forward(self, tokens, positions, slots, prefix: int, cols, vis, last_only: bool = False,
                 rows: RowInputs | None = None) -> torch.Tensor:
         """tokens, positions, slots: (n,); cols: (m,) logical slots; vis: (n, m) bool.
-
-        Row i attends to slots [0, prefix) and to cols[k] where vis[i, k]. Returns (n, V) float32 logits
-        ((1, V) with last_only), valid until the next pass.
-        """
+        Row i attends to slots [0, prefix) and to cols[k] where vis[i, k]. Returns (n, V) float32 logits ((1, V) with
+        last_only), valid until the next pass."""
         n, m = len(tokens), len(cols)
         if rows is not None:
             check_rows(self, rows, n)
@@ -339,11 +335,9 @@ class KeptFeatures:
 @torch.inference_mode()
 def capture(runner: HFRunner) -> None:
     """Capture a graph per bucket and span of `runner`, largest first, in one memory pool, after warm-up passes.
-
-    A bucket's graphs write one output: its whole-cache graph's logits, which the smaller spans' graphs
-    copy theirs into (a copy of b rows, against a set of logits per span). Capture inputs are all pad
-    rows, so warm-up and capture write only the scratch slot.
-    """
+    A bucket's graphs write one output: its whole-cache graph's logits, which the smaller spans' graphs copy theirs into
+    (a copy of b rows, against a set of logits per span). Capture inputs are all pad rows, so warm-up and capture write
+    only the scratch slot."""
     start = time.perf_counter()
     pool = torch.cuda.graph_pool_handle()
     device = runner.device
@@ -399,9 +393,7 @@ def covering_span(used: int, spans: tuple[int, ...] | None = None) -> int:
 
 def graphs_blocked_by(model) -> str | None:
     """Why `model`'s passes cannot be captured as CUDA graphs; None when they can.
-
-    Reads the rope types of the model's rotary modules and of its config (which may name one rope type
-    per layer type).
+    Reads the rope types of the model's rotary modules and of its config (which may name one rope type per layer type).
     """
     types = set()
     cfg = model.config.get_text_config()

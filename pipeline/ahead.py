@@ -29,10 +29,8 @@ class Drafted:
 
 def greedy_path(pool: Pool, tree: Tree, first: int | None) -> list[int]:
     """Tree indices of the draft's greedy path (see the module docstring).
-
-    first: the round's first draw X1 when a root pass drew it (the path starts there; it must be in the
-    tree), None when the tree pass scores the root and draws the first token itself.
-    """
+    first: the round's first draw X1 when a root pass drew it (the path starts there; it must be in the tree), None when
+    the tree pass scores the root and draws the first token itself."""
     path, at = [], ROOT
     if first is not None:
         at = tree.child(ROOT, first)
@@ -61,9 +59,8 @@ def top_child(pool: Pool, node: int, below_root: bool = True) -> int | None:
 
 def predicted_tokens(pool: Pool, tree: Tree, first: int | None, leaf_stops: bool = False) -> np.ndarray:
     """(k,) the tokens of the greedy path, X1 first when drawn: what the target tells the drafter.
-
-    leaf_stops: the walk stops at a leaf it draws (sampled-leaf stopping), which is then the continuation: a
-    path that ends at a leaf is told without it, the leaf being the drafter's own next token there."""
+    leaf_stops: the walk stops at a leaf it draws (sampled-leaf stopping), which is then the continuation: a path that
+    ends at a leaf is told without it, the leaf being the drafter's own next token there."""
     path = greedy_path(pool, tree, first)
     if leaf_stops and path and tree.is_leaf(path[-1]):
         path = path[:-1]

@@ -24,10 +24,8 @@ def draft_order(pool: Pool) -> np.ndarray:
 
 def root_order(pool: Pool, first_probs: np.ndarray) -> np.ndarray:
     """(N,) every candidate, best first once each path's first draft factor is the root row's probability.
-
-    first_probs: (N,) target probability of each candidate's first-level token at the root (only the
-    entries of first-level candidates are read).
-    """
+    first_probs: (N,) target probability of each candidate's first-level token at the root (only the entries of
+    first-level candidates are read)."""
     with np.errstate(divide="ignore"):
         first = np.log(first_probs[pool.top].astype(np.float64))
     score = pool.cum.astype(np.float64) - pool.logp[pool.top] + first
@@ -36,10 +34,8 @@ def root_order(pool: Pool, first_probs: np.ndarray) -> np.ndarray:
 
 def oracle_order(pool: Pool, edge_probs: np.ndarray) -> np.ndarray:
     """(N,) every candidate, best first by its path's target probability (exact edge probabilities, (N,)).
-
-    Path probabilities never increase along a path, so every prefix is ancestor-closed, and the first B
-    maximize V among all ancestor-closed sets of B candidates.
-    """
+    Path probabilities never increase along a path, so every prefix is ancestor-closed, and the first B maximize V among
+    all ancestor-closed sets of B candidates."""
     return rank(log_path_mass(pool, edge_probs), pool.depth)
 
 

@@ -128,10 +128,8 @@ def _title(cls: type) -> str:
 def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "", skip: tuple[str, ...] = (),
                 defaults: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> None:
     """Add one option per field of dataclass `cls` (and of the fields it embeds).
-
-    defaults: shown and parsed defaults that differ from the fields'; names: field -> a flag other than the
-    field's own (the launcher's --target for the target's `model`).
-    """
+    defaults: shown and parsed defaults that differ from the fields'; names: field -> a flag other than the field's own
+    (the launcher's --target for the target's `model`)."""
     group = parser.add_argument_group(_title(cls))
     known = flags_of(parser)
     for f, words, outer in _fields(cls, skip):
@@ -333,10 +331,9 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
 
 def raise_open_file_limit() -> int:
     """Raise this process's soft limit on open files to its hard limit -> the soft limit now.
-
-    A drafter holds a descriptor for every connection, those still in their handshake too: at the common soft
-    limit of 1024, a thousand connections that never finish their handshake would keep targets out until
-    they time out (protocol.transport.HANDSHAKE_IVL_MS), and make the model's own files fail to open."""
+    A drafter holds a descriptor for every connection, those still in their handshake too: at the common soft limit of
+    1024, a thousand connections that never finish their handshake would keep targets out until they time out
+    (protocol.transport.HANDSHAKE_IVL_MS), and make the model's own files fail to open."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
     if soft != resource.RLIM_INFINITY and soft < wanted:
@@ -351,9 +348,8 @@ def raise_open_file_limit() -> int:
 @contextmanager
 def uninterrupted(*signums: int) -> Iterator[None]:
     """Run the block whole (main thread only): these signals, arriving meanwhile, take effect as it ends.
-
-    A stop request raised inside ZeroMQ's teardown leaves a context half shut, and the interpreter's exit
-    then waits on it forever."""
+    A stop request raised inside ZeroMQ's teardown leaves a context half shut, and the interpreter's exit then waits on
+    it forever."""
     arrived: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signums}
     try:

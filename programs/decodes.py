@@ -30,13 +30,10 @@ log = logging.getLogger("target")
 @dataclass(frozen=True, slots=True)
 class Decode:
     """One decode to run: every turn of `prompt` under `config`.
-
-    done: records of its turns recorded before (a resumed sweep), reused rather than decoded again.
-    where: where a sweep ran it (grid budget, position...), put on each of its records and its rounds' keys.
-    counted: whether its records are handed on, kept and counted; a warm-up decoded again at a restart is
-    decoded (it warms the process up) and nothing else.
-    keep_rounds: whether its rounds go to the rounds file (a sweep keeps no warm-up's).
-    """
+    done: records of its turns recorded before (a resumed sweep), reused rather than decoded again. where: where a sweep
+    ran it (grid budget, position...), put on each of its records and its rounds' keys. counted: whether its records are
+    handed on, kept and counted; a warm-up decoded again at a restart is decoded (it warms the process up) and nothing
+    else. keep_rounds: whether its rounds go to the rounds file (a sweep keeps no warm-up's)."""
 
     prompt: Prompt
     config: DecodeConfig

@@ -223,10 +223,8 @@ def is_loopback(endpoint: str) -> bool:
 
 def endpoint_in_use(endpoint: str) -> str | None:
     """Why binding `endpoint` would fail or take it from another process, or None when it is free.
-
-    ipc: a socket file some process listens on (binding would silently take it over), or a file that is not
-    a socket; a socket file nobody listens on is free. tcp: a port bound on that address.
-    """
+    ipc: a socket file some process listens on (binding would silently take it over), or a file that is not a socket; a
+    socket file nobody listens on is free. tcp: a port bound on that address."""
     if endpoint.startswith("ipc://"):
         return _ipc_in_use(endpoint[len("ipc://"):])
     parts = urlsplit(endpoint)
@@ -301,9 +299,8 @@ IDLE_S = 1.0
 
 class Listener:
     """The drafter's ROUTER socket: messages from every connected peer, and word of peers that left.
-
-    What libzmq held for a connection (its routing id, up to a frame, and its queues) is freed in small pieces
-    that glibc keeps; after TRIM_DEPARTURES departures, the first second without messages hands them back."""
+    What libzmq held for a connection (its routing id, up to a frame, and its queues) is freed in small pieces that
+    glibc keeps; after TRIM_DEPARTURES departures, the first second without messages hands them back."""
 
     def __init__(self, context: zmq.Context, sock: zmq.Socket, monitor: zmq.Socket, auth, endpoint: str,
                  throttle: Throttle) -> None:

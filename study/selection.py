@@ -31,9 +31,8 @@ FULL = ("draft", "root", *DRAWN, *(f"size:{rule}" for rule in DRAWN), *(f"top1-s
 
 def round_curves(s: Scored, curves: dict[str, Curve], depth: int) -> dict[str, np.ndarray]:
     """Every selection figure of one round at budgets 1..N -> name -> (N,) float64.
-
-    curves: the rules' value curves (pipeline.value), already computed; depth: the deepest pool of the run, so
-    that every round has the same depth-d names (a shallower pool's deeper d ranks as its oracle does)."""
+    curves: the rules' value curves (pipeline.value), already computed; depth: the deepest pool of the run, so that
+    every round has the same depth-d names (a shallower pool's deeper d ranks as its oracle does)."""
     n = len(s.pool)
     out = {}
     for d in range(1, depth + 1):

@@ -34,9 +34,7 @@ RECORDING = {"scored": SCORED, "token_only": TOKEN_ONLY, "rows": True}  # kept i
 
 class RoundRecorder:
     """An observer for pipeline.decode.decode that keeps every speculative round of one decode.
-
-    prompt: the decode's context (token ids); without it no retained rows are kept (schema 1's recording).
-    """
+    prompt: the decode's context (token ids); without it no retained rows are kept (schema 1's recording)."""
 
     def __init__(self, target: Target, config: DecodeConfig, prompt: list[int] | None = None) -> None:
         self.target, self.temperature, self.filters = target, config.temperature, config.filters

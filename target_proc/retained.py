@@ -74,13 +74,10 @@ class Retained:
              tree_rank: np.ndarray, last_accepted: int, scored: list[tuple[torch.Tensor, bool]],
              matched: torch.Tensor | None) -> None:
         """After a round: update the cache and keep the rows for the next root, c.
-
-        own_root: (V,) logits of the root from the decode's own pass; tree_tokens: (n,) the verified tree's
-        tokens, tree_rows (n, V) their logits from its tree pass (None without one), tree_rank (n,) their
-        tree indices best first; last_accepted: tree index of the last accepted node (-1: none); scored:
-        (logits, on the accepted path) of the token-only rows, in pool order; matched: the emitted address's
-        logits, or None.
-        """
+        own_root: (V,) logits of the root from the decode's own pass; tree_tokens: (n,) the verified tree's tokens,
+        tree_rows (n, V) their logits from its tree pass (None without one), tree_rank (n,) their tree indices best
+        first; last_accepted: tree index of the last accepted node (-1: none); scored: (logits, on the accepted path) of
+        the token-only rows, in pool order; matched: the emitted address's logits, or None."""
         self.round += 1
         for i in tree_rank[::-1].tolist():  # the highest-ranked of a token is stored last
             self.cache[int(tree_tokens[i])] = (tree_rows[i].clone(), self.round)

@@ -77,10 +77,8 @@ def matched(dirs: Sequence[str], options: MatchedOptions) -> int:
 
 def match(records: Sequence[DecodeRecord], temperature: float) -> dict:
     """Pearl's and root-draw's mean tree sizes at one temperature and the smallest matching cap.
-
-    Uses the prompts that have both decoders for every seed recorded; raises InputError when a decoder is
-    missing or root-draw's records lack the pool count under X1.
-    """
+    Uses the prompts that have both decoders for every seed recorded; raises InputError when a decoder is missing or
+    root-draw's records lack the pool count under X1."""
     at = [r for r in records if float(r.temperature) == temperature]
     by = {d: [r for r in at if r.decoder == d] for d in ("pearl", "root-draw")}
     for d, rs in by.items():

@@ -129,11 +129,9 @@ def read_config(directory: str | Path) -> dict:
 
 def claim(directory: str | Path, config: dict, start: dict) -> dict:
     """Create `directory` and its config.json, or check that its config matches; record this start.
-
-    Raises ConfigMismatch naming every difference. A directory whose sweep recorded no decode yet (one
-    refused before its first record, say) takes the new settings. Shards starting together in one
-    directory take turns through a lock file.
-    """
+    Raises ConfigMismatch naming every difference. A directory whose sweep recorded no decode yet (one refused before
+    its first record, say) takes the new settings. Shards starting together in one directory take turns through a lock
+    file."""
     Path(directory).mkdir(parents=True, exist_ok=True)
     with _locked(directory) as (path, old):
         if old:
