@@ -23,9 +23,8 @@ from programs.cli import add_options, from_options
 
 
 def bench_parser(cls: type, module: str, doc: str, extra: Sequence[tuple[str, dict]] = ()) -> argparse.ArgumentParser:
-    """The command line of the benchmark `module`: an option per field of `cls` (its options dataclass), and
-    the `extra` arguments ((flag, argparse keywords) pairs). `doc`: the module's docstring, whose first line
-    describes it."""
+    """The command line of the benchmark `module`: an option per field of `cls` (its options dataclass), and the `extra`
+    arguments ((flag, argparse keywords) pairs). `doc`: the module's docstring, whose first line describes it."""
     parser = argparse.ArgumentParser(prog=prog(module), description=summary(doc))
     add_options(parser, cls)
     for flag, keywords in extra:

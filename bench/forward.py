@@ -57,10 +57,9 @@ def bushy_tree(n: int) -> Tree:
 def target_passes(model, context: int, capacity: int, trees: list[int], lean: bool,
                   tick: Callable[[str], None] | None = None) -> dict[str, Callable[[], object]]:
     """name -> a call that runs one pass of an eager CPU runner (every size its own bucket, the used slots) after
-    `context` random tokens, reads its result back (the pass is done when it returns) and returns its rows
-    (valid until the runner's next pass): the root pass and a tree pass over bushy_tree(B) for each B of
-    `trees`. lean: through models.llama_cpu's forward, else transformers'; tick: the runner's profile clock
-    (models.hf.HFRunner.tick)."""
+    `context` random tokens, reads its result back (the pass is done when it returns) and returns its rows (valid until
+    the runner's next pass): the root pass and a tree pass over bushy_tree(B) for each B of `trees`. lean: through
+    models.llama_cpu's forward, else transformers'; tick: the runner's profile clock (models.hf.HFRunner.tick)."""
     from models.hf import HFRunner
     from target_proc.target import Target
 

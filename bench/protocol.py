@@ -337,9 +337,8 @@ class SelectVerifyCase:
         self.expected_accepted = len(path)
 
     def __call__(self) -> tuple[int, float]:
-        """One round's rule work, through the round loop's own selection and verification -> (accepted
-        nodes, seconds of selection, traversal and the draws it reaches; the root's draw before selection
-        is left out)."""
+        """One round's rule work, through the round loop's own selection and verification -> (accepted nodes, seconds of
+        selection, traversal and the draws it reaches; the root's draw before selection is left out)."""
         from pipeline.rules import RULES, RootDraw
         from pipeline.verify import draw, verify_tree
 

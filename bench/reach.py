@@ -76,11 +76,10 @@ class RoundReach:
 
 
 def round_reaches(kept: list[tuple], output: list[int], first_free: bool, prompt: int = 0) -> list[RoundReach]:
-    """Each kept round's (pool, emitted tokens, whether its first token came from a row already scored) walked
-    along `output`, the decode's greedy output (the tokens verified past the limit included): round k's pool
-    stands at the output's position after the tokens the rounds before it emitted. A round without a pool (a
-    plain one, at budget 0) only moves that position. `first_free`: every round of the decoder draws its first
-    token from a root pass."""
+    """Each kept round's (pool, emitted tokens, whether its first token came from a row already scored) walked along
+    `output`, the decode's greedy output (the tokens verified past the limit included): round k's pool stands at the
+    output's position after the tokens the rounds before it emitted. A round without a pool (a plain one, at budget 0)
+    only moves that position. `first_free`: every round of the decoder draws its first token from a root pass."""
     rows, at = [], 0
     for pool, emitted, drawn in kept:
         left = len(output) - at  # a round that stops the output keeps its tokens up to the stop

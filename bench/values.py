@@ -125,9 +125,8 @@ def timed(folder: str, options: ValuesOptions) -> dict:
 
 
 def program(folder: str, options: ValuesOptions) -> dict:
-    """Time the whole values program over `folder` (its report to a file beside it, no plots), then each of
-    its sections alone (made from the decodes read once, then written in Markdown) -> their part of the JSON
-    document."""
+    """Time the whole values program over `folder` (its report to a file beside it, no plots), then each of its sections
+    alone (made from the decodes read once, then written in Markdown) -> their part of the JSON document."""
     from study.options import ValuesOptions as ProgramOptions
     from study.program import SECTIONS, load, values
 

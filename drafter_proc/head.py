@@ -82,9 +82,8 @@ class HeadDrafter:
         return False
 
     def _write_rows(self, tokens: np.ndarray, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows for `tokens` at slots and positions rows, rows + 1, ... in causal chunks -> the last row's
-        ((Vd,) logits, (H,) output). BadFeatures, before any row, when a row's fc output is beyond what the
-        head can norm."""
+        """Rows for `tokens` at slots and positions rows, rows + 1, ... in causal chunks -> the last row's ((Vd,)
+        logits, (H,) output). BadFeatures, before any row, when a row's fc output is beyond what the head can norm."""
         hidden = self.runner.fuse(features)  # (k, H) fc(cat(low, mid, high))
         _check_normable(hidden)
         for at in range(0, len(tokens), ROWS_CHUNK):

@@ -34,8 +34,7 @@ def input_file(path: str | Path, what: str) -> Path:
 
 
 def output_dir(path: str | Path, what: str) -> Path:
-    """`path` as a folder that exists or is made now, where files can be written; InputError naming `what`
-    otherwise."""
+    """`path` as a folder that exists or is made now, where files can be written; InputError naming `what` otherwise."""
     path = Path(path)
     _check_names(path, what)
     if os.path.lexists(path) and not path.exists():

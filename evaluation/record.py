@@ -30,8 +30,7 @@ class UnreadSchema(ValueError):
 
 
 def machine_load() -> float:
-    """The machine's load average over the last minute (runnable and waiting tasks, this process's own among
-    them)."""
+    """The machine's load average over the last minute (runnable and waiting tasks, this process's own among them)."""
     return round(os.getloadavg()[0], 2)
 
 

@@ -56,9 +56,8 @@ def timed_keys(records: Sequence[DecodeRecord]) -> list[tuple]:
 
 
 def check_rounds(files: Sequence[RoundsFile], records: Mapping[Path, Sequence[DecodeRecord]]) -> Checked:
-    """The findings of `files` (as load_rounds read them) against `records`: each records file's records, in
-    order, keyed by its resolved path (runs without records files have none, and their rounds are not
-    asked for records)."""
+    """The findings of `files` (as load_rounds read them) against `records`: each records file's records, in order,
+    keyed by its resolved path (runs without records files have none, and their rounds are not asked for records)."""
     findings = [Finding("set-aside" if d.aside else "damaged", str(d.path), d.decode, str(d))
                 for f in files for d in f.damage if d.problem]
     recorded = {k for rs in records.values() for k in timed_keys(rs)}

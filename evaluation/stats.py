@@ -84,9 +84,8 @@ def _speed(tokens: np.ndarray, seconds: np.ndarray) -> float:
 
 
 def resample_counts(rng: np.random.Generator, n_resamples: int, n_prompts: int) -> np.ndarray:
-    """(n_resamples, n_prompts) times each prompt is drawn in each resample.
-    Counts rather than gathered values: one matrix product then sums every decoder at once, with memory independent of
-    the number of decoders."""
+    """(n_resamples, n_prompts) times each prompt is drawn in each resample. Counts rather than gathered values: one
+    matrix product then sums every decoder at once, with memory independent of the number of decoders."""
     idx = rng.integers(0, n_prompts, (n_resamples, n_prompts))  # (R, n)
     flat = idx + n_prompts * np.arange(n_resamples)[:, None]  # distinct bins per resample
     counts = np.bincount(flat.ravel(), minlength=n_resamples * n_prompts)

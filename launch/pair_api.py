@@ -84,10 +84,9 @@ class Pair:
                  target_options: dict | None = None, drafter_options: dict | None = None,
                  target_process: bool = False, drafter_timeout: float = 60.0, ready_timeout: float = 600.0,
                  log_level: str = "WARNING") -> None:
-        """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the
-        target's int8 copy for the embedded model, and to the target's spec otherwise; False: none, the target
-        alone decodes plainly, `ar`); *_options: other ModelOptions fields for each side (device, dtype, threads,
-        max_context, ...)."""
+        """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the target's int8
+        copy for the embedded model, and to the target's spec otherwise; False: none, the target alone decodes plainly,
+        `ar`); *_options: other ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
         from programs.options import ConnectOptions
         from protocol.transport import private_ipc_endpoint, remove_stale_private_dirs
 
@@ -198,9 +197,8 @@ class Pair:
 
     def stream(self, prompt: Prompt, decoder: str = "root-draw", *, prompt_id: str | None = None,
                category: str = "api", **settings) -> Iterator[StreamChunk]:
-        """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text
-        they add), the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next
-        round."""
+        """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text they add),
+        the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next round."""
         request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
         for line in self._target.lines(request):
             if line["kind"] == "tokens":
@@ -276,9 +274,8 @@ class Pair:
 
 
 def make_request(prompt, decoder: str, prompt_id: str | None, category: str, settings: dict, drafted: bool) -> dict:
-    """A request as the target takes it: the prompt, its id (derived from it by default), the category and
-    the checked settings; `drafted`: whether the pair has a drafter (a decoder that needs one is refused
-    without)."""
+    """A request as the target takes it: the prompt, its id (derived from it by default), the category and the checked
+    settings; `drafted`: whether the pair has a drafter (a decoder that needs one is refused without)."""
     settings, asked = _with_logprobs(settings)
     config = DecodeConfig(decoder, **_settings(settings))
     if not drafted and RULES[decoder].select is not None:
@@ -300,8 +297,7 @@ def make_request(prompt, decoder: str, prompt_id: str | None, category: str, set
 
 
 def _is_many(prompt) -> bool:
-    """A list of prompts, not one: texts, token id lists or message lists (one prompt's items are ids or
-    messages)."""
+    """A list of prompts, not one: texts, token id lists or message lists (one prompt's items are ids or messages)."""
     return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(p, (str, list, tuple)) for p in prompt)
 
 

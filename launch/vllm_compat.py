@@ -193,9 +193,8 @@ class LLM:
 
     def chat(self, messages, sampling_params=None, *, use_tqdm: bool = True, decoder: str | None = None,
              chat_template: None = None, add_generation_prompt: bool = True, **runtime) -> list[RequestOutput]:
-        """vLLM's `chat`: one conversation (a list of {"role", "content"} messages, system, user and assistant,
-        the last the user's) or a list of them, each through the target's chat template -> a RequestOutput
-        each."""
+        """vLLM's `chat`: one conversation (a list of {"role", "content"} messages, system, user and assistant, the last
+        the user's) or a list of them, each through the target's chat template -> a RequestOutput each."""
         if chat_template is not None:
             raise ConfigError("chat_template", "is not supported: the target's own chat template applies")
         if add_generation_prompt is not True:

@@ -123,11 +123,10 @@ def tune(model: nn.Module, kernels: list[str] | None = None, timer: Callable | N
     """Replace every float32 CPU nn.Linear of `model` by a TunedLinear with the fastest kernel of each row class for its
     weight shape -> {"OUTxIN": [kernel per row class]} for the shapes tuned (others stay stock; " with bias" follows the
     shape of layers with a bias). A shape is left stock, untimed, where the copies of every kernel could take more than
-    MEMORY_SHARE of the memory available.
-    cache: the machine's kept choices (models.kernel_cache): a shape timed before under the same key (processor,
-    threads, torch, dtype, shape, row classes, kernels) takes its kept choice; those timed here are added to it. retune:
-    time every shape again (and keep the new choices). timer(fn) -> seconds of one call (tests give their own); the
-    default is the wall clock."""
+    MEMORY_SHARE of the memory available. cache: the machine's kept choices (models.kernel_cache): a shape timed before
+    under the same key (processor, threads, torch, dtype, shape, row classes, kernels) takes its kept choice; those
+    timed here are added to it. retune: time every shape again (and keep the new choices). timer(fn) -> seconds of one
+    call (tests give their own); the default is the wall clock."""
     kernels = kernels or available()
     t0 = time.perf_counter()
     groups = _tunable(model, kernels)

@@ -126,10 +126,9 @@ class HFRunner:
 
     def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None,
                  slot_align: int = SLOT_ALIGN, attend: str | None = None, lean: bool | None = None):
-        """attend: one of ATTEND, graphs or not; None: "ladder" on CUDA, "used" on the CPU. Captured graphs
-        have fixed spans: "ladder" or "whole". lean: passes through models.llama_cpu's forward (None: on the
-        CPU, for the models it computes; never where they would run on CUDA, whose graphs remove the
-        plumbing it saves)."""
+        """attend: one of ATTEND, graphs or not; None: "ladder" on CUDA, "used" on the CPU. Captured graphs have fixed
+        spans: "ladder" or "whole". lean: passes through models.llama_cpu's forward (None: on the CPU, for the models it
+        computes; never where they would run on CUDA, whose graphs remove the plumbing it saves)."""
         self.model = model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype

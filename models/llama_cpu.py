@@ -44,11 +44,10 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def forward(model, ids: torch.Tensor, pos: torch.Tensor, kv, last_only: bool,
             keep: Callable[[int, torch.Tensor], None] | None = None,
             tick: Callable[[str], None] | None = None) -> torch.Tensor:
-    """ids, pos: (n,) -> (n or 1, V) logits in the model's dtype. Writes each layer's K/V at kv.slots and
-    attends over physical slots [0, kv.span) under kv.mask (models.hf.StaticKV); keep(i, h), where given,
-    gets the input (n, hidden) of decoder layer i before it runs; tick(part), where given, is called as each
-    part of the work ends (PARTS: a profile's clock, bench.forward --parts). Called under inference mode (the
-    runner's passes are)."""
+    """ids, pos: (n,) -> (n or 1, V) logits in the model's dtype. Writes each layer's K/V at kv.slots and attends over
+    physical slots [0, kv.span) under kv.mask (models.hf.StaticKV); keep(i, h), where given, gets the input (n, hidden)
+    of decoder layer i before it runs; tick(part), where given, is called as each part of the work ends (PARTS: a
+    profile's clock, bench.forward --parts). Called under inference mode (the runner's passes are)."""
     t = tick or _untimed
     m = model.model
     h = m.embed_tokens(ids)

@@ -48,9 +48,8 @@ class RunnerKind(Protocol):
     """A runner class as a loader holds it: the runner of a model, and what its model's cache costs."""
 
     def build(self, model, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
-        """`model` with a static cache of `capacity` slots (CUDA graphs captured where `graphs` and possible).
-        rehearse: on the CPU, every pass in the shape it takes on CUDA, run eagerly (a runner without graphs
-        ignores it)."""
+        """`model` with a static cache of `capacity` slots (CUDA graphs captured where `graphs` and possible). rehearse:
+        on the CPU, every pass in the shape it takes on CUDA, run eagerly (a runner without graphs ignores it)."""
         ...
 
     def cache_bytes(self, model, capacity: int) -> int:

@@ -93,10 +93,9 @@ class ContextLookup:
 
 
 def graft(pool: Pool, chain: Sequence[int], logp: np.ndarray) -> Pool:
-    """The pool with `chain` as a path below its root: a chain token that is already its parent's child there
-    merges with that candidate (its edge log-prob the larger of the two), any other is a new candidate after
-    the pool's, and so is every chain token below it; a candidate the chain continues below counts as
-    expanded."""
+    """The pool with `chain` as a path below its root: a chain token that is already its parent's child there merges
+    with that candidate (its edge log-prob the larger of the two), any other is a new candidate after the pool's, and so
+    is every chain token below it; a candidate the chain continues below counts as expanded."""
     path = pool.path(chain)  # the chain's first tokens that the pool holds in their places
     merged, at = len(path), path[-1] if path else ROOT
     edge, expanded = pool.logp.copy(), pool.expanded.copy()

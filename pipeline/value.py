@@ -58,10 +58,9 @@ class Scored:
 
 @dataclass(frozen=True, slots=True)
 class Curve:
-    """A rule's value at every budget of one round: V(B) = base + gains[:B].sum().
-    gains[i] is what the i-th node of the budget adds in expectation (for the draw rules, summed over the draws X1, each
-    draw's tree being a prefix of its own order); base is what every tree holds whatever its size (1 for the draw rules:
-    X1 counts as accepted)."""
+    """A rule's value at every budget of one round: V(B) = base + gains[:B].sum(). gains[i] is what the i-th node of the
+    budget adds in expectation (for the draw rules, summed over the draws X1, each draw's tree being a prefix of its own
+    order); base is what every tree holds whatever its size (1 for the draw rules: X1 counts as accepted)."""
 
     base: float
     gains: np.ndarray  # (N,) float64

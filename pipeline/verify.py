@@ -21,12 +21,11 @@ FLOAT32_TINY = torch.finfo(torch.float32).tiny
 
 
 def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """(..., V) logits / T for T > 0, in a form whose softmax cannot overflow at any temperature.
-    For T >= 1, |logits / T| <= |logits|: the plain quotient is safe (softmax subtracts the max itself). Below,
-    (logits - max) / T: every entry <= 0 and the max exactly 0, so nothing overflows, and a tiny T sends the other
-    entries to -inf and the law to a point mass on the argmax (shared evenly by exact ties), as T -> 0 should; float64
-    for a T below float32's smallest normal, which float32 would round towards 0, so that every T down to the smallest
-    subnormal double works."""
+    """(..., V) logits / T for T > 0, in a form whose softmax cannot overflow at any temperature. For T >= 1, |logits /
+    T| <= |logits|: the plain quotient is safe (softmax subtracts the max itself). Below, (logits - max) / T: every
+    entry <= 0 and the max exactly 0, so nothing overflows, and a tiny T sends the other entries to -inf and the law to
+    a point mass on the argmax (shared evenly by exact ties), as T -> 0 should; float64 for a T below float32's smallest
+    normal, which float32 would round towards 0, so that every T down to the smallest subnormal double works."""
     z = logits.float()
     if temperature >= 1:
         return z / temperature
@@ -106,10 +105,9 @@ STOPPINGS = {"exhaustive": EXHAUSTIVE, "cap-1": Stopping(cap=1), "cap-2": Stoppi
 
 
 def traverse(tree: Tree, first: int, draws, stopping: Stopping = EXHAUSTIVE) -> tuple[list[int], int]:
-    """Walk the tree from the root with the target's draws.
-    first: the token drawn at the root; draws[i]: the token drawn at tree node i (an array or RowDraws). Returns the
-    accepted tree indices (a root path) and the continuation token: the first draw that labels no child of the node
-    reached, or that `stopping` ends the walk at."""
+    """Walk the tree from the root with the target's draws. first: the token drawn at the root; draws[i]: the token
+    drawn at tree node i (an array or RowDraws). Returns the accepted tree indices (a root path) and the continuation
+    token: the first draw that labels no child of the node reached, or that `stopping` ends the walk at."""
     accepted: list[int] = []
     at, token = ROOT, first
     while True:

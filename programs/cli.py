@@ -2,22 +2,14 @@
 
 A field `max_new_tokens: int = 256` becomes `--max-new-tokens N` (with an optional prefix); a bool field
 defaulting to True becomes `--no-NAME`, one defaulting to False `--NAME`; a `tuple[str, ...]` field is
-repeatable; a `tuple[int, ...]` field takes a comma-separated list; a field with metadata `{"required":
-True}` is a required option (usage and help say so); one with `{"dashed": True}` takes a value that may start
-with '-' (a Z85 key) after a space too (`args_of`). A field holding another options dataclass, with metadata
-`{"embed": (names...)}`, contributes those fields of it as options of their own (so RunOptions embeds
-DecodeConfig's `--temperature`, `--budget`, ... without repeating them). The pure rules' settings
-(PoolConfig, DecodeConfig) carry no command-line words: programs.rule_options holds their help, metavars and
-parsers, read here as the other dataclasses' metadata is.
+repeatable; a `tuple[int, ...]` field takes a comma-separated list. Metadata `{"required": True}` makes a required
+option, `{"dashed": True}` one whose value may start with '-' (`args_of`), and `{"embed": (names...)}` on a field
+holding another options dataclass adds those fields of it as options (RunOptions embeds DecodeConfig's). The pure
+rules' settings carry no command-line words: programs.rule_options holds them.
 
-Values are checked once, by the dataclasses' own `__post_init__`. Lower layers name fields in backticks
-(`budget`); `Flags.rewrite` turns those names into the flags of the program that reported them, for usage
-errors and for errors raised later (a capacity, a timeout).
-
-Exit codes of every program: 0 done; 2 what the user can fix in the command, its files, its models or its
-sizes; 3 the peer process or the wire; 128 + N stopped by signal N; 1 with a traceback for anything else,
-which is a bug.
-"""
+Values are checked once, by the dataclasses' own `__post_init__`; `Flags.rewrite` turns the backticked field
+names of lower layers' errors into the program's flags. Exit codes (docs/decoding.md): 0 done; 2 what the user
+can fix; 3 the peer process or the wire; 128 + N stopped by signal N; 1 with a traceback for a bug."""
 
 from __future__ import annotations
 
@@ -163,8 +155,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
 
 def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: type, *, prefix: str = "",
                  skip: tuple[str, ...] = (), names: dict[str, str] | None = None, **extra: Any):
-    """Build `cls` (and what it embeds) from parsed options; a ConfigError becomes a usage error naming
-    the flag."""
+    """Build `cls` (and what it embeds) from parsed options; a ConfigError becomes a usage error naming the flag."""
     values: dict[str, Any] = dict(extra)
     embedded: dict[str, dict[str, Any]] = {}
     for f, _, outer in _fields(cls, skip):
@@ -347,9 +338,8 @@ def raise_open_file_limit() -> int:
 
 @contextmanager
 def uninterrupted(*signums: int) -> Iterator[None]:
-    """Run the block whole (main thread only): these signals, arriving meanwhile, take effect as it ends.
-    A stop request raised inside ZeroMQ's teardown leaves a context half shut, and the interpreter's exit then waits on
-    it forever."""
+    """Run the block whole (main thread only): these signals, arriving meanwhile, take effect as it ends. A stop request
+    raised inside ZeroMQ's teardown leaves a context half shut, and the interpreter's exit then waits on it forever."""
     arrived: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signums}
     try:

@@ -34,10 +34,9 @@ def own_coverage(s: Scored, rank: np.ndarray, budgets: np.ndarray, top: int) -> 
 
 def held_rounds(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS, *,
                 top: int = SCORED_TOP) -> list[PerRound]:
-    """Per temperature (warm-ups left out), every round's figures at each budget, named `held:S` (the
-    probability h that the round holds the root row), `root:S` and `draft:S` (h times that rule's value) and
-    `decoder:S` (the decoder's value, h root's + (1 - h) draft's), for each S of scored_sets(top), and `draft`
-    (draft's value, every round)."""
+    """Per temperature (warm-ups left out), every round's figures at each budget, named `held:S` (the probability h that
+    the round holds the root row), `root:S` and `draft:S` (h times that rule's value) and `decoder:S` (the decoder's
+    value, h root's + (1 - h) draft's), for each S of scored_sets(top), and `draft` (draft's value, every round)."""
     names = scored_sets(top)
     out = []
     for temperature, found in by_temperature(decodes).items():

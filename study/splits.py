@@ -67,9 +67,8 @@ def each_task(rv: RoundValues, avg: Averages) -> list[TaskGains]:
 
 @dataclass(frozen=True, slots=True)
 class FirstTokenSplit:
-    """Table 15 at one budget: the rounds whose drafter's most probable first token is the target's most
-    probable token at the root, and the root gain (root's value less draft's) by quintile of the root row's
-    entropy."""
+    """Table 15 at one budget: the rounds whose drafter's most probable first token is the target's most probable token
+    at the root, and the root gain (root's value less draft's) by quintile of the root row's entropy."""
 
     budget: int
     agreeing: Estimate  # the share of rounds whose first tokens agree

@@ -286,9 +286,8 @@ class Averages:
     @classmethod
     def of_totals(cls, totals: dict[str, np.ndarray], rounds: np.ndarray, *, n_resamples: int = 2000,
                   confidence: float = 0.95, seed: int = 0) -> Averages:
-        """Averages of figures already summed by prompt: totals name -> (P, K), rounds (P,) the rounds of each
-        prompt, in the prompt order of PerRound.of (so that the resamples are those of the other figures of the
-        same rounds)."""
+        """Averages of figures already summed by prompt: totals name -> (P, K), rounds (P,) the rounds of each prompt,
+        in the prompt order of PerRound.of (so that the resamples are those of the other figures of the same rounds)."""
         out = cls.__new__(cls)
         columns = next(iter(totals.values())).shape[1]
         out._start(dict(totals), rounds, np.arange(columns), n_resamples, confidence, seed)

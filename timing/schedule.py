@@ -40,11 +40,10 @@ class Task:
 
 def combinations(decoders: Sequence[str], temperatures: Sequence[float], budgets: Sequence[int | str],
                  seeds_at: dict[float, list[int]]) -> list[Combo]:
-    """Every (decoder, T, B, seed), seeds outside budgets outside decoders: the decodes compared with one
-    another run close together in time, so slow drift of the machine's speed affects them alike. `ar` runs
-    once per (T, seed), just before that seed's other decoders, with budget EVERY_BUDGET: nothing in it
-    depends on the budget, and every budget's decoders are compared with that one decode (evaluation.summary
-    pairs them)."""
+    """Every (decoder, T, B, seed), seeds outside budgets outside decoders: the decodes compared with one another run
+    close together in time, so slow drift of the machine's speed affects them alike. `ar` runs once per (T, seed), just
+    before that seed's other decoders, with budget EVERY_BUDGET: nothing in it depends on the budget, and every budget's
+    decoders are compared with that one decode (evaluation.summary pairs them)."""
     combos = []
     for t in temperatures:
         for s in seeds_at[t]:
@@ -79,9 +78,8 @@ def shard_positions(n_prompts: int, shard: int, n_shards: int) -> list[int]:
 
 def plan(ordered: Sequence[Prompt], combos: Sequence[Combo], shard: int, n_shards: int,
          warmup: int) -> list[Task]:
-    """The shard's decodes in running order: warm-ups on its first `warmup` prompts, then every prompt's
-    rotated combinations. Rotation uses the position in the whole seeded order, so it does not depend on
-    the sharding."""
+    """The shard's decodes in running order: warm-ups on its first `warmup` prompts, then every prompt's rotated
+    combinations. Rotation uses the position in the whole seeded order, so it does not depend on the sharding."""
     positions = shard_positions(len(ordered), shard, n_shards)
     tasks = [Task(ordered[i], i, c, True) for i in positions[:warmup] for c in rotated(combos, i)]
     tasks += [Task(ordered[i], i, c, False) for i in positions for c in rotated(combos, i)]

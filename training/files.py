@@ -71,10 +71,9 @@ def check_folder(path: Path, flag: str) -> None:
 
 
 def check_out(out: Path, work: Path, overwrite: bool) -> None:
-    """InputError naming --out and --overwrite (evaluation.paths.refuse_overwrite) where `out` holds a head's
-    files that the run of `work` did not write (its training.json names the work folder it was trained in):
-    another head is never lost to a run that did not ask for it, and a run's own head is written again when it
-    resumes."""
+    """InputError naming --out and --overwrite (evaluation.paths.refuse_overwrite) where `out` holds a head's files that
+    the run of `work` did not write (its training.json names the work folder it was trained in): another head is never
+    lost to a run that did not ask for it, and a run's own head is written again when it resumes."""
     check_folder(out, "--out")
     try:
         own = json.loads((out / "training.json").read_text()).get("work") == str(work.resolve())
