@@ -1,13 +1,9 @@
 """Selection rules (DESIGN.md section 3): which pool candidates the target verifies this round.
 
-Every rule ranks by a score that never increases along a path, with ties to the shallower candidate and
-then the lower pool index, so its best B candidates are ancestor-closed. Rules that take a first draw X1
-from the target's root row (`root-draw`, `pearl`, `pearl-top1`) return trees whose only first-level node
-is X1; `root` uses the root row's probabilities in place of the first draft factor.
-
-Each rule's tree at budget B is the first B of one order (for the draw rules, one order per draw): the
-`*_order` functions give those orders, which the selections cut and pipeline.value sums along.
-"""
+Every rule ranks by a score that never increases along a path, ties to the shallower candidate and then the
+lower pool index, so its best B candidates are ancestor-closed. Each rule's tree at budget B is the first B of
+one order (for the draw rules, one per draw): the `*_order` functions give those orders, which the selections cut
+and pipeline.value sums along."""
 
 from __future__ import annotations
 
