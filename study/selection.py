@@ -1,10 +1,7 @@
 """The selection figures beyond each rule's value (the paper's Figure 2 and Tables 9, 11-13, 15, 18, 29): depth-d
 selection, each rule's expected tree size, every rule restricted to the M best candidates, and the PEARL-style
-tree's size under a raised pre-draw budget; per round at every budget, and the statistics built on them (the
-matched PEARL baseline and the budgets that reach a value, redone in every prompt resample).
-
-A round's figures are curves over budgets 1..N (its pool's size); a caller keeps them at its reported budgets
-and, for the names in FULL, sums them per prompt at every budget, which is what a search over budgets needs."""
+tree's size under a raised pre-draw budget; per round as curves over budgets 1..N, and the statistics built on
+them (the matched PEARL baseline and the budgets that reach a value, redone in every prompt resample)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """python -m timing sweep: the target-side process of a timing sweep (DESIGN.md section 6).
 
-Loads the target, connects to the drafter and runs the shard's decodes in the schedule's order, writing
-one record per decode to DIR/records.shard-I-of-N.jsonl as soon as it ends (with --record-rounds, its
-rounds to DIR/rounds.shard-I-of-N.bin just before). Rerunning the same command
-resumes: recorded decodes are skipped. The decodes run through programs.decodes, as a decode run's do; logs
-and the progress go to stderr; the last line of stdout is one JSON document summarising the shard.
-"""
+Runs the shard's decodes in the schedule's order (through programs.decodes), writing one record per decode to
+DIR/records.shard-I-of-N.jsonl as it ends (with --record-rounds, its rounds to DIR/rounds.shard-I-of-N.bin just
+before); rerunning the same command resumes. The last line of stdout is one JSON document summarising the shard."""
 
 from __future__ import annotations
 
