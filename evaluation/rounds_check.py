@@ -3,8 +3,7 @@ every damaged or impossible chunk, every chunk set aside (another run's, or a de
 ends on a chunk boundary before decodes its records list, every timed decode whose record has no readable
 rounds and every decode whose rounds have no record (a decode killed between its chunk and its record: it
 runs again when the sweep resumes). Chunks recovered by their checksum and chunks superseded by a later one of
-the same decode are counted, not problems.
-"""
+the same decode are counted, not problems."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ with the same prompt indices, so a prompt's shared difficulty cancels within eac
 report rest on one set of resamples.
 
 Reproducibility contract: the resampled prompt indices are `rng.integers(0, n_prompts, (n_resamples,
-n_prompts))`, drawn once per call from `np.random.default_rng(rng)`.
-"""
+n_prompts))`, drawn once per call from `np.random.default_rng(rng)`."""
 
 from __future__ import annotations
 

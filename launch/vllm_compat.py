@@ -260,12 +260,11 @@ class LLM:
 
     def _prompt(self, prompt) -> tuple[str | None, list[int]]:
         """A prompt as `generate` takes it -> (its text or None, its token ids)."""
-        if isinstance(prompt, str):
-            return prompt, self._project_tokenizer().text_ids(prompt)
-        if "prompt" in prompt:
-            return prompt["prompt"], self._project_tokenizer().text_ids(prompt["prompt"])
-        ids = [int(t) for t in prompt["prompt_token_ids"]]
         tokenizer = self._project_tokenizer()
+        if isinstance(prompt, str) or "prompt" in prompt:
+            text = prompt if isinstance(prompt, str) else prompt["prompt"]
+            return text, tokenizer.text_ids(text)
+        ids = [int(t) for t in prompt["prompt_token_ids"]]
         vocab = len(tokenizer.tok) if hasattr(tokenizer, "tok") else tokenizer.vocab_size
         if bad := [t for t in ids if t >= vocab]:  # as vLLM, against the tokenizer's vocabulary
             raise ConfigError("prompts", f"'prompt_token_ids' holds {bad[0]}, outside the tokenizer's vocabulary "

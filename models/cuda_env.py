@@ -5,8 +5,7 @@ CPU-only torch build, no driver or no device, or a driver older than the CUDA ru
 for. The driver's version comes from libcuda itself, so it is known even when torch cannot use it.
 
 `python -m models.cuda_env` prints one line describing the stack and exits 1 when CUDA is unusable;
-with --json, the report as one JSON document (what require_cuda_in_child reads).
-"""
+with --json, the report as one JSON document (what require_cuda_in_child reads)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ speculative round's part before its tree pass, `tree(b)` the tree pass, `plain` 
 start-up and then following rounds; switching on (the drafter's start, or its catch-up after plain rounds) is
 spread over the rounds it serves, and a ledger keeps what tries lose within TRY_SHARE of plain rounds' time.
 docs/budget-auto.md gives the whole model and why each part is there. Any tree is verified exactly, so the
-choice never changes the output's law.
-"""
+choice never changes the output's law."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The round loop of every decoder (DESIGN.md section 5), written against two small interfaces.
 
 `TargetRunner` is the target model with its KV cache; `DrafterClient` is the drafter, local or in another
-process. The loop knows nothing of devices or sockets: the runner returns logits on its own device, the
-loop draws on that device and reads back only the drawn ids (one host-device sync per pass).
-
-A round runs the flow its rule's row in pipeline.rules names (pipeline.rules.Flow): plain decoding (one target
-pass: `ar`, and any rule at budget 0), a tree pass that scores the root with the tree, a root pass while the
-drafter works followed by a tree pass beneath the drawn first token (pipelined), or a tree walked with
-sampled-leaf stopping whose leaf row is the next root's (covering).
-"""
+process. The loop knows nothing of devices or sockets: the runner returns logits on its own device, the loop
+draws there and reads back only the drawn ids (one host-device sync per pass). A round runs the flow its rule's
+row in pipeline.rules names (pipeline.rules.Flow): plain, tree pass with the root, pipelined, or covering."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A pool is stored as arrays indexed by pool index, parents before children. `token`, `parent`, `logp` and
 `expanded` are its edges; `depth`, `cum` (cumulative draft log-prob) and `top` (first-level ancestor) are
-derived from them by one function, so the drafter and the target compute identical scores.
-"""
+derived from them by one function, so the drafter and the target compute identical scores."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ At every reached node the verifier draws one token from that node's target row (
 from the full softmax otherwise); a draw that labels a child is accepted and the walk moves there, and
 the first draw that labels no child is the round's continuation. Each node's draw is independent of the
 others, so drawing at every row at once and reading only the reached ones has the same law as drawing
-lazily, and takes one device call instead of one per accepted token.
-"""
+lazily, and takes one device call instead of one per accepted token."""
 
 from __future__ import annotations
 

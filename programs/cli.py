@@ -141,16 +141,13 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
         elif f.type in ("tuple[str, ...]", "list[str]"):
             group.add_argument(option, dest=dest, action="append", default=None,
                                metavar=words.get("metavar", "TEXT"), help=help_text)
-        elif words.get("required"):  # shown as required in usage and help; its check stays the field's
-            kind = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
-            group.add_argument(option, dest=dest, type=kind, required=True, help=help_text + " (required)",
-                               metavar=words.get("metavar", f.name.split("_")[-1].upper()))
-        else:
-            kind = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
-            shown = "" if default in (None, "", (), dataclasses.MISSING) else \
+        else:  # a required one is shown as required in usage and help; its check stays the field's
+            kind, required = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type], \
+                bool(words.get("required"))
+            shown = " (required)" if required else "" if default in (None, "", (), dataclasses.MISSING) else \
                 f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
-            group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
-                               metavar=words.get("metavar", f.name.split("_")[-1].upper()))
+            group.add_argument(option, dest=dest, type=kind, default=None if required else default, required=required,
+                               help=help_text + shown, metavar=words.get("metavar", f.name.split("_")[-1].upper()))
 
 
 def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: type, *, prefix: str = "",

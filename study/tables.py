@@ -1,10 +1,6 @@
-"""The paper's selection tables from one temperature's recorded rounds, each beside the paper's figures: Table 2
-and 9 (gains over draft, the share of the oracle's advantage that root and depth-two selection recover), Figure 2
-and Figure 5 (every depth), Table 8 (emitted tokens), Table 10 (tasks weighted equally, and each task), Table 11
-(restricted pools), Table 12 (root-draw against the stronger PEARL variant, and that variant matched in tree
-size, the trees split by the kind of draw), Table 13 (budgets that reach each other's value), Table 15 (the
-first-token and entropy splits), Table 20 (late rounds), Table 27 (selection in the covering decoder's rounds
-that hold a covered row) and Table 29 (the matched cap). Their JSON lines are study.table_lines'."""
+"""The paper's selection tables from one temperature's recorded rounds, each beside the paper's figures: Tables 2, 8,
+9, 10, 11, 12, 13, 15, 20, 27 and 29 and Figures 2 and 5 (docs/values.md lists what each holds). Their JSON lines
+are study.table_lines'."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Cache layout: slots [0, P) hold the committed context before the root, slot P the root, and a tree pass
 writes its node i at slot P + 1 + i with position P + depth(i). A commit moves the accepted path's K/V to
-the slots right after the root, so the layout holds again with P grown by 1 + accepted.
-"""
+the slots right after the root, so the layout holds again with P grown by 1 + accepted."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@
  "starts": [one environment per start of any shard (evaluation.provenance)]}
 
 Resuming, or adding a shard, into a directory whose models, pool or sweep grid differ is refused with the
-differences named: records made under different settings must never be pooled.
-"""
+differences named: records made under different settings must never be pooled."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 naming the file, and a file that cannot be read back one ValueError naming it and saying to delete it.
 
 A failed write leaves what was written before it in place (replace_atomically), so the same command resumes
-once there is room; --out is refused where it holds a head this run's work folder did not write.
-"""
+once there is room; --out is refused where it holds a head this run's work folder did not write."""
 
 from __future__ import annotations
 
