@@ -37,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,6 +188,13 @@ class Echo:
                 shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
 
 
+@contextmanager
+def running_echoes(transports: tuple[str, ...]) -> Iterator[dict[str, Echo]]:
+    """An Echo per transport (their CURVE keys in a folder of their own), every one closed at the end."""
+    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys, ExitStack() as stack:
+        yield {t: stack.enter_context(closing(Echo(t, os.path.join(keys, "k")))) for t in transports}
+
+
 def bench_parts(pool, iterations: int, warmup: int) -> dict[str, dict[str, float]]:
     """The parts of a round trip without the transport: what each side spends on the codec, and the target's
     validation of a received pool."""
@@ -224,25 +233,16 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
                blocks: int = 10) -> dict[str, dict[str, float]]:
     """Round trips over each transport, interleaved in `blocks` blocks so that a change of load on a shared
     machine falls on every transport alike; then the parts alone."""
-    import tempfile
-
     import numpy as np
 
     pool = full_pool(49152)
     token, parent = pool.token.astype(np.int32), pool.parent.astype(np.int32)
-    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys:
-        echoes = {}
-        try:
-            for transport in transports:
-                echoes[transport] = Echo(transport, os.path.join(keys, "k"))
+    with running_echoes(transports) as echoes:
+        for echo_ in echoes.values():
+            echo_.run(pool, token, parent, warmup, record=False)
+        for b in range(blocks):
             for echo_ in echoes.values():
-                echo_.run(pool, token, parent, warmup, record=False)
-            for b in range(blocks):
-                for echo_ in echoes.values():
-                    echo_.run(pool, token, parent, iterations // blocks + (b < iterations % blocks), record=True)
-        finally:
-            for echo_ in echoes.values():
-                echo_.close()
+                echo_.run(pool, token, parent, iterations // blocks + (b < iterations % blocks), record=True)
     out = {}
     for transport, echo_ in echoes.items():
         suffix = "" if transport == transports[0] else f" {transport}"
@@ -256,27 +256,18 @@ def bench_features(iterations: int, warmup: int, transports: tuple[str, ...], to
                    blocks: int = 10) -> dict[str, dict[str, float]]:
     """A round's Commit and pool over each transport, the Commit with K tokens' features and without,
     interleaved in `blocks` blocks -> per case its round trip and one way (quantiles) and the Commit's bytes."""
-    import tempfile
-
     cases = [(t, k, f) for t in transports for k in tokens for f in (True, False)]
     samples = {c: ([], []) for c in cases}
     sizes = {}
-    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys:
-        echoes = {}
-        try:
-            for transport in transports:
-                echoes[transport] = Echo(transport, os.path.join(keys, "k"))
+    with running_echoes(transports) as echoes:
+        for transport, k, f in cases:
+            echoes[transport].commits(k, width, f, warmup)
+        for b in range(blocks):
             for transport, k, f in cases:
-                echoes[transport].commits(k, width, f, warmup)
-            for b in range(blocks):
-                for transport, k, f in cases:
-                    rt, ow, sizes[transport, k, f] = echoes[transport].commits(
-                        k, width, f, iterations // blocks + (b < iterations % blocks))
-                    samples[transport, k, f][0].extend(rt)
-                    samples[transport, k, f][1].extend(ow)
-        finally:
-            for echo_ in echoes.values():
-                echo_.close()
+                rt, ow, sizes[transport, k, f] = echoes[transport].commits(
+                    k, width, f, iterations // blocks + (b < iterations % blocks))
+                samples[transport, k, f][0].extend(rt)
+                samples[transport, k, f][1].extend(ow)
     out = {}
     for transport, k, f in cases:
         name = f"commit {k} token{'s' * (k > 1)} {'with' if f else 'without'} features {transport}"
