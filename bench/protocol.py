@@ -162,7 +162,8 @@ class Echo:
         from protocol.messages import Commit, PoolMsg
 
         ids = np.arange(1, tokens + 1, dtype=np.int32)
-        rows = np.random.default_rng(0).integers(0, 256, tokens * width * 2, dtype=np.uint8) if features else None
+        normal = np.random.default_rng(0).standard_normal(tokens * width, dtype=np.float32)  # finite, as a target sends
+        rows = (normal.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8) if features else None
         extra = (rows, "bfloat16", width) if features else ()
         round_trips, one_way = [], []
         for i in range(n):
