@@ -1,13 +1,9 @@
 """What every benchmark shares: its command line from a dataclass, the spread of a sample, the load average,
 and the closing JSON line.
 
-A benchmark's options are a frozen dataclass whose fields are its flags (programs.cli: `contexts` becomes
-`--contexts`, a bool `--NAME`, a `tuple[str, ...]` a repeatable flag), checked in `__post_init__`, which
-raises ConfigError naming the field. Each benchmark's `build_parser` makes its parser (`bench_parser`), and
-`command_line` parses and checks its options: a refused value ends in one line naming the flag (status 2).
-This module and the options import neither torch nor transformers, so that a bad flag is refused before
-either loads: a benchmark imports them after its command line is read.
-"""
+A benchmark's options are a frozen dataclass whose fields are its flags (programs.cli), checked in
+`__post_init__`; `command_line` refuses a bad value in one line naming the flag (status 2). This module and the
+options import neither torch nor transformers, so that a bad flag is refused before either loads."""
 
 from __future__ import annotations
 
@@ -27,9 +23,8 @@ from programs.cli import add_options, from_options
 
 
 def bench_parser(cls: type, module: str, doc: str, extra: Sequence[tuple[str, dict]] = ()) -> argparse.ArgumentParser:
-    """The command line of the benchmark `module`: an option per field of `cls` (its options dataclass), and
-    the `extra` arguments ((flag, argparse keywords) pairs). `doc`: the module's docstring, whose first line
-    describes it."""
+    """The command line of the benchmark `module`: an option per field of `cls` (its options dataclass), and the `extra`
+    arguments ((flag, argparse keywords) pairs). `doc`: the module's docstring, whose first line describes it."""
     parser = argparse.ArgumentParser(prog=prog(module), description=summary(doc))
     add_options(parser, cls)
     for flag, keywords in extra:

@@ -6,21 +6,13 @@ forward (`python -m bench.forward` times both side by side), and --parts where a
 
 python -m bench.forward [--context 40] [--trees 8,59] [--reps 15] [--threads 1] [--parts]
 
-Loads the default pair's target as a run does (its linear kernels tuned, or taken from the machine's kept
-choice), then times its root pass and tree passes of each size in --trees, each repetition once through
-transformers' forward and once through models.llama_cpu's (what the runner takes on the CPU), in turn and
-either first in alternate repetitions, so that drift on a shared machine falls on both alike; each way has
-its own cache, filled by the same prefill. The rows of every pass are compared too: the two forwards compute
-the same operations in the same order, so they must be equal. A speedup is the median of the per-repetition
-ratios transformers / lean, with its quartiles. The load average is printed before and after; the last line
-of the output is one JSON document.
-
---parts profiles the lean passes instead: per pass (the root pass, which is a plain pass of one token, and each
-tree pass), the median milliseconds of each part of its work, as models.llama_cpu.forward's clock names them (the
-linear layers, attention with its K/V writes, the output layer's rows, the elementwise work), the runner's
-staging of inputs and mask, and what is left (Python around them, the host read), with each part's ratio to
-the plain pass's. Run it under `taskset -c 0` (and --threads 1) for a machine with half the arithmetic.
-"""
+Times the default pair's target (its linear kernels tuned or kept) on its root pass and tree passes of each
+size in --trees, each repetition once through transformers' forward and once through models.llama_cpu's, in turn,
+each way on its own cache; the rows of every pass must be equal. A speedup is the median of the per-repetition
+ratios transformers / lean, with its quartiles. --parts profiles the lean passes instead: the median ms of each
+part as models.llama_cpu.forward's clock names them, the runner's staging and what is left, beside the plain
+pass's (under `taskset -c 0` and --threads 1 for a machine with half the arithmetic). The load average is printed
+before and after; the last line of the output is one JSON document."""
 
 from __future__ import annotations
 
@@ -65,10 +57,9 @@ def bushy_tree(n: int) -> Tree:
 def target_passes(model, context: int, capacity: int, trees: list[int], lean: bool,
                   tick: Callable[[str], None] | None = None) -> dict[str, Callable[[], object]]:
     """name -> a call that runs one pass of an eager CPU runner (every size its own bucket, the used slots) after
-    `context` random tokens, reads its result back (the pass is done when it returns) and returns its rows
-    (valid until the runner's next pass): the root pass and a tree pass over bushy_tree(B) for each B of
-    `trees`. lean: through models.llama_cpu's forward, else transformers'; tick: the runner's profile clock
-    (models.hf.HFRunner.tick)."""
+    `context` random tokens, reads its result back (the pass is done when it returns) and returns its rows (valid until
+    the runner's next pass): the root pass and a tree pass over bushy_tree(B) for each B of `trees`. lean: through
+    models.llama_cpu's forward, else transformers'; tick: the runner's profile clock (models.hf.HFRunner.tick)."""
     from models.hf import HFRunner
     from target_proc.target import Target
 

@@ -7,15 +7,12 @@ measured line, `draft` so many times transformers' `generate`.
 python -m bench.pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
                      [--budget B|auto] [--decoders LIST] [--drafter SPEC] [--pool cpu|paper] [--lookup N]
 
-In one run on the same prompts: (1) per-pass latencies of the target and drafter runners with the
-threads they get when deployed (the drafter one; the target one while the drafter works, every core for
-verification and ar); (2) every decoder of the pipelined pair through launch/pair.sh, with median
-per-phase round times; (3) transformers' `generate` on the target and its assisted generation with the
-int8 drafter as `assistant_model` (whatever the pair's drafter), greedy, on every core, with torch's stock
-linear kernels, and `generate` again with the linear kernels tuned at load (models.cpu_linear), as the pair
-runs them; (4) how often a standalone drafter agrees with the target (a head's agreement is its tau). Speeds
-are summed tokens over summed seconds. The last line of the output is one JSON document.
-"""
+In one run on the same prompts: (1) per-pass latencies of the target and drafter runners at their deployed
+threads; (2) every decoder of the pipelined pair through launch/pair.sh, with median per-phase round times; (3)
+transformers' `generate` on the target and its assisted generation with the int8 drafter, greedy, on every core,
+with stock linear kernels, and `generate` again with the kernels tuned at load (models.cpu_linear); (4) how often
+a standalone drafter agrees with the target. Speeds are summed tokens over summed seconds. The last line of the
+output is one JSON document."""
 
 from __future__ import annotations
 

@@ -8,43 +8,18 @@ figures no results file holds yet), and docs/eagle3.md's on what a head's featur
     .venv/bin/python -m bench.protocol --transports tcp,tcp+curve --no-select   (what CURVE costs)
     .venv/bin/python -m bench.protocol --handshake smollm2:int8 [--idle 50] [--every 0.05]
 
-Round trip: this process (the target's side) encodes and sends a full pool (PoolConfig() defaults, 710
-candidates) through the project's Channel over the default transport, ipc in a private directory (or
-over each of --transports: loopback tcp, and loopback tcp with CURVE); an echo process decodes it, encodes
-it again and sends it back; this side decodes the echo. One way is the echo's leg alone (stamp before its
-encode, read after this side's decode), timed on CLOCK_MONOTONIC, which both processes share. The parts are
-timed alone too: encode, decode, and the target's validation of a received pool (Pool.from_edges, which
-RemoteDrafter.pool adds to every round).
-
-Selection + verification, per round and for every selection rule of pipeline.rules, on a pool grown over
-V tokens and fixed (B + 1, V) logits, through the round loop's own `select` and `verify`: rules without a
-root pass select, then draw the root row and the reached tree rows; rules with one draw the root row,
-select, then draw the reached tree rows, as pipeline.decode does (lazily on the CPU, so
-'rules ms' includes those draws). Every round ends with the traversal. The logits favour one deep path
-of the tree, so the traversal walks several levels as an accepted draft would. Rounds run with one
-intra-op thread by default, as the target process does on the CPU.
-
-Budget auto's per-round work outside the passes (choosing the next size, updating its estimates) is
-timed alone.
-
-An EAGLE-3 drafter's features (--features K,K: tokens a Commit carries; --feature-width, Llama-3.1-8B's
-3 x 4,096 by default, in bfloat16): over each transport, a Commit of K tokens goes out with their features
-and without, and the echo answers each with the full pool, as a drafter answers a round's Commit; the
-difference is what the features add to a round. Its one way is the Commit's leg (stamped at the echo after
-its decode).
-
---handshake SPEC times the connection instead of the round: it starts a drafter process
-(programs.drafter_program) of that model on a loopback tcp port, which it serves with CURVE, and from the moment
-it binds connects targets one after another, each with a key the drafter trusts: a ZeroMQ DEALER socket with
-CURVE, timed until its monitor reports the handshake done (the drafter's ZAP handler, a thread of its own
-process, admits the key). A drafter binds before it loads its model, so a target that starts with it shakes
-hands while the drafter imports torch and loads and tunes its model (one every --every seconds); then --idle
-handshakes with the drafter at rest. The slowest bounds what the drafter's handshake interval
-(protocol.transport.HANDSHAKE_IVL_MS) must allow a real target on this host.
+Round trip: a full pool (PoolConfig() defaults) sent through the project's Channel to an echo process over each
+of --transports (ipc in a private directory, loopback tcp, loopback tcp with CURVE) and back; one way is the
+echo's leg (both processes share CLOCK_MONOTONIC). Encode, decode and the target's validation of a received pool
+are timed alone too. Selection + verification: every rule of pipeline.rules through the round loop's own
+`select` and `verify`, on a pool over V tokens and fixed (B + 1, V) logits that favour one deep path, on one
+intra-op thread by default; then budget auto's per-round work. --features K,K: a Commit of K tokens with an
+EAGLE-3 drafter's features (--feature-width values a token, bfloat16) and without, each answered by the pool.
+--handshake SPEC: CURVE handshakes at a drafter process of that model, one every --every seconds from its bind
+while it loads, then --idle at rest; the slowest bounds what protocol.transport.HANDSHAKE_IVL_MS must allow.
 
 Targets: round trip median under 0.3 ms, selection + verification median under 1 ms, budget auto's
-choice under 0.1 ms. The last line of the output is one JSON document with the medians.
-"""
+choice under 0.1 ms. The last line of the output is one JSON document with the medians."""
 
 from __future__ import annotations
 
@@ -62,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,7 +162,8 @@ class Echo:
         from protocol.messages import Commit, PoolMsg
 
         ids = np.arange(1, tokens + 1, dtype=np.int32)
-        rows = np.random.default_rng(0).integers(0, 256, tokens * width * 2, dtype=np.uint8) if features else None
+        normal = np.random.default_rng(0).standard_normal(tokens * width, dtype=np.float32)  # finite, as a target sends
+        rows = (normal.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8) if features else None
         extra = (rows, "bfloat16", width) if features else ()
         round_trips, one_way = [], []
         for i in range(n):
@@ -209,6 +187,13 @@ class Echo:
                 self.peer.wait()
             if self.endpoint.startswith("ipc://"):
                 shutil.rmtree(os.path.dirname(self.endpoint[len("ipc://"):]), ignore_errors=True)
+
+
+@contextmanager
+def running_echoes(transports: tuple[str, ...]) -> Iterator[dict[str, Echo]]:
+    """An Echo per transport (their CURVE keys in a folder of their own), every one closed at the end."""
+    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys, ExitStack() as stack:
+        yield {t: stack.enter_context(closing(Echo(t, os.path.join(keys, "k")))) for t in transports}
 
 
 def bench_parts(pool, iterations: int, warmup: int) -> dict[str, dict[str, float]]:
@@ -249,25 +234,16 @@ def bench_wire(iterations: int, warmup: int, transports: tuple[str, ...] = ("ipc
                blocks: int = 10) -> dict[str, dict[str, float]]:
     """Round trips over each transport, interleaved in `blocks` blocks so that a change of load on a shared
     machine falls on every transport alike; then the parts alone."""
-    import tempfile
-
     import numpy as np
 
     pool = full_pool(49152)
     token, parent = pool.token.astype(np.int32), pool.parent.astype(np.int32)
-    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys:
-        echoes = {}
-        try:
-            for transport in transports:
-                echoes[transport] = Echo(transport, os.path.join(keys, "k"))
+    with running_echoes(transports) as echoes:
+        for echo_ in echoes.values():
+            echo_.run(pool, token, parent, warmup, record=False)
+        for b in range(blocks):
             for echo_ in echoes.values():
-                echo_.run(pool, token, parent, warmup, record=False)
-            for b in range(blocks):
-                for echo_ in echoes.values():
-                    echo_.run(pool, token, parent, iterations // blocks + (b < iterations % blocks), record=True)
-        finally:
-            for echo_ in echoes.values():
-                echo_.close()
+                echo_.run(pool, token, parent, iterations // blocks + (b < iterations % blocks), record=True)
     out = {}
     for transport, echo_ in echoes.items():
         suffix = "" if transport == transports[0] else f" {transport}"
@@ -281,27 +257,18 @@ def bench_features(iterations: int, warmup: int, transports: tuple[str, ...], to
                    blocks: int = 10) -> dict[str, dict[str, float]]:
     """A round's Commit and pool over each transport, the Commit with K tokens' features and without,
     interleaved in `blocks` blocks -> per case its round trip and one way (quantiles) and the Commit's bytes."""
-    import tempfile
-
     cases = [(t, k, f) for t in transports for k in tokens for f in (True, False)]
     samples = {c: ([], []) for c in cases}
     sizes = {}
-    with tempfile.TemporaryDirectory(prefix="bench-keys-") as keys:
-        echoes = {}
-        try:
-            for transport in transports:
-                echoes[transport] = Echo(transport, os.path.join(keys, "k"))
+    with running_echoes(transports) as echoes:
+        for transport, k, f in cases:
+            echoes[transport].commits(k, width, f, warmup)
+        for b in range(blocks):
             for transport, k, f in cases:
-                echoes[transport].commits(k, width, f, warmup)
-            for b in range(blocks):
-                for transport, k, f in cases:
-                    rt, ow, sizes[transport, k, f] = echoes[transport].commits(
-                        k, width, f, iterations // blocks + (b < iterations % blocks))
-                    samples[transport, k, f][0].extend(rt)
-                    samples[transport, k, f][1].extend(ow)
-        finally:
-            for echo_ in echoes.values():
-                echo_.close()
+                rt, ow, sizes[transport, k, f] = echoes[transport].commits(
+                    k, width, f, iterations // blocks + (b < iterations % blocks))
+                samples[transport, k, f][0].extend(rt)
+                samples[transport, k, f][1].extend(ow)
     out = {}
     for transport, k, f in cases:
         name = f"commit {k} token{'s' * (k > 1)} {'with' if f else 'without'} features {transport}"
@@ -362,9 +329,8 @@ class SelectVerifyCase:
         self.expected_accepted = len(path)
 
     def __call__(self) -> tuple[int, float]:
-        """One round's rule work, through the round loop's own selection and verification -> (accepted
-        nodes, seconds of selection, traversal and the draws it reaches; the root's draw before selection
-        is left out)."""
+        """One round's rule work, through the round loop's own selection and verification -> (accepted nodes, seconds of
+        selection, traversal and the draws it reaches; the root's draw before selection is left out)."""
         from pipeline.rules import RULES, RootDraw
         from pipeline.verify import draw, verify_tree
 

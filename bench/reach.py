@@ -8,18 +8,13 @@ It tells whether the selection or the drafter limits tau.
 python -m bench.reach [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
                       [--budget B] [--decoders LIST] [--target SPEC] [--drafter SPEC] [--paper-pool] [--lookup N]
 
-Each decoder decodes each prompt at T = 0 in this process, and every round's pool (the one its rule selected
-from: the drafter's, with the context lookup's chain grafted in where there is one) is kept. At T = 0 the
-output from a round's root on is the target's greedy continuation there, so the pool's reach (how many of the
-output's next tokens it holds as a path from its root: Pool.path) bounds what any tree selected from it could
-accept: a round emits at most its reach and the token after it (a decoder that draws its first token from a
-root pass has that one whatever the pool holds). Per decoder: rounds, tau (tokens a round), the whole-pool tau
-(that bound's mean over the same rounds: what they would have made had each verified every candidate of its
-pool, at whatever cost), the pools' median size, and how often the target's next token was the pool's likeliest
-first candidate, among its three likeliest, or in its first level at all. A tau well below the whole-pool tau: the budget or
-the rule leaves accepted tokens in the pool; the two close: the drafter's pool is what limits. Nothing is timed.
-The last line of the output is one JSON document.
-"""
+Each decoder decodes each prompt at T = 0 in this process, keeping every round's pool. At T = 0 the output
+from a round's root on is the target's greedy continuation, so the pool's reach (how many of the next tokens it
+holds as a path: Pool.path) bounds what any tree from it could accept. Per decoder: rounds, tau, the whole-pool
+tau (that bound's mean over the same rounds), the pools' median size, and how often the target's next token was
+the pool's likeliest first candidate, among its three likeliest, or in its first level. A tau well below the
+whole-pool tau: the budget or the rule leaves tokens in the pool; the two close: the drafter limits. Nothing is
+timed. The last line of the output is one JSON document."""
 
 from __future__ import annotations
 
@@ -81,11 +76,10 @@ class RoundReach:
 
 
 def round_reaches(kept: list[tuple], output: list[int], first_free: bool, prompt: int = 0) -> list[RoundReach]:
-    """Each kept round's (pool, emitted tokens, whether its first token came from a row already scored) walked
-    along `output`, the decode's greedy output (the tokens verified past the limit included): round k's pool
-    stands at the output's position after the tokens the rounds before it emitted. A round without a pool (a
-    plain one, at budget 0) only moves that position. `first_free`: every round of the decoder draws its first
-    token from a root pass."""
+    """Each kept round's (pool, emitted tokens, whether its first token came from a row already scored) walked along
+    `output`, the decode's greedy output (the tokens verified past the limit included): round k's pool stands at the
+    output's position after the tokens the rounds before it emitted. A round without a pool (a plain one, at budget 0)
+    only moves that position. `first_free`: every round of the decoder draws its first token from a root pass."""
     rows, at = [], 0
     for pool, emitted, drawn in kept:
         left = len(output) - at  # a round that stops the output keeps its tokens up to the stop

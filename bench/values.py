@@ -3,19 +3,12 @@
 Its results: results/bench_values.txt (results/benchmarks.md); it backs docs/values.md's lines on the
 program's time (`bench.values` times the program on 10,000 rounds) and the coverage figures'.
 
-Writes ROUNDS recorded rounds of the paper's pool (top-k 10, depth 8, expand 10: 710 candidates) to a
-rounds file, then times reading them and computing every rule and both ceilings at the 13 budgets, with their
-per-round and per-prompt averages and bootstrap intervals; then the coverage figures (every rule and ceiling,
-5 scored sets, 4 stopping rules, 13 budgets: study.coverage) and the decoder without a root pass
-(study.no_root_pass); then the whole values program (study.program: every section and table, values.md,
-no plots) and each of its sections alone, each in seconds and in this process's CPU seconds, on one thread.
-
-The rounds are synthetic by default: grown from random draft rows with random target edge probabilities (the
-program's work does not depend on what the numbers are), without retained rows, so the retained-row
-section has no row figures, substitutes, mixtures or `rows` reranker to make. --recording DIR repeats a
-run's recorded decodes instead (each copy under a prompt id of its own, categories kept), retained rows and
-all, until they hold ROUNDS rounds. The last line of stdout is one JSON document.
-"""
+Writes ROUNDS recorded rounds of the paper's pool to a rounds file, then times, on one thread and in seconds
+and CPU seconds: reading them and every rule and ceiling at the 13 budgets with their averages and intervals;
+the coverage figures (study.coverage) and the decoder without a root pass (study.no_root_pass); then the whole
+values program (study.program, no plots) and each of its sections alone. The rounds are synthetic by default
+(the program's work does not depend on the numbers), without retained rows; --recording DIR repeats a run's
+recorded decodes instead, retained rows and all. The last line of stdout is one JSON document."""
 
 from __future__ import annotations
 
@@ -132,9 +125,8 @@ def timed(folder: str, options: ValuesOptions) -> dict:
 
 
 def program(folder: str, options: ValuesOptions) -> dict:
-    """Time the whole values program over `folder` (its report to a file beside it, no plots), then each of
-    its sections alone (made from the decodes read once, then written in Markdown) -> their part of the JSON
-    document."""
+    """Time the whole values program over `folder` (its report to a file beside it, no plots), then each of its sections
+    alone (made from the decodes read once, then written in Markdown) -> their part of the JSON document."""
     from study.options import ValuesOptions as ProgramOptions
     from study.program import SECTIONS, load, values
 

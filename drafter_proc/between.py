@@ -1,12 +1,8 @@
 """Between two passes of a pool's growth: take what came meanwhile, and say whether the pool ends there.
 
-A Waiting for the pool being grown gets no reply: without `cut` it gives the drafter every core until it
-sends the pool (the target waits with nothing else to do); with `cut` it asks for the pool now (it ends at
-the level in progress, or with WEIGH grows a further level only while that pays, pipeline.cut_policy).
-Anything else is held, in order, for the serve loop (protocol.peers), and ends a growth ahead unless it is
-the Commit that growth predicted (drafter_proc.drafter.Abandoned). A committed round's pool also ends before
-a level that would end after the time the target asked at in recent rounds (pipeline.cut_policy).
-"""
+A Waiting for the pool being grown gets no reply: without `cut` it lends the drafter every core until it sends
+the pool; with `cut` it asks for the pool now (pipeline.cut_policy). Anything else is held, in order, for the
+serve loop (protocol.peers), and ends a growth ahead unless it is the Commit that growth predicted."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The drafter's loop body: extend the committed context, then grow the round's pool with tree passes.
 
-Cache layout: slots [0, L) hold the committed context, the root last. Growing a pool writes each
-expanded candidate at the next scratch slot after L (position L - 1 + depth); the next round writes its
-committed tokens from slot L again, so the scratch is dropped without any copy.
-
-Drafting ahead (pipeline.ahead) writes the predicted tokens (the target's path and the drafter's own next
-token) at slots [L, L + k), where a commit of them would put them, and grows a pool from there with its scratch after them. A commit of exactly those tokens
-takes that pool; any other commit keeps the K/V of the prefix it shares with them (those slots hold the
-same tokens at the same positions over the same context) and prefills the rest.
-"""
+Cache layout: slots [0, L) hold the committed context, the root last; a pool's candidates take scratch slots
+after L (position L - 1 + depth), which the next round's commit overwrites. Drafting ahead (pipeline.ahead)
+writes the predicted tokens at slots [L, L + k), where a commit of them would put them, and grows from there:
+a commit of exactly those tokens takes that pool; any other keeps the K/V of the prefix it shares with them."""
 
 from __future__ import annotations
 

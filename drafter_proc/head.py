@@ -1,16 +1,10 @@
 """An EAGLE-3 head as the drafter: extend its rows with the target's features, then grow the round's pool.
 
-Head row j pairs the features of committed token j (the inputs of the target layers the head fuses) with the
-embedding of token j + 1, at position j: a context of L committed tokens gives L - 1 rows, and the last
-one's output is the root of the pool (its logits the first level, its hidden what the first level's rows
-take). The target scores token j's features in the pass that writes its K/V, so a Start carries the
-prompt's features but the last token's, and a Commit of k tokens carries k: those of the previous last
-token and of the new tokens but the last.
-
-Cache layout: slots [0, L - 1) hold the rows; growing a pool writes each expanded candidate at the next
-scratch slot after them (position L - 2 + depth), paired with its parent's output; the next commit writes
-its rows from slot L - 1 again, so the scratch is dropped without any copy.
-"""
+Head row j pairs the features of committed token j with the embedding of token j + 1, at position j
+(DESIGN.md section 14): L committed tokens give L - 1 rows, the last one's output the root of the pool. So a
+Start carries the prompt's features but the last token's, and a Commit of k tokens carries k. Slots [0, L - 1)
+hold the rows; a pool's candidates take scratch slots after them (position L - 2 + depth), which the next
+commit overwrites."""
 
 from __future__ import annotations
 
@@ -88,9 +82,8 @@ class HeadDrafter:
         return False
 
     def _write_rows(self, tokens: np.ndarray, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows for `tokens` at slots and positions rows, rows + 1, ... in causal chunks -> the last row's
-        ((Vd,) logits, (H,) output). BadFeatures, before any row, when a row's fc output is beyond what the
-        head can norm."""
+        """Rows for `tokens` at slots and positions rows, rows + 1, ... in causal chunks -> the last row's ((Vd,)
+        logits, (H,) output). BadFeatures, before any row, when a row's fc output is beyond what the head can norm."""
         hidden = self.runner.fuse(features)  # (k, H) fc(cat(low, mid, high))
         _check_normable(hidden)
         for at in range(0, len(tokens), ROWS_CHUNK):

@@ -1,8 +1,7 @@
 """One request's state on the drafter: its rounds, the growth being answered and its cut-pool timings.
 
 A Request is made by a Start and dropped by that request's End, or with its DrafterSession (drafter_proc.session);
-nothing of it is reset anywhere else: a new request gets a new object.
-"""
+nothing of it is reset anywhere else: a new request gets a new object."""
 
 from __future__ import annotations
 

@@ -1,26 +1,14 @@
 """The drafter's serving loop: one target at a time, each Start or Commit answered with the round's pool.
 
-A target becomes the one served when its Hello is accepted (drafter_proc.handshake); any other peer that
-speaks meanwhile is told that the drafter is busy. The served target leaves by Shutdown (the drafter then
-exits, or with `persist` waits for the next target) or by closing its connection (the drafter serves the
-next one; a private drafter, `exit_with_target`, exits). A served target silent for `idle_timeout` seconds
-since the drafter last answered it (stopped, hung, or a Hello and nothing after) is let go when another peer
-speaks, which is then served: the drafter is never held for good by a peer that says nothing. An Error from a
-peer without a session is logged as refusals are, throttled (protocol.log_limit). A refused message gets an
-Error reply naming the problem, and the loop goes on serving; nothing the drafter holds changes on a refused
-message. A message whose answer fails in the model or the pool (a bug, or values no check foresaw) gets an
-Error reply too, and its traceback goes to the log: a Commit leaves the request's rows as they were, to be sent
-again; a Start leaves no request open. The drafter keeps one KV cache (models.kv_cache), replaced only by a
-Hello that needs a larger one; it never allocates one beyond `max_request_context` slots, whatever a peer
-asks, nor one that its device cannot hold.
-
-Peers come and go through protocol.peers, which drops what a closed connection left queued. Each message
-type has its handler (`DrafterServer.handlers`): the Hello makes the served target's DrafterSession, whose
-handlers answer the request messages (drafter_proc.session). Between the passes of a pool's growth the
-drafter takes what came meanwhile (drafter_proc.between): a Waiting may lend it the target's cores or ask
-for the pool now, and a growth ahead lasts until a message other than the Commit it predicts comes; the
-rest is held, in order, and handled next.
-"""
+A target is served once its Hello is accepted (drafter_proc.handshake); any other peer is told the drafter is
+busy. The served target leaves by Shutdown (the drafter exits, or with `persist` waits for the next) or by
+closing its connection (a private drafter, `exit_with_target`, then exits); one silent for `idle_timeout` s is
+let go when another peer speaks. A refused message gets an Error reply naming the problem and changes nothing;
+one whose answer fails in the model or the pool gets an Error too, its traceback logged (a Commit leaves the
+rows as they were, a Start leaves no request open). The one KV cache (models.kv_cache) is replaced only by a
+Hello that needs a larger one, never beyond `max_request_context` slots nor what the device holds. Each message
+type has its handler (`DrafterServer.handlers`; the request messages' are drafter_proc.session's), and between
+a pool's passes drafter_proc.between takes what came meanwhile."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A DrafterSession holds the drafter (on the process's one KV cache), what each pool level brought in its recent
 rounds (pipeline.cut) and the open Request (drafter_proc.request). It is dropped by the next Hello or when
 its target leaves, and its request with it; a Start makes a new request and an End drops it. A message that
-names another request or round than the one expected is refused (StaleMessage) and changes nothing.
-"""
+names another request or round than the one expected is refused (StaleMessage) and changes nothing."""
 
 from __future__ import annotations
 

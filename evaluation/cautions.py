@@ -1,20 +1,12 @@
 """When a setting's speed gains say nothing about speculation, and why: every summary prints these beside the
-gains instead of a bare number.
+gains instead of a bare number (docs/timing.md's table of cautions).
 
-- same work: both decoders of a comparison verified nothing beyond the root in all their rounds, or all but a
-  PLAIN_SHARE's complement of them (`ar`; budget auto turning speculation off; a rule whose trees held the
-  target's own draw alone): they did the same work, one token a target pass, and the gain between them is the
-  machine's drift, however narrow its interval.
-- spread: the prefill of one prompt, the same work for every decoder (a drafter starting beside it slows it
-  at most twofold on shared cores), took more than SPREAD_LIMIT times as long in one decode as in another:
-  the machine's speed changed by more than any gain can be told from, and the interval, which resamples
-  prompts, does not carry that.
-- load: the machine's load average (evaluation.record) exceeded what the pair keeps busy itself (its
-  process's CPUs plus the drafter's thread) at the start or end of a decode: other work took cores from the
-  decoders, unevenly.
+- same work: both decoders of a comparison verified nothing beyond the root in all but a PLAIN_SHARE's
+  complement of their rounds: the gain between them is the machine's drift, however narrow its interval.
+- spread: the prefill of one prompt took more than SPREAD_LIMIT times as long in one decode as in another.
+- load: the machine's load average exceeded what the pair keeps busy itself at the start or end of a decode.
 
-Pure functions of a setting's per-decoder statistics (evaluation.summary's DecoderStats, read by field).
-"""
+Pure functions of a setting's per-decoder statistics (evaluation.summary's DecoderStats, read by field)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A round of the covering decoder that follows a round stopped at a leaf draws X1 from the row that pass scored;
 its record says so of every round (`held_rows`). Its rounds file keeps only the rounds with a pool (a plain
 round, at budget 0, has none to measure), so the record's rounds are matched to the recorded ones through the
-rounds with a budget, their budgets and accepted nodes checked one by one: a flag never lands on another round.
-"""
+rounds with a budget, their budgets and accepted nodes checked one by one: a flag never lands on another round."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """A decode's result as the Python API returns it, shaped like vLLM's outputs: the prompt's and the output's
 text and token ids, how the output ended (`finish_reason`, `stop_reason`), and the decode's metrics (times,
 rounds, acceptance). `record` is the decode's record (evaluation.record), the same record the command line's
---json prints and sweeps keep, so that an output serialises as one (`json.dumps(output.record.to_json())`).
-"""
+--json prints and sweeps keep, so that an output serialises as one (`json.dumps(output.record.to_json())`)."""
 
 from __future__ import annotations
 

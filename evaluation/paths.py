@@ -1,16 +1,9 @@
-"""The one check of the paths a command names, made before any process starts: a file that is read must be a
-regular file (a folder, a FIFO, which would hang the read, a device such as /dev/zero, which reads until
-memory runs out, or a dangling link is refused), and where an output goes a folder must be makeable and a
-file writable. Each problem is an InputError of one line naming the path and what named it (a flag), which
-the programs end with exit status 2 (programs.cli).
+"""The one check of the paths a command names, made before any process starts (docs/decoding.md): a file that is
+read must be a regular file, and where an output goes a folder must be makeable and a file writable; each problem
+is an InputError of one line naming the path and the flag that named it (exit status 2).
 
-A command that writes results never writes over a file it did not just write: `refuse_overwrite` is the one
-check every writer makes, before any work, naming where else to write and `--overwrite`. (A sweep appending
-to its own records files in its own folder, which it resumes, writes over nothing.)
-
-What only the write itself can tell (a full disk, a folder made read-only meanwhile) stays the write's to
-report; `replace_atomically` keeps a failed write from leaving a partial file behind.
-"""
+`refuse_overwrite` is the one check every writer makes, before any work, so that a command never writes over a
+file it did not just write; `replace_atomically` keeps a failed write from leaving a partial file behind."""
 
 from __future__ import annotations
 
@@ -41,8 +34,7 @@ def input_file(path: str | Path, what: str) -> Path:
 
 
 def output_dir(path: str | Path, what: str) -> Path:
-    """`path` as a folder that exists or is made now, where files can be written; InputError naming `what`
-    otherwise."""
+    """`path` as a folder that exists or is made now, where files can be written; InputError naming `what` otherwise."""
     path = Path(path)
     _check_names(path, what)
     if os.path.lexists(path) and not path.exists():

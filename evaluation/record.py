@@ -1,22 +1,10 @@
 """The one record of a decode, as every program writes it: the decode run's --json lines, sweep records
 (which add where in the schedule the decode ran), the benchmarks, the GPU check and the Python API.
 
-A record holds one turn of one prompt: the prompt's text (the context the decode continued, chat template
-included) and token ids, the output (ids and text, at most `max_new_tokens` tokens), how it ended
-(`finish_reason` "stop" at an end-of-sequence token, a stop token id or a stop string, "length" at the limit;
-`stop_reason` the stop string or stop token id that matched, else None; `stop` which of the four, as
-pipeline.result's FINISHES), how many tokens the last round produced beyond the limit, its time, per-round
-columns (accept lengths with the bonus token, accepted tree nodes, depths tried, tree sizes, the budget each
-round ran with (0: a plain round), phase times, the bytes of the target's features its pool's request carried
-to an EAGLE-3 drafter), and how busy the machine was: its load average over the last minute as the decode
-started and as it ended (`load_average`), beside the CPUs the process may use (`cpus`). Multi-turn prompts
-give one record per turn (target_proc.conversation decodes them in one conversation with the decoder's own
-earlier answers).
-
-DecodeRecord is that record as a type: programs build it by name and read it by attribute; `to_json` gives
-the JSON object every file holds and `from_json` reads any schema the project has written, each in one
-function below, with a ValueError naming the line and the field for anything that is not a record.
-"""
+A record holds one turn of one prompt (docs/timing.md names every field). DecodeRecord is that record as a
+type: programs build it by name and read it by attribute; `to_json` gives the JSON object every file holds and
+`from_json` reads any schema the project has written, each in one function below, with a ValueError naming
+the line and the field for anything that is not a record."""
 
 from __future__ import annotations
 
@@ -42,8 +30,7 @@ class UnreadSchema(ValueError):
 
 
 def machine_load() -> float:
-    """The machine's load average over the last minute (runnable and waiting tasks, this process's own among
-    them)."""
+    """The machine's load average over the last minute (runnable and waiting tasks, this process's own among them)."""
     return round(os.getloadavg()[0], 2)
 
 

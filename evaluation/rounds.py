@@ -2,18 +2,11 @@
 decode's rounds as a chunk payload, validated field by field when it is read.
 
 Per round: the budget, the tree nodes accepted, the tokens emitted (the round's draw at the root first), the
-pool (token, parent, draft log-prob of the edge, expanded) with the target's probability of every pool edge at
-the run's temperature (at T = 0 the greedy point mass), and what the paper's other tables need of the round's
-root row and of the rows retained from the round before (RetainedRows), reduced to figures: never whole rows.
-
-A decode's payload is a msgpack map whose arrays are raw little-endian bytes laid end to end over its rounds
-(per round, per candidate, per first-level candidate, per emitted token, per retained row); schema 3 adds
-the identity of the run that wrote it (`run`, evaluation.run_identity). Schemas 1 (no root-row figures, no
-retained rows) and 2 (no run identity) are still read. Reading checks every field (types, ranges, finite
-probabilities within [0, 1], the pool's structure) and what the rounds' physics allows (siblings' edge
-probabilities sum to at most 1, the emitted tokens follow a path of the pool) before any arithmetic sees it,
-so a damaged or impossible chunk is one DamagedRounds naming what is wrong, never a traceback or a number.
-"""
+pool with the target's probability of every pool edge at the run's temperature, and figures of the round's root
+row and of the rows retained from the round before (RetainedRows), never whole rows. A payload is a msgpack map
+whose arrays are raw little-endian bytes laid end to end over the rounds; schemas 1 and 2 are still read.
+Reading checks every field and what the rounds' physics allows before any arithmetic sees it, so a damaged or
+impossible chunk is one DamagedRounds naming what is wrong."""
 
 from __future__ import annotations
 
@@ -51,12 +44,10 @@ class DamagedRounds(InputError):
 @dataclass(slots=True, kw_only=True)
 class RetainedRows:
     """The rows a round retained for the next one, each reduced against the next round's root row.
-
-    kind: (n,) int index into ROW_KINDS; tv: (n,) float32 total variation from the next root row over the
-    whole vocabulary; agree: (n,) bool, the two argmaxes agree; on_path: (n,) bool, a token-only row at a
-    prefix of the accepted path (the root included); age: (n,) int, rounds since a cache row was stored (-1
-    for the other kinds); logp: (n, k) float32 log-probabilities at the next round's k first-level tokens.
-    """
+    kind: (n,) int index into ROW_KINDS; tv: (n,) float32 total variation from the next root row over the whole
+    vocabulary; agree: (n,) bool, the two argmaxes agree; on_path: (n,) bool, a token-only row at a prefix of the
+    accepted path (the root included); age: (n,) int, rounds since a cache row was stored (-1 for the other kinds);
+    logp: (n, k) float32 log-probabilities at the next round's k first-level tokens."""
 
     kind: np.ndarray
     tv: np.ndarray

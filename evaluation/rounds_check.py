@@ -3,8 +3,7 @@ every damaged or impossible chunk, every chunk set aside (another run's, or a de
 ends on a chunk boundary before decodes its records list, every timed decode whose record has no readable
 rounds and every decode whose rounds have no record (a decode killed between its chunk and its record: it
 runs again when the sweep resumes). Chunks recovered by their checksum and chunks superseded by a later one of
-the same decode are counted, not problems.
-"""
+the same decode are counted, not problems."""
 
 from __future__ import annotations
 
@@ -56,9 +55,8 @@ def timed_keys(records: Sequence[DecodeRecord]) -> list[tuple]:
 
 
 def check_rounds(files: Sequence[RoundsFile], records: Mapping[Path, Sequence[DecodeRecord]]) -> Checked:
-    """The findings of `files` (as load_rounds read them) against `records`: each records file's records, in
-    order, keyed by its resolved path (runs without records files have none, and their rounds are not
-    asked for records)."""
+    """The findings of `files` (as load_rounds read them) against `records`: each records file's records, in order,
+    keyed by its resolved path (runs without records files have none, and their rounds are not asked for records)."""
     findings = [Finding("set-aside" if d.aside else "damaged", str(d.path), d.decode, str(d))
                 for f in files for d in f.damage if d.problem]
     recorded = {k for rs in records.values() for k in timed_keys(rs)}

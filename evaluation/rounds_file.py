@@ -2,26 +2,10 @@
 
 `rounds.shard-I-of-N.bin` is a run of chunks, each `SPR1`, the payload's length (uint64, little-endian), its
 CRC-32 (uint32) and the payload (evaluation.rounds). The first chunk holds the run's provenance (`kind` "run");
-each later one a whole decode (`kind` "decode"). Since schema 3 every chunk also carries the identity of the run
-that wrote it (evaluation.run_identity); a file written before carries none, and its identity is derived from
-its provenance. A chunk is appended with one write and an fsync before the decode's record, so a decode with a
-record has its rounds, and a decode recorded twice (a resumed decode that had no record yet) is read as its last
-chunk, the earlier one named.
-
-What belongs to another run, or comes twice, is set aside and named (file, byte offset, decode), never read
-as data: a chunk whose run differs from its file's, a file whose run differs from the first file read (with
-the settings that differ), a decode already read from another file (the same directory named twice
-included). A chunk that holds what its run could not have recorded (evaluation.rounds.impossible, and
-RunIdentity.problem: a token past the vocabulary, a pool larger than the run's, a temperature or budget the run
-did not run) is named and skipped like a damaged one.
-
-Reading never takes damage for the end of the file. A chunk whose length, checksum or contents are wrong is
-named (file, byte offset, the decode it held when its payload still says) and skipped, and reading goes on at
-the next whole chunk; a chunk whose length field alone is wrong is read back whole, its payload's checksum
-proving it. Only an unreadable tail with nothing whole after it (a process killed mid-write) ends the file,
-and it is named too. Reopening a shard to append moves such a tail into a file beside it before cutting it
-off, repairs length fields proven wrong, and leaves damage in the middle where it is: nothing is lost.
-"""
+each later one a whole decode (`kind` "decode"), appended with one write and an fsync before the decode's record.
+Since schema 3 every chunk carries the identity of its run (evaluation.run_identity). docs/values.md says what
+reading names, skips and sets aside (damaged, impossible, foreign or repeated chunks, a torn tail) and what
+reopening a shard repairs: nothing is lost."""
 
 from __future__ import annotations
 
@@ -198,10 +182,8 @@ def _named(payload: bytes) -> str:
 @dataclass(slots=True)
 class RoundsFile:
     """What one rounds file holds: the run's provenance, its decodes and what could not be read.
-
-    spans: each decode's chunk, (start, end) byte offsets, in the order of `decodes`; run: the identity of
-    the run that wrote it (None when neither its run chunk nor any decode chunk says); size: its bytes.
-    """
+    spans: each decode's chunk, (start, end) byte offsets, in the order of `decodes`; run: the identity of the run that
+    wrote it (None when neither its run chunk nor any decode chunk says); size: its bytes."""
 
     path: Path
     provenance: dict
@@ -313,13 +295,10 @@ def _key_words(key: tuple) -> str:
 
 class RoundStore:
     """One shard's rounds file, opened for appending (the shard's records lock covers it).
-
-    vocab: the target's vocabulary size, kept in the run's identity (None: not known, tokens not checked).
-    run: the identity every chunk carries: the file's own when it exists already (its provenance's for a file
-    written before chunks carried one), else this run's. notes: what reopening found and did (a torn tail
-    moved aside and cut off, length fields repaired, damage left in place), one line each, for the caller to
-    log.
-    """
+    vocab: the target's vocabulary size, kept in the run's identity (None: not known, tokens not checked). run: the
+    identity every chunk carries: the file's own when it exists already (its provenance's for a file written before
+    chunks carried one), else this run's. notes: what reopening found and did (a torn tail moved aside and cut off,
+    length fields repaired, damage left in place), one line each, for the caller to log."""
 
     def __init__(self, path: Path, provenance: dict, recording: dict | None = None, vocab: int | None = None) -> None:
         self.path = path

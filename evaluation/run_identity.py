@@ -1,13 +1,9 @@
 """Which run a rounds chunk belongs to, and what that run's decodes could hold (DESIGN.md section 8).
 
-A run's identity is a digest of its provenance (a sweep's config without what differs between its shards and
-starts: the output directory, the shard, timeouts, a start's kernel retuning), with what every decode of the
-run must agree with: the pool's shape (topk, depth, expand), the target's vocabulary, the temperatures it
-decoded at and the largest tree budget any round could run with. A rounds file's run chunk and every decode
-chunk carry it (schema 3); a file written before carries none, and its identity is derived from its
-provenance (no vocabulary: those runs did not record one). A part the provenance does not say is None and
-not checked.
-"""
+A run's identity is a digest of its provenance without what differs between its shards and starts, with what
+every decode of the run must agree with: the pool's shape, the target's vocabulary, the temperatures and the
+largest tree budget. A file written before schema 3 carries none: its identity is derived from its provenance
+(no vocabulary). A part the provenance does not say is None and not checked."""
 
 from __future__ import annotations
 

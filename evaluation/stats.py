@@ -6,8 +6,7 @@ with the same prompt indices, so a prompt's shared difficulty cancels within eac
 report rest on one set of resamples.
 
 Reproducibility contract: the resampled prompt indices are `rng.integers(0, n_prompts, (n_resamples,
-n_prompts))`, drawn once per call from `np.random.default_rng(rng)`.
-"""
+n_prompts))`, drawn once per call from `np.random.default_rng(rng)`."""
 
 from __future__ import annotations
 
@@ -53,10 +52,8 @@ def paired_gains(tokens: Mapping[str, object], seconds: Mapping[str, object], pa
                  *, n_resamples: int = 2000, confidence_level: float = 0.95,
                  rng=None) -> dict[tuple[str, str], GainResult]:
     """Gains for each (a, b) name pair, all from one set of resampled prompt indices.
-
-    tokens, seconds: name -> (n_prompts,) per-prompt array, the same prompt order for every name. Only the
-    names in `pairs` are read. rng: None, an int seed or a numpy Generator (which is advanced).
-    """
+    tokens, seconds: name -> (n_prompts,) per-prompt array, the same prompt order for every name. Only the names in
+    `pairs` are read. rng: None, an int seed or a numpy Generator (which is advanced)."""
     if not isinstance(tokens, Mapping):
         raise ValueError("`tokens` must be a mapping from decoder name to per-prompt tokens")
     if not isinstance(seconds, Mapping):
@@ -86,11 +83,8 @@ def _speed(tokens: np.ndarray, seconds: np.ndarray) -> float:
 
 
 def resample_counts(rng: np.random.Generator, n_resamples: int, n_prompts: int) -> np.ndarray:
-    """(n_resamples, n_prompts) times each prompt is drawn in each resample.
-
-    Counts rather than gathered values: one matrix product then sums every decoder at once, with memory
-    independent of the number of decoders.
-    """
+    """(n_resamples, n_prompts) times each prompt is drawn in each resample. Counts rather than gathered values: one
+    matrix product then sums every decoder at once, with memory independent of the number of decoders."""
     idx = rng.integers(0, n_prompts, (n_resamples, n_prompts))  # (R, n)
     flat = idx + n_prompts * np.arange(n_resamples)[:, None]  # distinct bins per resample
     counts = np.bincount(flat.ravel(), minlength=n_resamples * n_prompts)

@@ -1,15 +1,8 @@
 """From decode records to per-setting speeds, the field's metrics and paired gains (no printing, no plots).
 
-A setting is one (T, B). Only prompts that hold every (decoder, seed) recorded at a setting enter it, so
-every decoder's speed and every gain rests on the same prompts; a prompt's tokens and seconds are summed
-over its turns and seeds, so the prompt stays the unit that the bootstrap resamples. A decode run's table,
-the Python API and the timing report all summarise records here.
-
-Tokens counted for speed, one rule everywhere: the tokens delivered, the output the user receives (cut at the
-limit, up to and including its first stop; `new_tokens`). The paper's count, tokens up to the first
-end-of-sequence token with the last round whole (the output plus `overshoot`, which the record keeps), is an
-alternative a sweep names explicitly (`--speed-tokens round`), never the default.
-"""
+A setting is one (T, B). Only prompts that hold every (decoder, seed) recorded at a setting enter it, and a
+prompt's tokens and seconds are summed over its turns and seeds, so the prompt is the unit the bootstrap
+resamples. Speed counts the tokens delivered (`new_tokens`) unless a sweep names `--speed-tokens round`."""
 
 from __future__ import annotations
 
@@ -173,10 +166,8 @@ def analyse(records: Sequence[DecodeRecord], temperature: float, budget, categor
             speed_tokens: str = DELIVERED, n_resamples: int = 2000, confidence_level: float = 0.95,
             rng: int = 0) -> Setting:
     """Speeds, round metrics and gains at one setting from timed (non-warm-up) records.
-
-    category: a category group (see category_group), or None for all. Every setting's bootstrap starts
-    from the same `rng` seed over prompts sorted by id, so settings with the same prompts are resampled
-    with the same prompt indices.
+    category: a category group (see category_group), or None for all. Every setting's bootstrap starts from the same
+    `rng` seed over prompts sorted by id, so settings with the same prompts are resampled with the same prompt indices.
     """
     assert speed_tokens in SPEED_TOKENS, speed_tokens
     at = records_at(records, temperature, budget, category)

@@ -1,11 +1,7 @@
 """A run's summary as running sums, a record at a time: what evaluation.summary.analyse gives for the run's
-records, without keeping them, so that a long run's memory does not grow with its decodes.
-
-What is kept grows with the run's prompts (each prompt's tokens and seconds per decoder, the unit the
-bootstrap resamples) and with its (decoder, seed) pairs, never with its decodes or rounds. A run decodes each
-(prompt, decoder, seed) once, so a prompt is complete (holds every pair) when it holds as many conversations
-(turn-0 records) as the run has pairs. Rounds' phase times, which only the timing report reads, are not kept.
-"""
+records, without keeping them. What is kept grows with the run's prompts and (decoder, seed) pairs, never with
+its decodes or rounds; a prompt is complete when it holds as many conversations (turn-0 records) as the run has
+pairs. Rounds' phase times, which only the timing report reads, are not kept."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """A decode run's verdict in words: whether the best speculative decoder paid against `ar`, and why.
 
-A speculative round costs more than a plain one (a tree pass, the drafter's pool, the selection); it pays
-when its tokens per round (τ) outweigh that cost. `ar` emits one token a round, so the τ that pays at a
-round cost of c plain rounds is c itself: the verdict sets the τ measured beside the τ needed, so that a
-slow decoder with a high τ says which side lost. Pure: numbers in, lines out (programs.target_program prints
-them).
-"""
+A speculative round pays when its tokens per round (τ) outweigh its cost: at a round cost of c plain rounds the τ
+that pays is c itself, so the verdict sets the τ measured beside the τ needed. Pure: numbers in, lines out
+(programs.target_program prints them)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ any decoder and settings; and beside it a vLLM-compatible layer (launch.vllm_com
     from launch.api import Pair                  # the runtime's own API
     from launch.api import LLM, SamplingParams   # vLLM's names
 
-Importing this module starts nothing and changes nothing process-wide.
-"""
+Importing this module starts nothing and changes nothing process-wide."""
 
 from launch.pair_api import Pair, PairClosed, default_pool, settings, summarize
 from launch.vllm_compat import LLM, CompletionOutput, Logprob, RequestMetrics, RequestOutput, SamplingParams

@@ -1,13 +1,9 @@
 """The pair's child processes, as the launcher (launch.pair) and the Python API (launch.pair_api) start and stop them.
 
-A child gets SIGTERM when the process that started it dies, however it dies (PR_SET_PDEATHSIG, which Linux
-ties to the thread that started it), and the drafter a pair starts serves its one target alone and exits
-once it has gone (`drafter_command`). Stopping the pair: each child, the last started first (the target
-before its drafter), may exit on its own for `settle` seconds (a target that asked its drafter to shut
-down), then gets SIGTERM and `grace` seconds, then SIGKILL. Where the caller lets the stop take the stop
-signals (the launcher, in its main thread), one arriving meanwhile (a second Ctrl-C) kills them at once
-instead of interrupting the shutdown with a traceback. The pair's private socket folder goes last.
-"""
+A child gets SIGTERM when the process that started it dies (PR_SET_PDEATHSIG, tied to the starting thread), and a
+pair's drafter exits once its one target has gone (`drafter_command`). Stopping: each child, the last started
+first, may exit on its own for `settle` seconds, then gets SIGTERM and `grace` seconds, then SIGKILL; a stop
+signal arriving meanwhile (a second Ctrl-C) kills them at once. The pair's private socket folder goes last."""
 
 from __future__ import annotations
 

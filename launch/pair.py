@@ -9,17 +9,9 @@
     launch/pair.sh pool [options]          print the pool a drafter grows after raw token ids
     launch/pair.sh train-head [options]    train an EAGLE-3 head for a target (resumable)
 
-Options are parsed and checked once here, from the same dataclasses the processes use, then forwarded:
-model options to each side (--target / --drafter name the models), pool, decoding, prompt and connection
-options to the target. A usage error names the launcher's flag and no process starts. Children die with
-the launcher (PR_SET_PDEATHSIG, launch.children, which the Python API starts and stops its pair with too),
-so no process outlives it, even after a SIGKILL.
-
-The pair talks over ipc in a private directory by default. Any other endpoint is checked to be free
-before either process starts, and then carries CURVE: the drafter holds this user's keypair and the target
-knows its public key, so no other process can pose as the drafter or be served by it. --drafter-at runs
-the target alone against a drafter started elsewhere (launch/pair.sh drafter).
-"""
+Options are parsed and checked once here, from the dataclasses the processes use, then forwarded; a usage
+error names the launcher's flag and no process starts. Children die with the launcher (launch.children).
+Endpoints other than the default private ipc carry CURVE (docs/security.md)."""
 
 from __future__ import annotations
 

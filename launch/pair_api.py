@@ -1,5 +1,5 @@
 """The Python API's pair (launch.api re-exports it): start a pair, decode prompts with any decoder and settings,
-get vLLM-shaped outputs.
+get vLLM-shaped outputs (docs/api.md: the outputs, settings, stops, and how the children stop with the pair).
 
     from launch.api import Pair
 
@@ -9,27 +9,8 @@ get vLLM-shaped outputs.
         outs = pair.decode(["Hi!", "Name a river."], decoder="ar")  # a list: each decoded, one progress bar
         print(pair.summarize(pair.decode_many(["Hi!", "Name a river."], decoders=["ar", "root-draw"])))
 
-The drafter runs in a process of its own (`drafter=False`: none, the target alone decodes plainly); the target
-runs in the caller's process (the default) or in its own (`target_process=True`, which keeps torch's threads,
-devices and memory out of the caller).
-A decode gives a DecodeOutput (evaluation.output), as vLLM's `generate` gives its outputs: `.text`,
-`.token_ids`, `.prompt_token_ids`, `.finish_reason` ("stop" or "length"), `.stop_reason` (the stop string or
-stop token id that matched), `.metrics` (times, rounds, τ, acceptance by depth) and `.record`, the decode's
-evaluation.record.DecodeRecord (its `to_json()` as `launch/pair.sh --json` prints it). Settings are DecodeConfig's fields by name
-(temperature, top_k, top_p, min_p, stop, stop_token_ids, budget, max_new_tokens, seed); a bad value raises
-ConfigError naming it. Stops follow vLLM's defaults: `stop` strings end the output at the token that
-completes one, its text cut before the string; a token of `stop_token_ids` ends it as an end-of-sequence
-token does, kept as the ids' last, its text left out.
-Importing this module starts nothing and changes nothing process-wide.
-
-A pair's children never outlive it: they get SIGTERM when the caller dies however it dies (a parent-death
-signal, which Linux ties to the thread that started them: start a pair in a thread that outlives its use),
-a finaliser stops them when the pair is garbage-collected or the interpreter exits without `close()`, and
-the drafter exits on its own once its one target has gone. They run in a process group of their own, so a
-Ctrl-C at the terminal interrupts the caller alone: an interrupted `decode` raises KeyboardInterrupt, a
-target in its own process stops the interrupted request at its next round (launch.targets), and the next
-call is answered correctly and at once.
-"""
+The drafter runs in a process of its own (`drafter=False`: none); the target in the caller's process or, with
+`target_process=True`, in its own. Importing this module starts nothing and changes nothing process-wide."""
 
 from __future__ import annotations
 
@@ -103,10 +84,9 @@ class Pair:
                  target_options: dict | None = None, drafter_options: dict | None = None,
                  target_process: bool = False, drafter_timeout: float = 60.0, ready_timeout: float = 600.0,
                  log_level: str = "WARNING") -> None:
-        """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the
-        target's int8 copy for the embedded model, and to the target's spec otherwise; False: none, the target
-        alone decodes plainly, `ar`); *_options: other ModelOptions fields for each side (device, dtype, threads,
-        max_context, ...)."""
+        """target, drafter: model specs as --target and --drafter take them (the drafter defaults to the target's int8
+        copy for the embedded model, and to the target's spec otherwise; False: none, the target alone decodes plainly,
+        `ar`); *_options: other ModelOptions fields for each side (device, dtype, threads, max_context, ...)."""
         from programs.options import ConnectOptions
         from protocol.transport import private_ipc_endpoint, remove_stale_private_dirs
 
@@ -217,9 +197,8 @@ class Pair:
 
     def stream(self, prompt: Prompt, decoder: str = "root-draw", *, prompt_id: str | None = None,
                category: str = "api", **settings) -> Iterator[StreamChunk]:
-        """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text
-        they add), the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next
-        round."""
+        """One decode, as `decode` takes it, streamed: a StreamChunk as each round commits tokens (the text they add),
+        the last one carrying the DecodeOutput. Leaving the loop early stops the decode at its next round."""
         request = {**self._request(prompt, decoder, prompt_id, category, settings), "stream": True}
         for line in self._target.lines(request):
             if line["kind"] == "tokens":
@@ -295,9 +274,8 @@ class Pair:
 
 
 def make_request(prompt, decoder: str, prompt_id: str | None, category: str, settings: dict, drafted: bool) -> dict:
-    """A request as the target takes it: the prompt, its id (derived from it by default), the category and
-    the checked settings; `drafted`: whether the pair has a drafter (a decoder that needs one is refused
-    without)."""
+    """A request as the target takes it: the prompt, its id (derived from it by default), the category and the checked
+    settings; `drafted`: whether the pair has a drafter (a decoder that needs one is refused without)."""
     settings, asked = _with_logprobs(settings)
     config = DecodeConfig(decoder, **_settings(settings))
     if not drafted and RULES[decoder].select is not None:
@@ -319,8 +297,7 @@ def make_request(prompt, decoder: str, prompt_id: str | None, category: str, set
 
 
 def _is_many(prompt) -> bool:
-    """A list of prompts, not one: texts, token id lists or message lists (one prompt's items are ids or
-    messages)."""
+    """A list of prompts, not one: texts, token id lists or message lists (one prompt's items are ids or messages)."""
     return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(p, (str, list, tuple)) for p in prompt)
 
 

@@ -1,12 +1,7 @@
 """The target as the Python API talks to it: in the caller's process (a TargetSession), or in a process of its own
-answering JSON lines (programs.target_program's --serve). Either gives a request's answer lines: the
-records of its turns and, when it streams, the tokens each round commits.
-
-A request left before its end (a Ctrl-C in the caller, a stream left early) is cancelled: the in-process
-decode has stopped already (the interrupt or the stream's next round ends it); the target process is told
-to stop that request at its next round, so that the next request starts at once, and what it still sends
-for the request is dropped.
-"""
+answering JSON lines (programs.target_program's --serve). Either gives a request's answer lines: the records of
+its turns and, when it streams, the tokens each round commits. A request left before its end is cancelled: the
+target process is told to stop it at its next round, and what it still sends for it is dropped."""
 
 from __future__ import annotations
 

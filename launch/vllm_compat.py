@@ -8,17 +8,10 @@ script written for vLLM runs here with its import line changed.
     for output in outputs:
         print(output.prompt, output.outputs[0].text, output.metrics.time_to_first_token)
 
-It builds on launch.api's `Pair` and its public methods. As vLLM's: `generate` reads a text prompt as raw
-text (no chat template: the layer tokenizes it here and the pair continues the ids), `chat` takes message
-lists through the chat template, `SamplingParams()` samples at temperature 1 for 16 tokens with a fresh seed,
-`n` outputs are independent decodes, `logprobs` are the target's, a model without a drafter decodes plainly
-(no drafter process starts: one model's memory), and a finished output's text leaves out the stop string or
-stop token (`include_stop_str_in_output` keeps it).
-The runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM` and of each call.
-What vLLM names but the runtime cannot do is refused by name with a ConfigError, never ignored, except the
-few arguments listed in IGNORED_LLM, which change nothing here, and the penalties, which are said in a logged
-line not to apply. docs/api.md lists every name side by side.
-"""
+It builds on launch.api's `Pair`. The runtime's own settings (the decoder, the tree budget) are keyword-only
+arguments of `LLM` and of each call. What vLLM names but the runtime cannot do is refused by name with a
+ConfigError, never ignored, except IGNORED_LLM (which changes nothing here) and the penalties (said in a logged
+line not to apply). docs/api.md lists every name side by side."""
 
 from __future__ import annotations
 
@@ -200,9 +193,8 @@ class LLM:
 
     def chat(self, messages, sampling_params=None, *, use_tqdm: bool = True, decoder: str | None = None,
              chat_template: None = None, add_generation_prompt: bool = True, **runtime) -> list[RequestOutput]:
-        """vLLM's `chat`: one conversation (a list of {"role", "content"} messages, system, user and assistant,
-        the last the user's) or a list of them, each through the target's chat template -> a RequestOutput
-        each."""
+        """vLLM's `chat`: one conversation (a list of {"role", "content"} messages, system, user and assistant, the last
+        the user's) or a list of them, each through the target's chat template -> a RequestOutput each."""
         if chat_template is not None:
             raise ConfigError("chat_template", "is not supported: the target's own chat template applies")
         if add_generation_prompt is not True:
@@ -268,12 +260,11 @@ class LLM:
 
     def _prompt(self, prompt) -> tuple[str | None, list[int]]:
         """A prompt as `generate` takes it -> (its text or None, its token ids)."""
-        if isinstance(prompt, str):
-            return prompt, self._project_tokenizer().text_ids(prompt)
-        if "prompt" in prompt:
-            return prompt["prompt"], self._project_tokenizer().text_ids(prompt["prompt"])
-        ids = [int(t) for t in prompt["prompt_token_ids"]]
         tokenizer = self._project_tokenizer()
+        if isinstance(prompt, str) or "prompt" in prompt:
+            text = prompt if isinstance(prompt, str) else prompt["prompt"]
+            return text, tokenizer.text_ids(text)
+        ids = [int(t) for t in prompt["prompt_token_ids"]]
         vocab = len(tokenizer.tok) if hasattr(tokenizer, "tok") else tokenizer.vocab_size
         if bad := [t for t in ids if t >= vocab]:  # as vLLM, against the tokenizer's vocabulary
             raise ConfigError("prompts", f"'prompt_token_ids' holds {bad[0]}, outside the tokenizer's vocabulary "

@@ -1,19 +1,13 @@
 """Linear layers on the CPU through the fastest of torch's kernels for each weight shape and row count.
 
-torch runs a float32 `F.linear` through one BLAS call whatever the shapes, and on the CPU another kernel is
-often faster for the few rows of a decoding pass: which one depends on the weight's shape, the row count and
-the machine (on the default pair's 49152 x 576 output layer, a product with the weight stored transposed for
-one row, oneDNN's prepacked linear for several). So `tune` times the candidates on the model's own weights at
-load and keeps, per shape and row class, the fastest, where it beats the stock kernel clearly. The choice is
-made once per machine, thread count and torch version and kept (models.kernel_cache), so that later starts
-reuse it and every run on the machine runs the same kernels; results/kernels.md has the target's passes
-timed both ways. Every row of a pass comes from one kernel; rounding differs from `F.linear` in the last
-bits, as it already does between BLAS paths for different row counts.
+`tune` times the candidates on the model's own weights at load and keeps, per shape and row class, the fastest
+where it beats the stock kernel clearly; the choice is kept per machine, thread count and torch version
+(models.kernel_cache). DESIGN.md section 7 says why and what it costs in memory. Every row of a pass comes from
+one kernel; rounding differs from `F.linear` in the last bits, as it already does between BLAS paths.
 
 Kernels: `stock` F.linear(x, W); `transposed` x @ Wt with Wt = W.T stored contiguous; `packed` oneDNN's
-linear on a copy of W reordered for it (torch's own prepacked CPU linear, where torch is built with oneDNN).
-Only the representations some row class uses are kept besides W, which stays (tied embeddings read it).
-"""
+linear on a copy of W reordered for it. Only the representations some row class uses are kept besides W,
+which stays (tied embeddings read it)."""
 
 from __future__ import annotations
 
@@ -65,9 +59,8 @@ KERNELS: dict[str, Callable] = {"stock": _stock, "transposed": _transposed, "pac
 
 class TunedLinear(nn.Module):
     """An nn.Linear whose forward runs, for each row class, the kernel `choice` names (ROW_CLASSES order).
-
-    The copies a kernel reads are made here from the weight as it is now; a weight changed since (in place,
-    replaced, moved or cast) makes every class run F.linear, so a copy can never give stale rows."""
+    The copies a kernel reads are made here from the weight as it is now; a weight changed since (in place, replaced,
+    moved or cast) makes every class run F.linear, so a copy can never give stale rows."""
 
     def __init__(self, linear: nn.Linear | SimpleNamespace, choice: tuple[str, ...],
                  keep: tuple[str, ...] | None = None) -> None:
@@ -127,16 +120,13 @@ def available() -> list[str]:
 
 def tune(model: nn.Module, kernels: list[str] | None = None, timer: Callable | None = None, *,
          cache: KernelCache | None = None, retune: bool = False) -> dict:
-    """Replace every float32 CPU nn.Linear of `model` by a TunedLinear with the fastest kernel of each row
-    class for its weight shape -> {"OUTxIN": [kernel per row class]} for the shapes tuned (others stay stock;
-    " with bias" follows the shape of layers with a bias). A shape is left stock, untimed, where the copies of
-    every kernel could take more than MEMORY_SHARE of the memory available.
-
-    cache: the machine's kept choices (models.kernel_cache): a shape timed before under the same key (processor,
-    threads, torch, dtype, shape, row classes, kernels) takes its kept choice; those timed here are added to
-    it. retune: time every shape again (and keep the new choices). timer(fn) -> seconds of one call (tests give
-    their own); the default is the wall clock.
-    """
+    """Replace every float32 CPU nn.Linear of `model` by a TunedLinear with the fastest kernel of each row class for its
+    weight shape -> {"OUTxIN": [kernel per row class]} for the shapes tuned (others stay stock; " with bias" follows the
+    shape of layers with a bias). A shape is left stock, untimed, where the copies of every kernel could take more than
+    MEMORY_SHARE of the memory available. cache: the machine's kept choices (models.kernel_cache): a shape timed before
+    under the same key (processor, threads, torch, dtype, shape, row classes, kernels) takes its kept choice; those
+    timed here are added to it. retune: time every shape again (and keep the new choices). timer(fn) -> seconds of one
+    call (tests give their own); the default is the wall clock."""
     kernels = kernels or available()
     t0 = time.perf_counter()
     groups = _tunable(model, kernels)

@@ -5,8 +5,7 @@ CPU-only torch build, no driver or no device, or a driver older than the CUDA ru
 for. The driver's version comes from libcuda itself, so it is known even when torch cannot use it.
 
 `python -m models.cuda_env` prints one line describing the stack and exits 1 when CUDA is unusable;
-with --json, the report as one JSON document (what require_cuda_in_child reads).
-"""
+with --json, the report as one JSON document (what require_cuda_in_child reads)."""
 
 from __future__ import annotations
 
@@ -25,9 +24,7 @@ KEEP = "launch/setup.sh keeps a torch installed there"
 
 class CudaUnavailable(InputError):
     """CUDA was asked for, and torch cannot use it; the message says why and what to change.
-
-    An InputError: like a bad option, it is the user's to fix, and the programs report it as one.
-    """
+    An InputError: like a bad option, it is the user's to fix, and the programs report it as one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +52,8 @@ class CudaReport:
 
 def cuda_driver() -> str | None:
     """The CUDA version the installed driver supports, e.g. "12.8"; None without a driver.
-
-    torch reports only the CUDA runtime it was built with; the driver is asked through cuda-python's
-    driver binding, which needs neither a CUDA context nor a working torch.
-    """
+    torch reports only the CUDA runtime it was built with; the driver is asked through cuda-python's driver binding,
+    which needs neither a CUDA context nor a working torch."""
     try:
         from cuda.bindings import driver
         err, version = driver.cuDriverGetVersion()
@@ -111,9 +106,7 @@ def cuda_report() -> CudaReport:
 
 def require_cuda(what: str) -> CudaReport:
     """The report when CUDA is usable; otherwise raise CudaUnavailable saying why and how to fix it.
-
-    `what` names what asked for CUDA in the message, e.g. "--gpus 0,1".
-    """
+    `what` names what asked for CUDA in the message, e.g. "--gpus 0,1"."""
     report = cuda_report()
     if not report.usable:
         raise CudaUnavailable(report.message(what))
@@ -122,10 +115,8 @@ def require_cuda(what: str) -> CudaReport:
 
 def require_cuda_in_child(what: str) -> CudaReport:
     """require_cuda, answered by a child process, so that this process never initialises CUDA.
-
-    For a launcher that forks its children with a preexec_fn: once CUDA is initialised, the driver's
-    threads run, and a fork of a multi-threaded process may deadlock before it reaches exec.
-    """
+    For a launcher that forks its children with a preexec_fn: once CUDA is initialised, the driver's threads run, and a
+    fork of a multi-threaded process may deadlock before it reaches exec."""
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-P", "-m", "models.cuda_env", "--json"], capture_output=True,

@@ -1,21 +1,11 @@
 """An EAGLE-3 head's arithmetic over its own static KV cache: fuse the target's features, one decoder layer
 over (token embedding, hidden) pairs, logits over the draft vocabulary mapped to target ids.
 
-A row of the head takes a token's embedding and a hidden state: for committed rows the fused features of
-the token before it (fc of the target's three layer inputs), for tree rows the head's own output at the
-row's parent. The layer follows the reference (SafeAILab/EAGLE, eagle/model/cnets.py): input_layernorm on
-the embedding, hidden_norm on the hidden, attention of both side by side (2 x hidden wide) added to the
-un-normed hidden (the normed one where the config says norm_before_residual, as vLLM speculators' heads
-train), then post_attention_layernorm, the MLP and its residual. That output is the row's hidden
-(what its children take); norm and lm_head give its logits over the draft vocabulary, whose id d is target
-id d + d2t[d].
-
+The layer follows the reference (SafeAILab/EAGLE, eagle/model/cnets.py), as DESIGN.md section 14 writes it out.
 Cache layout as models.hf's: K and V are (1, kv_heads, S, head_dim), physical slot 0 a scratch slot, logical
-slot s at physical s + 1. A pass names its rows' positions and slots, and what each row sees: the slots
-[0, prefix) and the columns its `vis` row marks. On CUDA each bucket of row counts is one captured graph over
-the whole cache (HeadRunner.capture); on the CPU passes run eagerly over the used slots, or, rehearsing the
-graphs, padded to their buckets over the whole cache as a replay runs them.
-"""
+slot s at physical s + 1. On CUDA each bucket of row counts is one captured graph over the whole cache
+(HeadRunner.capture); on the CPU passes run eagerly over the used slots, or, rehearsing the graphs, padded to
+their buckets over the whole cache as a replay runs them."""
 
 from __future__ import annotations
 
@@ -176,9 +166,8 @@ class Eagle3Head:
     def layer(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
               attend) -> torch.Tensor:
         """tokens, positions: (n,); hidden: (n, H) -> (n, H) the layer's output.
-
-        attend(q (1, heads, n, D), k, v (1, kv, n, D)) -> (1, heads, n, D): writes k, v where the pass says
-        and attends under its mask (HeadRunner), or over the rows alone (a test's plain recompute)."""
+        attend(q (1, heads, n, D), k, v (1, kv, n, D)) -> (1, heads, n, D): writes k, v where the pass says and attends
+        under its mask (HeadRunner), or over the rows alone (a test's plain recompute)."""
         w, cfg = self.w, self.cfg
         n = tokens.shape[0]
         emb = rms_norm(self.embed[tokens], w["midlayer.input_layernorm.weight"], cfg.rms_eps)

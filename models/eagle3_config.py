@@ -7,8 +7,7 @@ A head directory holds `config.json` (a Llama config of one layer plus `draft_vo
 where the checkpoint holds one, else the target's. Other trainers' layouts (SpecForge's, vLLM speculators',
 transformers 5's rope_parameters) are read as their trainers mean them (docs/eagle3.md has the table). Every
 field, file and weight is checked as it is read, and a refusal names the file and the field in one line.
-Nothing here builds a module (models.eagle3 does).
-"""
+Nothing here builds a module (models.eagle3 does)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Load an EAGLE-3 drafter: `eagle3:PATH` (a head directory or a model id in the local Hugging Face cache),
-`random:eagle3-SHAPE` (a random head of a public head's shapes) or `eagle3:mock` (the mock drafter as a head
-over the mock target's features); `:int8` after any of them runs the head's linear layers as dynamic int8
-products on the CPU (Eagle3Head.quantize).
-
-A head drafts in its target's vocabulary with its target's tokenizer, and takes its target's token embedding
-where its checkpoint holds none: the drafter process is told the target (`head_target`, which the launcher
-fills from --target) and reads from its checkpoint only the config, the tokenizer and the embedding. A head
-whose shapes do not fit that target is refused here, before any decode.
-"""
+`random:eagle3-SHAPE` or `eagle3:mock` (docs/eagle3.md); `:int8` after any of them runs the head's linear layers
+as dynamic int8 products on the CPU. A head takes its target's tokenizer and, where its checkpoint holds none, its
+token embedding: the drafter is told the target (`head_target`), and a head that does not fit it is refused here."""
 
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
 """Transformers causal LMs behind the runner interface: our static KV cache, tree masks, CUDA graphs.
 
-Attention goes through a function registered with transformers' AttentionInterface: it writes the new
-K/V at slots we choose and attends under our mask, so every architecture transformers implements with
-the standard attention call (Llama, Qwen2, Qwen3, SmolLM2, ...) runs unchanged.
-
-Cache layout: K and V are (layers, 1, kv_heads, S, head_dim) with S = 1 + capacity rounded up to a
-multiple of SLOT_ALIGN. Physical slot 0 is a scratch slot that only pad rows write and see; logical slot s
-lives at physical s + 1; slots past 1 + capacity are never written and always masked. The rounding keeps
-the attention bias's rows (S wide) a multiple of 16 bytes apart, which fused SDPA kernels need: an odd S
-such as 2049 makes them copy the bias into an aligned one on every call, or reject it.
-
-Passes after the prefill go through per-bucket static buffers (ids, positions, slots, visible columns):
-the pass is padded up to a bucket size, the mask is built on the device from those buffers, and on CUDA
-the whole step is a captured graph replayed after `copy_`-ing new inputs in. A graph has fixed shapes, so
-each bucket is captured at a few spans (graph_spans: the whole cache and its halvings) and a pass replays
-the smallest span that covers the used slots: a short context in a large cache does not read all of it.
-On the CPU the same step runs eagerly, attending over the used slots rounded up to SPAN_STEP, and for Llama
-models through models.llama_cpu's forward (the same operations without transformers' per-layer plumbing).
-On CUDA, attention runs in the SDPA backends of CUDA_SDPA_BACKENDS, named explicitly so that the kernel and
-its plan do not change with the shape (cuDNN's would be re-planned for each new shape, inside timed regions).
-"""
+Attention goes through a function registered with transformers' AttentionInterface: it writes the new K/V at
+slots we choose and attends under our mask, so every architecture transformers implements with the standard
+attention call runs unchanged. K and V are (layers, 1, kv_heads, S, head_dim), S = 1 + capacity rounded up to
+SLOT_ALIGN (fused SDPA kernels want the bias's rows 16-byte aligned); physical slot 0 is a scratch slot that only
+pad rows write and see, logical slot s lives at s + 1. Passes after the prefill are padded up to a bucket, and
+on CUDA replay a captured graph at the smallest span that covers the used slots; DESIGN.md section 7 gives the
+spans, the CPU's eager path and models.llama_cpu's forward."""
 
 from __future__ import annotations
 
@@ -50,6 +37,7 @@ GRAPH_SPANS = 4  # spans each bucket is captured at on CUDA: the whole cache, 1/
 # What a padded pass attends over: the used slots rounded up to SPAN_STEP, the smallest of graph_spans that
 # covers them (the shapes graphs are captured at), or the whole cache.
 ATTEND = ("used", "ladder", "whole")
+# Named explicitly, so that the kernel and its plan do not change with the shape (cuDNN re-plans per shape).
 # The mask is an arbitrary additive bias, which flash attention does not take. Memory-efficient attention
 # takes it in any shape; math is the fallback that takes everything.
 CUDA_SDPA_BACKENDS = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
@@ -74,10 +62,8 @@ class StaticKV:
 def _static_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                            static_kv: StaticKV | None = None, **kwargs):
     """query: (1, H, n, D); key, value: (1, Hkv, n, D). Writes K/V into the cache, attends under our mask.
-
-    The `group` query heads that share a K/V head are folded into the query length, so grouped-query
-    attention reads each cached K/V head once instead of repeating it per query head.
-    """
+    The `group` query heads that share a K/V head are folded into the query length, so grouped-query attention reads
+    each cached K/V head once instead of repeating it per query head."""
     if static_kv is None:  # a plain forward of the same model (e.g. transformers' generate): stock SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
                                       dropout=dropout, **kwargs)
@@ -140,10 +126,9 @@ class HFRunner:
 
     def __init__(self, model, capacity: int, *, graphs: bool = True, buckets: tuple[int, ...] | None = None,
                  slot_align: int = SLOT_ALIGN, attend: str | None = None, lean: bool | None = None):
-        """attend: one of ATTEND, graphs or not; None: "ladder" on CUDA, "used" on the CPU. Captured graphs
-        have fixed spans: "ladder" or "whole". lean: passes through models.llama_cpu's forward (None: on the
-        CPU, for the models it computes; never where they would run on CUDA, whose graphs remove the
-        plumbing it saves)."""
+        """attend: one of ATTEND, graphs or not; None: "ladder" on CUDA, "used" on the CPU. Captured graphs have fixed
+        spans: "ladder" or "whole". lean: passes through models.llama_cpu's forward (None: on the CPU, for the models it
+        computes; never where they would run on CUDA, whose graphs remove the plumbing it saves)."""
         self.model = model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -189,10 +174,8 @@ class HFRunner:
     def forward(self, tokens, positions, slots, prefix: int, cols, vis, last_only: bool = False,
                 rows: RowInputs | None = None) -> torch.Tensor:
         """tokens, positions, slots: (n,); cols: (m,) logical slots; vis: (n, m) bool.
-
-        Row i attends to slots [0, prefix) and to cols[k] where vis[i, k]. Returns (n, V) float32 logits
-        ((1, V) with last_only), valid until the next pass.
-        """
+        Row i attends to slots [0, prefix) and to cols[k] where vis[i, k]. Returns (n, V) float32 logits ((1, V) with
+        last_only), valid until the next pass."""
         n, m = len(tokens), len(cols)
         if rows is not None:
             check_rows(self, rows, n)
@@ -351,11 +334,9 @@ class KeptFeatures:
 @torch.inference_mode()
 def capture(runner: HFRunner) -> None:
     """Capture a graph per bucket and span of `runner`, largest first, in one memory pool, after warm-up passes.
-
-    A bucket's graphs write one output: its whole-cache graph's logits, which the smaller spans' graphs
-    copy theirs into (a copy of b rows, against a set of logits per span). Capture inputs are all pad
-    rows, so warm-up and capture write only the scratch slot.
-    """
+    A bucket's graphs write one output: its whole-cache graph's logits, which the smaller spans' graphs copy theirs into
+    (a copy of b rows, against a set of logits per span). Capture inputs are all pad rows, so warm-up and capture write
+    only the scratch slot."""
     start = time.perf_counter()
     pool = torch.cuda.graph_pool_handle()
     device = runner.device
@@ -411,9 +392,7 @@ def covering_span(used: int, spans: tuple[int, ...] | None = None) -> int:
 
 def graphs_blocked_by(model) -> str | None:
     """Why `model`'s passes cannot be captured as CUDA graphs; None when they can.
-
-    Reads the rope types of the model's rotary modules and of its config (which may name one rope type
-    per layer type).
+    Reads the rope types of the model's rotary modules and of its config (which may name one rope type per layer type).
     """
     types = set()
     cfg = model.config.get_text_config()

@@ -1,11 +1,7 @@
 """One JSON file of what a machine measured once (the CPU linear kernels' choice, budget auto's pass timings),
-read by later starts: entries under keys of what they depend on, in {"format": N, "entries": [...]}.
-
-Writers merge under a lock and replace the file whole (a private file, then os.replace), so two processes
-writing at once lose neither's entries and a reader never sees half a file. A file that cannot be read, or
-that is not such a file (damaged, another program's, from a future format), is named in one warning and
-ignored: what it would have held is measured again and the file rewritten.
-"""
+read by later starts: entries under keys of what they depend on, in {"format": N, "entries": [...]}. Writers
+merge under a lock and replace the file whole; a file that cannot be read, or is not such a file, is named in one
+warning and ignored, and what it would have held is measured again."""
 
 from __future__ import annotations
 

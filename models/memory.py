@@ -1,7 +1,6 @@
 """What memory a device has free for this process: checked before either process allocates a KV cache (the
 target for its `max_context`, the drafter for a Hello's capacity; models.load.Loaded.kv_bytes says what one
-costs) and before the CPU linear kernels add their weight copies.
-"""
+costs) and before the CPU linear kernels add their weight copies."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ perturbation to the target's logits, so its agreement with the target is partial
 The mock target's "features" (what an EAGLE-3 head takes) are its slots' digests, 16 bytes as 16 float32
 values. The mock head (MockHead) extends the digest its row takes by the row's token: fed the right features
 it gives the mock drafter's rows, and any feature that is off by a token gives rows of another prefix, as
-does any other row of finite values, in any dtype a target sends.
-"""
+does any other row of finite values, in any dtype a target sends."""
 
 from __future__ import annotations
 

@@ -175,8 +175,7 @@ def head_path_spec(spec: str) -> str:
 
 
 def for_target(drafter: ModelOptions, target: str) -> ModelOptions:
-    """A drafter's options beside the target `target`: an EAGLE-3 head's `head_target` is that target unless
-    given."""
+    """A drafter's options beside the target `target`: an EAGLE-3 head's `head_target` is that target unless given."""
     if is_head_spec(drafter.model) and not drafter.head_target:
         return dataclasses.replace(drafter, head_target=target)
     return drafter

@@ -1,14 +1,10 @@
 """The model-runner interface: what the target, the drafter and every pass helper call on a model with its cache.
 
-A runner is a model with a static KV cache of `capacity` logical slots. Its `forward` writes the K/V of
-`tokens` at `slots` (positions `positions`) and returns their rows; row i attends to the slots [0, prefix)
-and to cols[k] where vis[i, k]. Callers build those arrays; the runner only executes them.
-
-A runner may take per-row inputs beside the tokens (`rows`, named by its `row_inputs`): a drafter head that
-reads the target's hidden features does. A plain causal LM takes none, and the target's calls never pass
-any. `RunnerKind` is what a runner class says of its model before any cache exists (how large a cache is,
-how many tokens its rows cover): models.load.Loaded asks it, never which class it holds.
-"""
+A runner is a model with a static KV cache of `capacity` logical slots. Its `forward` writes the K/V of `tokens`
+at `slots` (positions `positions`) and returns their rows; row i attends to the slots [0, prefix) and to cols[k]
+where vis[i, k]. A runner may take per-row inputs beside the tokens (`rows`, named by its `row_inputs`; a head
+reads the target's features). `RunnerKind` is what a runner class says of its model before any cache exists
+(DESIGN.md section 7)."""
 
 from __future__ import annotations
 
@@ -48,9 +44,8 @@ class RunnerKind(Protocol):
     """A runner class as a loader holds it: the runner of a model, and what its model's cache costs."""
 
     def build(self, model, capacity: int, *, graphs: bool, rehearse: bool = False) -> ModelRunner:
-        """`model` with a static cache of `capacity` slots (CUDA graphs captured where `graphs` and possible).
-        rehearse: on the CPU, every pass in the shape it takes on CUDA, run eagerly (a runner without graphs
-        ignores it)."""
+        """`model` with a static cache of `capacity` slots (CUDA graphs captured where `graphs` and possible). rehearse:
+        on the CPU, every pass in the shape it takes on CUDA, run eagerly (a runner without graphs ignores it)."""
         ...
 
     def cache_bytes(self, model, capacity: int) -> int:

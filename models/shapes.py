@@ -1,8 +1,7 @@
 """Randomly initialised models shaped like real checkpoints, built from configs in code (no downloads).
 
 `--target random:llama-3.1-8b --drafter random:llama-3.2-1b` times the machinery at the paper's scale
-without weights; outputs are meaningless and acceptance is near zero.
-"""
+without weights; outputs are meaningless and acceptance is near zero."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
 """Drafting ahead (DESIGN.md section 9): where a round will most probably end, and how often that is right.
 
-While the target verifies a tree, the drafter would sit idle. Told where the round most probably ends, it
-grows the next round's pool from there; the next round uses that pool when the round ended there, and a
-fresh one when not. Verification is untouched, so every law holds with it on.
-
-The prediction is the draft's greedy path through the tree: from the root (or the drawn X1), step to the
-drafter's most probable child while the tree holds it; the round is predicted to accept that path and to
-continue with the drafter's most probable token after it (which the tree does not hold, or the path would
-go on). The target sends the path; the drafter appends that token itself, from the row it computes anyway.
-A target that agrees with the drafter's first choice with probability a at each step makes it right with
-probability a^(k+1) on a path of k tokens. An end before the path's last node would need the target to
-pick some other token there, which the drafter can name less surely; how often the prediction is right is
-measured, not assumed: records count its hits, and hit_probability gives it exactly on recorded rounds.
-"""
+The prediction is the draft's greedy path through the tree (from the root, or the drawn X1, the drafter's most
+probable child while the tree holds it), continued by the drafter's most probable token after it. The target
+sends the path; the drafter appends that token itself. Verification is untouched, so every law holds with it
+on; how often the prediction is right is measured (hit_probability on recorded rounds), not assumed."""
 
 from __future__ import annotations
 
@@ -38,10 +29,8 @@ class Drafted:
 
 def greedy_path(pool: Pool, tree: Tree, first: int | None) -> list[int]:
     """Tree indices of the draft's greedy path (see the module docstring).
-
-    first: the round's first draw X1 when a root pass drew it (the path starts there; it must be in the
-    tree), None when the tree pass scores the root and draws the first token itself.
-    """
+    first: the round's first draw X1 when a root pass drew it (the path starts there; it must be in the tree), None when
+    the tree pass scores the root and draws the first token itself."""
     path, at = [], ROOT
     if first is not None:
         at = tree.child(ROOT, first)
@@ -70,9 +59,8 @@ def top_child(pool: Pool, node: int, below_root: bool = True) -> int | None:
 
 def predicted_tokens(pool: Pool, tree: Tree, first: int | None, leaf_stops: bool = False) -> np.ndarray:
     """(k,) the tokens of the greedy path, X1 first when drawn: what the target tells the drafter.
-
-    leaf_stops: the walk stops at a leaf it draws (sampled-leaf stopping), which is then the continuation: a
-    path that ends at a leaf is told without it, the leaf being the drafter's own next token there."""
+    leaf_stops: the walk stops at a leaf it draws (sampled-leaf stopping), which is then the continuation: a path that
+    ends at a leaf is told without it, the leaf being the drafter's own next token there."""
     path = greedy_path(pool, tree, first)
     if leaf_stops and path and tree.is_leaf(path[-1]):
         path = path[:-1]
@@ -81,12 +69,8 @@ def predicted_tokens(pool: Pool, tree: Tree, first: int | None, leaf_stops: bool
 
 def hit_probability(pool: Pool, tree: Tree, first: int | None, edge_probs: np.ndarray) -> float | None:
     """The probability that the round emits the greedy path and then the drafter's most probable token,
-    under exhaustive target sampling: the target's edge probabilities along it (X1, when drawn, is given).
-    None when the path ends at a candidate the pool did not expand (the token the drafter would append
-    is then not in the pool, nor its probability in `edge_probs`).
-
-    edge_probs: (N,) the target's probability of each candidate's edge (pipeline.value's edges).
-    """
+    under exhaustive target sampling (X1, when drawn, is given); None when the path ends at a candidate the pool did
+    not expand. edge_probs: (N,) the target's probability of each candidate's edge (pipeline.value's edges)."""
     path = greedy_path(pool, tree, first)
     nodes = tree.node[path[1:] if first is not None else path]
     end = ROOT if not path else int(tree.node[path[-1]])

@@ -6,58 +6,13 @@ expected tokens per second, a speculative b counting only when it beats plain de
     tokens(b) = 1 + sum_{k < b} p[k]          cost(b) = front + tree(b) + switching on   (b > 0)
     tokens(0) = 1                             cost(0) = plain
 
-A round's tokens vary a lot (one round accepts the whole tree, the next nothing), so a b whose expected
-rate only ties with plain decoding's would be a gamble that loses as often as it wins; the margin leaves
-such a setting plain.
-
-p[k] is the chance that the tree node of rank k (rank: the order the rules select in, cumulative draft
-log-prob first) lies on the accepted path, estimated per decode from the rounds it verified over an anchor
-worth two rounds. The anchor is an optimistic prior (so that a decode starts speculating where a round costs
-less than the tokens the prior promises) beside what the setting's rounds showed (decoder, temperature, cap:
-the earlier decodes' (Experience) and this decode's own, at most EXPERIENCE rounds' worth), so that a
-session whose speculation does not pay stops starting each decode with it, and a decode whose first rounds
-show it losing stops trying it. Recent rounds weigh more: every earlier round loses `DECAY` of its weight
-with a speculative round, and with a plain one `FORGET` times the share of EXPERIENCE rounds the anchor
-rests on, so that while speculation is off the estimate returns to the anchor: fast where it rests on many
-rounds, slowly where the prior still makes up much of it (a few losing rounds, and a prior that, over them,
-would call for another try). Where the setting's rounds showed speculation paying (a dip in acceptance
-switched it off) the decode soon tries it again; where they showed it losing it stays off: the anchor
-forgets them only by `LINGER` a plain round (a decode of a few hundred plain rounds tries again) and, across
-decodes, by `RECALL` a decode, the later the more rounds had shown it losing. Each try costs a round dearer
-than a plain one, so tries must be rare for a decode never to fall much below plain decoding: a ledger
-(AutoBudget.ledger) keeps what tries lost within TRY_SHARE of plain rounds' time, and a try whose start or
-catch-up the ledger cannot cover (the int8 drafter started beside a long prompt's prefill) is not made.
-
-`front` is what a steady speculative round spends before its tree pass (the root pass and the wait for the
-drafter, or the wait alone), `tree(b)` the tree pass, `plain` a round of plain decoding (one pass); all come
-from passes timed at start-up, the drafter's pool included (a round waits for it: a drafter that costs as
-much as the target makes its rounds dearer than any acceptance pays for, and the first round is already
-plain), then follow what rounds take (costs outlive a decode: they are the device's), a round's timing
-counting as at most SPIKE times the estimate it moves and tree passes of every size sharing one scale, so
-that a moment in which another process took the cores neither makes speculation look dear for long nor
-makes one tree size look cheaper than the others. A
-plain round's cost is timed by plain rounds, and, for rules with a root pass, also by the root pass of
-speculative ones (the same one-token pass, scaled by the ratio of the two timed at start-up), so that a plain
-cost that one slow moment made look dear does not keep speculation on for good; `draft`'s rounds, which have no
-root pass, bring it down by their tree passes (the plain pass start-up timed, at the scale they show), so that
-a plain cost learnt on a long prompt's context does not keep a short prompt's decode speculating. A round's
-cost also counts the target's work between rounds, outside the phases (asking the drafter for the next pool,
-with a head's features). b = 0 rounds do not ask the drafter for a pool at all, so speculation switched off
-costs a plain round. Switching speculation on costs more than a steady round: before a decode's first round
-the drafter's prefill shares the device with the target's (`start`), after plain rounds the drafter ingests
-the tokens it missed before it grows a pool (`catch_up`). The catch-up is spread over the rounds it is
-expected to serve: as many as the setting's speculative runs have lasted (a running mean, `run`), at most as
-many as the rest of the decode takes. Where
-speculation pays throughout (a run lasts the decode) a switch is nearly free; where runs end after a round or
-two, a switch must pay for itself almost at once. Starting the drafter (before the first round, or later in a
-decode that started plain) is spread the same way, over at least START_ROUNDS: it serves the rest of the
-decode only where speculation lasts, and where the setting's runs end after a few rounds (a drafter as costly
-as the target, whose start beside a long prompt's prefill costs more than its few rounds gain) a long prompt's
-decode starts plain; what it adds to the target's prefill follows decodes' prefills, those beside a starting
-drafter and those alone (start-up times the target's prefill of a scratch prompt alone and beside a
-standalone drafter's start on it, its prefill and first pool, as a decode's first round starts it).
-Any tree is verified exactly, so the choice never changes the output's law.
-"""
+p[k] is the chance that the tree node of rank k (cumulative draft log-prob first) lies on the accepted path,
+estimated per decode over an anchor (the optimistic prior beside the setting's rounds); `front` is a steady
+speculative round's part before its tree pass, `tree(b)` the tree pass, `plain` one plain pass, all timed at
+start-up and then following rounds; switching on (the drafter's start, or its catch-up after plain rounds) is
+spread over the rounds it serves, and a ledger keeps what tries lose within TRY_SHARE of plain rounds' time.
+docs/budget-auto.md gives the whole model and why each part is there. Any tree is verified exactly, so the
+choice never changes the output's law."""
 
 from __future__ import annotations
 
@@ -105,9 +60,8 @@ def prior(cap: int) -> np.ndarray:
 
 
 def cautious(cap: int) -> np.ndarray:
-    """(cap,) a conservative acceptance by rank, for a run's budget chosen before any round: 0.4 * 0.6^k, which
-    promises τ 1.98 at b = 8, below the 2.01 that `draft` reached at B = 8 in the committed default run of the
-    embedded pair (results/cpu-smollm2-lookup/default-run.txt), and 1.87 at b = 4, 1.64 at b = 2."""
+    """(cap,) a conservative acceptance by rank, for a run's budget chosen before any round: 0.4 * 0.6^k
+    (τ 1.98 at b = 8, below what `draft` reached in the embedded pair's committed default run)."""
     return 0.4 * 0.6 ** np.arange(cap)
 
 
@@ -117,11 +71,9 @@ def expected_tokens(accept: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
 
 
 def steady_rates(costs: list[PassCosts], accept: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
-    """(len(sizes),) expected tokens per second of steady rounds at each of `sizes` (each above 0, in every
-    costs' `tree`, ascending), the mean over `costs` (one per rule a run decodes with) at acceptance `accept`
-    ((cap,) p[k], cap >= max(sizes)). A larger tree is never taken to cost less than a smaller one: timings that
-    say so met a moment of load, and a noisy cheap large tree must not win. Budget auto (AutoBudget.choose)
-    judges round by round; a run that compares its rules at one budget takes the argmax of these."""
+    """(len(sizes),) expected tokens per second of steady rounds at each of `sizes` (each above 0, in
+    every costs' `tree`), the mean over `costs` (one per rule) at acceptance `accept` ((cap,) p[k]). A larger tree
+    never counts as cheaper than a smaller one (a noisy cheap large tree must not win)."""
     tokens = expected_tokens(accept, sizes)
     rounds = [np.maximum.accumulate([c.round(b) for b in sizes]) for c in costs]
     return np.mean([tokens / r for r in rounds], axis=0)
@@ -136,20 +88,17 @@ def anchored(optimistic: np.ndarray, hits: np.ndarray, seen: np.ndarray) -> np.n
 
 
 def capped(seen: float, estimate: float) -> float:
-    """A timing as it moves `estimate`: at most SPIKE times it (an estimate of 0 is not yet one). A moment in
-    which another process took the cores (a tree pass of seconds where it takes 50 ms) would otherwise make a
-    pass look dear for many rounds, and a size that looks dear is not chosen, so not timed again; a lasting
-    slowdown still raises the estimate round by round."""
+    """A timing as it moves `estimate`: at most SPIKE times it (an estimate of 0 is not yet one), so that a
+    moment of load does not make a pass look dear for many rounds."""
     return min(seen, SPIKE * estimate) if estimate > 0 else seen
 
 
 @dataclass(frozen=True, slots=True)
 class MeasuredPasses:
-    """This device's pass times, timed once at start-up (target_proc.costs.measure): seconds of a plain pass, of
-    a root pass beside the drafter (`overlapped`), of tree passes by candidate size without (`tree`, the
-    root-pass rules) and with (`tree_with_root`, `draft`) the root's row, seconds per token of the prefill,
-    alone and beside the drafter, and seconds from asking the drafter for a pool after a one-token commit to
-    having it (`pool`; 0: not timed)."""
+    """This device's pass times, timed once at start-up (target_proc.costs.measure): seconds of a plain pass,
+    of a root pass beside the drafter (`overlapped`), of tree passes by size without (`tree`) and with
+    (`tree_with_root`, `draft`) the root's row, per token of the prefill alone and beside the drafter, and of a
+    pool after a one-token commit (`pool`; 0: not timed)."""
 
     plain: float
     overlapped: float
@@ -173,18 +122,10 @@ class MeasuredPasses:
 @dataclass(slots=True)
 class PassCosts:
     """Seconds of a plain round, of a steady speculative round's part before the tree pass, and of tree
-    passes by size as timed at start-up (only the candidate sizes are needed), which take `scale` times
-    that now; seconds per token of the target's prefill, alone and beside the drafter's (timed on one scratch
-    prompt, so that their difference is the sharing's cost alone, then following decodes' prefills); and
-    seconds per token the drafter missed, added to the wait of a speculative round that follows plain ones
-    (learnt from such rounds: 0 until one ran).
-
-    The speculative costs follow what steady rounds take, and a plain round, which cannot time them, moves
-    them back toward their typical values (the median of recent timings, itself returning slowly to what
-    start-up timed): a load spike at the moment speculation went off, or a drafter slowed by a long context,
-    does not stay frozen in them. A tree pass of
-    any size moves the one `scale` of all: sizes keep the proportions timed at start-up, so that a size
-    whose last passes met a slow moment does not look dearer than the others, and lose its turn, for good."""
+    passes by size as timed at start-up, which take `scale` times that now (one scale for all sizes); per token of
+    the target's prefill, alone and beside the drafter's; and per token the drafter missed (`catch_up`, learnt
+    from rounds after plain ones). Plain rounds move the speculative costs back to their typical values (the
+    median of recent timings, itself returning to what start-up timed)."""
 
     plain: float
     front: float
@@ -210,15 +151,12 @@ class PassCosts:
 
     def start(self, tokens: int, late: bool = False) -> float:
         """What starting the drafter on `tokens` of context costs: before the first round, what its prefill
-        adds to the target's; `late` (a decode that started plain), the wait for its prefill, taken to be
-        as long as the target's own beside it."""
+        adds to the target's; `late` (a decode that started plain), the wait for its prefill."""
         return (self.prefill_shared if late else max(0.0, self.prefill_shared - self.prefill)) * tokens
 
     def prefilled(self, tokens: int, seconds: float, started: int = 0) -> None:
-        """A decode's prefill of `tokens` took `seconds`, beside a drafter starting on `started` tokens (0: the
-        drafter was not started): the per-token cost it witnesses moves COST_RATE of the way to it. Beside a
-        drafter, what the prefill took beyond the alone cost is charged to the drafter's tokens, as start()
-        charges it."""
+        """A decode's prefill of `tokens` took `seconds`, beside a drafter starting on `started` tokens (0:
+        none); beside a drafter, what it took beyond the alone cost is charged to the drafter's tokens."""
         if tokens <= 0:
             return
         if started:
@@ -232,12 +170,9 @@ class PassCosts:
         return self.catch_up * missed
 
     def follow(self, front: float | None, b: int, tree: float | None, root: float | None = None) -> None:
-        """A speculative round's timings (None: not a steady one's, or not run); its root pass, scaled by
-        `solo`, moves the plain cost ROOT_RATE of the way. In a round without one (`draft`'s), the plain pass
-        start-up timed, at the scale the tree pass shows, moves it down only: a plain cost learnt on a longer
-        context (dearer passes) must not keep a short one's decode speculating where plain rounds would be
-        faster, while a slow moment of tree passes (load, or a drafter sharing the device) says nothing of
-        plain rounds, which time themselves."""
+        """A speculative round's timings (None: not a steady one's, or not run). Its root pass, scaled by `solo`,
+        moves the plain cost ROOT_RATE of the way; without one (`draft`), the start-up plain pass at the tree passes'
+        scale moves it down only."""
         if root is not None:
             self.plain += ROOT_RATE * (capped(self.solo * root, self.plain) - self.plain)
         if front is not None:
@@ -252,9 +187,8 @@ class PassCosts:
                 self.plain += ROOT_RATE * (witness - self.plain)
 
     def relax(self, rate: float) -> None:
-        """A plain round: each speculative cost moves `rate` of the way back to its typical value, which itself
-        moves LINGER of the way back to what start-up timed: timings that a burst of load made dear keep
-        speculation off for a few hundred plain rounds, not for the rest of the session."""
+        """A plain round: each speculative cost moves `rate` of the way back to its typical value, which moves
+        LINGER of the way back to what start-up timed."""
         for key, times in self.recent.items():
             if key not in self.typical:  # new timings since the last plain round
                 self.typical[key] = float(np.median(times))
@@ -320,13 +254,10 @@ class AutoBudget:
         return (PRIOR_WEIGHT * self.anchor + self.hits) / (PRIOR_WEIGHT + self.seen)
 
     def choose(self, switch: float = 0.0, left: float = math.inf, start: float = 0.0) -> int:
-        """The candidate b of most expected tokens per second (the smaller b on a tie), a speculative b's
-        discounted by MARGIN. switch: seconds the
-        drafter's catch-up would cost (PassCosts.switch; 0 while speculation is on), spread over the rounds
-        it would serve: the mean run, at most the rounds that `left` tokens take; start: seconds starting
-        the drafter would cost (PassCosts.start), spread the same way over at least START_ROUNDS. While the
-        ledger is in debt (`balance` below 0), or cannot cover what switching on costs beyond its round (see
-        `affordable`), speculation is not switched on: see `ledger`."""
+        """The candidate b of most expected tokens per second (the smaller on a tie), a speculative b's
+        discounted by MARGIN. switch: seconds of the drafter's catch-up (PassCosts.switch), spread over the mean run
+        (at most the rounds `left` tokens take); start: seconds of starting the drafter, spread over at least
+        START_ROUNDS. No speculation is switched on while the ledger is in debt or cannot afford it."""
         if self.streak == 0 and (self.balance < 0 or not self.affordable(switch + start, left)):
             return 0
         tokens = expected_tokens(self.accept, self.sizes)
@@ -338,20 +269,16 @@ class AutoBudget:
         return self.sizes[int(np.argmax(rates))]
 
     def affordable(self, seconds: float, left: float) -> bool:
-        """Whether a try may spend `seconds` switching speculation on (the drafter's start or catch-up), which
-        it loses whatever its rounds accept: only what the ledger holds and TRY_SHARE of the plain rounds that
-        the `left` tokens of the decode would take. A drafter as costly as the target, started beside a long
-        prompt's prefill, costs about ten plain rounds on two CPU cores: spread over the rounds it would
-        serve it may look worth it, and where those rounds merely break even the decode loses it all."""
+        """Whether a try may spend `seconds` switching speculation on: at most what the ledger holds and
+        TRY_SHARE of the plain rounds that the `left` tokens would take."""
         return seconds <= self.balance + TRY_SHARE * self.costs.plain * left
 
     def observe(self, on_path: np.ndarray, b: int, *, front: float | None = None, tree: float | None = None,
                 plain: float | None = None, caught_up: tuple[float, int] | None = None,
                 root: float | None = None) -> None:
         """One round that ran at budget b: on_path (n,) bool, whether its tree's node of rank k was accepted
-        (n <= b: a tree may hold fewer nodes than its budget), and its timings (None: not run): `front` of a
-        steady round, or `caught_up`, the front of a round after plain ones and the tokens the drafter missed;
-        `root`, a speculative round's root pass with its commit (what a plain round's pass would be)."""
+        (n <= b), and its timings (None: not run): `front` of a steady round, or `caught_up` (front, missed tokens)
+        of a round after plain ones; `root`, a speculative round's root pass with its commit."""
         n = len(on_path)
         assert n <= max(b, 1) and n <= self.cap, (n, b)
         self.ledger(on_path, b, front, tree, plain, caught_up)
@@ -382,20 +309,9 @@ class AutoBudget:
 
     def ledger(self, on_path: np.ndarray, b: int, front: float | None, tree: float | None, plain: float | None,
                caught_up: tuple[float, int] | None) -> None:
-        """Keep the account of what tries of speculation saved: a try (the first round of a run of speculative
-        rounds, which pays the drafter's catch-up) adds what its tokens would have cost in plain rounds less
-        what it took (its wait and its tree pass, at most SPIKE times their estimates once a catch-up has
-        been timed; the estimates where untimed), a plain round TRY_SHARE of what it took. A try that loses
-        puts the account in debt, and speculation stays off until plain rounds have paid it back: what tries
-        lose stays within TRY_SHARE of plain decoding's time (and one try), however often the estimates call
-        for one (a drafter as costly as the target on a shared machine, whose slow moments make plain rounds
-        look dear), while tries that paid leave the decode free to try again at once after a dip. A try that
-        started the drafter beside the prefill has paid its start (AutoPolicy.prefilled), and the rounds of
-        its run pay it back; the later rounds of other runs are the estimates' to judge: they switch
-        speculation off when it stops paying. A try switches speculation on only where the account, with
-        TRY_SHARE of the decode's plain rounds still to come, covers the start or catch-up it would pay
-        (`affordable`), so what a decode's tries lose stays within TRY_SHARE of its plain time, one try's
-        rounds, and what earlier decodes' speculation saved: plain rounds' shares never pass to the next."""
+        """The account of what tries of speculation saved: a try (a run's first round, or every round of a run
+        that started the drafter) adds what its tokens would have cost in plain rounds less what it took (capped by
+        SPIKE once a catch-up is timed), a plain round TRY_SHARE of what it took. In debt, no try starts."""
         c = self.costs
         if not b:
             share = TRY_SHARE * (c.plain if plain is None else plain)
@@ -421,14 +337,8 @@ class AutoBudget:
 
 @dataclass(slots=True)
 class Experience:
-    """What earlier decodes of one setting (decoder, temperature, cap) showed, for the next one's anchor.
-
-    The anchor of a decode is the optimistic prior and the setting's acceptance by rank, the rounds weighing
-    at most EXPERIENCE rounds. Each decode adds all the rounds it verified (its speculation switching off
-    after a dip does not leave the dip to stand for it), and what the decodes before it showed keeps RECALL
-    of its weight, so with every decode that verified nothing their weight falls once they count fewer
-    than EXPERIENCE rounds.
-    """
+    """What earlier decodes of one setting (decoder, temperature, cap) showed, for the next one's anchor:
+    every decode adds all the rounds it verified, and the decodes before it keep RECALL of their weight."""
 
     cap: int
     hits: np.ndarray = field(init=False)
@@ -465,9 +375,8 @@ def ranks_on_path(cum: np.ndarray, depth: np.ndarray, index: np.ndarray, accepte
 
 def costs_for(root_pass: bool, measured: MeasuredPasses, whole_pool: bool = True) -> PassCosts:
     """A rule's starting costs from the passes timed at start-up: a root-pass rule's front is its root pass,
-    or the pool it waits for when that takes longer (the drafter drafts during the root pass); `draft` waits
-    for the pool, then scores the root in its tree pass. Without `whole_pool` (cut pools: a round takes the
-    levels grown by the end of its root pass) the pool's time is not what a round waits: rounds teach it."""
+    or the pool it waits for if longer; `draft` waits for the pool, then scores the root in its tree pass. Without
+    `whole_pool` (cut pools) the pool's wait is learnt from rounds."""
     m = measured
     pool = m.pool if whole_pool else 0.0
     if root_pass:
@@ -518,9 +427,8 @@ class AutoPolicy:
 
     def prefilled(self, feed: DrafterFeed, tokens: int, seconds: float) -> None:
         """The decode's prefill of `tokens` took `seconds`, beside the drafter's if the first round speculates:
-        then what it took beyond the prefill alone (at most SPIKE times the start's estimate: a start priced
-        at nothing, a head's or one on a device of its own, is charged nothing) is the try's, and the ledger
-        pays it."""
+        then what it took beyond the prefill alone (at most SPIKE times the start's estimate) is the try's, charged
+        to the ledger."""
         costs, started = self.auto.costs, feed.start_tokens(tokens) if feed.told else 0
         if started:
             self.auto.balance -= max(0.0, min(seconds - costs.prefill * tokens, SPIKE * costs.start(started)))
@@ -537,13 +445,9 @@ class AutoPolicy:
 
     def observe(self, on_path: np.ndarray | None, budget: int, times: Phases, feed: DrafterFeed,
                 outside: float = 0.0) -> None:
-        """Feed one round to the estimates: which ranks were accepted, and what the round cost: its phases,
-        and `outside` them the target's work between it and the round before (asking the drafter for its
-        pool, with the target's features for a head: a few ms a round on a CPU, where a head's whole round
-        costs little more than a plain one). Its wait for the drafter is a steady one only when the round
-        before speculated too: before the first round the drafter ingests the prompt (a cost of the
-        prefill), after plain ones the tokens it missed (a switch's cost, learnt apart; none when the drafter
-        started only now, its prefill being a start's)."""
+        """Feed one round to the estimates: the ranks accepted, its phases, and `outside` them the target's work
+        since the round before (asking for the pool, with a head's features). Its wait is a steady one only after a
+        speculative round: before it the drafter ingested the prompt or the tokens it missed."""
         auto, outside = self.auto, max(0.0, outside)
         if budget == 0:
             auto.observe(np.zeros(0, bool), 0, plain=times.seconds("root") + times.seconds("commit") + outside)
@@ -575,10 +479,8 @@ def budget_policy(speculative: bool, budget: int | str, cap: int, costs: PassCos
 
 
 class SessionBudgets:
-    """What budget auto keeps across a session's decodes: this device's pass times per cap (timed once, by
-    `measure(cap)`), the costs per (decoder, cap, drafting) that rounds refresh, and each setting's Experience.
-    `drafting` (DecodeConfig.drafting: how the drafter works) changes what rounds cost and accept, so decodes
-    drafting otherwise learn apart."""
+    """What budget auto keeps across a session's decodes: pass times per cap (timed once, by `measure(cap)`),
+    costs per (decoder, cap, drafting) and each setting's Experience; decodes drafting otherwise learn apart."""
 
     def __init__(self, measure: Callable[[int], MeasuredPasses]) -> None:
         self.measure = measure

@@ -4,8 +4,7 @@ written here once.
 Checks raise ConfigError naming the field (`budget`), never a command-line flag: the programs that take
 these values from a command line map field names to their own flags, and hold their help and parsers
 (programs.rule_options, programs.cli). A leaf: it imports nothing of the
-project (a decode's settings, which the rule table checks, are pipeline.settings).
-"""
+project (a decode's settings, which the rule table checks, are pipeline.settings)."""
 
 from __future__ import annotations
 

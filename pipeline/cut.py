@@ -1,21 +1,12 @@
 """Cut pools (DESIGN.md section 10): how a pool asked for early ends, and whether one more level of it pays
 for the wait it makes.
 
-A target that asks with NOW (DecodeConfig.cut_pools) takes the levels grown when it asks, the level in
-progress ended: it never waits for more than that level. With WEIGH (and DecodeConfig.cut_weigh) it waits
-for each level the drafter still grows while that level pays, as follows.
-
-A round of R seconds (its waits left out) that commits tau_k tokens on average with a pool of k levels
-commits tau_k + g_{k+1} with one level more, and takes R + w when that level adds w seconds of waiting: the
-level pays when (tau_k + g_{k+1}) / (R + w) > tau_k / R, that is when g_{k+1} R > tau_k w.
-
-What a level brings is learnt on the drafter's side, from the Commits of recent rounds: how many of the
-pool's levels the committed tokens ran through (`reached`). a_j, the chance that a round runs through level
-j once it ran through level j - 1 and its pool had level j, is counted over recent rounds, with a prior of
-PRIOR_ACCEPT weighing PRIOR_ROUNDS rounds (so a level that no recent pool had keeps the prior, and a pool
-cut too early grows that level again to learn it). Then g_j = a_1 ... a_j, and tau_k = 1 + g_1 + ... + g_k:
-a round commits the tree tokens it accepts and one token of the target's after them.
-"""
+With NOW (DecodeConfig.cut_pools) the target takes the levels grown when it asks, the level in progress ended;
+with WEIGH (and DecodeConfig.cut_weigh) it waits for each further level while that level pays: a round of R
+seconds (its waits left out) committing tau_k tokens with k levels gains g_{k+1} for w more seconds of waiting,
+and pays when g_{k+1} R > tau_k w. From recent Commits (how many levels the committed tokens ran through),
+a_j is the chance a round runs through level j once it ran through j - 1, with a prior of PRIOR_ACCEPT weighing
+PRIOR_ROUNDS rounds; g_j = a_1 ... a_j and tau_k = 1 + g_1 + ... + g_k."""
 
 from __future__ import annotations
 

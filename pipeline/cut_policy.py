@@ -1,16 +1,9 @@
 """When a drafter ends the pool it grows for a committed round (DESIGN.md section 10): seconds in, a decision out.
 
-A target that cuts pools asks for each round's pool once its root pass is done (`Waiting` with `cut`, and
-`after`: seconds since its Commit). A drafter that has been asked ends the pool at the level in progress
-(NOW), or grows a further level only while what it brings outweighs the wait it adds (WEIGH, pipeline.cut).
-Before it is asked, from the second round the target asked in, it ends a pool before a level that would end
-after the time the target asked at in recent rounds, counted from their Commits, so that the pool is there
-when asked for (with WEIGH, unless the level pays for the wait).
-
-The policy of one request is a CutPolicy: it holds that request's recent timings (when the target asked, a
-level's pass, a round without its wait for the pool) and the session's LevelValues, and knows nothing of
-clocks, sockets or models: the drafter hands it durations and counts.
-"""
+Asked (`Waiting` with `cut`), a drafter ends the pool at the level in progress (NOW) or grows a level only while
+it pays (WEIGH, pipeline.cut); not yet asked, from the second round the target asked in, it ends a pool before a
+level that would end after when the target asked in recent rounds. A CutPolicy holds one request's timings and
+the session's LevelValues, and knows nothing of clocks, sockets or models."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The round loop of every decoder (DESIGN.md section 5), written against two small interfaces.
 
 `TargetRunner` is the target model with its KV cache; `DrafterClient` is the drafter, local or in another
-process. The loop knows nothing of devices or sockets: the runner returns logits on its own device, the
-loop draws on that device and reads back only the drawn ids (one host-device sync per pass).
-
-A round runs the flow its rule's row in pipeline.rules names (pipeline.rules.Flow): plain decoding (one target
-pass: `ar`, and any rule at budget 0), a tree pass that scores the root with the tree, a root pass while the
-drafter works followed by a tree pass beneath the drawn first token (pipelined), or a tree walked with
-sampled-leaf stopping whose leaf row is the next root's (covering).
-"""
+process. The loop knows nothing of devices or sockets: the runner returns logits on its own device, the loop
+draws there and reads back only the drawn ids (one host-device sync per pass). A round runs the flow its rule's
+row in pipeline.rules names (pipeline.rules.Flow): plain, tree pass with the root, pipelined, or covering."""
 
 from __future__ import annotations
 
@@ -43,20 +38,16 @@ class TargetRunner(Protocol):
 
     def prefill(self, tokens: Sequence[int], overlapped: bool | Callable[[], bool] = False) -> None:
         """Write the KV of the committed context except its last token (the first root).
-
-        overlapped (here and in root_pass): the drafter works during this pass, so a CPU runner leaves
-        it its share of the cores; here also a check of whether the drafter still works.
-        """
+        overlapped (here and in root_pass): the drafter works during this pass, so a CPU runner leaves it its share of
+        the cores; here also a check of whether the drafter still works."""
 
     def root_pass(self, root: int, overlapped: bool = False) -> torch.Tensor:
         """One-token pass on the root: writes its KV, returns its (V,) float32 logits."""
 
     def tree_pass(self, tree: Tree, root: int | None, overlapped: bool = False) -> torch.Tensor:
         """Score the tree under the tree mask -> (len(tree) [+1], V) float32 logits.
-
-        With `root`, the root is scored in the same pass as row 0 (its KV is written too); without, its
-        KV must already be there from `root_pass`. overlapped: the drafter drafts ahead meanwhile.
-        """
+        With `root`, the root is scored in the same pass as row 0 (its KV is written too); without, its KV must already
+        be there from `root_pass`. overlapped: the drafter drafts ahead meanwhile."""
 
     def commit(self, accepted: Sequence[int], keep: int | None = None) -> None:
         """Keep the root and the accepted tree nodes (tree indices, a root path) in the KV cache; with `keep`
@@ -79,9 +70,7 @@ class Observer(Protocol):
 class StopCheck(Protocol):
     def __call__(self, output: Sequence[int], new: Sequence[int]) -> int | None:
         """The index in `new` of the first token at which the output (`output`, then `new`) ends, or None.
-
-        Called with each round's tokens before they join `output`; decode passes no token twice.
-        """
+        Called with each round's tokens before they join `output`; decode passes no token twice."""
 
 
 class DrafterClient(Protocol):
@@ -174,16 +163,14 @@ def decode(target: TargetRunner, drafter: DrafterClient | None, prompt: Sequence
            observe: Observer | None = None, on_tokens: Callable[[list[int]], None] | None = None,
            stop_check: StopCheck | None = None) -> DecodeResult:
     """One decode of `prompt` (token ids, at least one) by `config`'s rule: the paper's round until the limit.
-
-    The output ends at its first `eos` token (unless `config.ignore_eos`) or `config.stop_token_ids` token,
-    or at the token from which `stop_check` (the caller's stop strings, checked on the text) says it ends,
-    that token included; the round that reaches it is the last, and the tokens it verified after that stop
-    are dropped, as after an end-of-sequence token. Stopping changes no law: a decode stops at the same
-    token whatever its rule. Budgets: pipeline.budget's policy (auto: from `costs`, this device's, and
-    `experience`, the setting's earlier decodes). Phases end in a host read; `sync_phases` also waits for
-    each commit (a sync a round).
-    `observe` sees each round after its commit (a measurement, left out of the decode's time); `on_tokens`
-    gets what each round adds to the output, as it commits it (streaming)."""
+    The output ends at its first `eos` token (unless `config.ignore_eos`) or `config.stop_token_ids` token, or at the
+    token from which `stop_check` (the caller's stop strings, checked on the text) says it ends, that token included;
+    the round that reaches it is the last, and the tokens it verified after that stop are dropped, as after an
+    end-of-sequence token. Stopping changes no law: a decode stops at the same token whatever its rule. Budgets:
+    pipeline.budget's policy (auto: from `costs`, this device's, and `experience`, the setting's earlier decodes).
+    Phases end in a host read; `sync_phases` also waits for each commit (a sync a round). `observe` sees each round
+    after its commit (a measurement, left out of the decode's time); `on_tokens` gets what each round adds to the
+    output, as it commits it (streaming)."""
     rule = RULES[config.decoder]
     _check(rule, prompt, drafter, config)
     policy = budget_policy(rule.select is not None, config.budget, config.budget_max, costs, experience)

@@ -6,15 +6,13 @@ from collections.abc import Callable, Sequence
 
 
 class DrafterFeed:
-    """What the drafter has been told of a decode's committed context: `told` tokens (0: not started), the
-    budget of the round before (`previous`, None before the first) and the tokens it missed while rounds
-    were plain (`missed`, as of the current round's request). With a `window` (DecodeConfig.drafter_window)
-    the drafter starts on the context's last `window` tokens and is told every token after them.
-
-    A drafter that takes the target's features (an EAGLE-3 head) is told, with each token but the context's
-    last, that token's features: `features(start, stop)` gives those of committed positions [start, stop).
-    `feature_bytes` is what the last request's features frame held: the bytes of the array it hands the
-    drafter, which a Start or Commit sends as they are (0 without features)."""
+    """What the drafter has been told of a decode's committed context: `told` tokens (0: not started), the budget of the
+    round before (`previous`, None before the first) and the tokens it missed while rounds were plain (`missed`, as of
+    the current round's request). With a `window` (DecodeConfig.drafter_window) the drafter starts on the context's last
+    `window` tokens and is told every token after them. A drafter that takes the target's features (an EAGLE-3 head) is
+    told, with each token but the context's last, that token's features: `features(start, stop)` gives those of
+    committed positions [start, stop). `feature_bytes` is what the last request's features frame held: the bytes of the
+    array it hands the drafter, which a Start or Commit sends as they are (0 without features)."""
 
     def __init__(self, drafter, window: int = 0, features: Callable[[int, int], object] | None = None) -> None:
         self.drafter, self.window, self.features = drafter, window, features

@@ -1,20 +1,10 @@
 """Context lookup (DESIGN.md section 16): candidates copied from the committed context, grafted into the
 drafter's pool by the target before it selects.
 
-Where the last tokens of the committed context occurred before (the longest of its last NGRAM, ..., 1
-tokens that did, most recently), the tokens that followed then are a likely continuation now: outputs
-quote their prompt (a summary, an answer from a passage, a translation's names and numbers) and repeat
-themselves. The chain copies from the token after that occurrence, LZ77-style: a copy that runs into the
-tokens it is copying goes on copying them, so a loop of period p continues past the end of the context.
-
-The chain enters the pool as a path below the root (a chain token already in the pool at its place merges
-with that candidate). Each edge's log-prob is an estimate of how often the target draws the copied token
-there: the share of this decode's earlier chain tokens that the target's draws matched, counted apart for
-the first edge by the length of the match and for deeper edges, with one success and one failure as the
-prior (Laplace). The rules rank grafted candidates with the drafter's by those scores, so a chain enters a
-tree where it is likelier than the drafter's candidates. Verification draws from the target's rows whatever
-the tree holds (DESIGN.md section 4), so the output's law is unchanged.
-"""
+The chain copies, LZ77-style, what followed the latest earlier occurrence of the context's longest suffix of
+at most NGRAM tokens, and enters the pool as a path below the root. Each edge's log-prob is the share of this
+decode's earlier chain tokens that the target's draws matched (Laplace prior, the first edge counted by the
+match's length). Verification draws from the target's rows whatever the tree holds, so the law is unchanged."""
 
 from __future__ import annotations
 
@@ -103,10 +93,9 @@ class ContextLookup:
 
 
 def graft(pool: Pool, chain: Sequence[int], logp: np.ndarray) -> Pool:
-    """The pool with `chain` as a path below its root: a chain token that is already its parent's child there
-    merges with that candidate (its edge log-prob the larger of the two), any other is a new candidate after
-    the pool's, and so is every chain token below it; a candidate the chain continues below counts as
-    expanded."""
+    """The pool with `chain` as a path below its root: a chain token that is already its parent's child there merges
+    with that candidate (its edge log-prob the larger of the two), any other is a new candidate after the pool's, and so
+    is every chain token below it; a candidate the chain continues below counts as expanded."""
     path = pool.path(chain)  # the chain's first tokens that the pool holds in their places
     merged, at = len(path), path[-1] if path else ROOT
     edge, expanded = pool.logp.copy(), pool.expanded.copy()

@@ -3,8 +3,7 @@
 τ (mean accepted length) is what papers and Spec-Bench report: tokens a round emits, the bonus token
 (the target's own draw after the last accepted node) included, averaged over rounds. Acceptance at depth d
 is the share of rounds that accepted a node at depth d among those whose walk reached depth d - 1 and
-found candidate children there.
-"""
+found candidate children there."""
 
 from __future__ import annotations
 

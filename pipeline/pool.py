@@ -2,8 +2,7 @@
 
 A pool is stored as arrays indexed by pool index, parents before children. `token`, `parent`, `logp` and
 `expanded` are its edges; `depth`, `cum` (cumulative draft log-prob) and `top` (first-level ancestor) are
-derived from them by one function, so the drafter and the target compute identical scores.
-"""
+derived from them by one function, so the drafter and the target compute identical scores."""
 
 from __future__ import annotations
 
@@ -154,9 +153,7 @@ def _derive(parent: np.ndarray, logp: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def rank(score: np.ndarray, depth: np.ndarray, candidates: np.ndarray | None = None) -> np.ndarray:
     """Candidates (pool indices) best first: score descending, then shallower, then lower pool index.
-
-    Scores never increase along a path, so every prefix of this order is ancestor-closed.
-    """
+    Scores never increase along a path, so every prefix of this order is ancestor-closed."""
     if candidates is None:
         candidates = np.arange(score.shape[0])
     order = np.lexsort((candidates, depth[candidates], -score[candidates]))
@@ -168,17 +165,12 @@ ExpandFn = Callable[[np.ndarray, np.ndarray, np.ndarray, int], "torch.Tensor"]
 
 def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig,
               stop: Callable[[], bool] | None = None, ids: torch.Tensor | None = None) -> Pool:
-    """Grow a pool from the drafter's root row.
-
-    root_logprobs: (V,) draft log-probs at the root.
-    expand(nodes, tokens, parents, depth) -> (len(nodes), V) draft log-probs at those candidates; it is
-    called once per level with that level's expanded candidates (pool indices, their tokens, their
-    parents' pool indices), parents always expanded in an earlier call.
-    stop: asked before each level after the first; when it answers true the pool ends at the levels grown
-    (a cut pool: each level is the full pool's level, and the deepest is not expanded).
-    ids: (V,) the token id of each column of the rows (an EAGLE-3 head's draft vocabulary); None: the
-    column is the token id.
-    """
+    """Grow a pool from the drafter's root row. root_logprobs: (V,) draft log-probs at the root. expand(nodes, tokens,
+    parents, depth) -> (len(nodes), V) draft log-probs at those candidates; it is called once per level with that
+    level's expanded candidates (pool indices, their tokens, their parents' pool indices), parents always expanded in an
+    earlier call. stop: asked before each level after the first; when it answers true the pool ends at the levels grown
+    (a cut pool: each level is the full pool's level, and the deepest is not expanded). ids: (V,) the token id of each
+    column of the rows (an EAGLE-3 head's draft vocabulary); None: the column is the token id."""
     k = min(config.topk, root_logprobs.shape[-1])
     logp, token = _top_children(root_logprobs[None], k, ids)
     parent = [np.full(k, ROOT, np.int64)]
@@ -206,12 +198,9 @@ def grow_pool(root_logprobs: torch.Tensor, expand: ExpandFn, config: PoolConfig,
 
 
 def _top_children(rows: torch.Tensor, k: int, ids: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The k best tokens of each of (E, V) log-prob rows, flattened row by row -> (logp, token), (E * k,);
-    with `ids` (V,), column c is token ids[c].
-
-    One host read for both: token ids are exact in float64, and the next pass's inputs depend on them
-    (a host-device sync per level).
-    """
+    """The k best tokens of each of (E, V) log-prob rows, flattened row by row -> (logp, token), (E * k,); with `ids`
+    (V,), column c is token ids[c]. One host read for both: token ids are exact in float64, and the next pass's inputs
+    depend on them (a host-device sync per level)."""
     import torch  # here, not at the top: the pool's ranking and the rule table import without torch
 
     logp, token = torch.topk(rows.float(), k, dim=-1)

@@ -3,8 +3,7 @@ tree and what that tree is worth at shared contexts.
 
 A new selection rule is one function (in pipeline/select.py), its value at every budget (in
 pipeline/value.py) and one row here. The round loop, the command line's decoder lists, the reports'
-comparisons, the values program, the benchmarks and the GPU check read this table.
-"""
+comparisons, the values program, the benchmarks and the GPU check read this table."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """The target law's sampling filters (top-k, top-p, min-p), applied to target rows before any draw.
 
 Exhaustive target sampling stays exact under any transform of the target's rows, provided every draw of a
-decode, the root pass's as well as the verifier's at every tree node, takes the same transformed row: the
-output then follows the transformed law, as plain decoding with the same options would. So the filters are
-applied once, to the logits the target returns (`Filtered` wraps a TargetRunner), and everything downstream
-(draws, the `root` rule's ranking by the root row) sees only the transformed rows.
-
-The filters act, in transformers' order, on the tempered law softmax(logits / T): keep the top_k largest
-(ties at the k-th kept), then the smallest set of the largest whose mass reaches top_p, then those with at
-least min_p times the largest probability. A filtered entry's logit becomes -inf, so that softmax(row / T)
-of the filtered row is the tempered law renormalised over what is kept. At T = 0 nothing changes: the
-argmax is always kept.
-"""
+decode (the root pass's and the verifier's) takes the same transformed row, so the filters are applied once,
+to the logits the target returns (`Filtered` wraps a TargetRunner). In transformers' order, on the tempered law
+softmax(logits / T): top_k (ties at the k-th kept), then top_p, then min_p; a filtered entry's logit becomes
+-inf. At T = 0 nothing changes: the argmax is always kept."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Selection rules (DESIGN.md section 3): which pool candidates the target verifies this round.
 
-Every rule ranks by a score that never increases along a path, with ties to the shallower candidate and
-then the lower pool index, so its best B candidates are ancestor-closed. Rules that take a first draw X1
-from the target's root row (`root-draw`, `pearl`, `pearl-top1`) return trees whose only first-level node
-is X1; `root` uses the root row's probabilities in place of the first draft factor.
-
-Each rule's tree at budget B is the first B of one order (for the draw rules, one order per draw): the
-`*_order` functions give those orders, which the selections cut and pipeline.value sums along.
-"""
+Every rule ranks by a score that never increases along a path, ties to the shallower candidate and then the
+lower pool index, so its best B candidates are ancestor-closed. Each rule's tree at budget B is the first B of
+one order (for the draw rules, one per draw): the `*_order` functions give those orders, which the selections cut
+and pipeline.value sums along."""
 
 from __future__ import annotations
 
@@ -24,10 +20,8 @@ def draft_order(pool: Pool) -> np.ndarray:
 
 def root_order(pool: Pool, first_probs: np.ndarray) -> np.ndarray:
     """(N,) every candidate, best first once each path's first draft factor is the root row's probability.
-
-    first_probs: (N,) target probability of each candidate's first-level token at the root (only the
-    entries of first-level candidates are read).
-    """
+    first_probs: (N,) target probability of each candidate's first-level token at the root (only the entries of
+    first-level candidates are read)."""
     with np.errstate(divide="ignore"):
         first = np.log(first_probs[pool.top].astype(np.float64))
     score = pool.cum.astype(np.float64) - pool.logp[pool.top] + first
@@ -36,10 +30,8 @@ def root_order(pool: Pool, first_probs: np.ndarray) -> np.ndarray:
 
 def oracle_order(pool: Pool, edge_probs: np.ndarray) -> np.ndarray:
     """(N,) every candidate, best first by its path's target probability (exact edge probabilities, (N,)).
-
-    Path probabilities never increase along a path, so every prefix is ancestor-closed, and the first B
-    maximize V among all ancestor-closed sets of B candidates.
-    """
+    Path probabilities never increase along a path, so every prefix is ancestor-closed, and the first B maximize V among
+    all ancestor-closed sets of B candidates."""
     return rank(log_path_mass(pool, edge_probs), pool.depth)
 
 

@@ -12,11 +12,8 @@ from pipeline.pool import ROOT, Pool
 @dataclass(frozen=True, slots=True, eq=False)
 class Tree:
     """Non-root tree nodes, parents before children.
-
-    token:  (n,) int64 token ids
-    parent: (n,) int64 tree index of the parent, ROOT for the root's children
-    node:   (n,) int64 pool index of each node, ROOT for a drawn token the pool lacks
-    """
+    token: (n,) int64 token ids parent: (n,) int64 tree index of the parent, ROOT for the root's children node: (n,)
+    int64 pool index of each node, ROOT for a drawn token the pool lacks"""
 
     token: np.ndarray
     parent: np.ndarray
@@ -71,9 +68,7 @@ class Tree:
 
 def ancestor_matrix(parent: np.ndarray) -> np.ndarray:
     """(n, n) bool: entry [i, j] is True when node j is node i or one of its ancestors.
-
-    parent: (n,) int, ROOT for nodes hanging off the shared prefix; parent[i] < i.
-    """
+    parent: (n,) int, ROOT for nodes hanging off the shared prefix; parent[i] < i."""
     n = parent.shape[0]
     anc = np.eye(n, dtype=bool)
     for i, p in enumerate(parent.tolist()):  # row i inherits its parent's row; n <= a few hundred

@@ -16,12 +16,10 @@ from pipeline.select import depth_order, descendants_order, draft_order, log_pat
 
 
 class Scored:
-    """One recorded round: its pool and the target's probability of every pool edge at the run's
-    temperature (at T = 0 the greedy point mass: 1 where the candidate's token is the target's argmax
-    after its path, else 0). A first-level edge's probability is the root row's at that token.
-
-    edge: (N,) float64. mass: (N,) the path mass m(v), the product of edge probabilities down to v.
-    """
+    """One recorded round: its pool and the target's probability of every pool edge at the run's temperature (at T = 0
+    the greedy point mass: 1 where the candidate's token is the target's argmax after its path, else 0). A first-level
+    edge's probability is the root row's at that token.
+    edge: (N,) float64. mass: (N,) the path mass m(v), the product of edge probabilities down to v."""
 
     def __init__(self, pool: Pool, edge_probs: np.ndarray) -> None:
         self.pool = pool
@@ -60,12 +58,9 @@ class Scored:
 
 @dataclass(frozen=True, slots=True)
 class Curve:
-    """A rule's value at every budget of one round: V(B) = base + gains[:B].sum().
-
-    gains[i] is what the i-th node of the budget adds in expectation (for the draw rules, summed over the
-    draws X1, each draw's tree being a prefix of its own order); base is what every tree holds whatever
-    its size (1 for the draw rules: X1 counts as accepted).
-    """
+    """A rule's value at every budget of one round: V(B) = base + gains[:B].sum(). gains[i] is what the i-th node of the
+    budget adds in expectation (for the draw rules, summed over the draws X1, each draw's tree being a prefix of its own
+    order); base is what every tree holds whatever its size (1 for the draw rules: X1 counts as accepted)."""
 
     base: float
     gains: np.ndarray  # (N,) float64

@@ -2,22 +2,14 @@
 
 A field `max_new_tokens: int = 256` becomes `--max-new-tokens N` (with an optional prefix); a bool field
 defaulting to True becomes `--no-NAME`, one defaulting to False `--NAME`; a `tuple[str, ...]` field is
-repeatable; a `tuple[int, ...]` field takes a comma-separated list; a field with metadata `{"required":
-True}` is a required option (usage and help say so); one with `{"dashed": True}` takes a value that may start
-with '-' (a Z85 key) after a space too (`args_of`). A field holding another options dataclass, with metadata
-`{"embed": (names...)}`, contributes those fields of it as options of their own (so RunOptions embeds
-DecodeConfig's `--temperature`, `--budget`, ... without repeating them). The pure rules' settings
-(PoolConfig, DecodeConfig) carry no command-line words: programs.rule_options holds their help, metavars and
-parsers, read here as the other dataclasses' metadata is.
+repeatable; a `tuple[int, ...]` field takes a comma-separated list. Metadata `{"required": True}` makes a required
+option, `{"dashed": True}` one whose value may start with '-' (`args_of`), and `{"embed": (names...)}` on a field
+holding another options dataclass adds those fields of it as options (RunOptions embeds DecodeConfig's). The pure
+rules' settings carry no command-line words: programs.rule_options holds them.
 
-Values are checked once, by the dataclasses' own `__post_init__`. Lower layers name fields in backticks
-(`budget`); `Flags.rewrite` turns those names into the flags of the program that reported them, for usage
-errors and for errors raised later (a capacity, a timeout).
-
-Exit codes of every program: 0 done; 2 what the user can fix in the command, its files, its models or its
-sizes; 3 the peer process or the wire; 128 + N stopped by signal N; 1 with a traceback for anything else,
-which is a bug.
-"""
+Values are checked once, by the dataclasses' own `__post_init__`; `Flags.rewrite` turns the backticked field
+names of lower layers' errors into the program's flags. Exit codes (docs/decoding.md): 0 done; 2 what the user
+can fix; 3 the peer process or the wire; 128 + N stopped by signal N; 1 with a traceback for a bug."""
 
 from __future__ import annotations
 
@@ -128,10 +120,8 @@ def _title(cls: type) -> str:
 def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "", skip: tuple[str, ...] = (),
                 defaults: dict[str, Any] | None = None, names: dict[str, str] | None = None) -> None:
     """Add one option per field of dataclass `cls` (and of the fields it embeds).
-
-    defaults: shown and parsed defaults that differ from the fields'; names: field -> a flag other than the
-    field's own (the launcher's --target for the target's `model`).
-    """
+    defaults: shown and parsed defaults that differ from the fields'; names: field -> a flag other than the field's own
+    (the launcher's --target for the target's `model`)."""
     group = parser.add_argument_group(_title(cls))
     known = flags_of(parser)
     for f, words, outer in _fields(cls, skip):
@@ -151,22 +141,18 @@ def add_options(parser: argparse.ArgumentParser, cls: type, *, prefix: str = "",
         elif f.type in ("tuple[str, ...]", "list[str]"):
             group.add_argument(option, dest=dest, action="append", default=None,
                                metavar=words.get("metavar", "TEXT"), help=help_text)
-        elif words.get("required"):  # shown as required in usage and help; its check stays the field's
-            kind = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
-            group.add_argument(option, dest=dest, type=kind, required=True, help=help_text + " (required)",
-                               metavar=words.get("metavar", f.name.split("_")[-1].upper()))
-        else:
-            kind = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type]
-            shown = "" if default in (None, "", (), dataclasses.MISSING) else \
+        else:  # a required one is shown as required in usage and help; its check stays the field's
+            kind, required = PARSERS.get(words.get("parse")) or {"int": int, "float": float, "str": str}[f.type], \
+                bool(words.get("required"))
+            shown = " (required)" if required else "" if default in (None, "", (), dataclasses.MISSING) else \
                 f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
-            group.add_argument(option, dest=dest, type=kind, default=default, help=help_text + shown,
-                               metavar=words.get("metavar", f.name.split("_")[-1].upper()))
+            group.add_argument(option, dest=dest, type=kind, default=None if required else default, required=required,
+                               help=help_text + shown, metavar=words.get("metavar", f.name.split("_")[-1].upper()))
 
 
 def from_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, cls: type, *, prefix: str = "",
                  skip: tuple[str, ...] = (), names: dict[str, str] | None = None, **extra: Any):
-    """Build `cls` (and what it embeds) from parsed options; a ConfigError becomes a usage error naming
-    the flag."""
+    """Build `cls` (and what it embeds) from parsed options; a ConfigError becomes a usage error naming the flag."""
     values: dict[str, Any] = dict(extra)
     embedded: dict[str, dict[str, Any]] = {}
     for f, _, outer in _fields(cls, skip):
@@ -333,10 +319,9 @@ def run_program(body: Callable[[], int], flags: Flags) -> int:
 
 def raise_open_file_limit() -> int:
     """Raise this process's soft limit on open files to its hard limit -> the soft limit now.
-
-    A drafter holds a descriptor for every connection, those still in their handshake too: at the common soft
-    limit of 1024, a thousand connections that never finish their handshake would keep targets out until
-    they time out (protocol.transport.HANDSHAKE_IVL_MS), and make the model's own files fail to open."""
+    A drafter holds a descriptor for every connection, those still in their handshake too: at the common soft limit of
+    1024, a thousand connections that never finish their handshake would keep targets out until they time out
+    (protocol.transport.HANDSHAKE_IVL_MS), and make the model's own files fail to open."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
     if soft != resource.RLIM_INFINITY and soft < wanted:
@@ -350,10 +335,8 @@ def raise_open_file_limit() -> int:
 
 @contextmanager
 def uninterrupted(*signums: int) -> Iterator[None]:
-    """Run the block whole (main thread only): these signals, arriving meanwhile, take effect as it ends.
-
-    A stop request raised inside ZeroMQ's teardown leaves a context half shut, and the interpreter's exit
-    then waits on it forever."""
+    """Run the block whole (main thread only): these signals, arriving meanwhile, take effect as it ends. A stop request
+    raised inside ZeroMQ's teardown leaves a context half shut, and the interpreter's exit then waits on it forever."""
     arrived: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signums}
     try:

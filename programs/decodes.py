@@ -1,10 +1,8 @@
 """The one runner of a program's decodes: each decode of a list in order, its rounds kept, its progress said.
 
-A decode run (programs.target_program) and a timing sweep (timing.sweep) both run their decodes here: every
-turn of each prompt under its config (target_proc.conversation), with --record-rounds its rounds appended
-to the rounds file just before its record is handed on, and a log line per turn that ends with the run's
-count and time left (programs.progress; a bar too on a terminal).
-"""
+A decode run (programs.target_program) and a timing sweep (timing.sweep) both run their decodes here: every turn
+of each prompt (target_proc.conversation), with --record-rounds its rounds appended just before its record, and a
+log line per turn with the run's count and time left (programs.progress)."""
 
 from __future__ import annotations
 
@@ -30,13 +28,10 @@ log = logging.getLogger("target")
 @dataclass(frozen=True, slots=True)
 class Decode:
     """One decode to run: every turn of `prompt` under `config`.
-
-    done: records of its turns recorded before (a resumed sweep), reused rather than decoded again.
-    where: where a sweep ran it (grid budget, position...), put on each of its records and its rounds' keys.
-    counted: whether its records are handed on, kept and counted; a warm-up decoded again at a restart is
-    decoded (it warms the process up) and nothing else.
-    keep_rounds: whether its rounds go to the rounds file (a sweep keeps no warm-up's).
-    """
+    done: records of its turns recorded before (a resumed sweep), reused rather than decoded again. where: where a sweep
+    ran it (grid budget, position...), put on each of its records and its rounds' keys. counted: whether its records are
+    handed on, kept and counted; a warm-up decoded again at a restart is decoded (it warms the process up) and nothing
+    else. keep_rounds: whether its rounds go to the rounds file (a sweep keeps no warm-up's)."""
 
     prompt: Prompt
     config: DecodeConfig

@@ -1,14 +1,9 @@
 """python -m programs.drafter_program: bind the endpoint, load the drafter model, serve pools until Shutdown.
 
-It binds before it loads, so that a target connecting meanwhile finds something that answers, and waits
-for its Ready; an EAGLE-3 head's directory is read and checked before it binds, so that a damaged one
-ends the start in one line with nothing bound. On every tcp endpoint (and on ipc with --curve) it speaks
-CURVE only: its keypair and the target keys it accepts come from the key directory (protocol.keys).
-Loopback tcp is reachable by every user of the host, so it is served in clear only with --clear, with a
-warning; tcp beyond this machine never is. A Hello may ask for a KV cache of at most
---max-request-context slots. `launch/pair.sh drafter` runs it with --persist, as a drafter that serves one
-target after another on a second host.
-"""
+It binds before it loads, so that a target connecting meanwhile finds something that answers; an EAGLE-3
+head's directory is checked before it binds. Every tcp endpoint (and ipc with --curve) speaks CURVE only,
+loopback tcp in clear with --clear alone (docs/security.md). A Hello may ask for a KV cache of at most
+--max-request-context slots. `launch/pair.sh drafter` runs it with --persist, serving target after target."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Prints the public key (made, with its secret half, on first use) for the peers that need it: a target
 names a drafter's key with --drafter-key; a drafter accepts the keys in its key directory's authorized/
-folder, which --allow adds to. The secret key never leaves its file.
-"""
+folder, which --allow adds to. The secret key never leaves its file."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Decoding settings are DecodeConfig's own fields, embedded (pipeline.config); pool options are PoolConfig's
 and model options ModelOptions'. The launcher, the process programs, sweeps and reports build their
-command lines from these classes through programs.cli, so each flag, default and check is written once.
-"""
+command lines from these classes through programs.cli, so each flag, default and check is written once."""
 
 from __future__ import annotations
 

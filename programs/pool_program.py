@@ -5,8 +5,7 @@
 The ids are taken as they are (no chat template), as the drafter's Start would carry them; an EAGLE-3
 drafter gets the target's features of them too (the target prefills all but the last). Both models run in
 this one process, on one device. The pool comes out in pool order: its tokens, parents (pool indices, -1 for
-the root) and scores (cumulative draft log-probabilities), as one JSON object with --json, else a table.
-"""
+the root) and scores (cumulative draft log-probabilities), as one JSON object with --json, else a table."""
 
 from __future__ import annotations
 

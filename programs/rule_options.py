@@ -1,7 +1,6 @@
 """The command line's words for the pure rules' settings: the group title of pipeline.config.PoolConfig and
 pipeline.settings.DecodeConfig on a command line, and each field's help, metavar and parser (programs.cli
-reads them with the fields; the dataclasses and their checks stay in pipeline/, which knows no command line).
-"""
+reads them with the fields; the dataclasses and their checks stay in pipeline/, which knows no command line)."""
 
 from __future__ import annotations
 

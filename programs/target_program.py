@@ -3,8 +3,7 @@
 Loads the target, connects to the drafter at --endpoint and runs every requested decode. A live line per
 decode goes to stderr. With --json, stdout carries JSON lines: first the run's provenance ("kind": "run"),
 then one record per decode as soon as it ends ("decode", evaluation.record), last the summary ("summary").
-`build_parser` and `parse` are shared with the sweep's target process (timing.sweep).
-"""
+`build_parser` and `parse` are shared with the sweep's target process (timing.sweep)."""
 
 from __future__ import annotations
 

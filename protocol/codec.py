@@ -4,8 +4,7 @@ Header: {"k": kind, "f": {scalar field: value}, "a": [[dtype, [length]], ...]} w
 declaration order of the message class. Decoding checks every part and raises a typed ProtocolError that
 names the problem; it never evaluates anything it receives, and never recurses into it: the header's
 nesting is measured without recursion before anything looks inside, and error messages show received
-values one level deep and cut short (protocol.limits bounds every size).
-"""
+values one level deep and cut short (protocol.limits bounds every size)."""
 
 from __future__ import annotations
 

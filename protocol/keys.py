@@ -8,8 +8,7 @@ A key directory (default $SPECPAIR_KEYS, else ~/.config/specpair/keys) holds
 
 and is created, with a fresh keypair, on first use. A drafter accepts its own key and the authorized ones,
 so a target run by the same user from the same directory (or a copy of it) needs no setup. Keys given on
-the command line are either the 40-character Z85 text of a public key or the path of a .key file.
-"""
+the command line are either the 40-character Z85 text of a public key or the path of a .key file."""
 
 from __future__ import annotations
 

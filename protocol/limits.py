@@ -4,8 +4,7 @@ allocated for it.
 Both sockets refuse a frame over MAX_FRAME_BYTES at the transport (the peer is disconnected before the
 frame is read; a drafter refuses one over request_frame_bytes of the KV slots it grants at most), the codec
 refuses headers over MAX_HEADER_BYTES or nested deeper than MAX_NESTING, and the messages refuse handshake
-values beyond the pool and context limits below.
-"""
+values beyond the pool and context limits below."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 connections or messages cannot fill a disk or bury the lines that matter.
 
 Each kind of event may log `burst` lines per `window` seconds; the lines beyond are counted, and the next
-line of that kind that is logged says how many were left out.
-"""
+line of that kind that is logged says how many were left out."""
 
 from __future__ import annotations
 

@@ -225,12 +225,11 @@ class Ahead(Message):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Waiting(Message):
-    """target -> drafter, no reply: the target waits for round `round`'s pool with nothing else to do; a
-    drafter on the target's CPU may take its cores too until it sends that pool. With `cut` 1 the target
-    asks for the pool now, and takes it with the levels grown (a cut pool): the drafter ends it after the
-    level in progress; with `cut` 2, it grows a further level while that brings more than its wait costs
-    (pipeline.cut). `after` is how long after sending the round's Start or Commit the target asked
-    (seconds), which a drafter times the next rounds' pools by."""
+    """target -> drafter, no reply: the target waits for round `round`'s pool with nothing else to do; a drafter on the
+    target's CPU may take its cores too until it sends that pool. With `cut` 1 the target asks for the pool now, and
+    takes it with the levels grown (a cut pool): the drafter ends it after the level in progress; with `cut` 2, it grows
+    a further level while that brings more than its wait costs (pipeline.cut). `after` is how long after sending the
+    round's Start or Commit the target asked (seconds), which a drafter times the next rounds' pools by."""
 
     KIND: ClassVar[Kind] = Kind.WAITING
     request: int

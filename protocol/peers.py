@@ -1,14 +1,9 @@
 """The peers of a server's Listener: messages from peers whose connections are open, and Left once one closed.
 
-The Listener speaks of connections (a message's descriptor, a descriptor that closed); a server speaks of
-peers (who sent this, who has gone). Peers remembers which connection each speaking peer came by, as a
-fixed-size tag of its routing id (`tag`), and which peers have gone, so that the messages a closed
-connection left queued are not taken for a live peer's: the transport reports a departure before them. Of
-those, a Shutdown comes as Farewell, since it says how its peer meant to leave; the rest are dropped.
-
-What a server takes early (between the passes of a growth, `arrivals`) and leaves for its loop it `hold`s:
-`next` hands held events out first, in order.
-"""
+The Listener speaks of connections, a server of peers. Peers remembers which connection each speaking peer came by
+(a fixed-size tag of its routing id, `tag`) and which peers have gone, so that what a closed connection left
+queued is not taken for a live peer's: of it, a Shutdown comes as Farewell, the rest is dropped. What a server
+takes early (`arrivals`, between the passes of a growth) it `hold`s, and `next` hands held events out first."""
 
 from __future__ import annotations
 

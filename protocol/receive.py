@@ -1,11 +1,8 @@
 """Receiving one message frame by frame: at most `limit` frames are kept, the rest are discarded unread.
 
-`recv_multipart` would hold every frame of a message as a Python object before the frame count could be
-checked (about 200 bytes a frame: 4,000,000 empty frames took over a gigabyte). Here frames beyond the
-protocol's maximum are received into one reused buffer and dropped. libzmq itself holds a whole message
-(about 64 bytes a frame) before its first frame can be read, so that part is bounded only by what a peer
-can send; after a long message the freed memory is handed back to the system (glibc's malloc_trim).
-"""
+`recv_multipart` would hold every frame as a Python object before the count could be checked (4,000,000 empty
+frames took over a gigabyte); here frames beyond the protocol's maximum go into one reused buffer. libzmq still
+holds a whole message (about 64 bytes a frame), so after a long one the freed memory is handed back (malloc_trim)."""
 
 from __future__ import annotations
 

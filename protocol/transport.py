@@ -1,23 +1,14 @@
 """ZeroMQ sockets carrying codec frames: the drafter's Listener (ROUTER) and the target's Channel (DEALER).
 
-The drafter binds and hears every peer that connects, each tagged by its connection, so that it can serve
-one target and tell any other that it is busy; the target connects. Both sockets refuse a frame over
-MAX_FRAME_BYTES (the sender is disconnected before the frame is read), queue few messages per peer, and
-exchange ZMTP heartbeats, so that a peer whose host vanished is noticed as a closed connection; the listener
-closes a connection that has not finished its handshake within HANDSHAKE_IVL_MS.
-
-With keys, CURVE encrypts every frame and authenticates both ends: the connecting side must know the
-server's public key, and the server admits only the client keys its `trusted` test accepts (a ZAP handler
-on a thread of the listener's own context). In clear the listener runs the same handler, admitting every
-peer: a ZAP handler makes libzmq refuse ZMTP 1.0 and 2.0 peers, whose connections carry no properties
-(no descriptor to tell their departure by). Messages are received frame by frame, at most the protocol's
-number of frames kept (protocol.receive), and warnings about peers are rate-limited. The connecting side
-watches its socket's monitor: a drafter that exits or is killed becomes PeerDied at the next wait, a failed
-secure handshake AccessDenied, an endpoint where no connection can be made within a few seconds
-NothingAnswers, and every wait has a timeout that names the setting to raise. Within
-`protocol.wakeup.woken_by_signals` (every program), a signal ends any wait at once. Sockets close with linger 0
-through `close`.
-"""
+The drafter binds and hears every peer that connects, each tagged by its connection, so that it can serve one
+target and tell any other that it is busy; the target connects. Both refuse a frame over MAX_FRAME_BYTES, queue
+few messages per peer and exchange ZMTP heartbeats; the listener closes a connection whose handshake is not done
+within HANDSHAKE_IVL_MS. With keys, CURVE encrypts every frame and authenticates both ends, the server admitting
+the client keys its `trusted` test accepts (a ZAP handler, which also runs in clear: it makes libzmq refuse ZMTP
+1.0 and 2.0 peers, whose departures could not be told). docs/security.md says what a peer cannot do. The
+connecting side watches its socket's monitor (PeerDied, AccessDenied, NothingAnswers), every wait has a timeout
+that names the setting to raise, and within `protocol.wakeup.woken_by_signals` a signal ends any wait at once.
+Sockets close with linger 0 through `close`."""
 
 from __future__ import annotations
 
@@ -223,10 +214,8 @@ def is_loopback(endpoint: str) -> bool:
 
 def endpoint_in_use(endpoint: str) -> str | None:
     """Why binding `endpoint` would fail or take it from another process, or None when it is free.
-
-    ipc: a socket file some process listens on (binding would silently take it over), or a file that is not
-    a socket; a socket file nobody listens on is free. tcp: a port bound on that address.
-    """
+    ipc: a socket file some process listens on (binding would silently take it over), or a file that is not a socket; a
+    socket file nobody listens on is free. tcp: a port bound on that address."""
     if endpoint.startswith("ipc://"):
         return _ipc_in_use(endpoint[len("ipc://"):])
     parts = urlsplit(endpoint)
@@ -301,9 +290,8 @@ IDLE_S = 1.0
 
 class Listener:
     """The drafter's ROUTER socket: messages from every connected peer, and word of peers that left.
-
-    What libzmq held for a connection (its routing id, up to a frame, and its queues) is freed in small pieces
-    that glibc keeps; after TRIM_DEPARTURES departures, the first second without messages hands them back."""
+    What libzmq held for a connection (its routing id, up to a frame, and its queues) is freed in small pieces that
+    glibc keeps; after TRIM_DEPARTURES departures, the first second without messages hands them back."""
 
     def __init__(self, context: zmq.Context, sock: zmq.Socket, monitor: zmq.Socket, auth, endpoint: str,
                  throttle: Throttle) -> None:
@@ -485,9 +473,8 @@ class Channel:
         return cls(context, sock, monitor, peer, endpoint, keys)
 
     def send(self, msg: Message) -> None:
-        """Queue one message. A DEALER holds it while no connection can take it (a secure handshake failing,
-        say): this waits for one, raising what the monitor reports (AccessDenied, PeerDied) or PeerDied after
-        SEND_TIMEOUT_MS."""
+        """Queue one message. A DEALER holds it while no connection can take it (a secure handshake failing, say): this
+        waits for one, raising what the monitor reports (AccessDenied, PeerDied) or PeerDied after SEND_TIMEOUT_MS."""
         frames = encode(msg)
         deadline = time.monotonic() + SEND_TIMEOUT_MS / 1000
         while True:

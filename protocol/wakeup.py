@@ -1,22 +1,15 @@
 """Socket waits that a signal ends at once, however it lands.
 
-CPython runs a signal's Python handler in the main thread, between bytecodes. A signal that lands while
-the main thread is inside a poll's system call interrupts it; one that lands a moment before the call (or
-on another thread: the ZAP handler's, torch's) only marks the handler pending, and the poll then sleeps
-until the next message, which may never come (a drafter told to stop as its target left waited forever).
-Within `woken_by_signals`, every signal also writes a byte to a socket pair (`signal.set_wakeup_fd`); the
-transport's waits poll its reading end beside their sockets, so the poll returns and the handler runs.
+CPython runs a signal's Python handler in the main thread, between bytecodes: a signal that lands a moment before
+a poll's system call (or on another thread) only marks the handler pending, and the poll sleeps until the next
+message, which may never come. Within `woken_by_signals`, every signal also writes a byte to a socket pair
+(`signal.set_wakeup_fd`) whose reading end the transport's waits poll beside their sockets.
 
-A handler's exception can still be lost: one raised while a finalizer runs (an object's `__del__`, a
-collected generator's cleanup, an atexit callback as the program ends) is dropped, and the program goes on.
-A program that stops on a signal installs `stop` as its handler (`install_stop`): it raises Stopped (a
-SystemExit), and within the block the next socket wait raises it again, however the first one fared. A
-Stopped that Python had to drop is not printed as "Exception ignored": it is no error, and the program stops
-at its next wait. Once the program's body has returned (`ending`), a stop signal takes its default action
-and ends the process at once: raised inside the interpreter's teardown, a Stopped can turn into another
-error (logging's atexit shutdown, stopped before it takes a handler's lock, releases it in a `finally` and
-prints "cannot release un-acquired lock").
-"""
+A handler's exception raised while a finalizer runs is dropped by Python, so a program that stops on a signal
+installs `stop` (`install_stop`): it raises Stopped (a SystemExit), and within the block the next socket wait
+raises it again; a dropped Stopped is not printed as "Exception ignored". Once the program's body has returned
+(`ending`), a stop signal takes its default action at once: raised inside the interpreter's teardown, a Stopped
+can turn into another error (logging's atexit shutdown: "cannot release un-acquired lock")."""
 
 from __future__ import annotations
 

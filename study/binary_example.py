@@ -3,8 +3,7 @@
 An IID uniform binary target on the trie {a, b, aa, ab, ba, aaa, aab} (a = 0, b = 1, every edge 1/2), scored
 whole (eight rows with the root's): the round goes through a rounds file and study.coverage's reading, as a
 recorded run's rounds do, and each stopping rule's (coverage, expected acceptance, shortfall) comes out beside
-the paper's. `python -m study.binary_example` prints the table; its last line is one JSON document.
-"""
+the paper's. `python -m study.binary_example` prints the table; its last line is one JSON document."""
 
 from __future__ import annotations
 

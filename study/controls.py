@@ -1,15 +1,9 @@
-"""Tree selection with the draft factors replaced (the paper's Tables 19 and 25, Figure 6, Appendix D.12): the
-first draft factor by a calibrated estimate, a retained row, the exact root row or a geometric mixture of a row
-with it; every draft factor by a per-depth calibration. Fits are made on one half of the prompts and applied to
-the other, then the halves swap, so no figure comes from a fit that saw its own prompts.
-
-A replaced first factor ranks the pool as the root row does (pipeline.select.root_order); per-depth calibrated
-factors rank it by their products along each path (pipeline.select.oracle_order over the calibrated edges).
-Halves: the even-numbered prompts (0, 2, ... in the values program's prompt order) and the odd-numbered ones.
-A substitute or mixture keeps the draft factor in a round that lacks its row (the first round of a decode, a
-round without a cache or same-token row); `exact` is the root row's softmax at the first level (at T = 0 the
-softmax at T = 1, the paper's "Exact" column, not the greedy point mass `root` uses).
-"""
+"""Tree selection with the draft factors replaced (the paper's Tables 19 and 25, Figure 6, Appendix D.12;
+DESIGN.md section 13): the first draft factor by a calibrated estimate, a retained row, the exact root row or a
+geometric mixture of a row with it; every draft factor by a per-depth calibration. Fits are made on one half of
+the prompts (the even- or odd-numbered) and applied to the other, then the halves swap. A substitute or mixture
+keeps the draft factor in a round that lacks its row; `exact` is the root row's softmax at the first level (at
+T = 0 the softmax at T = 1, the paper's "Exact" column)."""
 
 from __future__ import annotations
 

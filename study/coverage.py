@@ -3,19 +3,11 @@ rule's tree, every scored set containing it and every stopping rule, exactly, th
 scored the continuation's address, the expected accepted tokens and the shortfall from exhaustive traversal of
 the scored trie, at every budget at once.
 
-A rule's tree at budget B holds the candidates whose rank (their place in the rule's order; for a draw rule,
-in the order beneath the draw) is below B. Every event a stopping rule turns on is then an interval of budgets
-per candidate (in the tree, on its frontier, with a child in it, its parent with a child in it), so each figure
-is a sum of path masses over intervals: one count over every rule's candidates and a running sum over the
-budgets. Only which frontier candidates come first in draft order changes with the budget in no interval; that
-one takes a (candidates, budgets) mask.
-
-The draw rules' trees are merged into one trie in which every first-level candidate u heads its own draw's
-tree (rank 0): a candidate v beneath u weighs m(u) * m(v) / m(u) = m(v), so summing path masses over the
-merged trie takes the expectation over X1 = u. The draw off the pool's first level (probability
-Scored.off_pool) is X1 alone: accepted, its continuation uncovered, under exhaustive traversal and the caps;
-under sampled-leaf stopping X1 is a leaf, emitted as the continuation, covered (the pass scored its row).
-"""
+Each event a stopping rule turns on is an interval of budgets per candidate, so each figure is a sum of path
+masses over intervals (one count, then a running sum over the budgets); only the first frontier candidates in
+draft order take a (candidates, budgets) mask. The draw rules' trees are merged into one trie in which every
+first-level candidate u heads its own draw's tree: a candidate v beneath u weighs m(u) * m(v) / m(u) = m(v),
+so summing path masses over it takes the expectation over X1 = u."""
 
 from __future__ import annotations
 
@@ -49,10 +41,8 @@ def scored_names(top: int = SCORED_TOP, frontier: int = SCORED_FRONTIER) -> tupl
 @dataclass(frozen=True, slots=True)
 class Member:
     """A rule's trees at every budget of one round: candidate v is in the tree at budget B when rank[v] < B.
-
-    rank: (N,) int64, a parent's below its children's. drawn: a draw rule (its first level all rank 0, each
-    candidate's tree the one beneath the draw of its first-level ancestor).
-    """
+    rank: (N,) int64, a parent's below its children's. drawn: a draw rule (its first level all rank 0, each candidate's
+    tree the one beneath the draw of its first-level ancestor)."""
 
     rank: np.ndarray
     drawn: bool
@@ -105,12 +95,10 @@ LEVELS = max(CAPS) + 2  # depths told apart in sums: 1, 2, ..., LEVELS - 1, and 
 
 class _Pool:
     """What every rule's figures read of one round: the budgets, the pool's shape, the masses, the scored sets.
-
-    budgets: (K,) ascending. kind: (N,) each candidate's class in sums, by depth (LEVELS of them) and whether
-    it is among the first `top` candidates in draft order. reach: (J, N) the weights summed over the exits
-    that a mask, not a sum by class, gives (the first frontier candidates): m, m at depth <= k + 1 for each
-    cap k, and 1 (a count, which a draw rule's block replaces by the probability of the candidate's draw).
-    """
+    budgets: (K,) ascending. kind: (N,) each candidate's class in sums, by depth (LEVELS of them) and whether it is
+    among the first `top` candidates in draft order. reach: (J, N) the weights summed over the exits that a mask, not a
+    sum by class, gives (the first frontier candidates): m, m at depth <= k + 1 for each cap k, and 1 (a count, which a
+    draw rule's block replaces by the probability of the candidate's draw)."""
 
     def __init__(self, s: Scored, budgets: np.ndarray, top: int, frontier: int) -> None:
         pool, m = s.pool, s.mass
@@ -138,11 +126,10 @@ class _Pool:
 
     def sums(self, spans: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[np.ndarray]) -> np.ndarray:
         """(W, E, R, K, LEVELS, 2): for each of W (N,) weights and each of E (first, end) spans of (R, N) budget
-        indices, at each budget, the sum of the weights of the candidates whose budgets run from `first` to
-        before `end`, by depth and by whether in the top set.
-
-        A candidate's budgets are one interval: its weight is added at the interval's first budget and taken
-        off at its end (one count over every span at once), and a running sum over the budgets does the rest."""
+        indices, at each budget, the sum of the weights of the candidates whose budgets run from `first` to before
+        `end`, by depth and by whether in the top set.
+        A candidate's budgets are one interval: its weight is added at the interval's first budget and taken off at its
+        end (one count over every span at once), and a running sum over the budgets does the rest."""
         first = np.stack([f for f, _ in spans])  # (E, R, N)
         end = np.maximum(np.stack([e for _, e in spans]), first)
         e, r, n = first.shape

@@ -1,13 +1,7 @@
 """Selection in the rounds that hold a covered row (the paper's Table 27, DESIGN.md section 12): for each setting
-recorded along the covering decoder (`cover`), the share of its rounds that held their root's exact row, and
-in those rounds `draft`'s, `root`'s and `root-draw`'s values (what `cover` keeps there), with the gains of
-`root` and `root-draw` over `draft`.
-
-The figures are ratios of per-round figures summed over prompts (study.values.Averages), masked to the
-setting's rounds and to those that held the row, drawn with the resamples of the rule values of the same
-rounds, so each interval is paired with the others. A setting none of whose rounds held the row (`draft`, or
-records written before `held_rows`) gives none.
-"""
+recorded along `cover`, the share of its rounds that held their root's exact row, and in those rounds `draft`'s,
+`root`'s and `root-draw`'s values with the gains of `root` and `root-draw` over `draft`, as ratios of per-round
+figures summed over prompts (study.values.Averages), paired with the other intervals."""
 
 from __future__ import annotations
 

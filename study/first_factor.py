@@ -3,11 +3,8 @@ replacement of the draft factors valued at every budget beside `draft` and `root
 the rerankers' first-level figures against the draft's.
 
 Controls (CONTROLS): `isotonic-q1` and `per-depth` (study.controls), the rerankers `base` and `rows`
-(study.rerank), `substitute-K` (the first factor replaced by row K) and `mix-K` (its geometric mixture
-with the first factor, the weight chosen on the other half at each budget). The fitted ones need prompts in both
-halves, the rerankers RERANK_PROMPTS in each: fitting their 400 trees costs seconds whatever the data, and a fit
-on fewer prompts says little about the others. Those reading retained rows need a recording that kept them.
-"""
+(study.rerank), `substitute-K` and `mix-K`. The fitted ones need prompts in both halves, the rerankers
+RERANK_PROMPTS in each; those reading retained rows need a recording that kept them."""
 
 from __future__ import annotations
 

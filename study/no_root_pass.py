@@ -1,15 +1,8 @@
-"""A decoder without a root pass, offline (DESIGN.md section 12; the paper's D.10): over each recorded decode's
-consecutive rounds, a round holds the exact root row only when the round before was covered; it then selects
-with `root`, else with `draft`, and its pass scores the M highest-ranked candidates in the order of the rule it
-uses, or the whole pool.
-
-Whether a round is covered is a draw, so a round holds the row with a probability h that follows the chain
-h' = h cov(root's tree) + (1 - h) cov(draft's tree) from h = 0 at each decode's first round (at T = 0 coverage
-is 0 or 1, the greedy point mass, and so is h). Per round this gives h, and h times each rule's value, whose
-per-prompt sums study.values.Averages resamples: the share of rounds that hold the row, root's gain over
-draft in those rounds, and the decoder's gain over draft in every round (root where it holds the row, draft
-elsewhere: the diluted figure a decoder without a root pass gets).
-"""
+"""A decoder without a root pass, offline (DESIGN.md section 12; the paper's D.10): a round holds the exact root
+row only when the round before was covered, and then selects with `root`, else with `draft`. It holds the row
+with a probability h that follows h' = h cov(root's tree) + (1 - h) cov(draft's tree) from h = 0 at each
+decode's first round; per round this gives h and h times each rule's value, whose per-prompt sums
+study.values.Averages resamples."""
 
 from __future__ import annotations
 
@@ -41,10 +34,9 @@ def own_coverage(s: Scored, rank: np.ndarray, budgets: np.ndarray, top: int) -> 
 
 def held_rounds(decodes: Iterable[RecordedDecode], budgets: Sequence[int] = BUDGETS, *,
                 top: int = SCORED_TOP) -> list[PerRound]:
-    """Per temperature (warm-ups left out), every round's figures at each budget, named `held:S` (the
-    probability h that the round holds the root row), `root:S` and `draft:S` (h times that rule's value) and
-    `decoder:S` (the decoder's value, h root's + (1 - h) draft's), for each S of scored_sets(top), and `draft`
-    (draft's value, every round)."""
+    """Per temperature (warm-ups left out), every round's figures at each budget, named `held:S` (the probability h that
+    the round holds the root row), `root:S` and `draft:S` (h times that rule's value) and `decoder:S` (the decoder's
+    value, h root's + (1 - h) draft's), for each S of scored_sets(top), and `draft` (draft's value, every round)."""
     names = scored_sets(top)
     out = []
     for temperature, found in by_temperature(decodes).items():

@@ -1,17 +1,7 @@
 """The values program's work (`python -m timing values`, timing.values): the recorded rounds of the runs read,
-every section's tables made from them, and values.md, its figures or the JSON lines written.
-
-Per temperature: each rule's expected accepted tokens per round and per prompt at every budget, gains over
-`draft` and of `root-draw` over `pearl` with paired prompt-bootstrap intervals, the share of the oracle's
-advantage that `root` recovers, the budgets at which `draft` and `root` reach each other's value at B = 8,
-how often the draw X1 falls off the pool's first level, the recording decoder's realized acceptance
-against its value on the same rounds, (--cut-levels) the values of the pools cut after each level, and
-(--by-category) the same per prompt group; then coverage and the retained rows. values.md opens with the
-headline figures beside the paper's (study.selection_section's headline). Writes values.md and its
-figures, never over those a folder holds already unless told to (--overwrite), saying on stderr which section
-it is computing and where it wrote; with --json, stdout is one JSON line per (temperature, rule, budget) and per
-recorded decoder setting.
-"""
+every section's tables made from them, and values.md, its figures or the JSON lines written (docs/values.md
+lists the sections and figures). It never writes over a report a folder holds unless told to (--overwrite),
+and says on stderr which section it is computing and where it wrote."""
 
 from __future__ import annotations
 

@@ -1,22 +1,13 @@
-"""Rerankers of the first level (the paper's Table 4, Appendix D.8): gradient-boosted trees that predict each
-first-level candidate's target probability from what is known before verification, fitted on one half of the
-prompts and applied to the other, then swapped; the prediction replaces the first draft factor as the root row
-does (study.controls.first_values).
+"""Rerankers of the first level (the paper's Table 4, Appendix D.8; DESIGN.md section 13): gradient-boosted trees
+that predict each first-level candidate's target probability from what is known before verification, fitted on
+one half of the prompts and applied to the other, then swapped; the prediction replaces the first draft factor
+as the root row does (study.controls.first_values).
 
-`base` reads (BASE): the candidate's draft probability, its rank among its siblings and their sorted draft
-probabilities, the draft distribution below it (its children's draft probabilities) and its pool subtree (size,
-depth, draft mass below it), a token prior, the task, the prompt length, the round's position, the previous
-round's accepted nodes and whether it repeats the root's token. The token prior is the mean target probability
-of the training candidates with the same token, shrunk toward their overall mean with a pseudo-count of 20;
-within the training half the candidates are split in alternation and each part's prior comes from the other,
-so no candidate's prior holds its own label (the held-out half's comes from the whole training half). `rows`
-adds (ROW_FEATURES), for the cache, same-token and preceding rows, the candidate's log-probability and its
-difference from the row's highest first-level log-probability, the cache row's age and the previous tree's
-prefixes ending in the root's token: missing (NaN) in a round without the row, and where the preceding row's
-entry is the zeroed continuation. The model: a histogram gradient-boosted classifier under greedy decoding
-(is this the target's token?) and a regressor under sampling (its probability), 400 iterations, learning
-rate 0.05, at most 63 leaves, no early stopping, seed 0, on one thread: the same data give the same figures.
-"""
+`base` reads BASE's features; its token prior is the mean target probability of the training candidates with
+the same token, shrunk toward their overall mean with a pseudo-count of 20, each part of an alternating split of
+the training half taking the other part's, so that no candidate's prior holds its own label. `rows` adds
+ROW_FEATURES, missing (NaN) in a round without the row. Fits run on one thread with seed 0: the same data give
+the same figures."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """How close the rows retained between rounds are to the next round's root row (the paper's Section 5.3, Tables
-22, 23 and 26): how often each kind is there, its total variation and argmax agreement, with prompt-bootstrap
-intervals, from the reductions the recording stores (evaluation.rounds.RetainedRows).
+22, 23 and 26; DESIGN.md section 13): how often each kind is there, its total variation and argmax agreement,
+with prompt-bootstrap intervals, from the reductions the recording stores (evaluation.rounds.RetainedRows).
 
-A round can hold retained rows when it follows a recorded round of its decode (`prefix_root` >= 0: the first
-round of a decode has none). Over those rounds:
-- token match in the tree: the round before verified a prefix ending in this round's root token
-  (`prefix_root` > 0);
-- token match in the scored set: a pass of the round before scored such a prefix (a matched or token-only row
-  is there; the root's own row joins them when the root repeats its token);
-- address match: the emitted address itself was scored (a matched row is there).
-Per kind of row (ROWS): its availability (the share of those rounds holding at least one such row), and over
-the rows pooled (every row weighs the same) its mean and median total variation from the next root row and the
-share whose argmax agrees with it. `own-root` is the root row of the decode's own pass (a root pass, or a tree
-pass that verifies the root with its tree) against the measurement pass's, over every round whose decode
-computed it: the same row from batches of other sizes (D.3 compares a one-token root pass with the tree pass).
-"""
+Over the rounds that follow a recorded round of their decode (`prefix_root` >= 0): token matches in the tree
+(`prefix_root` > 0) and in the scored set (a matched or token-only row), and address matches (a matched row).
+Per kind of row (ROWS): its availability, and over the rows pooled the mean and median total variation and the
+share whose argmax agrees. `own-root` is the root row of the decode's own pass against the measurement pass's."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ what the draft factors replaced by calibrated estimates, rerankers, retained row
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from study.rerank import RERANKERS
 from study.retained_rows import MATCHES, ROWS, RowAgreement, RowStudy
 from study.values import Averages, Estimate, by_temperature
 from models.options import INT8_SUFFIX
-from study.section import ValuesInput, est, number, pct, share
+from study.section import ValuesInput, est, interval, number, pct, share, share1
 
 FIGURE = "rows_substitution.png"
 SUBSTITUTED = ("substitute-cache", "substitute-same-token", "substitute-preceding", "substitute-exact")
@@ -186,7 +185,7 @@ def _matches(rows: RowStudy, level: str) -> list[str]:
     found = rows.matches()
     out = [f"Table 22: token and address matches, over the {rows.eligible} rounds that follow a recorded round of "
            f"their decode ({level} intervals).", "", "| match | share of rounds |", "|---|---|"]
-    out += [f"| {MATCH_NAMES[m]} | {_share(found[m])} |" for m in MATCHES]
+    out += [f"| {MATCH_NAMES[m]} | {share1(found[m])} |" for m in MATCHES]
     return out + ["", f"The paper: {PAPER_MATCHES}.", ""]
 
 
@@ -201,8 +200,8 @@ def _agreements(rows: RowStudy, level: str) -> list[str]:
                 f"agreement, rows pooled ({level} intervals).", ""] + head
         for name in names:
             a = rows.agreement(name)
-            out.append(f"| {name} | {_share(a.available)} | {a.rows} | {_tv(a.mean_tv)} | {_tv(a.median_tv)} | "
-                       f"{_share(a.agreement)} | {PAPER_ROWS[name]} |")
+            out.append(f"| {name} | {share1(a.available)} | {a.rows} | {interval(a.mean_tv, '.3g')} | "
+                       f"{interval(a.median_tv, '.3g')} | {share1(a.agreement)} | {PAPER_ROWS[name]} |")
         out.append("")
     return out + ["The preceding row's probability of the continuation is zeroed before it is compared. own-root is "
                   "the root row of the decode's own pass (a decoder without a root pass computes it in its tree "
@@ -246,8 +245,8 @@ def _rerankers(study: FirstFactors, avg: Averages, figures: Averages, picks: lis
         top1 = figures.ratio(f"{name}:top1", f"{name}:eligible")[0]
         sq = figures.ratio(f"{name}:squared", f"{name}:candidates")[0]
         cells = [est(gains[k]) for k in ks] + [est(over[k]) if over else "—" for k in ks] + \
-                [share(shares[k]) for k in ks] + [f"{_share(top1)} ({pct(draft_top1, sign=False)})",
-                                                  f"{_tv(sq)} ({draft_sq:.4g})"]
+                [share(shares[k]) for k in ks] + [f"{share1(top1)} ({pct(draft_top1, sign=False)})",
+                                                  f"{interval(sq, '.3g')} ({draft_sq:.4g})"]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     seconds = ", ".join(f"{name} {s:.1f} s" for name, s in study.seconds.items())
     out += ["", f"The paper: {PAPER_RERANKERS}. Fitting and applying each reranker on both halves took {seconds} "
@@ -283,12 +282,3 @@ def _int8_note(data: ValuesInput, what: str) -> list[str]:
     if drafter.get("model") != f"{target.get('model')}{INT8_SUFFIX}":
         return []
     return [f"This run's drafter is an int8 copy of its target: {what}.", ""]
-
-
-def _share(e: Estimate) -> str:
-    return "—" if not math.isfinite(e.value) else \
-        f"{pct(e.value, sign=False)} [{pct(e.low, sign=False)}, {pct(e.high, sign=False)}]"
-
-
-def _tv(e: Estimate) -> str:
-    return "—" if not math.isfinite(e.value) else f"{e.value:.3g} [{e.low:.3g}, {e.high:.3g}]"

@@ -61,9 +61,19 @@ def plain(e: Estimate, digits: int) -> str:
     return f"{e.value:.{digits}f} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
 
 
+def interval(e: Estimate, show) -> str:
+    """An estimate and its interval, each number by `show` (a format spec, or a function); "—" where not finite."""
+    cell = show if callable(show) else (lambda x: format(x, show))
+    return "—" if not math.isfinite(e.value) else f"{cell(e.value)} [{cell(e.low)}, {cell(e.high)}]"
+
+
 def share(e: Estimate) -> str:
-    return "—" if not math.isfinite(e.value) else f"{pct(e.value, 0, sign=False)} [{pct(e.low, 0, sign=False)}, " \
-                                                   f"{pct(e.high, 0, sign=False)}]"
+    return interval(e, lambda x: pct(x, 0, sign=False))
+
+
+def share1(e: Estimate) -> str:
+    """A share with one decimal and its interval."""
+    return interval(e, lambda x: pct(x, 1, sign=False))
 
 
 def pct(x: float, digits: int = 1, sign: bool = True) -> str:

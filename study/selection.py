@@ -1,10 +1,7 @@
 """The selection figures beyond each rule's value (the paper's Figure 2 and Tables 9, 11-13, 15, 18, 29): depth-d
 selection, each rule's expected tree size, every rule restricted to the M best candidates, and the PEARL-style
-tree's size under a raised pre-draw budget; per round at every budget, and the statistics built on them (the
-matched PEARL baseline and the budgets that reach a value, redone in every prompt resample).
-
-A round's figures are curves over budgets 1..N (its pool's size); a caller keeps them at its reported budgets
-and, for the names in FULL, sums them per prompt at every budget, which is what a search over budgets needs."""
+tree's size under a raised pre-draw budget; per round as curves over budgets 1..N, and the statistics built on
+them (the matched PEARL baseline and the budgets that reach a value, redone in every prompt resample)."""
 
 from __future__ import annotations
 
@@ -31,9 +28,8 @@ FULL = ("draft", "root", *DRAWN, *(f"size:{rule}" for rule in DRAWN), *(f"top1-s
 
 def round_curves(s: Scored, curves: dict[str, Curve], depth: int) -> dict[str, np.ndarray]:
     """Every selection figure of one round at budgets 1..N -> name -> (N,) float64.
-
-    curves: the rules' value curves (pipeline.value), already computed; depth: the deepest pool of the run, so
-    that every round has the same depth-d names (a shallower pool's deeper d ranks as its oracle does)."""
+    curves: the rules' value curves (pipeline.value), already computed; depth: the deepest pool of the run, so that
+    every round has the same depth-d names (a shallower pool's deeper d ranks as its oracle does)."""
     n = len(s.pool)
     out = {}
     for d in range(1, depth + 1):

@@ -1,10 +1,7 @@
 """The rounds split three ways, every figure with its paired prompt-bootstrap interval: by task (the paper's Table
-10: the tasks weighted the same, prompts resampled within each task, and each task's own gains), and by the
-first-token split and the root row's entropy quintile (Table 15).
-
-The splits' figures are ratios of per-round figures summed over prompts (study.values.Averages), drawn with the
-resamples of the rule values of the same rounds, so each interval is paired with the others. The quintile
-edges are taken once over all the rounds of a temperature and held fixed in the resamples."""
+10: the tasks weighted the same, and each task's own gains), and by the first-token split and the root row's
+entropy quintile (Table 15), as ratios of per-round figures summed over prompts (study.values.Averages). The
+quintile edges are taken once over a temperature's rounds and held fixed in the resamples."""
 
 from __future__ import annotations
 
@@ -67,9 +64,8 @@ def each_task(rv: RoundValues, avg: Averages) -> list[TaskGains]:
 
 @dataclass(frozen=True, slots=True)
 class FirstTokenSplit:
-    """Table 15 at one budget: the rounds whose drafter's most probable first token is the target's most
-    probable token at the root, and the root gain (root's value less draft's) by quintile of the root row's
-    entropy."""
+    """Table 15 at one budget: the rounds whose drafter's most probable first token is the target's most probable token
+    at the root, and the root gain (root's value less draft's) by quintile of the root row's entropy."""
 
     budget: int
     agreeing: Estimate  # the share of rounds whose first tokens agree

@@ -1,10 +1,6 @@
-"""The paper's selection tables from one temperature's recorded rounds, each beside the paper's figures: Table 2
-and 9 (gains over draft, the share of the oracle's advantage that root and depth-two selection recover), Figure 2
-and Figure 5 (every depth), Table 8 (emitted tokens), Table 10 (tasks weighted equally, and each task), Table 11
-(restricted pools), Table 12 (root-draw against the stronger PEARL variant, and that variant matched in tree
-size, the trees split by the kind of draw), Table 13 (budgets that reach each other's value), Table 15 (the
-first-token and entropy splits), Table 20 (late rounds), Table 27 (selection in the covering decoder's rounds
-that hold a covered row) and Table 29 (the matched cap). Their JSON lines are study.table_lines'."""
+"""The paper's selection tables from one temperature's recorded rounds, each beside the paper's figures: Tables 2, 8,
+9, 10, 11, 12, 13, 15, 20, 27 and 29 and Figures 2 and 5 (docs/values.md lists what each holds). Their JSON lines
+are study.table_lines'."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import category_group
 from pipeline.config import InputError
 from study.values import Averages, Estimate, PerRound, RoundValues, by_prompt
-from study.section import est, pct, plain, share
+from study.section import est, interval, pct, plain, share, share1
 
 # The paper's figures, as its text gives them (ranges over its runs), printed beside this run's.
 PAPER = {
@@ -242,24 +238,14 @@ def table_15(rv: RoundValues, avg: Averages) -> list[str]:
            *_head("budget", "rounds agreeing", "their share of the root gain", "depth two's share of the oracle's "
                   "advantage there", "upper two quintiles' root gain over the lower two's")]
     for f in splits:
-        out.append(_row([f.budget, est_share(f.agreeing), est_share(f.root_gain_share), est_share(f.depth_two_share),
-                         _times(f.upper_over_lower)]))
+        out.append(_row([f.budget, share1(f.agreeing), share1(f.root_gain_share), share1(f.depth_two_share),
+                         interval(f.upper_over_lower, ".2f")]))
     out += ["", *_head("budget", *(f"quintile {q + 1}" for q in range(QUINTILES)),
                        "rises from each quintile to the next")]
     for f in splits:
         out.append(_row([f.budget, *(f"{e.value:+.4f} [{e.low:+.4f}, {e.high:+.4f}]" for e in f.quintile_gain),
                          _rises(f)]))
     return out + ["", paper("Table 15"), ""]
-
-
-def est_share(e: Estimate) -> str:
-    """A share with one decimal and its interval."""
-    return "—" if not np.isfinite(e.value) else \
-        f"{pct(e.value, 1, sign=False)} [{pct(e.low, 1, sign=False)}, {pct(e.high, 1, sign=False)}]"
-
-
-def _times(e: Estimate) -> str:
-    return "—" if not np.isfinite(e.value) else f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}]"
 
 
 def _rises(f: FirstTokenSplit) -> str:
@@ -436,16 +422,12 @@ def table_27(rv: RoundValues, avg: Averages) -> list[str]:
     for c in found:
         for b, k in own_columns(rv, c.budget):
             out.append(_row([f"{c.decoder} at B = {c.budget}", b, f"{c.held_rounds} of {c.rounds}",
-                             est_share(c.held_share), *(_tokens(c.values[r][k]) for r in COVERED_RULES),
+                             share1(c.held_share), *(interval(c.values[r][k], ".3f") for r in COVERED_RULES),
                              est(c.gains["root"][k]), est(c.gains["root-draw"][k])]))
     return out + ["", "Values under exhaustive traversal, as in every table here; `cover` walks its tree with "
                       "sampled-leaf stopping, which accepts one token fewer in a round that stops at a leaf (Table 1). "
                       "Table 27's own figure, tokens per target pass against `draft`'s, is the report's "
                       "(`launch/pair.sh report`) of the same sweep.", paper("Table 27"), ""]
-
-
-def _tokens(e: Estimate) -> str:
-    return "—" if not np.isfinite(e.value) else f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]"
 
 
 @dataclass(frozen=True, slots=True)

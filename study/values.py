@@ -1,13 +1,9 @@
 """Every rule compared at shared contexts (DESIGN.md section 8): values of recorded rounds, their averages
 per round and per prompt, paired prompt-bootstrap intervals, and the recording decoder's agreement.
 
-Each recorded round gives every rule of pipeline.rules (each row brings its value) and the two ceilings the
-same pool. A rule's value at budget B is the expected number of accepted tokens of the tree it would keep
-(the drawn X1 counted for the draw rules); at every budget at once it is a prefix sum along one order per
-round (pipeline.value.Curve). Averages come two ways, as the paper gives them: per round (all rounds
-pooled) and per prompt (each prompt's mean first, so every prompt weighs the same). Intervals resample
-prompts, all rules with the same resamples, so a prompt's shared difficulty cancels within each pair.
-"""
+A rule's value at budget B is the expected number of accepted tokens of the tree it would keep, a prefix sum
+along one order per round (pipeline.value.Curve). Averages are per round (all rounds pooled) and per prompt (each
+prompt's mean first); intervals resample prompts, all rules with the same resamples."""
 
 from __future__ import annotations
 
@@ -290,9 +286,8 @@ class Averages:
     @classmethod
     def of_totals(cls, totals: dict[str, np.ndarray], rounds: np.ndarray, *, n_resamples: int = 2000,
                   confidence: float = 0.95, seed: int = 0) -> Averages:
-        """Averages of figures already summed by prompt: totals name -> (P, K), rounds (P,) the rounds of each
-        prompt, in the prompt order of PerRound.of (so that the resamples are those of the other figures of the
-        same rounds)."""
+        """Averages of figures already summed by prompt: totals name -> (P, K), rounds (P,) the rounds of each prompt,
+        in the prompt order of PerRound.of (so that the resamples are those of the other figures of the same rounds)."""
         out = cls.__new__(cls)
         columns = next(iter(totals.values())).shape[1]
         out._start(dict(totals), rounds, np.arange(columns), n_resamples, confidence, seed)

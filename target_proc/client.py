@@ -122,9 +122,8 @@ class RemoteDrafter:
         self.channel.send(Ahead(self.request, self.round + 1, np.asarray(tokens, np.int32)))
 
     def waiting(self, cut: int = 0) -> None:
-        """This side waits for the current round's pool with nothing else to do (the drafter may take its
-        cores); with `cut` (pipeline.cut's WEIGH or NOW), it asks for the pool now (a cut pool: its first
-        levels)."""
+        """This side waits for the current round's pool with nothing else to do (the drafter may take its cores); with
+        `cut` (pipeline.cut's WEIGH or NOW), it asks for the pool now (a cut pool: its first levels)."""
         self.channel.send(Waiting(self.request, self.round, cut, time.perf_counter() - self.sent_at))
         self.cut_asked = self.cut_asked or bool(cut)
 

@@ -29,15 +29,11 @@ def decode_conversation(session, prompt: Conversation, config: DecodeConfig,
                         rounds: Callable[[DecodeRecord, list], None] | None = None,
                         on_tokens=None, logprobs: int | None = None) -> Iterator[DecodeRecord]:
     """Decode each turn of `prompt` in one conversation, yielding a record per turn as it ends.
-
-    Turn k's context holds the earlier user turns and this decoder's own answers to them, through the
-    target's chat template (as Spec-Bench's inference builds it). `done`: records of turns decoded before
-    (a resumed sweep), whose answers are reused instead of decoded again. `rounds`: record every round's
-    pool with one measurement pass (target_proc.recorder) and hand (record, recorded rounds) to this
-    callable before the record is yielded. `on_tokens`: see pipeline.decode.decode (streaming). `logprobs`: keep
-    each output token's log-probability and the top `logprobs` of its row (target_proc.logprobs) in the record,
-    for a decode that does not record its rounds.
-    """
+    Turn k's context holds the earlier user turns and this decoder's own answers, through the chat template. `done`:
+    records of turns decoded before (a resumed sweep), whose answers are reused. `rounds`: record every round's pool
+    (target_proc.recorder) and hand (record, recorded rounds) to this callable before the record is yielded.
+    `on_tokens`: as pipeline.decode.decode's. `logprobs`: keep each output token's log-probability and the top
+    `logprobs` of its row (target_proc.logprobs), for a decode that does not record its rounds."""
     history: list[str] = []
     for turn, user in enumerate(prompt.turns):
         record = (done or {}).get(turn)

@@ -1,21 +1,11 @@
 """This device's pass times for budget auto (pipeline.budget turns them into each rule's costs): a plain
 round, the root pass while the drafter works, tree passes of each candidate size, the prefill, alone and
-beside the drafter, and the drafter's pool after a one-token commit, timed on a scratch context.
-
-The prefill beside a standalone drafter is timed as a decode's first round starts it: the drafter's own
-prefill and first pool running beside the target's, on a scratch prompt of PREFILL tokens. With a drafter as
-costly as the target that is what a long prompt's start costs (1.5x the prefill alone on two CPU cores), which
-the target's prefill on the cores the drafter leaves it, with the drafter idle, does not show on a short prompt:
-a first decode on a long prompt would otherwise pay for the lesson.
-
-The pool is timed here rather than learnt from rounds alone: a round waits for it, and a decode that had to
-speculate to learn what a round costs would pay for the lesson with rounds dearer than plain ones (with a
-drafter as costly as the target, several plain rounds' worth each).
+beside the drafter (as a decode's first round starts it, on PREFILL tokens), and the drafter's pool after a
+one-token commit, timed on a scratch context (docs/budget-auto.md says why each is timed, not learnt).
 
 What was timed is kept (PassTimes) beside the CPU linear kernels' choice, under a key of everything the timings
-depend on (`timing_key`: the machine, torch, the target's threads, both models as records name them with their
-kernels, the pool, the cap and the cache size), so that later starts on this machine, from the command line or
-the Python API, reuse it: `kept_or_measured`. `--retime` (ModelOptions.retime) times them again."""
+depend on (`timing_key`), so that later starts on this machine reuse it: `kept_or_measured`. `--retime`
+(ModelOptions.retime) times them again."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""Recording rounds for the rules compared at shared contexts (DESIGN.md section 8): after each round of a
-decode, one measurement pass of the target under the tree mask gives the target's probability of every
-pool edge. A candidate's edge is read in its parent's row, so the pass needs the root and the expanded
-candidates only (the others are leaves): 1 + 70 rows at the paper's pool of 710. It also scores the few
-addresses whose rows the retained-row study keeps (target_proc.retained: the emitted address and others ending
-in the continuation token, when the paper's scored set holds them), and the round's root row gives the figures
-of that study (argmax, entropy, the law at the first-level tokens, agreement with the decoder's own root row).
-Before a decode's first round a pass over its context gives the token-keyed cache its rows. Every such pass runs
-after the round's commit and outside its timed phases, past the committed cache (in slots the next round
-overwrites), so the decode's output and timings are those of a decode without it.
-"""
+"""Recording rounds for the rules compared at shared contexts (DESIGN.md section 8): after each round of a decode,
+one measurement pass of the target under the tree mask gives the target's probability of every pool edge (the root
+and the expanded candidates' rows, and the few addresses target_proc.retained keeps), and the root row's figures.
+Every such pass runs after the round's commit, outside its timed phases and past the committed cache, so the
+decode's output and timings are those of a decode without it."""
 
 from __future__ import annotations
 
@@ -34,9 +28,7 @@ RECORDING = {"scored": SCORED, "token_only": TOKEN_ONLY, "rows": True}  # kept i
 
 class RoundRecorder:
     """An observer for pipeline.decode.decode that keeps every speculative round of one decode.
-
-    prompt: the decode's context (token ids); without it no retained rows are kept (schema 1's recording).
-    """
+    prompt: the decode's context (token ids); without it no retained rows are kept (schema 1's recording)."""
 
     def __init__(self, target: Target, config: DecodeConfig, prompt: list[int] | None = None) -> None:
         self.target, self.temperature, self.filters = target, config.temperature, config.filters

@@ -1,20 +1,11 @@
 """Rows retained between rounds of a recorded decode (the paper's Appendix C), reduced to what the retained-row
 study needs once the next round's root row is known (evaluation.rounds.RetainedRows): never stored whole.
 
-After each round the recorder hands over the rows that round's passes computed and this keeps, for the next
-round's root (the round's continuation c):
-- matched: the row at the emitted address (accepted path + c) when the recording's scored set holds it;
-- token-only: up to TOKEN_ONLY rows, in pool order, at other scored addresses whose final token is c, and the
-  root's row when the root token is c (not counted in the TOKEN_ONLY);
-- cache: the token-keyed cache's row for c. Before the first round the cache holds, for every context token,
-  the row at its latest occurrence; after each round it stores the row of every verified prefix under its final
-  token (the highest-ranked when several end in the same token), then the root's row under the root token;
-- same-token: the root's row when the root token is c, else the row of the highest-ranked verified prefix
-  ending in c;
-- preceding: the row that generated c (at the last accepted node, or the root's), its probability of c zeroed.
-Rows are the target law's (softmax at the run's temperature, after its filters; at T = 0 the softmax at T = 1),
-in float32 over the whole vocabulary.
-"""
+For the next round's root c it keeps (DESIGN.md section 13): matched (the emitted address's row), token-only (up
+to TOKEN_ONLY other scored rows ending in c, and the root's when the root is c), cache (the token-keyed cache's
+row for c), same-token and preceding (the row that generated c, its probability of c zeroed). Rows are the
+target law's (softmax at the run's temperature, after its filters; at T = 0 the softmax at T = 1), in float32
+over the whole vocabulary."""
 
 from __future__ import annotations
 
@@ -83,13 +74,10 @@ class Retained:
              tree_rank: np.ndarray, last_accepted: int, scored: list[tuple[torch.Tensor, bool]],
              matched: torch.Tensor | None) -> None:
         """After a round: update the cache and keep the rows for the next root, c.
-
-        own_root: (V,) logits of the root from the decode's own pass; tree_tokens: (n,) the verified tree's
-        tokens, tree_rows (n, V) their logits from its tree pass (None without one), tree_rank (n,) their
-        tree indices best first; last_accepted: tree index of the last accepted node (-1: none); scored:
-        (logits, on the accepted path) of the token-only rows, in pool order; matched: the emitted address's
-        logits, or None.
-        """
+        own_root: (V,) logits of the root from the decode's own pass; tree_tokens: (n,) the verified tree's tokens,
+        tree_rows (n, V) their logits from its tree pass (None without one), tree_rank (n,) their tree indices best
+        first; last_accepted: tree index of the last accepted node (-1: none); scored: (logits, on the accepted path) of
+        the token-only rows, in pool order; matched: the emitted address's logits, or None."""
         self.round += 1
         for i in tree_rank[::-1].tolist():  # the highest-ranked of a token is stored last
             self.cache[int(tree_tokens[i])] = (tree_rows[i].clone(), self.round)

@@ -57,12 +57,10 @@ class TargetSession:
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig, prompt_key: str | int, *,
                sync_phases: bool = False, observe: Observer | None = None, on_tokens=None) -> DecodeResult:
         """One decode; its verifier's generator is seeded by (config.seed, prompt_key, decoder).
-
-        sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the
-        CPU the target switches torch's thread count between passes; the caller's count is restored.
-        observe: see pipeline.decode.decode (a RoundRecorder needs room for a pass over the pool).
-        The config's stop strings are checked on the text this session's tokenizer gives (target_proc.stops).
-        """
+        sync_phases: wait for the device at the end of every phase (see pipeline.decode.decode). On the CPU the target
+        switches torch's thread count between passes; the caller's count is restored. observe: see
+        pipeline.decode.decode (a RoundRecorder needs room for a pass over the pool). The config's stop strings are
+        checked on the text this session's tokenizer gives (target_proc.stops)."""
         if self.drafter is None and RULES[config.decoder].select is not None:
             raise InputError(f"decoder {config.decoder!r} needs a drafter, and this target has none: it decodes "
                              f"plainly (`ar`)")

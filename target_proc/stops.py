@@ -1,10 +1,8 @@
 """Stop strings, which need the output's text: where a round's tokens complete one, and the text cut before it.
 
-As vLLM's default (`include_stop_str_in_output=False`): the output's token ids end with the token that
-completes the stop string, and its text ends just before the string. A stop token id is kept as the ids'
-last, its text left out; an end-of-sequence token's text is what the tokenizer gives it (none for special
-tokens). pipeline.decode calls StopStrings after each round, so the decode ends at that round.
-"""
+As vLLM's default: the output's ids end with the token that completes the stop string, its text just before the
+string; a stop token id is kept as the ids' last, its text left out. pipeline.decode calls StopStrings after
+each round, so the decode ends at that round."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Cache layout: slots [0, P) hold the committed context before the root, slot P the root, and a tree pass
 writes its node i at slot P + 1 + i with position P + depth(i). A commit moves the accepted path's K/V to
-the slots right after the root, so the layout holds again with P grown by 1 + accepted.
-"""
+the slots right after the root, so the layout holds again with P grown by 1 + accepted."""
 
 from __future__ import annotations
 
@@ -74,12 +73,10 @@ class Target:
 
     def score_pool(self, tree: Tree, root: int, context: int) -> torch.Tensor:
         """Measurement only: the root's and every node's rows at the round's context -> (1 + n, V) logits.
-
-        context: the committed tokens before the round's root (P at that round). The pass writes a copy of
-        the root and the nodes past everything committed now, in slots the next round overwrites, and
-        attends to the first `context` slots and its own ancestors: the cache's committed part, the root's
-        own slot included, is left untouched, so the decode goes on exactly as without this pass.
-        """
+        context: the committed tokens before the round's root (P at that round). The pass writes a copy of the root and
+        the nodes past everything committed now, in slots the next round overwrites, and attends to the first `context`
+        slots and its own ancestors: the cache's committed part, the root's own slot included, is left untouched, so the
+        decode goes on exactly as without this pass."""
         self._use_threads(False)
         start = self.before_root + 1  # the next round's root will be written at slot before_root
         self._check(start + 1 + len(tree))
@@ -90,13 +87,11 @@ class Target:
         return self.runner.forward(tokens, context + depth, slots, context, slots, ancestor_matrix(parent))
 
     def score_context(self, tokens: Sequence[int]) -> Iterator[tuple[int, torch.Tensor]]:
-        """Measurement only: the rows at the committed context's first len(tokens) positions, which hold
-        `tokens` -> (start, (n, V) logits at positions start..start + n - 1), in chunks of CONTEXT_CHUNK.
-
-        Each chunk writes a copy of its tokens past everything committed (in slots the next round overwrites)
-        and attends to the committed slots before it and to its own causal part, so its rows are those at the
-        committed positions and the cache's committed part is left untouched. Each chunk's logits are valid
-        until the next pass.
+        """Measurement only: the rows at the committed context's first len(tokens) positions, which hold `tokens` ->
+        (start, (n, V) logits at positions start..start + n - 1), in chunks of CONTEXT_CHUNK.
+        Each chunk writes a copy of its tokens past everything committed (in slots the next round overwrites) and
+        attends to the committed slots before it and to its own causal part, so its rows are those at the committed
+        positions and the cache's committed part is left untouched. Each chunk's logits are valid until the next pass.
         """
         self._use_threads(False)
         start = self.before_root + 1

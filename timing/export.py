@@ -1,22 +1,16 @@
 """python -m timing export RUN_DIR OUT_DIR --format spec-bench: a sweep's records as Spec-Bench model answers.
 
-One JSONL file per (decoder, T, B), MODEL-DECODER-temperature-T-budget-B.jsonl (Spec-Bench's
-MODEL_ID-temperature-T.jsonl with the budget added; a sweep's `ar`, decoded once for every budget, in one
-file per T without it), one line per question, in the format Spec-Bench's
-inference writes and its `evaluation/speed.py` (`speed`, `get_single_speedup`) reads:
+One JSONL file per (decoder, T, B), MODEL-DECODER-temperature-T-budget-B.jsonl (a sweep's `ar` in one file per T
+without the budget), one line per question, as Spec-Bench's inference writes and its `evaluation/speed.py` reads:
 
     {"question_id": int, "category": str, "answer_id": str, "model_id": str, "tstamp": float,
      "choices": [{"index": i, "turns": [answer text per turn], "decoding_steps": [rounds per turn],
                   "new_tokens": [tokens per turn], "wall_time": [seconds per turn],
                   "accept_lengths": [tokens per round, bonus included, all turns in order]}]}
 
-A choice is one sampling seed, or at T = 0 one of a sweep's `--greedy-repeats` decodes (the same output, its
-own timing), index 0 the first: Spec-Bench's `speed` reads the first choice alone. `new_tokens` counts the
-tokens delivered (the output, cut at the limit, up to and including its first stop), whatever the sweep
-counted its own speeds by: never more than the limit; `wall_time` is the decode's time from the start of the
-prefill to the last commit.
-Question ids are the trailing integer of the prompt id (spec-bench/81 -> 81, humaneval/HumanEval/7 -> 7).
-"""
+A choice is one sampling seed, or at T = 0 one of `--greedy-repeats` decodes; Spec-Bench's `speed` reads the first
+alone. `new_tokens` counts the tokens delivered (never more than the limit); `wall_time` runs from the start of the
+prefill to the last commit. Question ids are the prompt id's trailing integer (spec-bench/81 -> 81)."""
 
 from __future__ import annotations
 

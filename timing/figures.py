@@ -1,8 +1,7 @@
 """The numbers the report's plots draw, from analysed settings: pure functions, no matplotlib.
 
 A round is a tree round when it ran with a budget above 0 (it asked the drafter for a pool) and a plain
-round otherwise (`ar`'s rounds, and budget auto's rounds with speculation off).
-"""
+round otherwise (`ar`'s rounds, and budget auto's rounds with speculation off)."""
 
 from __future__ import annotations
 

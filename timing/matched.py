@@ -1,11 +1,9 @@
 """python -m timing matched DIR [DIR ...]: the root-draw cap that matches pearl's mean tree size.
 
-Appendix D.14's last comparison: lower root-draw's cap to the smallest value whose mean tree size, on the
-recorded rounds, still reaches pearl's mean at B = 59, then time both again. Root-draw's tree at cap c is
-X1 plus its c - 1 best pool descendants, so a round that had `available` nodes under and including X1 gives
-min(c, available) nodes: every lower cap's mean follows from one sweep's records, without decoding again.
-Prints the launch/pair.sh command of the matched run; the last line of stdout is one JSON document.
-"""
+Appendix D.14's last comparison: the smallest root-draw cap whose mean tree size on the recorded rounds still
+reaches pearl's at B = 59 (a round with `available` nodes under X1 gives min(c, available) at cap c, so one
+sweep's records give every cap). Prints the launch/pair.sh command of the matched run; the last line of stdout
+is one JSON document."""
 
 from __future__ import annotations
 
@@ -77,10 +75,8 @@ def matched(dirs: Sequence[str], options: MatchedOptions) -> int:
 
 def match(records: Sequence[DecodeRecord], temperature: float) -> dict:
     """Pearl's and root-draw's mean tree sizes at one temperature and the smallest matching cap.
-
-    Uses the prompts that have both decoders for every seed recorded; raises InputError when a decoder is
-    missing or root-draw's records lack the pool count under X1.
-    """
+    Uses the prompts that have both decoders for every seed recorded; raises InputError when a decoder is missing or
+    root-draw's records lack the pool count under X1."""
     at = [r for r in records if float(r.temperature) == temperature]
     by = {d: [r for r in at if r.decoder == d] for d in ("pearl", "root-draw")}
     for d, rs in by.items():

@@ -67,12 +67,10 @@ def _gain_tick(s: Setting, g, marks: str) -> str:
 
 
 def plot_timeline(settings: Sequence[Setting], decoder: str, path: Path, k: int = 3) -> bool:
-    """Per setting, k rounds nearest the median round time of `decoder` (and draft's median round):
-    the drafter's lane against the target's phases, both from the round's start -> False if nothing to draw.
-
-    A round starts when the target sends the last round's tokens: the drafter begins growing the pool and
-    the target its root pass, so overlapping bars show how much of the drafting the root pass hides.
-    """
+    """Per setting, k rounds nearest the median round time of `decoder` (and draft's median round): the drafter's lane
+    against the target's phases, both from the round's start -> False if nothing to draw.
+    A round starts when the target sends the last round's tokens: the drafter begins growing the pool and the target its
+    root pass, so overlapping bars show how much of the drafting the root pass hides."""
     panels = []
     for s in settings:
         shown = decoder if decoder in s.decoders else next(iter(s.decoders), None)

@@ -3,8 +3,7 @@
 A record is appended as one write of a whole line, then fsync'd, so a process killed at any moment leaves
 every earlier record intact and at most one torn last line, which reopening drops. A write the file system
 refuses (a full disk, a file size limit, a file system turned read-only) cuts the file back to its last
-whole record, where it can, and stops the sweep with RecordsUnwritable: rerunning resumes from there.
-"""
+whole record, where it can, and stops the sweep with RecordsUnwritable: rerunning resumes from there."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """python -m timing report DIR [DIR ...]: speeds, paired gains and round times of finished sweeps.
 
-Merges every shard file of the given directories (whose configs must agree), leaves warm-ups out, and per
-(T, B) prints and writes a Markdown table (report.md), a table of where a round's time goes, and the PNG
-plots the run has data for (see draw), each named with what it shows. The last line of stdout is one JSON
-document with the same numbers.
-"""
+Merges the shards of the given directories (whose configs must agree), leaves warm-ups out, and per (T, B) writes
+report.md's tables and the PNG plots the run has data for; the last line of stdout is one JSON document."""
 
 from __future__ import annotations
 

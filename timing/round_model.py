@@ -1,28 +1,16 @@
 """python -m timing.round_model: one pipelined round on two GPUs, plain, drafting ahead or cutting pools (a prediction).
 
-A model, not a measurement. A root-pass round (root-draw, root, pearl) runs the target's root pass R while
-the drafter drafts (D, from the previous round's commit), waits max(0, D - R), selects and commits (S) and
-verifies the tree (V). Drafting ahead starts the next pool when the tree pass starts: a round whose
-prediction was right waits max(0, D - (V + S + R)); a wrong one waits as before plus the rest of the
-drafter level it was in when the commit came (half a level, L / 2, on average: L = D / levels). Tokens per
-round are unchanged: verification is the same, so a round's speedup is the ratio of round times.
-
-With cut pools the target asks for the pool when its root pass ends, and in steady rounds the drafter,
-timing its pools by when the target asked before, sends the levels whose passes end by then (each of its
-`levels` passes takes L = D / levels; at least the first level, which a pass longer than R makes the round
-wait for): the round does not wait, and its pool is shallower. Tokens per round then fall, by what
-`launch/pair.sh values` gives for the pools cut at that depth (its `cut` lines): the model says the share of
-tokens per round above which cut pools pay (the ratio of round times). With `--cut-weigh` the drafter
-grows a level further while what it brings outweighs the wait it adds (pipeline.cut); the model gives, for
-each depth from that first cut to the whole pool, the round time and the share of tokens per round at which
-it pays.
+A model, not a measurement. A root-pass round runs the target's root pass R while the drafter drafts D, waits
+max(0, D - R), selects and commits (S) and verifies the tree (V). Drafting ahead starts the next pool when the
+tree pass starts: a right prediction waits max(0, D - (V + S + R)), a wrong one as before plus half a drafter
+level on average (L / 2, L = D / levels). With cut pools the round does not wait and its pool is shallower (the
+levels that end by the end of the root pass, at least one); the model gives the share of tokens per round above
+which that pays, and with `--cut-weigh` the same for each depth to the whole pool. `launch/pair.sh values` gives
+a run's hit probability and the tokens of pools cut at each depth.
 
 The defaults are the paper's D.14 medians (two RTX A6000, Llama-3.1-8B with Llama-3.2-1B and Qwen3-8B with
-Qwen3-0.6B): drafting 50.5 ms a round, the one-token target pass 27 ms. The paper gives no tree-pass time;
-V defaults to 30 ms (a pass of up to 60 tokens costs about a one-token pass on a memory-bound GPU at batch 1,
-plus the tree mask's overhead) and is a flag. The hit rates swept are assumptions; `launch/pair.sh values`
-gives the hit probability on a run's recorded rounds. The last line of stdout is one JSON document.
-"""
+Qwen3-0.6B): drafting 50.5 ms a round, the one-token target pass 27 ms; V defaults to 30 ms (the paper gives
+none) and is a flag. The last line of stdout is one JSON document."""
 
 from __future__ import annotations
 

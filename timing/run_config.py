@@ -5,8 +5,7 @@
  "starts": [one environment per start of any shard (evaluation.provenance)]}
 
 Resuming, or adding a shard, into a directory whose models, pool or sweep grid differ is refused with the
-differences named: records made under different settings must never be pooled.
-"""
+differences named: records made under different settings must never be pooled."""
 
 from __future__ import annotations
 
@@ -90,10 +89,9 @@ NOT_IDENTITY = ("linear_kernels",)  # what a start chose at load (timed): kept w
 
 
 def note_identity(directory: str | Path, start_id: str, models: dict) -> None:
-    """Record what both models' weights are (revision, dtype, device) once the session is open; a sweep
-    whose weights changed under the same model names since its first start is refused (ConfigMismatch).
-    The CPU linear kernels each start chose go with that start: they are timed at load, so they may differ
-    between starts of the same weights."""
+    """Record what both models' weights are (revision, dtype, device) once the session is open; a sweep whose weights
+    changed under the same model names since its first start is refused (ConfigMismatch). The CPU linear kernels each
+    start chose go with that start: they are timed at load, so they may differ between starts of the same weights."""
     chosen = {role: {k: m[k] for k in NOT_IDENTITY if k in m} for role, m in models.items() if m}
     models = {role: m if m is None else {k: v for k, v in m.items() if k not in NOT_IDENTITY}
               for role, m in models.items()}
@@ -128,12 +126,9 @@ def read_config(directory: str | Path) -> dict:
 
 
 def claim(directory: str | Path, config: dict, start: dict) -> dict:
-    """Create `directory` and its config.json, or check that its config matches; record this start.
-
-    Raises ConfigMismatch naming every difference. A directory whose sweep recorded no decode yet (one
-    refused before its first record, say) takes the new settings. Shards starting together in one
-    directory take turns through a lock file.
-    """
+    """Create `directory` and its config.json, or check that its config matches; record this start. Raises
+    ConfigMismatch naming every difference. A directory whose sweep recorded no decode yet (one refused before its first
+    record, say) takes the new settings. Shards starting together in one directory take turns through a lock file."""
     Path(directory).mkdir(parents=True, exist_ok=True)
     with _locked(directory) as (path, old):
         if old:

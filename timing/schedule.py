@@ -1,12 +1,8 @@
 """Which decodes a sweep runs, in what order: the seeded prompt order, shards, warm-ups and rotation.
 
-Pure functions of the options and the prompt list (DESIGN.md section 6). Every prompt runs each
-combination of (decoder, T, B, seed) once (`ar` once per (T, seed), whatever the budgets), a (T, seed)'s
-decodes one after another; the prompt at position i of the seeded prompt order starts at group i mod G and
-each group at its combination i mod its size, cyclically, so that each combination meets the slots of a
-prompt's schedule about equally often and resampling prompts also resamples when in a prompt each decode
-ran.
-"""
+Pure functions of the options and the prompt list (DESIGN.md section 6). Every prompt runs each combination of
+(decoder, T, B, seed) once (`ar` once per (T, seed)), in an order rotated by the prompt's position in the seeded
+order, so that resampling prompts also resamples when in a prompt each decode ran."""
 
 from __future__ import annotations
 
@@ -44,11 +40,10 @@ class Task:
 
 def combinations(decoders: Sequence[str], temperatures: Sequence[float], budgets: Sequence[int | str],
                  seeds_at: dict[float, list[int]]) -> list[Combo]:
-    """Every (decoder, T, B, seed), seeds outside budgets outside decoders: the decodes compared with one
-    another run close together in time, so slow drift of the machine's speed affects them alike. `ar` runs
-    once per (T, seed), just before that seed's other decoders, with budget EVERY_BUDGET: nothing in it
-    depends on the budget, and every budget's decoders are compared with that one decode (evaluation.summary
-    pairs them)."""
+    """Every (decoder, T, B, seed), seeds outside budgets outside decoders: the decodes compared with one another run
+    close together in time, so slow drift of the machine's speed affects them alike. `ar` runs once per (T, seed), just
+    before that seed's other decoders, with budget EVERY_BUDGET: nothing in it depends on the budget, and every budget's
+    decoders are compared with that one decode (evaluation.summary pairs them)."""
     combos = []
     for t in temperatures:
         for s in seeds_at[t]:
@@ -83,9 +78,8 @@ def shard_positions(n_prompts: int, shard: int, n_shards: int) -> list[int]:
 
 def plan(ordered: Sequence[Prompt], combos: Sequence[Combo], shard: int, n_shards: int,
          warmup: int) -> list[Task]:
-    """The shard's decodes in running order: warm-ups on its first `warmup` prompts, then every prompt's
-    rotated combinations. Rotation uses the position in the whole seeded order, so it does not depend on
-    the sharding."""
+    """The shard's decodes in running order: warm-ups on its first `warmup` prompts, then every prompt's rotated
+    combinations. Rotation uses the position in the whole seeded order, so it does not depend on the sharding."""
     positions = shard_positions(len(ordered), shard, n_shards)
     tasks = [Task(ordered[i], i, c, True) for i in positions[:warmup] for c in rotated(combos, i)]
     tasks += [Task(ordered[i], i, c, False) for i in positions for c in rotated(combos, i)]

@@ -1,11 +1,8 @@
 """python -m timing sweep: the target-side process of a timing sweep (DESIGN.md section 6).
 
-Loads the target, connects to the drafter and runs the shard's decodes in the schedule's order, writing
-one record per decode to DIR/records.shard-I-of-N.jsonl as soon as it ends (with --record-rounds, its
-rounds to DIR/rounds.shard-I-of-N.bin just before). Rerunning the same command
-resumes: recorded decodes are skipped. The decodes run through programs.decodes, as a decode run's do; logs
-and the progress go to stderr; the last line of stdout is one JSON document summarising the shard.
-"""
+Runs the shard's decodes in the schedule's order (through programs.decodes), writing one record per decode to
+DIR/records.shard-I-of-N.jsonl as it ends (with --record-rounds, its rounds to DIR/rounds.shard-I-of-N.bin just
+before); rerunning the same command resumes. The last line of stdout is one JSON document summarising the shard."""
 
 from __future__ import annotations
 
@@ -69,10 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, drafter_env: dict | None,
               connect: Callable[[], AbstractContextManager], progress: bool = True) -> RecordStore:
     """Claim the directory for this shard, then decode what it has not recorded yet -> its (closed) store.
-
-    The shard's record file is locked first, so a second sweep on the same shard is refused before it
-    records a start in config.json; `connect` opens the session only when a decode is left.
-    """
+    The shard's record file is locked first, so a second sweep on the same shard is refused before it records a start in
+    config.json; `connect` opens the session only when a decode is left."""
     tasks = sweep_tasks(options, prompts)
     directory(options.out, "--out")
     with RecordStore(records_path(options.out, *options.shard_index)) as store:
@@ -107,12 +102,10 @@ def sweep_tasks(options: SweepOptions, prompts: Sequence[Prompt]) -> list[Task]:
 def run_sweep(session, options: SweepOptions, tasks: Sequence[Task], store: RecordStore,
               progress: bool = True, rounds: RoundStore | None = None) -> int:
     """Run every task not yet in `store`, appending a record per turn as it ends -> records appended.
-
-    Warm-ups run at every start that has timed decodes left, because a restarted process is cold again;
-    a warm-up already recorded is decoded again but not recorded twice. A multi-turn task cut short resumes
-    at its first missing turn, with the recorded answers of the turns before it in context. With `rounds`,
-    each timed decode's recorded rounds are written there before its record.
-    """
+    Warm-ups run at every start that has timed decodes left, because a restarted process is cold again; a warm-up
+    already recorded is decoded again but not recorded twice. A multi-turn task cut short resumes at its first missing
+    turn, with the recorded answers of the turns before it in context. With `rounds`, each timed decode's recorded
+    rounds are written there before its record."""
     _check_capacity(session, options, tasks)
     timed_left = any(not t.warmup and not _done(t, store) for t in tasks)
     todo = [_decode(options, t, store) for t in tasks if not _done(t, store) or (t.warmup and timed_left)]

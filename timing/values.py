@@ -2,8 +2,7 @@
 rounds (runs made with --record-rounds), exact and independent of the machine's speed.
 
 The command line and `--check`, which reads the runs' records beside their rounds files; the study itself (its
-sections, tables and figures) is study.program's.
-"""
+sections, tables and figures) is study.program's."""
 
 from __future__ import annotations
 

@@ -1,21 +1,17 @@
 """python -m training.agreement: how far a head's agreement with its target carries to prompts it was not
 trained on.
 
-The target answers the prompts greedily (the answers and features the training records, training.distill),
-and the head drafts from every position of each answer at once through the training-time test's unrolled steps
-(training.ttt), its own outputs fed back. Per drafting step: the share of the answers' rows whose top draft
-token is the target's most likely next token (top-1), and whose three most likely draft tokens hold it
-(top-3), in all and by Spec-Bench's group of the prompts' categories. Beside the same figures on the
-training's own answers (`--work`, its shards) they tell a head that learnt its training prompts from one that
-learnt its target: a decode accepts what the first figures say. `--against` scores a second head on the
-same answers, and the first one's gain over it in the first step's top-1 with a paired prompt-bootstrap
-interval: whether a new head agrees better than the one it would replace.
+The target answers the prompts greedily (training.distill), and the head drafts from every position of each
+answer through the training-time test's unrolled steps (training.ttt). Per drafting step: the share of rows
+whose top draft token is the target's most likely next token (top-1), and whose three most likely hold it
+(top-3), in all and by Spec-Bench's group; beside the same on the training's own answers (`--work`).
+`--against` scores a second head on the same answers, with the first one's gain in step 1's top-1 and its
+paired prompt-bootstrap interval (docs/training.md).
 
     python -m training.agreement --head DIR --prompts SOURCE [--limit N] [--stratify group] [--against DIR]
         [--work DIR]
 
-The last line of stdout is one JSON document with every figure.
-"""
+The last line of stdout is one JSON document with every figure."""
 
 from __future__ import annotations
 

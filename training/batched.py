@@ -1,18 +1,10 @@
 """Answers many at a time: a Llama target decodes a batch of slots over a static KV cache, and keeps what the
-head learns from as it goes.
+head learns from as it goes (docs/training.md).
 
-Each slot of the cache holds one sequence at its own positions (0 .. its length), so no padding enters any
-row: a prompt is prefilled alone into a free slot, then every occupied slot decodes one token a pass, a
-(slots, 1) batch that reads the target's weights once for all of them. A sequence stops at its first end id
-or at `max_new` tokens; its slot then takes the next prompt waiting, and once none waits the last occupied
-slot moves into it, so the passes always run over slots 0 .. busy - 1 (views, no gathers). The same passes
-keep each fed token's features (the inputs of the fused layers) and the target's final normed hidden state:
-they cost a copy, where a second prefill over each finished answer would cost a forward.
-
-The operations are models.llama_cpu's (the runtime's CPU passes), batched over slots; a test holds the rows
-to transformers' forward of each sequence alone. A sampled answer draws from its own generator, seeded by
-its prompt's index, so it does not depend on which prompts share its passes.
-"""
+Each slot holds one sequence at its own positions, so no padding enters any row; a finished sequence's slot
+takes the next prompt waiting, and once none waits the last occupied slot moves into it, so the passes always
+run over slots 0 .. busy - 1 (views, no gathers). The operations are models.llama_cpu's, batched over slots; a
+sampled answer draws from its own generator, seeded by its prompt's index."""
 
 from __future__ import annotations
 

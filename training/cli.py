@@ -4,8 +4,7 @@
 
 Stages, each resumed where a killed run left it: the target answers the training prompts (shards in WORK),
 the draft vocabulary is counted from the answers, the head is trained (checkpoints in WORK), and the head is
-written to OUT with `training.json` (the command, the data, the times and the loss curve) and `loss.png`.
-"""
+written to OUT with `training.json` (the command, the data, the times and the loss curve) and `loss.png`."""
 
 from __future__ import annotations
 

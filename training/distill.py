@@ -1,13 +1,9 @@
 """Self-distillation data: the target's own answers to the training prompts, with what the head learns from.
 
-For each prompt the target answers (greedily for even prompts, sampled at T = 1 for odd ones: the head meets
-both kinds of context), and the same passes keep, for every token but the last, the inputs of the layers
-the head fuses (its features, as models.hf keeps them for the wire) and the target's final normed hidden
-state, from which the trainer scores the target's next-token distribution over the draft vocabulary.
-
-Shards of prompts are written one file each, atomically, so a killed run resumes at the first shard not
-written; a shard is the same for the same seed.
-"""
+The target answers (greedily for even prompts, sampled at T = 1 for odd ones), and the same passes keep, for
+every token but the last, the features of the layers the head fuses and the target's final normed hidden
+state. Shards are written one file each, atomically, so a killed run resumes at the first shard not written;
+a shard is the same for the same seed."""
 
 from __future__ import annotations
 

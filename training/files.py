@@ -2,8 +2,7 @@
 naming the file, and a file that cannot be read back one ValueError naming it and saying to delete it.
 
 A failed write leaves what was written before it in place (replace_atomically), so the same command resumes
-once there is room; --out is refused where it holds a head this run's work folder did not write.
-"""
+once there is room; --out is refused where it holds a head this run's work folder did not write."""
 
 from __future__ import annotations
 
@@ -71,10 +70,9 @@ def check_folder(path: Path, flag: str) -> None:
 
 
 def check_out(out: Path, work: Path, overwrite: bool) -> None:
-    """InputError naming --out and --overwrite (evaluation.paths.refuse_overwrite) where `out` holds a head's
-    files that the run of `work` did not write (its training.json names the work folder it was trained in):
-    another head is never lost to a run that did not ask for it, and a run's own head is written again when it
-    resumes."""
+    """InputError naming --out and --overwrite (evaluation.paths.refuse_overwrite) where `out` holds a head's files that
+    the run of `work` did not write (its training.json names the work folder it was trained in): another head is never
+    lost to a run that did not ask for it, and a run's own head is written again when it resumes."""
     check_folder(out, "--out")
     try:
         own = json.loads((out / "training.json").read_text()).get("work") == str(work.resolve())

@@ -1,19 +1,10 @@
-"""Prompts the target writes, and prompts that hand it a passage of this machine's texts.
+"""Prompts the target writes, and prompts that hand it a passage of this machine's texts (docs/training.md).
 
-Written prompts (as Magpie makes them): the chat template is opened at the user's turn (its text up to and
-including the user's header, the default system turn with it) and the target writes the user's message,
-sampled at T = 1, until it closes the turn. A third of them start from nothing, a third from a task word
-and a third from a subject of training.prompts' lists, so that they spread over kinds and topics. They are
-written ROUND at a time, each round one file in the work folder (a killed run keeps its rounds), and a
-message the target does not close within MAX_TOKENS is dropped.
-
-Passage prompts hand the target a passage of training.passages (docstrings, licences, documentation) with
-an instruction of training.prompts' CONTEXT to summarize it, answer from it, list what it names, rewrite
-or continue it: kin to the summarization and RAG prompts of Spec-Bench.
-
-Both keep what training.novelty keeps (no duplicates, near ones included, nothing degenerate or evaluated),
-in a fixed order: the same for the same seed, and a larger count keeps the same first prompts.
-"""
+Written prompts (as Magpie makes them): the chat template opened at the user's turn, the target writes the
+user's message at T = 1, ROUND at a time (one file a round in the work folder), a message not closed within
+MAX_TOKENS dropped. Passage prompts hand the target a passage of training.passages with an instruction of
+training.prompts' CONTEXT. Both keep what training.novelty keeps, in a fixed order: the same for the same seed,
+and a larger count keeps the same first prompts."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 prompt of a set this project evaluates on.
 
 Texts are compared as lower-case words (runs of letters and digits), so that spacing, case and punctuation
-do not hide a copy. The checks keep hashes of word runs, not texts: a million prompts' runs fit in memory.
-"""
+do not hide a copy. The checks keep hashes of word runs, not texts: a million prompts' runs fit in memory."""
 
 from __future__ import annotations
 

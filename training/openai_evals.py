@@ -2,21 +2,15 @@
 OpenAI's evals (the `evals` wheel on PyPI, MIT licensed: hundreds of task sets written by many hands, in many
 languages and kinds; fetch it with `pip download --no-deps evals==3.0.1.post1`).
 
-Each row of a registry `.jsonl` whose "input" is a chat gives one prompt: its unnamed system messages, then its
-first user message (few-shot examples, named system messages, are left out). A row is kept when the prompt is
-MIN_CHARS to `--max-chars` long, at least `--min-ascii` of its characters ASCII (the embedded target
-writes English: a script it cannot read makes long inputs and answers no decode of this project meets), and
-shares no run of NGRAM consecutive words with a text of an `--exclude` source, nor holds a shorter one (of
-SHORT words or more) whole (the sets this project evaluates on: a head trained on them is measured on what it
-learnt). At most `--per-file` rows of a file are kept, drawn by a seeded shuffle of its first SCAN rows that
-pass, and the kept prompts are shuffled together, so that the first N of the file (`--prompts N`) spread over
-the registry.
+Each registry row whose "input" is a chat gives one prompt: its unnamed system messages, then its first user
+message. A row is kept when it is MIN_CHARS to `--max-chars` long, at least `--min-ascii` ASCII, and shares no
+run of NGRAM words with an `--exclude` source's text nor holds a shorter one (SHORT words or more) whole; at most
+`--per-file` rows of a file, drawn by a seeded shuffle of its first SCAN that pass, all shuffled together.
 
     python -m training.openai_evals WHEEL --out PROMPTS.jsonl [--per-file 4] [--exclude spec-bench:PATH]
 
-Writes one {"prompt", "id", "category"} line a prompt (id: the registry file and row; category: its folder)
-and prints how many prompts, files and exclusions; the file is written whole or not at all.
-"""
+Writes one {"prompt", "id", "category"} line a prompt (id: the registry file and row; category: its folder),
+whole or not at all, and prints how many prompts, files and exclusions."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 The texts are what any Linux machine with Python holds and no evaluated set does: the docstrings of Python's
 standard library, the licences in /usr/share/common-licenses and beside installed Python packages, and the
 copyright and README files of /usr/share/doc (gzipped ones too). They are read in sorted order and cut at
-paragraphs into passages of at most PASSAGE_CHARS, so the same machine gives the same passages.
-"""
+paragraphs into passages of at most PASSAGE_CHARS, so the same machine gives the same passages."""
 
 from __future__ import annotations
 

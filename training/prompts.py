@@ -1,13 +1,8 @@
 """The training prompts: instructions composed here from templates and subjects, by a seeded draw.
 
-None comes from a set this project evaluates on (Spec-Bench, which holds MT-bench's questions, HumanEval,
-GSM8K): they are written for this program, across the kinds of request those sets hold (writing, role
-play, reasoning, arithmetic, code, extraction, science, humanities, translation, summaries, questions), so
-that the head sees the target answer each kind. The draw is deterministic for a seed. Context prompts
-(context_prompts) then hand the target its own answers as texts to summarize, question or continue, so that
-the head also sees the target work from a long context it is given. A user's own prompts (source_prompts,
-files as sweeps read them) take the templates' place.
-"""
+None comes from a set this project evaluates on: they are written for this program across the kinds of request
+those sets hold (docs/training.md). Context prompts (context_prompts) hand the target its own answers as texts to
+summarize, question or continue; a user's own prompts (source_prompts) take the templates' place."""
 
 from __future__ import annotations
 

@@ -3,12 +3,8 @@ than Llama's) beside training.batched's slots, on the same prompts in one run.
 
     python -m training.throughput [--target smollm2] [--prompts 64] [--max-new 128] [--shard 16] [--slots 32]
 
-Each path answers the same chat-templated prompts (even ones greedily, odd ones sampled at T = 1, as
-train-head answers them) and keeps the same features; the figure is answer tokens over seconds. The machine's
-load average (before and after), its CPU model and the CPU flags that matter for torch's kernels are printed
-beside it, since the ratio of the two paths is what carries to another machine. The last line is one JSON
-document.
-"""
+Both paths answer the same prompts as train-head does and keep the same features; the figure is answer tokens
+over seconds, beside the load average, the CPU model and its flags. The last line is one JSON document."""
 
 from __future__ import annotations
 

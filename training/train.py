@@ -1,12 +1,8 @@
 """The training loop: a head for a target, from the distilled answers, written where `eagle3:PATH` reads it.
 
-The head starts where the target's own output layer is: lm_head holds the target's output rows of the draft
-vocabulary, norm the target's final norm, and fc passes the highest fused layer through, so the first
-steps already draft roughly what the target would say one token earlier; the decoder layer starts at the
-reference's scale. AdamW with a linear warm-up and a cosine decay; each optimizer step averages the
-gradients of `batch` answers. A checkpoint (weights, optimizer, the step) is written atomically every
-`save_every` steps: a killed run resumes from it and ends where an unbroken run would.
-"""
+The head starts from its target (docs/training.md), trains with AdamW, a linear warm-up and a cosine decay,
+`batch` answers a step, and writes a checkpoint atomically every `save_every` steps: a killed run resumes from
+it and ends where an unbroken run would."""
 
 from __future__ import annotations
 

@@ -4,14 +4,8 @@ distribution over the draft vocabulary.
 
 Step k, row i (the reference's layout, SafeAILab/EAGLE eagle/traineagle3): the embedding of token i + k + 1
 beside a hidden (step 0: fc of token i's features; later steps: the step before's output at row i), at
-position i + k, predicting token i + k + 2 from the target's row at i + k + 1. Row i of step k attends to the
-step-0 rows 0 .. i (the committed context, causally) and to its own rows of steps 1 .. k (its drafted
-ancestors): the tree mask a drafted path sees at inference. The arithmetic is models.eagle3's, unchanged.
-
-The same unrolled steps score a head's agreement (answer_counts, agreement): the share of rows whose top draft
-token is the target's top token (top-1), and whose TOP likeliest hold it, per step; training.agreement and the
-training's held-out scores report them.
-"""
+position i + k, predicting token i + k + 2. Row i of step k attends to the step-0 rows 0 .. i and to its own
+rows of steps 1 .. k: the tree mask a drafted path sees at inference. The same steps score agreement."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The draft vocabulary: the target ids the answers use most, sorted, as the reference lays them out.
 
 d2t[d] is the offset from draft id d to its target id (target = d + d2t[d]); t2d[t] says whether target id
-t is in the draft vocabulary. Ties in the counts go to the lower id, so the choice is the same on every run.
-"""
+t is in the draft vocabulary. Ties in the counts go to the lower id, so the choice is the same on every run."""
 
 from __future__ import annotations
 
