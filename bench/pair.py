@@ -1,7 +1,7 @@
 """python -m bench.pair: how fast is the pair against transformers' `generate`?
 
 Its results: results/bench_pair.txt and the runs beside it (results/benchmarks.md), and bench-pair.txt of
-results/cpu-smollm2-lookup/ (results/cpu-smollm2-lookup/head-b8-lookup8/README.md); it backs README.md's
+results/cpu-smollm2-lookup/ (results/cpu-smollm2-lookup/README.md); it backs README.md's
 measured line, `draft` so many times transformers' `generate`.
 
 python -m bench.pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
