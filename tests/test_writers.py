@@ -26,7 +26,7 @@ WRITERS = {
 APPENDS = {("timing sweep", "out"), ("launch/pair.sh sweep", "out")}  # resume their own records, refuse others'
 NAMES_ONLY = {("timing matched", "out")}  # the directory of the command it prints; it writes nothing
 TRAINING = {("train-head", "work"), ("train-head", "out")}  # its work folder resumes; tests/training check both
-READS = {"dirs", "run_dir", "runs", "recording", "key_dir", "echo_keys"}  # inputs; keys are made once, kept
+READS = {"dirs", "run_dir", "runs", "recording", "key_dir", "echo_keys", "short"}  # inputs; keys are made once, kept
 
 
 def parsers() -> dict:
