@@ -17,7 +17,6 @@ before and after; the last line of the output is one JSON document."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, paired_ratios, spread
+from models.kernel_cache import usable_cpus
 from models.options import CPU_BUCKETS
 from pipeline.tree import Tree
 
@@ -173,7 +173,7 @@ def cpu_words() -> str:
     from evaluation.provenance import processor, vector_width
 
     return device_words({"cpu": processor(), "cpu_vectors": vector_width(),
-                         "cpu_count": len(os.sched_getaffinity(0))}, "cpu")
+                         "cpu_count": usable_cpus()}, "cpu")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(options.threads)
     with load_bracket() as load:
-        print(f"load average before: {load['before']}, {options.threads} thread(s), {os.cpu_count()} cores, "
+        print(f"load average before: {load['before']}, {options.threads} thread(s), {usable_cpus()} CPUs, "
               f"{cpu_words()}")
         if options.parts:
             figures = {"parts": print_profile(profile(options.context, list(options.trees), options.reps))}

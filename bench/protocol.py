@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, names, refuse, spread
+from models.kernel_cache import usable_cpus
 from pipeline.config import ConfigError, PoolConfig, split_list
 
 ROUND_TRIP_TARGET_MS = 0.3
@@ -581,7 +582,7 @@ def measure_handshakes(options: ProtocolOptions, keys_dir: Path) -> tuple[list[f
 def handshakes(options: ProtocolOptions) -> int:
     """--handshake: the handshakes timed and printed, then the closing JSON line."""
     with load_bracket() as load, tempfile.TemporaryDirectory(prefix="bench-handshake-") as folder:
-        print(f"load average before: {load['before']}, {os.cpu_count()} cores")
+        print(f"load average before: {load['before']}, {usable_cpus()} CPUs")
         loading, idle, loaded = measure_handshakes(options, Path(folder) / "keys")
     rows = {}
     print(f"drafter {options.handshake}: serving {loaded:.1f} s after it was started; handshake ms, median "

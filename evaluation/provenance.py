@@ -4,7 +4,6 @@ tree had uncommitted changes. Recorded once per run (a decode run's header line,
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 import socket
 import subprocess
@@ -12,7 +11,7 @@ import time
 from pathlib import Path
 
 from models.cuda_env import cuda_driver
-from models.kernel_cache import processor
+from models.kernel_cache import processor, usable_cpus
 
 PACKAGES = ("torch", "transformers", "numpy", "pyzmq", "msgpack", "cuda-python")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -24,7 +23,7 @@ def environment() -> dict:
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
             "platform": platform.platform(), "python": platform.python_version(),
             "cpu": processor(), "cpu_vectors": vector_width(),
-            "cpu_count": len(os.sched_getaffinity(0)),  # the CPUs this process may run on (taskset narrows them)
+            "cpu_count": usable_cpus(),
             "gpus": gpus(), "cuda_driver": cuda_driver(),
             "torch_cuda": torch.version.cuda, "packages": {name: version(name) for name in PACKAGES},
             "git": git_state()}

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from models.kernel_cache import usable_cpus
 from pipeline.result import PHASES, DecodeResult
 from pipeline.rules import RULES
 from pipeline.settings import DecodeConfig
@@ -215,7 +216,7 @@ def decode_record(result: DecodeResult, config: DecodeConfig, *, prompt_id: str,
         drafter_window=config.drafter_window, held_rows=[int(r.held_row) for r in rounds],
         feature_bytes=[r.feature_bytes for r in rounds],
         lookup=config.lookup if RULES[config.decoder].select is not None else 0, copied=[r.copied for r in rounds],
-        load_average=list(load_average), cpus=len(os.sched_getaffinity(0)),
+        load_average=list(load_average), cpus=usable_cpus(),
         finished=time.time(), logprobs=logprobs,
     )
 

@@ -53,6 +53,11 @@ def processor() -> str:
     return platform.processor() or platform.machine()
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (taskset narrows them; os.cpu_count() counts the machine's)."""
+    return len(os.sched_getaffinity(0))
+
+
 def default_path() -> Path:
     return Path(os.environ.get(ENV) or cache_root() / FILE_NAME).expanduser()
 

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models.kernel_cache import usable_cpus
 from pipeline.config import ConfigError, PoolConfig, check_int
 from protocol.limits import MAX_CONTEXT
 
@@ -124,7 +125,7 @@ class ModelOptions:
     @property
     def cpu_threads(self) -> tuple[int, int]:
         """(threads while the peer process works, threads while it is idle)."""
-        return self.threads, self.solo_threads or max(self.threads, len(os.sched_getaffinity(0)))
+        return self.threads, self.solo_threads or max(self.threads, usable_cpus())
 
     def process_env(self) -> dict[str, str]:
         """The environment overrides of a process that loads this model: its OpenMP threads, and on the CPU

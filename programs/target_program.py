@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
 import queue
 import sys
 import threading
@@ -30,6 +29,7 @@ from evaluation.stats import MIN_INTERVAL_PROMPTS
 from evaluation.summary import DELIVERED, as_json
 from evaluation.tally import Tally
 from evaluation.verdict import verdict_lines, verdict_of
+from models.kernel_cache import usable_cpus
 from models.options import ModelOptions
 from pipeline.budget import MeasuredPasses
 from pipeline.config import InputError, PoolConfig, is_int
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             age = process_age()
             log.info("decoding: %s%s%s", plan_text(prompts, run, total),
                      "" if age is None else f" (ready {age:.1f} s after this process started)",
-                     load_note(machine_load(), len(os.sched_getaffinity(0))))
+                     load_note(machine_load(), usable_cpus()))
             with _round_store(run, header, session.target.runner.vocab_size) as rounds, Progress(total) as progress:
                 for record in run_decodes(session, prompts, run, rounds, progress):
                     first = first or record

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 
 from evaluation.record import machine_load
 from models.kept_file import KeptFile
-from models.kernel_cache import default_path, processor
+from models.kernel_cache import default_path, processor, usable_cpus
 from pipeline.budget import MeasuredPasses, candidate_sizes
 from pipeline.config import MAX_POOL_CANDIDATES, is_int
 from pipeline.decode import DrafterClient, takes_features
@@ -240,7 +239,7 @@ def timing_key(target: Target, models: dict, pool_size: int, cap: int, reps: int
     process may use, torch), the target's CPU threads, both models as records name them (dtype, device and
     linear kernels with them), the pool, the cap and the cache's size (the scratch context's room)."""
     gpu = torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None
-    return {"format": FORMAT, "cpu": processor(), "gpu": gpu, "cpus": len(os.sched_getaffinity(0)),
+    return {"format": FORMAT, "cpu": processor(), "gpu": gpu, "cpus": usable_cpus(),
             "torch": torch.__version__, "threads": list(target.threads or ()), "target": models.get("target"),
             "drafter": models.get("drafter"), "pool": pool_size, "cap": cap, "capacity": target.capacity,
             "reps": reps}

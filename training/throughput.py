@@ -23,10 +23,10 @@ KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_til
 
 def cpu() -> dict:
     """The CPU's model name, which of KERNEL_FLAGS it has and its usable cores."""
-    from evaluation.provenance import cpu_flags, processor
+    from evaluation.provenance import cpu_flags, processor, usable_cpus
 
     flags = cpu_flags()
-    return {"model": processor(), "flags": [f for f in KERNEL_FLAGS if f in flags], "cores": os.cpu_count()}
+    return {"model": processor(), "flags": [f for f in KERNEL_FLAGS if f in flags], "cores": usable_cpus()}
 
 
 def timed(answer) -> dict:
