@@ -68,12 +68,6 @@ def ints(name: str, value, least: int, most: int | None = None) -> tuple[int, ..
     return value
 
 
-def at_least(name: str, value: int, least: int) -> int:
-    if value < least:
-        raise ConfigError(name, f"must be at least {least}, got {value}")
-    return value
-
-
 def names(name: str, text: str, known: Sequence[str]) -> list[str]:
     """The items of a comma-separated list, each one of `known`."""
     items = split_list(text)

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, paired_ratios, spread
+from bench.common import bench_parser, close, command_line, ints, load_bracket, paired_ratios, spread
 from models.kernel_cache import usable_cpus
 from models.options import CPU_BUCKETS
+from pipeline.config import check_int
 from pipeline.tree import Tree
 
 
@@ -43,9 +44,9 @@ class ForwardOptions:
 
     def __post_init__(self) -> None:
         ints("trees", self.trees, 1, CPU_BUCKETS[-1])
-        at_least("context", self.context, 2)
-        at_least("reps", self.reps, 1)
-        at_least("threads", self.threads, 1)
+        check_int("context", self.context, 2)
+        check_int("reps", self.reps, 1)
+        check_int("threads", self.threads, 1)
 
 
 def bushy_tree(n: int) -> Tree:

@@ -24,11 +24,8 @@ choice under 0.1 ms. The last line of the output is one JSON document with the m
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import math
 import os
-import pstats
 import re
 import shutil
 import socket
@@ -42,9 +39,9 @@ from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import at_least, bench_parser, close, command_line, ints, load_bracket, names, refuse, spread
+from bench.common import bench_parser, close, command_line, ints, load_bracket, names, refuse, spread
 from models.kernel_cache import usable_cpus
-from pipeline.config import ConfigError, PoolConfig, split_list
+from pipeline.config import ConfigError, PoolConfig, check_int, split_list
 
 ROUND_TRIP_TARGET_MS = 0.3
 SELECT_VERIFY_TARGET_MS = 1.0
@@ -409,21 +406,6 @@ def bench_budget_choice(budget: int, rounds: int) -> dict[str, float]:
     return quantiles(samples)
 
 
-def profile_round(rule: str, vocab: int, temperature: float, budget: int, rounds: int, device: str) -> str:
-    """cProfile of `rounds` rounds of one rule: where a round's time goes, by function."""
-    step = SelectVerifyCase(rule, vocab, budget, temperature, device)
-    for _ in range(20):
-        step()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(rounds):
-        step()
-    profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
-    return text.getvalue()
-
-
 @dataclass(frozen=True, slots=True)
 class ProtocolOptions:
     """Wire and selection"""
@@ -439,8 +421,6 @@ class ProtocolOptions:
     temperature: str = field(default="0,1", metadata={"help": "temperatures T, comma-separated", "metavar": "T,T"})
     device: str = field(default="cpu", metadata={"help": "where the logits live: cpu, cuda or cuda:N"})
     threads: int = field(default=1, metadata={"help": "intra-op CPU threads, as the target process runs"})
-    profile: bool = field(default=False, metadata={
-        "help": "also print cProfile of the slowest selection + verification case"})
     transports: str = field(default="ipc", metadata={
         "help": f"round trips over each of {', '.join(TRANSPORTS)}, interleaved, comma-separated; the first is the "
                 "headline figure; tcp is loopback, tcp+curve the same with CURVE", "metavar": "LIST"})
@@ -459,21 +439,21 @@ class ProtocolOptions:
 
     def __post_init__(self) -> None:
         for name in ("iterations", "rounds", "budget", "threads"):
-            at_least(name, getattr(self, name), 1)
-        at_least("warmup", self.warmup, 0)
+            check_int(name, getattr(self, name), 1)
+        check_int("warmup", self.warmup, 0)
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise ConfigError("seconds", f"must be positive, got {self.seconds}")
         ints("vocab", self.vocab, PoolConfig().topk)  # the pool's first level takes that many distinct tokens
         temperatures(self.temperature)
         if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ConfigError("device", f"must be cpu, cuda or cuda:N, got {self.device!r}")
-        at_least("feature_width", self.feature_width, 1)
+        check_int("feature_width", self.feature_width, 1)
         if self.features:
             ints("features", self.features, 1)
         transports = names("transports", self.transports, TRANSPORTS)
         if len(set(transports)) != len(transports):
             raise ConfigError("transports", f"must be distinct, got {self.transports!r}")
-        at_least("idle", self.idle, 1)
+        check_int("idle", self.idle, 1)
         if not 0 < self.every <= 10:
             raise ConfigError("every", f"must be a number of seconds in (0, 10], got {self.every}")
 
@@ -667,10 +647,6 @@ def report_select(options: ProtocolOptions, wire: dict, select: dict) -> tuple[d
           f"selection + verification target {SELECT_VERIFY_TARGET_MS} ms: "
           f"{'met' if met['select_verify'] else 'MISSED'} (slowest: {slowest}); budget auto's choice target "
           f"{BUDGET_CHOICE_TARGET_MS} ms: {'met' if met['budget_choice'] else 'MISSED'}")
-    if options.profile:
-        rule, v, t = slowest.split(" ")
-        print(f"\ncProfile of {slowest}:")
-        print(profile_round(rule, int(v[2:]), float(t[2:]), options.budget, select[slowest]["n"], options.device))
     return choice, met
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.common import at_least, bench_parser, close, command_line, load_bracket, refuse
-from pipeline.config import ConfigError, InputError
+from bench.common import bench_parser, close, command_line, load_bracket, refuse
+from pipeline.config import ConfigError, InputError, check_int
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class ValuesOptions:
 
     def __post_init__(self) -> None:
         for name in ("rounds", "prompts", "resamples"):
-            at_least(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         if self.recording:
             from evaluation.rounds_file import round_files
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import bench.common
-from bench.common import at_least, bench_parser, command_line, ints, load_bracket, paired_ratios, spread, summary
+from pipeline.config import check_int
+from bench.common import bench_parser, command_line, ints, load_bracket, paired_ratios, spread, summary
 
 
 def test_paired_ratios_cancel_drift_shared_by_a_repetition():
@@ -41,7 +42,7 @@ class Sample:
 
     def __post_init__(self) -> None:
         ints("sizes", self.sizes, 1, 72)
-        at_least("reps", self.reps, 1)
+        check_int("reps", self.reps, 1)
 
 
 def test_a_command_line_is_built_from_the_fields_with_their_defaults():
@@ -54,7 +55,7 @@ def test_a_command_line_is_built_from_the_fields_with_their_defaults():
 @pytest.mark.parametrize("argv, line", [
     (["--sizes", "0,8"], "--sizes takes comma-separated integers from 1 to 72, got '0,8'"),
     (["--sizes", "8,x"], "--sizes takes comma-separated integers from 1 to 72, got '8,x'"),
-    (["--reps", "0"], "--reps must be at least 1, got 0"),
+    (["--reps", "0"], "--reps must be a positive integer, got 0"),
 ])
 def test_a_bad_value_is_one_line_naming_its_flag(argv, line, capsys):
     with pytest.raises(SystemExit) as stop:

@@ -22,10 +22,10 @@ from tests.processes.proc_tools import ROOT, START_S
     (["--temperature", "-1"], "--temperature takes finite numbers >= 0, comma-separated, got '-1'"),
     (["--temperature", "0,nan"], "--temperature takes finite numbers >= 0, comma-separated, got '0,nan'"),
     (["--device", "nope"], "--device must be cpu, cuda or cuda:N, got 'nope'"),
-    (["--budget", "0"], "--budget must be at least 1, got 0"),
+    (["--budget", "0"], "--budget must be a positive integer, got 0"),
     (["--transports", "ipc,ipc"], "--transports must be distinct, got 'ipc,ipc'"),
     (["--transports", "udp"], "--transports takes names from ipc, tcp, tcp+curve, comma-separated, got 'udp'"),
-    (["--handshake", "mock", "--idle", "0"], "--idle must be at least 1, got 0"),
+    (["--handshake", "mock", "--idle", "0"], "--idle must be a positive integer, got 0"),
     (["--handshake", "mock", "--every", "0"], "--every must be a number of seconds in (0, 10], got 0.0"),
 ])
 def test_the_protocol_benchmark_refuses_bad_values(argv, words, capsys):
@@ -39,7 +39,7 @@ def test_the_values_benchmark_refuses_bad_values(flag, capsys):
     with pytest.raises(SystemExit) as done:
         values.main([flag, "0"])
     assert done.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"{flag} must be at least 1, got 0")
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"{flag} must be a positive integer, got 0")
 
 
 @pytest.mark.slow
