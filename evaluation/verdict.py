@@ -61,10 +61,6 @@ class Verdict:
         return PAID if self.settled and self.interval[0] > 0 and self.rounds_pay else UNDECIDED
 
     @property
-    def paid(self) -> bool:
-        return self.outcome == PAID
-
-    @property
     def settled(self) -> bool:
         """Whether the interval lies wholly on one side of zero (no interval: not settled)."""
         return self.interval is not None and (self.interval[0] > 0 or self.interval[1] < 0)

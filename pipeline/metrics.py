@@ -27,11 +27,6 @@ class RoundStats:
                 "acceptance_by_depth": list(self.acceptance)}
 
 
-def acceptance_by_depth(accepted: Sequence[int], tried: Sequence[int]) -> tuple[float, ...]:
-    """accepted, tried: (n_rounds,) tree nodes accepted and depths tried per round -> rate per depth 1..D."""
-    return RoundCounts().add([], accepted, tried, []).stats().acceptance
-
-
 @dataclass(slots=True)
 class RoundCounts:
     """The sums behind RoundStats, so that rounds can be counted a decode at a time and merged, in memory that

@@ -5,7 +5,7 @@ import pytest
 
 from evaluation.stats import GainResult
 from evaluation.summary import DecoderStats, Setting
-from evaluation.verdict import Verdict, mean_round_seconds, verdict_lines, verdict_of
+from evaluation.verdict import PAID, Verdict, mean_round_seconds, verdict_lines, verdict_of
 from pipeline.metrics import RoundStats
 
 
@@ -35,7 +35,7 @@ def test_verdict_picks_the_best_speculative_decoder_and_its_round_cost():
                 {("root-draw", "ar"): gain(-0.219, 2), ("draw", "ar"): gain(-0.3, 2)})
     v = verdict_of(s)
     assert v.decoder == "root-draw" and v.round_cost == pytest.approx(3.0) and v.tau_needed == pytest.approx(3.0)
-    assert v.interval is None and not v.paid and not v.settled
+    assert v.interval is None and v.outcome != PAID and not v.settled
 
 
 def test_no_verdict_without_ar_or_gains():

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.config import PoolConfig
 from pipeline.decode import decode
-from pipeline.metrics import acceptance_by_depth, round_stats, tokens_per_pass
+from pipeline.metrics import round_stats, tokens_per_pass
 from pipeline.rules import RULES, SPECULATIVE
 from pipeline.settings import DecodeConfig
 
@@ -27,12 +27,12 @@ def test_rounds_without_a_tree_count_in_tau_not_in_tree_size():
     stats = round_stats([1, 1, 3], [0, 0, 2], [0, 1, 2], [0, 0, 4])  # ar-like, a refused draw, a tree
     assert stats.tau == pytest.approx(5 / 3) and stats.mean_tree_size == 4.0
     assert stats.acceptance == pytest.approx((1 / 2, 1.0))
-    assert acceptance_by_depth([], []) == () and tokens_per_pass(10, 0) == 0.0 and tokens_per_pass(10, 4) == 2.5
+    assert round_stats([], [], [], []).acceptance == () and tokens_per_pass(10, 0) == 0.0 and tokens_per_pass(10, 4) == 2.5
 
 
 def test_a_round_cannot_accept_more_than_it_tried():
     with pytest.raises(AssertionError):
-        acceptance_by_depth([2], [1])
+        round_stats([3], [2], [1], [0])
 
 
 @pytest.mark.parametrize("decoder", [d for d in SPECULATIVE if not RULES[d].covers])  # exhaustive walks only
