@@ -264,26 +264,16 @@ def copied_counts(records: Sequence[DecodeRecord]) -> tuple[int, int]:
 
 def ahead_counts(records: Sequence[DecodeRecord]) -> tuple[int, int, float]:
     """(rounds that drafted ahead, hits, seconds of drafting the hits hid) over records (older ones: none)."""
-    tried = hits = 0
-    hidden = 0.0
-    for r in records:
-        for hit, seconds in zip(r.ahead_hits or (), r.ahead_seconds or ()):
-            tried += hit >= 0
-            hits += hit == 1
-            hidden += seconds if hit == 1 else 0.0
-    return tried, hits, hidden
+    rounds = [(hit, seconds) for r in records for hit, seconds in zip(r.ahead_hits or (), r.ahead_seconds or ())]
+    return (sum(hit >= 0 for hit, _ in rounds), sum(hit == 1 for hit, _ in rounds),
+            sum((seconds for hit, seconds in rounds if hit == 1), 0.0))
 
 
 def cut_counts(records: Sequence[DecodeRecord]) -> tuple[int, int]:
     """(rounds with a pool, their pools' levels summed) over the records of decodes that cut pools (decoders
     with a root pass: the others wait for whole pools)."""
-    rounds = levels = 0
-    for r in records:
-        if r.cut_pools and RULES[r.decoder].root_pass:
-            depths = [d for d in r.pool_depths if d > 0]
-            rounds += len(depths)
-            levels += sum(depths)
-    return rounds, levels
+    depths = [d for r in records if r.cut_pools and RULES[r.decoder].root_pass for d in r.pool_depths if d > 0]
+    return len(depths), sum(depths)
 
 
 def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
@@ -297,9 +287,9 @@ def median_rounds(stats: DecoderStats, k: int = 3) -> np.ndarray:
 
 def _phase_matrix(records: Sequence[DecodeRecord]) -> np.ndarray:
     """(n_rounds, len(PHASES)) seconds per phase, rounds of all records one after another."""
-    columns = [np.concatenate([np.asarray(r.phase(name), float) for r in records])
-               if records else np.zeros(0) for name in PHASES]
-    return np.stack(columns, axis=1) if records else np.zeros((0, len(PHASES)))
+    if not records:
+        return np.zeros((0, len(PHASES)))
+    return np.stack([np.concatenate([np.asarray(r.phase(name), float) for r in records]) for name in PHASES], axis=1)
 
 
 def phase_ms(st: DecoderStats) -> dict:
