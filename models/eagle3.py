@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from models.eagle3_config import HeadConfig, HeadError, OPTIONAL_KEYS, shapes_of
 from models.kv_plan import aligned_slots, cache_bytes
+from models.llama_cpu import rms_norm, rotate
 from models.runner import ModelRunner, RowInputs, check_rows
 
 QKV = ("midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight")
@@ -31,13 +32,6 @@ HEAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 80, 128)  # rows a captured head pass is
 SPAN_STEP = 64  # eager passes attend over the used slots rounded up to this
 
 log = logging.getLogger(__name__)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """(..., H) -> (..., H): the reference's RMSNorm (variance in float32, scaled back in x's dtype)."""
-    y = x.float()
-    y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * y.to(x.dtype)
 
 
 def rotary(cfg: HeadConfig, device) -> tuple[torch.Tensor, float]:
@@ -67,10 +61,7 @@ def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float) -
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: (n, heads, D); cos, sin: (n, D) of the rows' positions -> x rotated."""
-    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rotated * sin
+    return rotate(x, cos[:, None].to(x.dtype), sin[:, None].to(x.dtype))
 
 
 def int8_linear(w: torch.Tensor) -> torch.nn.Module:

@@ -233,16 +233,21 @@ def shapes_of(cfg: HeadConfig) -> dict[str, tuple[int, ...]]:
 def head_dir(spec: str) -> Path:
     """The directory of `eagle3:PATH`: PATH itself, or a model id's snapshot in the local Hugging Face cache
     (and of smollm2:eagle3, the head trained for the embedded default)."""
-    path = head_path_spec(spec).removeprefix(PREFIX)
+    return local_dir(head_path_spec(spec).removeprefix(PREFIX),
+                     f"{spec!r}: neither a directory nor a model id in the local Hugging Face cache")
+
+
+def local_dir(path: str, problem: str, allow_download: bool = False, patterns: list[str] | None = None) -> Path:
+    """`path` itself where it is a directory, else a model id's snapshot in the local Hugging Face cache (fetched
+    where `allow_download`, of the files `patterns` match); HeadError saying `problem` where it is neither."""
     if os.path.isdir(path):
         return Path(path)
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(path, local_files_only=True))
+        return Path(snapshot_download(path, local_files_only=not allow_download, allow_patterns=patterns))
     except Exception as e:  # huggingface_hub raises several types for a missing or malformed id
-        raise HeadError(f"{spec!r}: neither a directory nor a model id in the local Hugging Face cache "
-                        f"({type(e).__name__})") from None
+        raise HeadError(f"{problem} ({type(e).__name__})") from None
 
 
 CONFIG_LIMIT = 1 << 20  # bytes: a head's config.json is a few hundred

@@ -6,7 +6,6 @@ token embedding: the drafter is told the target (`head_target`), and a head that
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import torch
 from models import shapes
 from models.shapes import HEAD_SHAPES
 from models.eagle3 import Eagle3Head, HeadRunner, random_head
-from models.eagle3_config import PREFIX, RANDOM_PREFIX, HeadConfig, HeadError, head_dir, read_head
+from models.eagle3_config import PREFIX, RANDOM_PREFIX, HeadConfig, HeadError, head_dir, local_dir, read_head
 from models.options import EMBEDDED, INT8_SUFFIX, ModelOptions, head_path_spec
 from models.runner import RunnerKind
 
@@ -111,7 +110,9 @@ def target_side(spec: str, embedded: Callable[[], Path], allow_download: bool = 
         return TargetSide(hidden, vocab, layers, MockTokenizer(vocab), embedding)
     if spec == "mock":
         raise HeadError("the mock target has no layers to take features from: its head is `eagle3:mock`")
-    directory = embedded() if spec.removesuffix(INT8_SUFFIX) == EMBEDDED else _checkpoint_dir(spec, allow_download)
+    directory = embedded() if spec.removesuffix(INT8_SUFFIX) == EMBEDDED else local_dir(
+        spec.removesuffix(INT8_SUFFIX), f"`head_target` {spec!r} is neither a checkpoint directory nor in the local "
+        f"Hugging Face cache", allow_download, ["*.json", "*.safetensors", "*.model", "*.txt"])
     cfg = json.loads((directory / "config.json").read_text())
     text = cfg.get("text_config", cfg)
     from transformers import AutoTokenizer, GenerationConfig
@@ -125,20 +126,6 @@ def target_side(spec: str, embedded: Callable[[], Path], allow_download: bool = 
         generation = None
     return TargetSide(text["hidden_size"], text["vocab_size"], text["num_hidden_layers"],
                       HFTokenizer(tokenizer, generation), lambda: checkpoint_embedding(directory))
-
-
-def _checkpoint_dir(spec: str, allow_download: bool) -> Path:
-    spec = spec.removesuffix(INT8_SUFFIX)
-    if os.path.isdir(spec):
-        return Path(spec)
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(spec, local_files_only=not allow_download,
-                                      allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"]))
-    except Exception as e:  # huggingface_hub raises several types for a missing id
-        raise HeadError(f"`head_target` {spec!r} is neither a checkpoint directory nor in the local Hugging Face "
-                        f"cache ({type(e).__name__})") from None
 
 
 def checkpoint_embedding(directory: Path) -> torch.Tensor:

@@ -28,14 +28,18 @@ def unsupported(model) -> str | None:
     return None
 
 
-def _rms(x: torch.Tensor, norm) -> torch.Tensor:
-    """transformers' LlamaRMSNorm: in float32, then back to x's dtype, times the weight."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """(..., H) -> (..., H): transformers' LlamaRMSNorm (in float32, then back to x's dtype, times the weight)."""
     h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def _rms(x: torch.Tensor, norm) -> torch.Tensor:
+    return rms_norm(x, norm.weight, norm.variance_epsilon)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding as transformers applies it: x * cos + rotate_half(x) * sin."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
@@ -85,8 +89,8 @@ def _attention(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv, 
     t(NORMS)
     q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
     t(LINEARS)
-    q = _rotate(q.view(n, -1, attn.head_dim), cos, sin)
-    k = _rotate(k.view(n, -1, attn.head_dim), cos, sin)
+    q = rotate(q.view(n, -1, attn.head_dim), cos, sin)
+    k = rotate(k.view(n, -1, attn.head_dim), cos, sin)
     v = v.view(n, -1, attn.head_dim)
     t(NORMS)
     k_all, v_all = kv.k[i], kv.v[i]  # (1, Hkv, S, D)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.llama_cpu import _rms, _rotate, unsupported
+from models.llama_cpu import _rms, rotate, unsupported
 from training.distill import STORE_DTYPE, Answer, generate_batch
 
 SLOTS = 32  # sequences decoded at once: on a CPU the passes' tokens a second rise up to about this many
@@ -43,8 +43,8 @@ def forward(model, ids: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, v: tor
             kept[i] = h
         attn = layer.self_attn
         x = _rms(h, layer.input_layernorm)
-        q = _rotate(attn.q_proj(x).view(B, n, heads, dim), cos, sin)
-        k[i][rows, :, pos] = _rotate(attn.k_proj(x).view(B, n, kv_heads, dim), cos, sin).to(k.dtype)
+        q = rotate(attn.q_proj(x).view(B, n, heads, dim), cos, sin)
+        k[i][rows, :, pos] = rotate(attn.k_proj(x).view(B, n, kv_heads, dim), cos, sin).to(k.dtype)
         v[i][rows, :, pos] = attn.v_proj(x).view(B, n, kv_heads, dim).to(v.dtype)
         q = q.transpose(1, 2).reshape(B, kv_heads, group * n, dim)  # heads of one K/V head fold into rows
         out = F.scaled_dot_product_attention(q, k[i][:, :, :span], v[i][:, :, :span], attn_mask=mask,
