@@ -168,15 +168,6 @@ def print_profile(times: dict[str, dict[str, list[float]]]) -> dict:
     return {"median_ms": med, "whole_ms": total}
 
 
-def cpu_words() -> str:
-    """The CPU as a run's header names it: model, vector width, cores."""
-    from evaluation.machine import device_words
-    from evaluation.provenance import processor, vector_width
-
-    return device_words({"cpu": processor(), "cpu_vectors": vector_width(),
-                         "cpu_count": usable_cpus()}, "cpu")
-
-
 def build_parser() -> argparse.ArgumentParser:
     return bench_parser(ForwardOptions, __spec__.name, __doc__)
 
@@ -185,10 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     options, _ = command_line(build_parser(), argv)
     import torch
 
+    from evaluation.machine import device_words
+    from evaluation.provenance import environment
+
     torch.set_num_threads(options.threads)
+    cpu = device_words(environment(), "cpu")  # the CPU as a run's header names it: model, vector width, cores
     with load_bracket() as load:
-        print(f"load average before: {load['before']}, {options.threads} thread(s), {usable_cpus()} CPUs, "
-              f"{cpu_words()}")
+        print(f"load average before: {load['before']}, {options.threads} thread(s), {usable_cpus()} CPUs, {cpu}")
         if options.parts:
             figures = {"parts": print_profile(profile(options.context, list(options.trees), options.reps))}
         else:
@@ -196,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                                  options.context)
     print(f"load average after: {load['after']}")
     close({"context": options.context, "threads": options.threads, "reps": options.reps, **figures,
-           "cpu": cpu_words(), "load_average": load})
+           "cpu": cpu, "load_average": load})
     return 0
 
 
