@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from importlib import import_module
 
 from evaluation.paths import output_dir
 from evaluation.prompts import select
@@ -52,7 +53,11 @@ TIMING_ROUTES = ("report", "matched", "export", "values")  # run as `python -m t
 SWEEP_ABOUT = ("Run a timing sweep with its own drafter: every prompt with every decoder, temperature and budget "
                "of the grid, one record per decode appended to --out DIR as it ends (rerun the command to resume; "
                "--shard I/N runs one part); launch/pair.sh report DIR reports it.")
-COMMANDS = ("sweep", *TIMING_ROUTES, "drafter", "keys", "pool", "train-head")  # the first word of a route's command line
+# The routes that run one program of their own (its module, the arguments it takes first): a drafter alone, as on a
+# second host; this host's keys; the pool a drafter grows (both models in one process); a head's training.
+PROGRAMS = {"drafter": ("programs.drafter_program", ["--persist"]), "keys": ("programs.keys_program", []),
+            "pool": ("programs.pool_program", []), "train-head": ("training.cli", [])}
+COMMANDS = ("sweep", *TIMING_ROUTES, *PROGRAMS)  # the first word of a route's command line
 
 
 @dataclass(slots=True)
@@ -361,22 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in TIMING_ROUTES:  # programs over files: no pair to start
         os.execve(sys.executable, [*PY, "timing", *argv], {**os.environ, "SPECPAIR_PROG": "launch/pair.sh"})
-    if argv[:1] == ["drafter"]:  # a drafter alone, as on a second host
-        from programs import drafter_program
-
-        return drafter_program.main(["--persist", *argv[1:]], prog="launch/pair.sh drafter")
-    if argv[:1] == ["keys"]:
-        from programs import keys_program
-
-        return keys_program.main(argv[1:], prog="launch/pair.sh keys")
-    if argv[:1] == ["train-head"]:  # one process: the target answers, then the head trains
-        from training import cli
-
-        return cli.main(argv[1:], prog="launch/pair.sh train-head")
-    if argv[:1] == ["pool"]:  # both models in this process: no pair to start
-        from programs import pool_program
-
-        return pool_program.main(argv[1:], prog="launch/pair.sh pool")
+    if argv[:1] and argv[0] in PROGRAMS:  # one program of its own, in this process: no pair to start
+        module, first = PROGRAMS[argv[0]]
+        return import_module(module).main([*first, *argv[1:]], prog=f"launch/pair.sh {argv[0]}")
     p = plan(argv)
     for note in p.notes:
         print(f"[launch] {note}", file=sys.stderr)
