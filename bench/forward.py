@@ -4,8 +4,6 @@ Its results: results/cpu-smollm2-forward.txt (results/kernels.md); it backs DESI
 forward (`python -m bench.forward` times both side by side), and --parts where a pass's time goes
 (models.llama_cpu's clock).
 
-python -m bench.forward [--context 40] [--trees 8,59] [--reps 15] [--threads 1] [--parts]
-
 Times the default pair's target (its linear kernels tuned or kept) on its root pass and tree passes of each
 size in --trees, each repetition once through transformers' forward and once through models.llama_cpu's, in turn,
 each way on its own cache; the rows of every pass must be equal. A speedup is the median of the per-repetition

@@ -4,9 +4,6 @@ Its results: results/bench_pair.txt and the runs beside it (results/benchmarks.m
 results/cpu-smollm2-lookup/ (results/cpu-smollm2-lookup/README.md); it backs README.md's
 measured line, `draft` so many times transformers' `generate`.
 
-python -m bench.pair [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
-                     [--budget B|auto] [--decoders LIST] [--drafter SPEC] [--pool cpu|paper] [--lookup N]
-
 In one run on the same prompts: (1) per-pass latencies of the target and drafter runners at their deployed
 threads; (2) every decoder of the pipelined pair through launch/pair.sh, with median per-phase round times; (3)
 transformers' `generate` on the target and its assisted generation with the int8 drafter, greedy, on every core,

@@ -1,25 +1,17 @@
 """python -m bench.protocol: what does the wire cost a round, with selection and verification?
 
-Its results: results/bench_protocol.txt and results/bench_eagle3_wire.txt (results/benchmarks.md); it backs
-docs/security.md's lines on what CURVE adds to a round trip and how long a handshake takes (--handshake, whose
-figures no results file holds yet), and docs/eagle3.md's on what a head's features add.
-
-    .venv/bin/python -m bench.protocol [--iterations 2000] [--rounds 300] [--device cpu]
-    .venv/bin/python -m bench.protocol --transports tcp,tcp+curve --no-select   (what CURVE costs)
-    .venv/bin/python -m bench.protocol --handshake smollm2:int8 [--idle 50] [--every 0.05]
+Its results: results/bench_protocol.txt and results/bench_eagle3_wire.txt (results/benchmarks.md, with the
+commands that made them); it backs docs/security.md's lines on what CURVE adds to a round trip and how long a
+handshake takes (--handshake, whose figures no results file holds yet), and docs/eagle3.md's on what a head's
+features add.
 
 Round trip: a full pool (PoolConfig() defaults) sent through the project's Channel to an echo process over each
-of --transports (ipc in a private directory, loopback tcp, loopback tcp with CURVE) and back; one way is the
-echo's leg (both processes share CLOCK_MONOTONIC). Encode, decode and the target's validation of a received pool
-are timed alone too. Selection + verification: every rule of pipeline.rules through the round loop's own
-`select` and `verify`, on a pool over V tokens and fixed (B + 1, V) logits that favour one deep path, on one
-intra-op thread by default; then budget auto's per-round work. --features K,K: a Commit of K tokens with an
-EAGLE-3 drafter's features (--feature-width values a token, bfloat16) and without, each answered by the pool.
---handshake SPEC: CURVE handshakes at a drafter process of that model, one every --every seconds from its bind
-while it loads, then --idle at rest; the slowest bounds what protocol.transport.HANDSHAKE_IVL_MS must allow.
-
-Targets: round trip median under 0.3 ms, selection + verification median under 1 ms, budget auto's
-choice under 0.1 ms. The last line of the output is one JSON document with the medians."""
+of --transports and back; one way is the echo's leg (both processes share CLOCK_MONOTONIC). Encode, decode and
+the target's validation of a received pool are timed alone too. Selection + verification: every rule through the
+round loop's own `select` and `verify`, on fixed (B + 1, V) logits that favour one deep path; then budget auto's
+per-round work. --handshake SPEC: CURVE handshakes at a drafter process of that model while it loads and at rest;
+the slowest bounds what protocol.transport.HANDSHAKE_IVL_MS must allow. The last line of the output is one JSON
+document with the medians and the targets (ROUND_TRIP_TARGET_MS and the others) met."""
 
 from __future__ import annotations
 

@@ -3,11 +3,6 @@
 Its results: results/cpu-smollm2-reach.txt (results/benchmarks.md); it backs README.md's line on the head's
 pools bounding tau (verifying every candidate would make 3.00 a round) and docs/training.md's.
 
-It tells whether the selection or the drafter limits tau.
-
-python -m bench.reach [--prompts SOURCE]... [--limit N] [--stratify category|group] [--max-new-tokens N]
-                      [--budget B] [--decoders LIST] [--target SPEC] [--drafter SPEC] [--paper-pool] [--lookup N]
-
 Each decoder decodes each prompt at T = 0 in this process, keeping every round's pool. At T = 0 the output
 from a round's root on is the target's greedy continuation, so the pool's reach (how many of the next tokens it
 holds as a path: Pool.path) bounds what any tree from it could accept. Per decoder: rounds, tau, the whole-pool
