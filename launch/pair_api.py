@@ -1,14 +1,5 @@
-"""The Python API's pair (launch.api re-exports it): start a pair, decode prompts with any decoder and settings,
-get vLLM-shaped outputs (docs/api.md: the outputs, settings, stops, and how the children stop with the pair).
-
-    from launch.api import Pair
-
-    with Pair() as pair:  # the embedded default pair on the CPU; Pair("mock") needs no weights
-        out = pair.decode("Why is the sky blue?", decoder="root-draw", max_new_tokens=64)
-        print(out.text, out.finish_reason, out.metrics.tokens_per_second)
-        outs = pair.decode(["Hi!", "Name a river."], decoder="ar")  # a list: each decoded, one progress bar
-        print(pair.summarize(pair.decode_many(["Hi!", "Name a river."], decoders=["ar", "root-draw"])))
-
+"""The Python API's pair (launch.api re-exports it): start a pair, decode prompts with any decoder and settings, get
+vLLM-shaped outputs (docs/api.md: an example, the outputs, settings, stops, and how the children stop with the pair).
 The drafter runs in a process of its own (`drafter=False`: none); the target in the caller's process or, with
 `target_process=True`, in its own. Importing this module starts nothing and changes nothing process-wide."""
 

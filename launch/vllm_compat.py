@@ -1,17 +1,9 @@
 """vLLM's offline API over a pair: `LLM`, `SamplingParams` (launch.sampling_params) and `RequestOutput`, so that a
-script written for vLLM runs here with its import line changed.
-
-    from launch.vllm_compat import LLM, SamplingParams
-
-    llm = LLM()  # the embedded default pair; LLM("mock") needs no weights; LLM(target, drafter=...) any pair
-    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0.8, max_tokens=32, n=2))
-    for output in outputs:
-        print(output.prompt, output.outputs[0].text, output.metrics.time_to_first_token)
-
-It builds on launch.api's `Pair`. The runtime's own settings (the decoder, the tree budget) are keyword-only
-arguments of `LLM` and of each call. What vLLM names but the runtime cannot do is refused by name with a
-ConfigError, never ignored, except IGNORED_LLM (which changes nothing here) and the penalties (said in a logged
-line not to apply). docs/api.md lists every name side by side."""
+script written for vLLM runs here with its import line changed (docs/api.md shows vLLM's quickstart so). It builds on
+launch.api's `Pair`. The runtime's own settings (the decoder, the tree budget) are keyword-only arguments of `LLM`
+and of each call. What vLLM names but the runtime cannot do is refused by name with a ConfigError, never ignored,
+except IGNORED_LLM (which changes nothing here) and the penalties (said in a logged line not to apply). docs/api.md
+lists every name side by side."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """python -m training.agreement: how far a head's agreement with its target carries to prompts it was not
 trained on.
 
-The target answers the prompts greedily (training.distill), and the head drafts from every position of each
-answer through the training-time test's unrolled steps (training.ttt). Per drafting step: the share of rows
-whose top draft token is the target's most likely next token (top-1), and whose three most likely hold it
-(top-3), in all and by Spec-Bench's group; beside the same on the training's own answers (`--work`).
-`--against` scores a second head on the same answers, with the first one's gain in step 1's top-1 and its
-paired prompt-bootstrap interval (docs/training.md).
-
-    python -m training.agreement --head DIR --prompts SOURCE [--limit N] [--stratify group] [--against DIR]
-        [--work DIR]
-
-The last line of stdout is one JSON document with every figure."""
+The target answers the prompts greedily and the head drafts from every position of each answer through the
+training-time test's unrolled steps (training.ttt): per step, its top-1 and top-3 agreement with the target's
+most likely token (docs/training.md gives the figures and --against's comparison of two heads). The last line
+of stdout is one JSON document with every figure."""
 
 from __future__ import annotations
 
