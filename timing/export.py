@@ -28,7 +28,7 @@ from pipeline.config import InputError
 from programs.cli import files_program, run_files_program
 from timing import prog, run_config
 from timing.options import ExportOptions
-from timing.record_store import directory, load_records
+from timing.record_store import load_records
 
 
 
@@ -50,11 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 def export(run_dir: str, out_dir: str, model_id: str | None = None, *, overwrite: bool = False) -> list[Path]:
     """Write the Spec-Bench answer files of a sweep directory -> their paths. InputError, before any is written,
     where one exists already and `overwrite` is not set."""
-    if not Path(run_dir).is_dir():
-        raise InputError(f"the run directory {run_dir} " + ("is not a directory" if Path(run_dir).exists() else
-                                                            "does not exist"))
+    config = run_config.read_config(run_dir)  # a run directory with its config, before the output's is made
     out = output_dir(out_dir, "the output directory")
-    config = run_config.read_config(run_dir)
     model_id = model_id or _plain_name(config["models"]["target"]["model"])
     records = [r for r in load_records([run_dir]) if not r.warmup]
     if not records:

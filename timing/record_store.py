@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evaluation.record import DecodeRecord, UnreadSchema, record_key
 from evaluation.rounds_file import files_by_shard
-from evaluation.paths import input_file, output_dir
+from evaluation.paths import input_file
 from pipeline.config import InputError
 
 log = logging.getLogger("timing")
@@ -35,12 +35,6 @@ class OldSchema(DamagedRecords):
 
 class RecordsUnwritable(InputError):
     """The file system refused a record; the records before it are intact."""
-
-
-def directory(path: str | Path, what: str) -> Path:
-    """`path` as a folder that exists or is made now, writable (evaluation.paths.output_dir); InputError
-    naming `what` otherwise."""
-    return output_dir(path, what)
 
 
 def records_path(out: str | Path, shard: int, n_shards: int) -> Path:

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from evaluation.paths import refuse_overwrite
+from evaluation.paths import output_dir, refuse_overwrite
 from evaluation.record import DecodeRecord
 from evaluation.stats import percent
 from evaluation.summary import (DELIVERED, PAPER_ROUND, Setting, analyse, as_json, category_group, group_order,
@@ -21,7 +21,7 @@ from programs.cli import files_program, run_files_program
 from timing import prog, run_config
 from timing.figures import phase_profile
 from timing.options import ReportOptions
-from timing.record_store import directory, load_records
+from timing.record_store import load_records
 
 # Every plot a report may draw (see draw), each refused where it exists already unless --overwrite
 PLOTS = ("gains.png", "timeline.png", "speed.png", "acceptance.png", "tree_sizes.png", "phases.png",
@@ -39,14 +39,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(dirs: Sequence[str], options: ReportOptions) -> int:
-    for d in dirs:
-        if not Path(d).is_dir():
-            raise InputError(f"the run directory {d} " + ("is not a directory" if Path(d).exists() else
-                                                          "does not exist"))
-    out = directory(options.out or dirs[0], "--out")
+    config = merged_config(dirs)  # each a run directory with its config, before --out is made
+    out = output_dir(options.out or dirs[0], "--out")
     refuse_overwrite((out / name for name in ("report.md", *(PLOTS if options.plots else ()))), options.overwrite,
                      "--out NEW_DIR")
-    config = merged_config(dirs)
     records = load_records(dirs)
     timed = [r for r in records if not r.warmup]
     if not timed:

@@ -18,6 +18,7 @@ from pathlib import Path
 from evaluation.rounds_file import RoundStore, rounds_path
 from evaluation.prompts import Prompt, gather
 from evaluation.record import DecodeRecord, SweepPlace
+from evaluation.paths import output_dir
 from evaluation.summary import counted_tokens
 from models.options import ModelOptions
 from pipeline.config import InputError
@@ -28,7 +29,7 @@ from programs.progress import Progress
 from target_proc.recorder import RoundRecorder
 from timing import prog, run_config
 from timing.options import SweepOptions
-from timing.record_store import RecordStore, directory, record_key, records_path
+from timing.record_store import RecordStore, record_key, records_path
 from timing.schedule import Task, combinations, plan, prompt_order
 
 log = logging.getLogger("timing")
@@ -69,7 +70,7 @@ def run_shard(options: SweepOptions, prompts: Sequence[Prompt], config: dict, dr
     The shard's record file is locked first, so a second sweep on the same shard is refused before it records a start in
     config.json; `connect` opens the session only when a decode is left."""
     tasks = sweep_tasks(options, prompts)
-    directory(options.out, "--out")
+    output_dir(options.out, "--out")
     with RecordStore(records_path(options.out, *options.shard_index)) as store:
         start = run_config.environment(options.shard, drafter_env)
         run_config.claim(options.out, config, start)

@@ -48,13 +48,13 @@ def test_an_unknown_random_shape_names_the_model_option():
 
 def test_a_file_where_a_directory_belongs_is_a_usage_error_naming_it(tmp_path, capsys):
     from timing.export import main as export_main
-    from timing.record_store import directory
+    from evaluation.paths import output_dir
     from timing.report import main as report_main
 
     file = tmp_path / "file"
     file.write_text("x")
     with pytest.raises(InputError, match=rf"--out {file} is not a directory"):
-        directory(file, "--out")
+        output_dir(file, "--out")
     assert report_main([str(file)]) == 2
     assert f"the run directory {file} is not a directory" in capsys.readouterr().err
     assert export_main([str(file), str(tmp_path / "answers")]) == 2
