@@ -218,19 +218,14 @@ class PairOptions(BenchPrompts):
             raise ConfigError("decoders", "must hold ar and at least one other decoder (the ratios compare them)")
 
 
-def bench_prompts(sources: list[str], limit: int, stratify: str | None) -> list[str]:
-    """The texts of `limit` prompts: the first ones of the sources' prompts, or a subset spread over
-    `stratify`'s strata as a sweep under seed 0 draws it."""
-    options = PromptOptions(prompts=tuple(sources), limit_prompts=0 if stratify is None else limit,
-                            stratify=stratify or "category")
-    return [p.text for p in gather(options, 0)[: limit]]
-
-
-def prompts_or_refuse(options, module: str) -> list[str]:
-    """`bench_prompts` of a benchmark's --prompts (builtin when none), --limit and --stratify; a source that
-    cannot be read ends `module` in one line naming it."""
+def prompts_or_refuse(options: BenchPrompts, module: str) -> list[str]:
+    """The texts of --limit prompts of a benchmark's --prompts (builtin when none): the first ones, or a subset
+    spread over --stratify's strata as a sweep under seed 0 draws it; a source that cannot be read ends `module`
+    in one line naming it."""
+    chosen = PromptOptions(prompts=options.prompts or ("builtin",), stratify=options.stratify or "category",
+                           limit_prompts=options.limit if options.stratify else 0)
     try:
-        return bench_prompts(list(options.prompts) or ["builtin"], options.limit, options.stratify or None)
+        return [p.text for p in gather(chosen, 0)[: options.limit]]
     except InputError as e:
         refuse(module, str(e))
 

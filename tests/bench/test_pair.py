@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from bench.common import command_line
-from bench.pair import PairOptions, bench_prompts, build_parser
+from bench.pair import BenchPrompts, PairOptions, build_parser, prompts_or_refuse
 from evaluation.summary import MT_BENCH, category_group
 
 
@@ -41,8 +41,8 @@ def test_prompts_are_the_first_ones_or_spread_over_groups(tmp_path):
     path = tmp_path / "q.jsonl"
     rows = [{"prompt": f"{c} {i}", "id": f"{c}{i}", "category": c} for c in (*MT_BENCH, "qa", "rag") for i in range(3)]
     path.write_text("\n".join(map(json.dumps, rows)))
-    assert bench_prompts([str(path)], 3, None) == ["writing 0", "writing 1", "writing 2"]
-    texts = bench_prompts([str(path), "builtin"], 6, "group")
+    assert prompts_or_refuse(BenchPrompts((str(path),), 3), "bench.pair") == ["writing 0", "writing 1", "writing 2"]
+    texts = prompts_or_refuse(BenchPrompts((str(path), "builtin"), 6, "group"), "bench.pair")
     category = {r["prompt"]: r["category"] for r in rows}
     groups = Counter(category_group(category[t]) if t in category else "builtin" for t in texts)
     assert set(groups) == {"mt_bench", "qa", "rag", "builtin"} and sorted(groups.values()) == [1, 1, 2, 2]
