@@ -128,10 +128,7 @@ def _of_the_run(provenance: dict) -> dict:
 
 def _settings(provenance: dict) -> dict:
     """A sweep's settings, or a decode run's (both flat maps of option values)."""
-    for name in ("sweep", "settings"):
-        if isinstance(provenance.get(name), dict):
-            return provenance[name]
-    return {}
+    return next((provenance[name] for name in ("sweep", "settings") if isinstance(provenance.get(name), dict)), {})
 
 
 def _pool(pool) -> tuple[int, int, int] | None:

@@ -23,10 +23,7 @@ class StopStrings:
         """The index in `new` of the first token after which the text of `output` + `new` holds a stop string.
         The text before `new` holds none (the decode would have ended), so it is searched whole each time:
         a tokenizer may rewrite a character that its next token completes."""
-        for i in range(len(new)):
-            if self.first(self.text([*output, *new[: i + 1]])) is not None:
-                return i
-        return None
+        return next((i for i in range(len(new)) if self.first(self.text([*output, *new[: i + 1]])) is not None), None)
 
     def text(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(tokens).rstrip("\ufffd")  # a character still incomplete waits
